@@ -1,0 +1,279 @@
+//! A whole Keyway cluster in one process: an embedded metadata store served
+//! over RPC, plus N nodes. `keyway dev` runs one for people; the tests run
+//! many, starting, stopping and restarting nodes at will.
+//!
+//! This crate owns process wiring only: it never decides ownership (the
+//! metadata store's bootstrap does) and never touches data (the nodes do).
+//!
+//! # Layout
+//! - `lib.rs`: [`ClusterSpec`], [`LocalCluster`].
+
+use keyway_map::{NodeId, PartitionMap};
+use keyway_meta::{EmbeddedMeta, EmbeddedOptions, MetaError, MetaStore};
+use keyway_node::{Node, NodeConfig, NodeError};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+
+/// Why a local cluster could not start or change.
+#[derive(thiserror::Error, Debug)]
+pub enum ClusterError {
+    #[error("metadata store: {0}")]
+    Meta(#[from] MetaError),
+    #[error("node {index}: {source}")]
+    Node { index: usize, source: NodeError },
+    #[error("cannot bind the metadata store on {addr}: {source}")]
+    Bind { addr: SocketAddr, source: std::io::Error },
+    #[error("no node {0}")]
+    NoSuchNode(usize),
+    #[error("cluster not serving after {0:?}: {1}")]
+    NotServing(Duration, String),
+}
+
+/// What to start.
+#[derive(Clone, Debug)]
+pub struct ClusterSpec {
+    /// Number of nodes.
+    pub nodes: usize,
+    /// RESP port of node 1; node i gets `first_port + i - 1`. 0 = ephemeral ports.
+    pub first_port: u16,
+    /// Admin HTTP port of node 1 (likewise); 0 = ephemeral ports.
+    pub first_admin_port: u16,
+    /// Metadata store RPC address; port 0 = ephemeral.
+    pub meta_listen: SocketAddr,
+    /// Root data directory: `meta/` and `node-<i>/` below it.
+    pub data_dir: PathBuf,
+    /// Partitions per node at bootstrap.
+    pub partitions_per_node: u16,
+    /// Template for every node's configuration (listen, data_dir are overridden).
+    pub node: NodeConfig,
+}
+
+impl Default for ClusterSpec {
+    fn default() -> Self {
+        ClusterSpec {
+            nodes: 3,
+            first_port: 7001,
+            first_admin_port: 8001,
+            meta_listen: "127.0.0.1:7000".parse().expect("literal"),
+            data_dir: PathBuf::from("./keyway-data"),
+            partitions_per_node: 4,
+            node: NodeConfig::default(),
+        }
+    }
+}
+
+impl ClusterSpec {
+    /// A spec for tests: ephemeral ports, the given data directory.
+    pub fn ephemeral(nodes: usize, data_dir: PathBuf) -> Self {
+        ClusterSpec {
+            nodes,
+            first_port: 0,
+            first_admin_port: 0,
+            meta_listen: "127.0.0.1:0".parse().expect("literal"),
+            data_dir,
+            ..ClusterSpec::default()
+        }
+    }
+
+    /// Checks the spec before anything starts.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.nodes == 0 || self.nodes > 1000 {
+            return Err("nodes must be between 1 and 1000".into());
+        }
+        if self.partitions_per_node == 0 {
+            return Err("partitions_per_node must be greater than 0".into());
+        }
+        if self.nodes * self.partitions_per_node as usize > keyway_map::SLOT_COUNT as usize {
+            return Err("nodes * partitions_per_node must be at most 16384".into());
+        }
+        for (name, first) in [("port", self.first_port), ("admin port", self.first_admin_port)] {
+            if first != 0 && first as usize + self.nodes > 65536 {
+                return Err(format!("{name} range {first}+{} exceeds 65535", self.nodes));
+            }
+        }
+        self.node.validate()
+    }
+}
+
+/// A running in-process cluster.
+pub struct LocalCluster {
+    spec: ClusterSpec,
+    meta: Arc<dyn MetaStore>,
+    meta_addr: SocketAddr,
+    meta_stop: Option<oneshot::Sender<()>>,
+    meta_task: Option<tokio::task::JoinHandle<()>>,
+    configs: Vec<NodeConfig>,
+    nodes: Vec<Option<Node>>,
+}
+
+impl LocalCluster {
+    /// Starts the metadata store and every node, bootstraps the map if the
+    /// data directory is new, and waits until every node serves.
+    pub async fn start(spec: ClusterSpec) -> Result<Self, ClusterError> {
+        spec.validate().map_err(|e| ClusterError::Node { index: 0, source: NodeError::Config(e) })?;
+        let store = EmbeddedMeta::open(&spec.data_dir.join("meta"), EmbeddedOptions::default())?;
+        let meta: Arc<dyn MetaStore> = Arc::new(store);
+        let listener = TcpListener::bind(spec.meta_listen)
+            .await
+            .map_err(|source| ClusterError::Bind { addr: spec.meta_listen, source })?;
+        let meta_addr = listener.local_addr().map_err(|source| ClusterError::Bind { addr: spec.meta_listen, source })?;
+        let (stop_tx, stop_rx) = oneshot::channel();
+        let served = meta.clone();
+        let meta_task = tokio::spawn(async move {
+            let stop = async move {
+                let _ = stop_rx.await;
+            };
+            if let Err(err) = keyway_meta::serve(served, listener, stop).await {
+                tracing::error!(%err, "metadata RPC server failed");
+            }
+        });
+        let configs = (0..spec.nodes).map(|i| node_config(&spec, i)).collect();
+        let mut cluster = LocalCluster {
+            nodes: (0..spec.nodes).map(|_| None).collect(),
+            spec,
+            meta,
+            meta_addr,
+            meta_stop: Some(stop_tx),
+            meta_task: Some(meta_task),
+            configs,
+        };
+        for i in 0..cluster.spec.nodes {
+            cluster.start_node(i).await?;
+        }
+        cluster.meta.bootstrap_if_empty(cluster.spec.nodes, cluster.spec.partitions_per_node).await?;
+        cluster.wait_serving(Duration::from_secs(30)).await?;
+        Ok(cluster)
+    }
+
+    /// `keyway://host:port`: what other processes take as `--meta`.
+    pub fn meta_url(&self) -> String {
+        format!("keyway://{}", self.meta_addr)
+    }
+
+    /// The metadata store, in process.
+    pub fn meta(&self) -> &Arc<dyn MetaStore> {
+        &self.meta
+    }
+
+    /// RESP addresses of the running nodes (None for stopped ones).
+    pub fn resp_addrs(&self) -> Vec<Option<String>> {
+        self.nodes.iter().map(|n| n.as_ref().map(|n| n.resp_addr().to_string())).collect()
+    }
+
+    /// The running node at `index`.
+    pub fn node(&self, index: usize) -> Option<&Node> {
+        self.nodes.get(index).and_then(|n| n.as_ref())
+    }
+
+    /// Number of node slots (running or stopped).
+    pub fn len(&self) -> usize {
+        self.nodes.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.nodes.is_empty()
+    }
+
+    /// Starts node `index` (again), on the same port and data directory.
+    pub async fn start_node(&mut self, index: usize) -> Result<(), ClusterError> {
+        let config = self.configs.get(index).cloned().ok_or(ClusterError::NoSuchNode(index))?;
+        let node = Node::start(config, self.meta.clone())
+            .await
+            .map_err(|source| ClusterError::Node { index, source })?;
+        // Keep the ports the node actually bound so a restart reuses them.
+        let bound = &mut self.configs[index];
+        if let Ok(addr) = node.resp_addr().parse() {
+            bound.listen = addr;
+        }
+        if let Ok(addr) = node.admin_addr().parse() {
+            bound.admin_listen = addr;
+        }
+        self.nodes[index] = Some(node);
+        Ok(())
+    }
+
+    /// Stops node `index` gracefully.
+    pub async fn stop_node(&mut self, index: usize) -> Result<(), ClusterError> {
+        let node = self.nodes.get_mut(index).ok_or(ClusterError::NoSuchNode(index))?.take();
+        if let Some(node) = node {
+            node.shutdown().await;
+        }
+        Ok(())
+    }
+
+    /// Stops and starts node `index`.
+    pub async fn restart_node(&mut self, index: usize) -> Result<(), ClusterError> {
+        self.stop_node(index).await?;
+        self.start_node(index).await
+    }
+
+    /// Waits until every running node holds a lease and the same map version,
+    /// and the map covers every slot.
+    pub async fn wait_serving(&self, timeout: Duration) -> Result<(), ClusterError> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let why = self.not_serving_reason().await;
+            match why {
+                None => return Ok(()),
+                Some(why) if Instant::now() >= deadline => return Err(ClusterError::NotServing(timeout, why)),
+                Some(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+            }
+        }
+    }
+
+    async fn not_serving_reason(&self) -> Option<String> {
+        let map = match self.meta.get_map().await {
+            Ok(m) => m,
+            Err(e) => return Some(format!("metadata store: {e}")),
+        };
+        if map.partitions.is_empty() {
+            return Some("map not bootstrapped".into());
+        }
+        for node in self.nodes.iter().flatten() {
+            let shared = node.shared();
+            if !shared.routing.lease_valid() {
+                return Some(format!("node {} has no lease", node.id()));
+            }
+            if shared.routing.map().version < map.version {
+                return Some(format!("node {} has an old map", node.id()));
+            }
+        }
+        None
+    }
+
+    /// The map as the metadata store holds it.
+    pub async fn map(&self) -> Result<PartitionMap, MetaError> {
+        self.meta.get_map().await
+    }
+
+    /// Node ids in start order (None for a node never started).
+    pub fn node_ids(&self) -> Vec<Option<NodeId>> {
+        self.nodes.iter().map(|n| n.as_ref().map(|n| n.id())).collect()
+    }
+
+    /// Stops every node, then the metadata store.
+    pub async fn shutdown(mut self) {
+        for i in 0..self.nodes.len() {
+            let _ = self.stop_node(i).await;
+        }
+        if let Some(stop) = self.meta_stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(task) = self.meta_task.take() {
+            let _ = task.await;
+        }
+    }
+}
+
+fn node_config(spec: &ClusterSpec, index: usize) -> NodeConfig {
+    let port = |first: u16| if first == 0 { 0 } else { first + index as u16 };
+    let mut config = spec.node.clone();
+    config.data_dir = spec.data_dir.join(format!("node-{}", index + 1));
+    config.listen = SocketAddr::new(spec.meta_listen.ip(), port(spec.first_port));
+    config.admin_listen = SocketAddr::new(spec.meta_listen.ip(), port(spec.first_admin_port));
+    config
+}

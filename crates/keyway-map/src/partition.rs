@@ -1,0 +1,149 @@
+//! Partition records and node records: the rows of the partition map.
+
+use crate::{Epoch, KeyspaceId, NodeId, PartitionId};
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+
+/// Lifecycle state of a partition record. Migrations, splits and merges add
+/// states as they arrive; a node serves a partition only in `Active`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PartitionState {
+    /// The owner serves reads and writes.
+    Active,
+}
+
+/// One partition: a contiguous range `[start, end)` of keyspace-local routing
+/// keys, its owner and its epoch.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PartitionRecord {
+    pub id: PartitionId,
+    pub keyspace: KeyspaceId,
+    /// Inclusive lower bound (keyspace-local routing key).
+    #[serde(with = "hex_bytes")]
+    pub start: Bytes,
+    /// Exclusive upper bound; `None` means the end of the keyspace.
+    #[serde(with = "hex_opt_bytes")]
+    pub end: Option<Bytes>,
+    pub owner: NodeId,
+    pub replicas: Vec<NodeId>,
+    pub epoch: Epoch,
+    pub state: PartitionState,
+}
+
+impl PartitionRecord {
+    /// Whether the keyspace-local routing key falls in `[start, end)`.
+    pub fn contains(&self, local_key: &[u8]) -> bool {
+        local_key >= &self.start[..] && self.end.as_ref().is_none_or(|end| local_key < &end[..])
+    }
+
+    /// The partition's bounds as storage keys (`be32(keyspace) ++ bound`):
+    /// `[start, end)`, with `end = None` only for the last keyspace id.
+    pub fn storage_bounds(&self) -> (Bytes, Option<Bytes>) {
+        let prefix = self.keyspace.0.to_be_bytes();
+        let start = [&prefix[..], &self.start[..]].concat();
+        let end = match &self.end {
+            Some(end) => Some([&prefix[..], &end[..]].concat()),
+            None => self
+                .keyspace
+                .0
+                .checked_add(1)
+                .map(|next| next.to_be_bytes().to_vec()),
+        };
+        (Bytes::from(start), end.map(Bytes::from))
+    }
+
+    /// For a hash keyspace: the slots `[first, last]` this partition covers.
+    pub fn slot_span(&self) -> (u16, u16) {
+        let first = slot_of_bound(&self.start).unwrap_or(0);
+        let end = self
+            .end
+            .as_ref()
+            .and_then(|e| slot_of_bound(e))
+            .unwrap_or(crate::SLOT_COUNT);
+        (first, end - 1)
+    }
+}
+
+fn slot_of_bound(bound: &[u8]) -> Option<u16> {
+    bound.first_chunk::<2>().map(|b| u16::from_be_bytes(*b))
+}
+
+/// Whether a node is taking part in the cluster.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum NodeState {
+    Up,
+    Down,
+}
+
+/// A registered node and where to reach it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeInfo {
+    pub id: NodeId,
+    /// `host:port` of the RESP listener, as clients should dial it.
+    pub resp_addr: String,
+    /// `host:port` of the admin HTTP listener.
+    pub admin_addr: String,
+    pub state: NodeState,
+}
+
+impl NodeInfo {
+    /// Host and port of the RESP address, split for `CLUSTER SLOTS` and `-MOVED`.
+    pub fn resp_host_port(&self) -> (&str, u16) {
+        match self.resp_addr.rsplit_once(':') {
+            Some((host, port)) => (host.trim_matches(['[', ']']), port.parse().unwrap_or(0)),
+            None => (&self.resp_addr, 0),
+        }
+    }
+}
+
+mod hex_bytes {
+    use bytes::Bytes;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(b: &Bytes, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&super::to_hex(b))
+    }
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Bytes, D::Error> {
+        let text = String::deserialize(d)?;
+        super::from_hex(&text).ok_or_else(|| serde::de::Error::custom("bad hex"))
+    }
+}
+
+mod hex_opt_bytes {
+    use bytes::Bytes;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(b: &Option<Bytes>, s: S) -> Result<S::Ok, S::Error> {
+        match b {
+            Some(b) => s.serialize_some(&super::to_hex(b)),
+            None => s.serialize_none(),
+        }
+    }
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Bytes>, D::Error> {
+        match Option::<String>::deserialize(d)? {
+            Some(text) => super::from_hex(&text)
+                .map(Some)
+                .ok_or_else(|| serde::de::Error::custom("bad hex")),
+            None => Ok(None),
+        }
+    }
+}
+
+/// Lower-case hex of `bytes`.
+pub fn to_hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Parses lower- or upper-case hex.
+pub fn from_hex(text: &str) -> Option<Bytes> {
+    if !text.len().is_multiple_of(2) {
+        return None;
+    }
+    (0..text.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(text.get(i..i + 2)?, 16).ok())
+        .collect::<Option<Vec<u8>>>()
+        .map(Bytes::from)
+}

@@ -1,0 +1,691 @@
+//! [`EmbeddedMeta`]: the single-node, durable, in-process metadata store.
+//!
+//! One `tokio::sync::Mutex` guards the whole state, so check-and-apply is
+//! atomic: of many concurrent compare-and-set commits expecting the same
+//! `(owner, epoch)`, exactly one wins. A mutation runs, under that lock, in a
+//! spawned task (so a caller that gives up cannot cancel it half-way): it
+//! prepares and validates the new state, writes it durably on a blocking
+//! thread (`spawn_blocking`; never an fsync on an async worker), and only then
+//! publishes it to readers and watchers. If a write fails the store stops
+//! serving (memory may be ahead of disk) until it is reopened.
+//!
+//! Watchers share a `tokio::sync::broadcast` channel of committed entries; a
+//! watcher that lags past its capacity is sent the `Full` map and continues
+//! from that version, so it never misses a change silently.
+//!
+//! A directory is opened by at most one store at a time (`<dir>/meta.lock`,
+//! an advisory file lock held while the store lives).
+
+mod lease;
+mod state;
+
+pub use lease::MAX_LEASE_TTL_MS;
+pub use state::STATE_FILE;
+
+use crate::{LeaseId, LeaseInfo, MapTxn, MapUpdate, MapWatch, MetaError, MetaStore, bootstrap_txn};
+use futures::StreamExt;
+use keyway_map::{MapChange, MapVersion, NodeId, NodeInfo, NodeState, PartitionMap};
+use lease::LeaseTable;
+use state::{Entry, State};
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Weak};
+use tokio::sync::{Mutex, Notify, broadcast};
+use tokio::time::Instant;
+
+/// The lock file's name inside the store directory.
+pub const LOCK_FILE: &str = "meta.lock";
+
+/// Tuning of an [`EmbeddedMeta`].
+#[derive(Clone, Debug)]
+pub struct EmbeddedOptions {
+    /// How many recent versions' changes are kept (and persisted) for
+    /// `changes_since` / `watch` deltas; older readers get the full map.
+    pub history_versions: usize,
+    /// How many committed versions a watcher may fall behind before it is
+    /// sent the full map instead.
+    pub watch_capacity: usize,
+}
+
+impl Default for EmbeddedOptions {
+    fn default() -> Self {
+        EmbeddedOptions {
+            history_versions: 4096,
+            watch_capacity: 1024,
+        }
+    }
+}
+
+/// The embedded metadata store. Dropping it closes the store: its watchers
+/// end with [`MetaError::Unavailable`] and the directory can be reopened.
+pub struct EmbeddedMeta {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    dir: PathBuf,
+    state: Mutex<State>,
+    events: broadcast::Sender<Arc<Entry>>,
+    reaper_started: AtomicBool,
+    reaper_wake: Arc<Notify>,
+    /// Held (with its advisory lock) for the life of the store.
+    _lock: File,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        // Lets the reaper notice the store is gone.
+        self.reaper_wake.notify_one();
+    }
+}
+
+impl std::fmt::Debug for EmbeddedMeta {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EmbeddedMeta")
+            .field("dir", &self.inner.dir)
+            .finish_non_exhaustive()
+    }
+}
+
+impl EmbeddedMeta {
+    /// Opens (creating if needed) the store in `dir`, restoring the map, its
+    /// history, the node and lease counters and the leases (each with its
+    /// full TTL from now). Blocking: reads the state file.
+    pub fn open(dir: &Path, opts: EmbeddedOptions) -> Result<Self, MetaError> {
+        let io = |what: &str, e: std::io::Error| {
+            MetaError::Internal(format!("{what} {}: {e}", dir.display()))
+        };
+        std::fs::create_dir_all(dir).map_err(|e| io("create", e))?;
+        let lock = File::options()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(dir.join(LOCK_FILE))
+            .map_err(|e| io("open lock file in", e))?;
+        lock.try_lock().map_err(|e| match e {
+            std::fs::TryLockError::WouldBlock => MetaError::Unavailable(format!(
+                "metadata store {} is already open (locked by another store)",
+                dir.display()
+            )),
+            std::fs::TryLockError::Error(e) => io("lock", e),
+        })?;
+        let state = State::load(dir, opts.history_versions, Instant::now())?;
+        let (events, _) = broadcast::channel(opts.watch_capacity.max(1));
+        let store = EmbeddedMeta {
+            inner: Arc::new(Inner {
+                dir: dir.to_path_buf(),
+                state: Mutex::new(state),
+                events,
+                reaper_started: AtomicBool::new(false),
+                reaper_wake: Arc::new(Notify::new()),
+                _lock: lock,
+            }),
+        };
+        if tokio::runtime::Handle::try_current().is_ok() {
+            store.ensure_reaper();
+        }
+        Ok(store)
+    }
+
+    /// The directory the store lives in.
+    pub fn dir(&self) -> &Path {
+        &self.inner.dir
+    }
+
+    /// Starts the lease reaper once (it needs a runtime, `open` may not have one).
+    fn ensure_reaper(&self) {
+        if self.inner.reaper_started.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let weak = Arc::downgrade(&self.inner);
+        let wake = self.inner.reaper_wake.clone();
+        tokio::spawn(reap_leases(weak, wake));
+    }
+
+    /// Runs a mutation on its own task, so a caller dropping its future
+    /// cannot interrupt it between the write and the publish.
+    async fn run<T, F, Fut>(&self, f: F) -> Result<T, MetaError>
+    where
+        T: Send + 'static,
+        F: FnOnce(Arc<Inner>) -> Fut,
+        Fut: Future<Output = Result<T, MetaError>> + Send + 'static,
+    {
+        self.ensure_reaper();
+        tokio::spawn(f(self.inner.clone()))
+            .await
+            .map_err(|e| MetaError::Internal(format!("metadata store task failed: {e}")))?
+    }
+}
+
+impl Inner {
+    /// Writes the state durably (on a blocking thread). On failure the store
+    /// is marked failed: the caller already changed memory.
+    async fn persist(&self, state: &mut State) -> Result<(), MetaError> {
+        let result = match state.encode(Instant::now()) {
+            Ok(bytes) => {
+                let dir = self.dir.clone();
+                tokio::task::spawn_blocking(move || state::write_state(&dir, &bytes))
+                    .await
+                    .map_err(|e| e.to_string())
+                    .and_then(|r| r.map_err(|e| e.to_string()))
+            }
+            Err(e) => Err(e.to_string()),
+        };
+        result.map_err(|why| {
+            tracing::error!(dir = %self.dir.display(), %why, "metadata store write failed; store stopped");
+            state.failed = Some(why.clone());
+            MetaError::Internal(format!("write state to {}: {why}", self.dir.display()))
+        })
+    }
+
+    /// Checks `txn`'s conditions against `state`, applies its changes as the
+    /// next version and validates the result; returns the new map and entry
+    /// without touching `state`.
+    fn prepare(state: &State, txn: MapTxn) -> Result<(PartitionMap, Arc<Entry>), MetaError> {
+        for cond in &txn.conditions {
+            if !cond.holds(&state.map) {
+                return Err(MetaError::Conflict {
+                    partition: cond.partition,
+                    current: state
+                        .map
+                        .partitions
+                        .get(&cond.partition)
+                        .map(|p| (p.owner, p.epoch)),
+                });
+            }
+        }
+        let version = MapVersion(state.map.version.0 + 1);
+        let mut map = state.map.clone();
+        map.apply(version, &txn.changes)?;
+        map.validate()?;
+        Ok((
+            map,
+            Arc::new(Entry {
+                version,
+                changes: txn.changes,
+            }),
+        ))
+    }
+
+    /// Installs a prepared map, persists, then publishes it.
+    async fn install(
+        &self,
+        state: &mut State,
+        map: PartitionMap,
+        entry: Arc<Entry>,
+    ) -> Result<MapVersion, MetaError> {
+        let version = entry.version;
+        state.install(map, entry.clone());
+        self.persist(state).await?;
+        // No receivers is fine: nobody is watching.
+        let _ = self.events.send(entry);
+        Ok(version)
+    }
+
+    /// Removes expired leases and persists their removal.
+    async fn reap(&self) -> Result<(), MetaError> {
+        let mut state = self.state.lock().await;
+        if state.failed.is_none() && state.leases.remove_expired(Instant::now()) > 0 {
+            self.persist(&mut state).await?;
+        }
+        Ok(())
+    }
+}
+
+/// The lease reaper: sleeps until the earliest lease deadline (or a wake-up
+/// when a lease is granted), then removes expired leases. Holds the store
+/// only weakly, and ends when the store is dropped.
+async fn reap_leases(weak: Weak<Inner>, wake: Arc<Notify>) {
+    loop {
+        let deadline = {
+            let Some(inner) = weak.upgrade() else { return };
+            let state = inner.state.lock().await;
+            state.leases.next_deadline()
+        };
+        match deadline {
+            Some(deadline) => {
+                tokio::select! {
+                    _ = tokio::time::sleep_until(deadline) => {}
+                    _ = wake.notified() => {}
+                }
+            }
+            None => wake.notified().await,
+        }
+        let Some(inner) = weak.upgrade() else { return };
+        if let Err(e) = inner.reap().await {
+            tracing::warn!(error = %e, "lease reaper stopped");
+            return;
+        }
+    }
+}
+
+/// Watch stream state: where the watcher is, and what it still has to send.
+struct Watcher {
+    rx: broadcast::Receiver<Arc<Entry>>,
+    last: MapVersion,
+    first: Option<MapUpdate>,
+    inner: Weak<Inner>,
+    done: bool,
+}
+
+impl Watcher {
+    async fn next(&mut self) -> Option<Result<MapUpdate, MetaError>> {
+        if self.done {
+            return None;
+        }
+        if let Some(first) = self.first.take() {
+            return Some(Ok(first));
+        }
+        loop {
+            match self.rx.recv().await {
+                Ok(entry) if entry.version <= self.last => continue,
+                Ok(entry) if entry.version.0 == self.last.0 + 1 => {
+                    self.last = entry.version;
+                    let mut entries = vec![(entry.version, entry.changes.clone())];
+                    // Batch whatever else is already committed.
+                    while let Ok(more) = self.rx.try_recv() {
+                        if more.version.0 != self.last.0 + 1 {
+                            // Cannot happen (one sender, in version order);
+                            // resync rather than skip.
+                            return Some(self.resync().await);
+                        }
+                        self.last = more.version;
+                        entries.push((more.version, more.changes.clone()));
+                    }
+                    return Some(Ok(MapUpdate::Delta(entries)));
+                }
+                Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {
+                    return Some(self.resync().await);
+                }
+                Err(broadcast::error::RecvError::Closed) => {
+                    self.done = true;
+                    return Some(Err(closed()));
+                }
+            }
+        }
+    }
+
+    /// The watcher missed entries: send the whole map, continue after it.
+    async fn resync(&mut self) -> Result<MapUpdate, MetaError> {
+        let Some(inner) = self.inner.upgrade() else {
+            self.done = true;
+            return Err(closed());
+        };
+        let state = inner.state.lock().await;
+        if let Err(e) = state.check_healthy() {
+            self.done = true;
+            return Err(e);
+        }
+        // Commits publish under the lock we hold, so everything queued is at
+        // most this version: drop it all, or the next send would find the
+        // receiver still behind and lag it again.
+        while let Ok(_) | Err(broadcast::error::TryRecvError::Lagged(_)) = self.rx.try_recv() {}
+        self.last = state.map.version;
+        Ok(MapUpdate::Full(state.map.clone()))
+    }
+}
+
+fn closed() -> MetaError {
+    MetaError::Unavailable("embedded metadata store closed".into())
+}
+
+#[async_trait::async_trait]
+impl MetaStore for EmbeddedMeta {
+    async fn get_map(&self) -> Result<PartitionMap, MetaError> {
+        let state = self.inner.state.lock().await;
+        state.check_healthy()?;
+        Ok(state.map.clone())
+    }
+
+    async fn changes_since(&self, since: MapVersion) -> Result<MapUpdate, MetaError> {
+        let state = self.inner.state.lock().await;
+        state.check_healthy()?;
+        Ok(state.changes_since(since))
+    }
+
+    async fn watch(&self, since: MapVersion) -> Result<MapWatch, MetaError> {
+        let state = self.inner.state.lock().await;
+        state.check_healthy()?;
+        // Subscribing under the lock: every commit after the snapshot below
+        // reaches `rx`, and none before it does twice (skipped by version).
+        let rx = self.inner.events.subscribe();
+        let first = match state.changes_since(since) {
+            MapUpdate::Delta(d) if d.is_empty() => None,
+            update => Some(update),
+        };
+        let watcher = Watcher {
+            rx,
+            last: state.map.version,
+            first,
+            inner: Arc::downgrade(&self.inner),
+            done: false,
+        };
+        drop(state);
+        Ok(futures::stream::unfold(watcher, |mut w| async move {
+            w.next().await.map(|item| (item, w))
+        })
+        .boxed())
+    }
+
+    async fn commit(&self, txn: MapTxn) -> Result<MapVersion, MetaError> {
+        self.run(move |inner| async move {
+            let mut state = inner.state.lock().await;
+            state.check_healthy()?;
+            let (map, entry) = Inner::prepare(&state, txn)?;
+            inner.install(&mut state, map, entry).await
+        })
+        .await
+    }
+
+    async fn register_node(
+        &self,
+        id: Option<NodeId>,
+        resp_addr: String,
+        admin_addr: String,
+    ) -> Result<NodeId, MetaError> {
+        self.run(move |inner| async move {
+            let mut state = inner.state.lock().await;
+            state.check_healthy()?;
+            let id = match id {
+                None => NodeId(state.next_node_id),
+                Some(id) if id.0 == 0 || id.0 >= state.next_node_id => {
+                    return Err(MetaError::InvalidArgument(format!(
+                        "node id {} was never allocated by this metadata store",
+                        id.0
+                    )));
+                }
+                Some(id) => id,
+            };
+            let node = NodeInfo {
+                id,
+                resp_addr,
+                admin_addr,
+                state: NodeState::Up,
+            };
+            let txn = MapTxn::unconditional(vec![MapChange::UpsertNode(node)]);
+            let (map, entry) = Inner::prepare(&state, txn)?;
+            state.next_node_id = state.next_node_id.max(id.0 + 1);
+            inner.install(&mut state, map, entry).await?;
+            Ok(id)
+        })
+        .await
+    }
+
+    async fn grant_lease(&self, node: NodeId, ttl_ms: u64) -> Result<LeaseId, MetaError> {
+        LeaseTable::check_ttl(ttl_ms)?;
+        let id = self
+            .run(move |inner| async move {
+                let mut state = inner.state.lock().await;
+                state.check_healthy()?;
+                if !state.map.nodes.contains_key(&node) {
+                    return Err(MetaError::InvalidArgument(format!(
+                        "node {} is not registered",
+                        node.0
+                    )));
+                }
+                let id = state.leases.grant(node, ttl_ms, Instant::now());
+                inner.persist(&mut state).await?;
+                Ok(id)
+            })
+            .await?;
+        self.inner.reaper_wake.notify_one();
+        Ok(id)
+    }
+
+    async fn keep_alive(&self, lease: LeaseId) -> Result<u64, MetaError> {
+        self.ensure_reaper();
+        let mut state = self.inner.state.lock().await;
+        state.check_healthy()?;
+        state.leases.keep_alive(lease, Instant::now())
+    }
+
+    async fn revoke_lease(&self, lease: LeaseId) -> Result<(), MetaError> {
+        self.run(move |inner| async move {
+            let mut state = inner.state.lock().await;
+            state.check_healthy()?;
+            state.leases.revoke(lease, Instant::now())?;
+            inner.persist(&mut state).await
+        })
+        .await
+    }
+
+    async fn leases(&self) -> Result<Vec<LeaseInfo>, MetaError> {
+        self.ensure_reaper();
+        let state = self.inner.state.lock().await;
+        state.check_healthy()?;
+        Ok(state.leases.live(Instant::now()))
+    }
+
+    async fn bootstrap_if_empty(
+        &self,
+        min_nodes: usize,
+        partitions_per_node: u16,
+    ) -> Result<bool, MetaError> {
+        self.run(move |inner| async move {
+            let mut state = inner.state.lock().await;
+            state.check_healthy()?;
+            let Some(txn) = bootstrap_txn(&state.map, min_nodes, partitions_per_node)? else {
+                return Ok(false);
+            };
+            let (map, entry) = Inner::prepare(&state, txn)?;
+            inner.install(&mut state, map, entry).await?;
+            Ok(true)
+        })
+        .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use keyway_map::{Epoch, MapChange};
+    use std::time::Duration;
+
+    fn open(dir: &Path, opts: EmbeddedOptions) -> EmbeddedMeta {
+        EmbeddedMeta::open(dir, opts).unwrap()
+    }
+
+    async fn bootstrapped(store: &EmbeddedMeta) -> PartitionMap {
+        for i in 0..2 {
+            store
+                .register_node(None, format!("127.0.0.1:{}", 7000 + i), String::new())
+                .await
+                .unwrap();
+        }
+        assert!(store.bootstrap_if_empty(2, 2).await.unwrap());
+        store.get_map().await.unwrap()
+    }
+
+    /// Moves partition 1 to the other node, conditional on its current owner.
+    fn flip(map: &PartitionMap) -> MapTxn {
+        let mut p = map.partitions.values().next().unwrap().clone();
+        let cond = keyway_map::OwnershipCondition {
+            partition: p.id,
+            expected: Some((p.owner, p.epoch)),
+        };
+        p.owner = if p.owner == NodeId(1) {
+            NodeId(2)
+        } else {
+            NodeId(1)
+        };
+        p.epoch = Epoch(p.epoch.0 + 1);
+        MapTxn {
+            conditions: vec![cond],
+            changes: vec![MapChange::UpsertPartition(p)],
+        }
+    }
+
+    #[tokio::test]
+    async fn a_directory_is_opened_by_one_store_at_a_time() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open(dir.path(), EmbeddedOptions::default());
+        let err = EmbeddedMeta::open(dir.path(), EmbeddedOptions::default())
+            .expect_err("second open must fail");
+        assert!(matches!(err, MetaError::Unavailable(_)), "{err:?}");
+        drop(store);
+        open(dir.path(), EmbeddedOptions::default());
+    }
+
+    #[tokio::test]
+    async fn lagging_watcher_gets_the_full_map_and_then_continues_in_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let opts = EmbeddedOptions {
+            watch_capacity: 4,
+            ..EmbeddedOptions::default()
+        };
+        let store = open(dir.path(), opts);
+        let mut map = bootstrapped(&store).await;
+        let mut watch = store.watch(map.version).await.unwrap();
+        for _ in 0..20 {
+            let cur = store.get_map().await.unwrap();
+            store.commit(flip(&cur)).await.unwrap();
+        }
+        let first = watch.next().await.unwrap().unwrap();
+        assert!(
+            matches!(first, MapUpdate::Full(_)),
+            "lagged watcher must get Full, got {first:?}"
+        );
+        first.apply_to(&mut map).unwrap();
+        let target = store.get_map().await.unwrap();
+        assert_eq!(map.version, target.version, "Full is the newest map");
+        // And it keeps following from there, one version at a time.
+        let v = store.commit(flip(&target)).await.unwrap();
+        let next = watch.next().await.unwrap().unwrap();
+        assert_eq!(next.version(), Some(v));
+        assert!(
+            matches!(&next, MapUpdate::Delta(d) if d.len() == 1),
+            "{next:?}"
+        );
+        next.apply_to(&mut map).unwrap();
+        assert_eq!(map, store.get_map().await.unwrap());
+    }
+
+    #[tokio::test]
+    async fn dropping_the_store_ends_watchers_with_unavailable() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open(dir.path(), EmbeddedOptions::default());
+        let mut watch = store.watch(MapVersion(0)).await.unwrap();
+        drop(store);
+        let item = watch.next().await.expect("an error item, not a silent end");
+        assert!(matches!(item, Err(MetaError::Unavailable(_))), "{item:?}");
+        assert!(watch.next().await.is_none());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn expired_lease_is_reaped_from_the_state_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open(dir.path(), EmbeddedOptions::default());
+        bootstrapped(&store).await;
+        let short = store.grant_lease(NodeId(1), 1_000).await.unwrap();
+        let long = store.grant_lease(NodeId(2), 60_000).await.unwrap();
+        tokio::time::advance(Duration::from_millis(999)).await;
+        assert_eq!(store.keep_alive(short).await, Ok(1_000));
+        tokio::time::advance(Duration::from_millis(1_000)).await;
+        assert_eq!(
+            store.keep_alive(short).await,
+            Err(MetaError::LeaseNotFound(short))
+        );
+        let live: Vec<_> = store
+            .leases()
+            .await
+            .unwrap()
+            .iter()
+            .map(|l| l.lease)
+            .collect();
+        assert_eq!(live, vec![long]);
+        // The reaper removed it from disk too: after a reopen it stays gone.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            let text = std::fs::read_to_string(dir.path().join(STATE_FILE)).unwrap();
+            let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+            if v["leases"].as_array().unwrap().len() == 1 {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "reaper never persisted the expiry"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        drop(store);
+        let store = open(dir.path(), EmbeddedOptions::default());
+        let live: Vec<_> = store
+            .leases()
+            .await
+            .unwrap()
+            .iter()
+            .map(|l| l.lease)
+            .collect();
+        assert_eq!(live, vec![long]);
+        assert_eq!(
+            store.leases().await.unwrap()[0].remaining_ms,
+            60_000,
+            "full TTL again after reopen"
+        );
+    }
+
+    #[tokio::test]
+    async fn refused_commit_changes_nothing_on_disk() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open(dir.path(), EmbeddedOptions::default());
+        let map = bootstrapped(&store).await;
+        let before = std::fs::read(dir.path().join(STATE_FILE)).unwrap();
+        let first = *map.partitions.keys().next().unwrap();
+        let err = store
+            .commit(MapTxn::unconditional(vec![MapChange::RemovePartition {
+                id: first,
+            }]))
+            .await
+            .unwrap_err();
+        assert!(matches!(err, MetaError::InvalidMap(_)), "{err:?}");
+        assert_eq!(std::fs::read(dir.path().join(STATE_FILE)).unwrap(), before);
+        assert_eq!(store.get_map().await.unwrap(), map);
+    }
+
+    #[tokio::test]
+    async fn failed_write_stops_the_store() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open(dir.path(), EmbeddedOptions::default());
+        store
+            .register_node(None, "a:1".into(), String::new())
+            .await
+            .unwrap();
+        // A directory where the temp file must go makes the write fail.
+        std::fs::create_dir(dir.path().join("meta.state.tmp")).unwrap();
+        let err = store
+            .register_node(None, "b:1".into(), String::new())
+            .await
+            .unwrap_err();
+        assert!(matches!(err, MetaError::Internal(_)), "{err:?}");
+        assert!(matches!(store.get_map().await, Err(MetaError::Internal(_))));
+        std::fs::remove_dir(dir.path().join("meta.state.tmp")).unwrap();
+        drop(store);
+        // Reopen: the refused registration never happened, its id is free.
+        let store = open(dir.path(), EmbeddedOptions::default());
+        assert_eq!(store.get_map().await.unwrap().nodes.len(), 1);
+        let id = store
+            .register_node(None, "b:1".into(), String::new())
+            .await
+            .unwrap();
+        assert_eq!(id, NodeId(2));
+    }
+
+    #[test]
+    fn open_works_outside_a_runtime() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open(dir.path(), EmbeddedOptions::default());
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let id = store
+                .register_node(None, "a:1".into(), String::new())
+                .await
+                .unwrap();
+            store.grant_lease(id, 1_000).await.unwrap();
+            assert_eq!(store.leases().await.unwrap().len(), 1);
+        });
+    }
+}

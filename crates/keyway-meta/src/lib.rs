@@ -1,0 +1,49 @@
+//! The metadata store: the authoritative home of the partition map, the node
+//! registry and leases.
+//!
+//! This crate owns the [`MetaStore`] trait and its contract (every ownership
+//! change is a compare-and-set conditional on the expected owner and epoch,
+//! invariant 6; watchers get every change after a map version; leases with
+//! keep-alive, invariant 4), the embedded durable backend
+//! ([`EmbeddedMeta`]: single node, one state file), the gRPC server
+//! ([`serve`]) and client ([`RemoteMeta`]) that let other processes reach an
+//! embedded store, and [`connect`], which opens any of them from a URL.
+//!
+//! It must never be on the request path of a data command: nodes, proxies
+//! and clients route from their own copy of the map (refreshed by `watch`,
+//! corrected by rejections) and only the control plane calls the store. It
+//! never decides who should own a partition (the manager does), and never
+//! accepts a map that fails [`keyway_map::PartitionMap::validate`].
+//!
+//! # Layout
+//! - `store.rs`: the [`MetaStore`] trait, [`MapTxn`], [`MapUpdate`],
+//!   [`MapWatch`], [`LeaseId`], [`LeaseInfo`], [`bootstrap_txn`].
+//! - `error.rs`: [`MetaError`].
+//! - `embedded.rs`: [`EmbeddedMeta`]: one lock, durable commits, watchers;
+//!   `embedded/state.rs`: the state and its file (write-temp, fsync,
+//!   rename, fsync dir); `embedded/lease.rs`: the lease table.
+//! - `rpc.rs`: the gRPC surface of `proto/meta.proto`; `rpc/server.rs`:
+//!   [`serve`]; `rpc/client.rs`: [`RemoteMeta`]; `rpc/convert.rs`: message
+//!   and exact error conversions.
+//! - `url.rs`: [`connect`] (`keyway://host:port`, `file:///abs/dir`).
+//! - `conformance.rs`: the tests every backend must pass (hidden; the
+//!   backends' integration tests instantiate them).
+//!
+//! `build.rs` compiles `proto/meta.proto` with protox and tonic-prost-build:
+//! no `protoc` needed.
+
+mod embedded;
+mod error;
+pub mod rpc;
+mod store;
+mod url;
+
+#[doc(hidden)]
+pub mod conformance;
+
+pub use embedded::{EmbeddedMeta, EmbeddedOptions, LOCK_FILE, MAX_LEASE_TTL_MS, STATE_FILE};
+pub use error::MetaError;
+pub use rpc::client::{RemoteMeta, RemoteOptions};
+pub use rpc::server::serve;
+pub use store::{LeaseId, LeaseInfo, MapTxn, MapUpdate, MapWatch, MetaStore, bootstrap_txn};
+pub use url::connect;

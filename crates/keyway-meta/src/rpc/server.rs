@@ -1,0 +1,201 @@
+//! The gRPC server: serves any [`MetaStore`] (in practice the embedded one,
+//! in the `keyway meta` process) to other processes.
+
+use super::convert::{lease_to_pb, status_from_error, txn_from_pb, update_to_pb};
+use super::pb::{self, meta_server};
+use crate::{MetaError, MetaStore};
+use futures::{Stream, StreamExt};
+use keyway_map::{MapVersion, NodeId, encode_map};
+use std::pin::Pin;
+use std::sync::Arc;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio_stream::wrappers::TcpListenerStream;
+use tonic::{Request, Response, Status};
+
+/// Serves `store` over gRPC on `listener` until `shutdown` resolves.
+///
+/// On shutdown the server stops accepting, ends every open watch stream with
+/// an `UNAVAILABLE` status (so watchers re-watch elsewhere or later), lets
+/// in-flight calls finish, and returns once every connection has closed.
+pub async fn serve(
+    store: Arc<dyn MetaStore>,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), MetaError> {
+    if let Ok(addr) = listener.local_addr() {
+        tracing::info!(%addr, "metadata server listening");
+    }
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let service = MetaService {
+        store,
+        stop: stop_rx,
+    };
+    let server = meta_server::MetaServer::new(service)
+        .max_decoding_message_size(super::MAX_MESSAGE_BYTES)
+        .max_encoding_message_size(super::MAX_MESSAGE_BYTES);
+    let incoming = TcpListenerStream::new(listener).map(|conn| {
+        if let Ok(stream) = &conn {
+            let _ = stream.set_nodelay(true);
+        }
+        conn
+    });
+    tonic::transport::Server::builder()
+        .add_service(server)
+        .serve_with_incoming_shutdown(incoming, async move {
+            shutdown.await;
+            let _ = stop_tx.send(true);
+        })
+        .await
+        .map_err(|e| MetaError::Internal(format!("metadata server failed: {e}")))
+}
+
+/// Resolves once the server is shutting down.
+async fn stopping(mut stop: watch::Receiver<bool>) {
+    loop {
+        let stopped = *stop.borrow_and_update();
+        if stopped || stop.changed().await.is_err() {
+            return;
+        }
+    }
+}
+
+struct MetaService {
+    store: Arc<dyn MetaStore>,
+    stop: watch::Receiver<bool>,
+}
+
+type WatchStream = Pin<Box<dyn Stream<Item = Result<pb::MapUpdate, Status>> + Send + 'static>>;
+
+fn status(e: MetaError) -> Status {
+    status_from_error(&e)
+}
+
+#[tonic::async_trait]
+impl meta_server::Meta for MetaService {
+    async fn get_map(
+        &self,
+        _: Request<pb::GetMapRequest>,
+    ) -> Result<Response<pb::GetMapResponse>, Status> {
+        let map = self.store.get_map().await.map_err(status)?;
+        Ok(Response::new(pb::GetMapResponse {
+            map: encode_map(&map),
+        }))
+    }
+
+    async fn changes_since(
+        &self,
+        req: Request<pb::ChangesSinceRequest>,
+    ) -> Result<Response<pb::MapUpdate>, Status> {
+        let since = MapVersion(req.into_inner().since);
+        let update = self.store.changes_since(since).await.map_err(status)?;
+        Ok(Response::new(update_to_pb(&update)))
+    }
+
+    type WatchStream = WatchStream;
+
+    async fn watch(&self, req: Request<pb::WatchRequest>) -> Result<Response<WatchStream>, Status> {
+        let since = MapVersion(req.into_inner().since);
+        let updates = self.store.watch(since).await.map_err(status)?;
+        let stop = Box::pin(stopping(self.stop.clone()));
+        let stream = futures::stream::unfold(Some((updates, stop)), |state| async move {
+            let (mut updates, mut stop) = state?;
+            tokio::select! {
+                item = updates.next() => match item {
+                    Some(Ok(u)) => Some((Ok(update_to_pb(&u)), Some((updates, stop)))),
+                    Some(Err(e)) => Some((Err(status(e)), None)),
+                    None => None,
+                },
+                _ = &mut stop => Some((
+                    Err(status(MetaError::Unavailable("metadata server shutting down".into()))),
+                    None,
+                )),
+            }
+        });
+        Ok(Response::new(Box::pin(stream)))
+    }
+
+    async fn commit(
+        &self,
+        req: Request<pb::CommitRequest>,
+    ) -> Result<Response<pb::CommitResponse>, Status> {
+        let txn = txn_from_pb(req.into_inner()).map_err(status)?;
+        let version = self.store.commit(txn).await.map_err(status)?;
+        Ok(Response::new(pb::CommitResponse { version: version.0 }))
+    }
+
+    async fn register_node(
+        &self,
+        req: Request<pb::RegisterNodeRequest>,
+    ) -> Result<Response<pb::RegisterNodeResponse>, Status> {
+        let req = req.into_inner();
+        let id = self
+            .store
+            .register_node(req.id.map(NodeId), req.resp_addr, req.admin_addr)
+            .await
+            .map_err(status)?;
+        Ok(Response::new(pb::RegisterNodeResponse { id: id.0 }))
+    }
+
+    async fn grant_lease(
+        &self,
+        req: Request<pb::GrantLeaseRequest>,
+    ) -> Result<Response<pb::GrantLeaseResponse>, Status> {
+        let req = req.into_inner();
+        let lease = self
+            .store
+            .grant_lease(NodeId(req.node), req.ttl_ms)
+            .await
+            .map_err(status)?;
+        Ok(Response::new(pb::GrantLeaseResponse { lease: lease.0 }))
+    }
+
+    async fn keep_alive(
+        &self,
+        req: Request<pb::KeepAliveRequest>,
+    ) -> Result<Response<pb::KeepAliveResponse>, Status> {
+        let lease = crate::LeaseId(req.into_inner().lease);
+        let ttl_ms = self.store.keep_alive(lease).await.map_err(status)?;
+        Ok(Response::new(pb::KeepAliveResponse { ttl_ms }))
+    }
+
+    async fn revoke_lease(
+        &self,
+        req: Request<pb::RevokeLeaseRequest>,
+    ) -> Result<Response<pb::RevokeLeaseResponse>, Status> {
+        let lease = crate::LeaseId(req.into_inner().lease);
+        self.store.revoke_lease(lease).await.map_err(status)?;
+        Ok(Response::new(pb::RevokeLeaseResponse {}))
+    }
+
+    async fn leases(
+        &self,
+        _: Request<pb::LeasesRequest>,
+    ) -> Result<Response<pb::LeasesResponse>, Status> {
+        let leases = self.store.leases().await.map_err(status)?;
+        Ok(Response::new(pb::LeasesResponse {
+            leases: leases.iter().map(lease_to_pb).collect(),
+        }))
+    }
+
+    async fn bootstrap_if_empty(
+        &self,
+        req: Request<pb::BootstrapIfEmptyRequest>,
+    ) -> Result<Response<pb::BootstrapIfEmptyResponse>, Status> {
+        let req = req.into_inner();
+        let min_nodes = usize::try_from(req.min_nodes).unwrap_or(usize::MAX);
+        let per_node = u16::try_from(req.partitions_per_node).map_err(|_| {
+            status(MetaError::InvalidArgument(format!(
+                "partitions_per_node {} exceeds {}",
+                req.partitions_per_node,
+                u16::MAX
+            )))
+        })?;
+        let bootstrapped = self
+            .store
+            .bootstrap_if_empty(min_nodes, per_node)
+            .await
+            .map_err(status)?;
+        Ok(Response::new(pb::BootstrapIfEmptyResponse { bootstrapped }))
+    }
+}

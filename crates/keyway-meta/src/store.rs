@@ -1,0 +1,292 @@
+//! The [`MetaStore`] trait every backend implements (embedded, remote, and
+//! later etcd), and the plain types its calls take and return.
+
+use crate::MetaError;
+use keyway_map::{MapChange, MapVersion, NodeId, OwnershipCondition, PartitionMap};
+use std::pin::Pin;
+
+/// A lease's id: allocated by the store (1, 2, 3, ...), never reused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct LeaseId(pub u64);
+
+impl std::fmt::Display for LeaseId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+/// A live lease as the store sees it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LeaseInfo {
+    pub lease: LeaseId,
+    pub node: NodeId,
+    /// Milliseconds until the store considers it expired, by the store's clock.
+    pub remaining_ms: u64,
+}
+
+/// One compare-and-set transaction: every condition must hold, then all the
+/// changes apply together as one new map version (invariant 6).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MapTxn {
+    pub conditions: Vec<OwnershipCondition>,
+    pub changes: Vec<MapChange>,
+}
+
+impl MapTxn {
+    /// A transaction with no conditions.
+    pub fn unconditional(changes: Vec<MapChange>) -> Self {
+        MapTxn {
+            conditions: Vec::new(),
+            changes,
+        }
+    }
+}
+
+/// How a reader catches up from the map version it has.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum MapUpdate {
+    /// The changes of every version after the reader's, contiguous and in
+    /// order. Empty when the reader is current.
+    Delta(Vec<(MapVersion, Vec<MapChange>)>),
+    /// The whole map: the reader's version is older than the retained history
+    /// (or newer than the store's, which means the store was replaced).
+    Full(PartitionMap),
+}
+
+impl MapUpdate {
+    /// The map version a reader is at after applying this update, or `None`
+    /// for an empty delta.
+    pub fn version(&self) -> Option<MapVersion> {
+        match self {
+            MapUpdate::Delta(entries) => entries.last().map(|(v, _)| *v),
+            MapUpdate::Full(map) => Some(map.version),
+        }
+    }
+
+    /// Brings `map` up to date: replaces it for `Full`, applies each delta
+    /// entry (skipping versions `map` already has) and validates the result.
+    /// A delta that does not continue from `map`'s version is refused with
+    /// [`MetaError::InvalidArgument`] and leaves `map` untouched: the reader
+    /// should re-read the whole map.
+    pub fn apply_to(&self, map: &mut PartitionMap) -> Result<(), MetaError> {
+        match self {
+            MapUpdate::Full(full) => {
+                full.validate()?;
+                *map = full.clone();
+            }
+            MapUpdate::Delta(entries) => {
+                let mut next = map.clone();
+                for (version, changes) in entries {
+                    if *version <= next.version {
+                        continue;
+                    }
+                    if version.0 != next.version.0 + 1 {
+                        return Err(MetaError::InvalidArgument(format!(
+                            "delta jumps from map version {} to {}",
+                            next.version, version
+                        )));
+                    }
+                    next.apply(*version, changes)?;
+                }
+                next.validate()?;
+                *map = next;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A stream of map updates; see [`MetaStore::watch`].
+pub type MapWatch =
+    Pin<Box<dyn futures::Stream<Item = Result<MapUpdate, MetaError>> + Send + 'static>>;
+
+/// The metadata store: authoritative home of the partition map, the node
+/// registry and leases.
+///
+/// Every implementation passes [`crate::conformance`]. Callers hold it as
+/// `Arc<dyn MetaStore>` (see [`crate::connect`]).
+#[async_trait::async_trait]
+pub trait MetaStore: Send + Sync + 'static {
+    /// The current map (validated).
+    async fn get_map(&self) -> Result<PartitionMap, MetaError>;
+
+    /// What changed after `since`: the list of (version, changes) in order
+    /// (empty when `since` is current), or the whole map when `since` is older
+    /// than the retained history (or newer than the current version).
+    async fn changes_since(&self, since: MapVersion) -> Result<MapUpdate, MetaError>;
+
+    /// A stream of updates after `since` (first item: anything already newer
+    /// than `since`). No version is skipped: an entry is delivered for every
+    /// version in order, except that a watcher that fell too far behind gets
+    /// a `Full` map and continues from its version. Ends with an error item if
+    /// the store goes away; the caller re-watches from its last version.
+    async fn watch(&self, since: MapVersion) -> Result<MapWatch, MetaError>;
+
+    /// Atomically: check every condition, apply the changes as version
+    /// current+1, validate the resulting map (a map that fails `validate()` is
+    /// refused with [`MetaError::InvalidMap`] and nothing changes), persist
+    /// durably, then publish to watchers. Returns the new version.
+    ///
+    /// A failed condition gives [`MetaError::Conflict`] with the first failing
+    /// partition and what it holds now.
+    async fn commit(&self, txn: MapTxn) -> Result<MapVersion, MetaError>;
+
+    /// Registers a node: with `id: None` allocates a new [`NodeId`] (1, 2, 3,
+    /// ...; never reused); with `Some(id)` re-registers (updates addresses,
+    /// state Up), refusing an id this store never allocated with
+    /// [`MetaError::InvalidArgument`]. Upserts the node record in the map
+    /// (bumps the version). Returns the id.
+    async fn register_node(
+        &self,
+        id: Option<NodeId>,
+        resp_addr: String,
+        admin_addr: String,
+    ) -> Result<NodeId, MetaError>;
+
+    /// Grants a lease to a registered node for `ttl_ms` (> 0) milliseconds.
+    async fn grant_lease(&self, node: NodeId, ttl_ms: u64) -> Result<LeaseId, MetaError>;
+
+    /// Renews for the lease's full TTL; returns the TTL granted (ms).
+    /// `Err(MetaError::LeaseNotFound)` once it expired or was revoked.
+    async fn keep_alive(&self, lease: LeaseId) -> Result<u64, MetaError>;
+
+    /// Ends a lease now. `Err(MetaError::LeaseNotFound)` if it is not live.
+    async fn revoke_lease(&self, lease: LeaseId) -> Result<(), MetaError>;
+
+    /// Live leases with their node and remaining ms (as the store sees it),
+    /// ordered by lease id.
+    async fn leases(&self) -> Result<Vec<LeaseInfo>, MetaError>;
+
+    /// If the map has no keyspace yet and at least `min_nodes` nodes are
+    /// registered, creates the bootstrap map
+    /// ([`PartitionMap::bootstrap`] over the registered nodes sorted by id,
+    /// `partitions_per_node` each) in one commit conditional on it still
+    /// being empty. Returns true if this call bootstrapped.
+    async fn bootstrap_if_empty(
+        &self,
+        min_nodes: usize,
+        partitions_per_node: u16,
+    ) -> Result<bool, MetaError>;
+}
+
+/// The transaction that bootstraps `map` (which has no keyspace yet): the
+/// default keyspace and its partitions from [`PartitionMap::bootstrap`] over
+/// `map`'s nodes, with partition ids starting at `map.next_partition_id` so
+/// ids stay never-reused, each conditional on its partition being absent.
+/// `None` if there are fewer than `min_nodes` (or no) nodes.
+pub fn bootstrap_txn(
+    map: &PartitionMap,
+    min_nodes: usize,
+    partitions_per_node: u16,
+) -> Result<Option<MapTxn>, MetaError> {
+    if partitions_per_node == 0 {
+        return Err(MetaError::InvalidArgument(
+            "partitions_per_node must be positive".into(),
+        ));
+    }
+    if !map.keyspaces.is_empty() || map.nodes.is_empty() || map.nodes.len() < min_nodes {
+        return Ok(None);
+    }
+    let nodes: Vec<_> = map.nodes.values().cloned().collect();
+    let boot = PartitionMap::bootstrap(&nodes, partitions_per_node)?;
+    // Bootstrap numbers partitions from 1; shift past any id already handed out.
+    let offset = map.next_partition_id.0.max(1) - 1;
+    let mut txn = MapTxn::default();
+    txn.changes.extend(
+        boot.keyspaces
+            .values()
+            .cloned()
+            .map(MapChange::UpsertKeyspace),
+    );
+    for p in boot.partitions.values() {
+        let mut p = p.clone();
+        p.id.0 += offset;
+        txn.conditions.push(OwnershipCondition {
+            partition: p.id,
+            expected: None,
+        });
+        txn.changes.push(MapChange::UpsertPartition(p));
+    }
+    txn.changes.push(MapChange::ReservePartitionIds {
+        next: keyway_map::PartitionId(boot.next_partition_id.0 + offset),
+    });
+    Ok(Some(txn))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use keyway_map::{NodeInfo, NodeState, PartitionId};
+
+    fn node(id: u64) -> MapChange {
+        MapChange::UpsertNode(NodeInfo {
+            id: NodeId(id),
+            resp_addr: format!("h:{id}"),
+            admin_addr: String::new(),
+            state: NodeState::Up,
+        })
+    }
+
+    #[test]
+    fn apply_to_follows_deltas_and_refuses_gaps() {
+        let mut map = PartitionMap::new();
+        let delta = MapUpdate::Delta(vec![
+            (MapVersion(1), vec![node(1)]),
+            (MapVersion(2), vec![node(2)]),
+        ]);
+        delta.apply_to(&mut map).unwrap();
+        assert_eq!((map.version, map.nodes.len()), (MapVersion(2), 2));
+        // Replaying what the map already has is a no-op.
+        delta.apply_to(&mut map).unwrap();
+        assert_eq!(map.version, MapVersion(2));
+        let gap = MapUpdate::Delta(vec![(MapVersion(4), vec![node(4)])]);
+        assert!(matches!(
+            gap.apply_to(&mut map),
+            Err(MetaError::InvalidArgument(_))
+        ));
+        assert_eq!(
+            map.version,
+            MapVersion(2),
+            "a refused update leaves the map alone"
+        );
+        assert_eq!(delta.version(), Some(MapVersion(2)));
+        assert_eq!(MapUpdate::Delta(vec![]).version(), None);
+    }
+
+    #[test]
+    fn bootstrap_txn_keeps_partition_ids_never_reused() {
+        let mut map = PartitionMap::new();
+        map.apply(
+            MapVersion(1),
+            &[
+                node(1),
+                node(2),
+                MapChange::ReservePartitionIds {
+                    next: PartitionId(10),
+                },
+            ],
+        )
+        .unwrap();
+        assert!(
+            bootstrap_txn(&map, 3, 2).unwrap().is_none(),
+            "too few nodes"
+        );
+        assert!(bootstrap_txn(&map, 2, 0).is_err());
+        let txn = bootstrap_txn(&map, 2, 2).unwrap().unwrap();
+        let mut booted = map.clone();
+        booted.apply(MapVersion(2), &txn.changes).unwrap();
+        booted.validate().unwrap();
+        let ids: Vec<u64> = booted.partitions.keys().map(|p| p.0).collect();
+        assert_eq!(ids, vec![10, 11, 12, 13]);
+        assert_eq!(booted.next_partition_id, PartitionId(14));
+        assert!(
+            txn.conditions
+                .iter()
+                .all(|c| c.expected.is_none() && !c.holds(&booted))
+        );
+        assert!(
+            bootstrap_txn(&booted, 1, 2).unwrap().is_none(),
+            "already bootstrapped"
+        );
+    }
+}

@@ -1,0 +1,96 @@
+//! [`connect`]: opens a metadata store from a URL, the one way the rest of
+//! Keyway names a metadata store (`--meta` flags, config files).
+
+use crate::{EmbeddedMeta, EmbeddedOptions, MetaError, MetaStore, RemoteMeta};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+const ACCEPTED: &str = "keyway://host:port (a `keyway meta` server) or file:///absolute/dir (an embedded store opened in this process)";
+
+/// Opens a store from a URL:
+/// - `keyway://host:port` -> [`RemoteMeta`], a gRPC client of a `keyway meta`
+///   server (lazy: succeeds even while the server is down);
+/// - `file:///abs/dir` -> [`EmbeddedMeta`] opened in-process on that
+///   directory (created if missing; the path is taken literally, without
+///   percent-decoding);
+/// - `etcd://...` is refused as not yet supported; anything else is
+///   refused with [`MetaError::InvalidArgument`] naming the accepted schemes.
+pub async fn connect(url: &str) -> Result<Arc<dyn MetaStore>, MetaError> {
+    if url.starts_with("keyway://") {
+        return Ok(Arc::new(RemoteMeta::connect(url).await?));
+    }
+    if let Some(path) = url.strip_prefix("file://") {
+        if !path.starts_with('/') {
+            return Err(MetaError::InvalidArgument(format!(
+                "metadata store URL {url:?}: a file URL needs an absolute path, as in file:///var/lib/keyway/meta"
+            )));
+        }
+        let dir = PathBuf::from(path);
+        let store = tokio::task::spawn_blocking(move || {
+            EmbeddedMeta::open(&dir, EmbeddedOptions::default())
+        })
+        .await
+        .map_err(|e| MetaError::Internal(format!("open embedded metadata store: {e}")))??;
+        return Ok(Arc::new(store));
+    }
+    if url.starts_with("etcd://") {
+        return Err(MetaError::InvalidArgument(format!(
+            "metadata store URL {url:?}: etcd:// is not yet supported; accepted: {ACCEPTED}"
+        )));
+    }
+    Err(MetaError::InvalidArgument(format!(
+        "metadata store URL {url:?} has an unknown scheme; accepted: {ACCEPTED}"
+    )))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn refused(url: &str) -> String {
+        match connect(url).await {
+            Err(MetaError::InvalidArgument(msg)) => msg,
+            Err(e) => panic!("{url}: expected InvalidArgument, got {e:?}"),
+            Ok(_) => panic!("{url}: expected InvalidArgument, got a store"),
+        }
+    }
+
+    #[tokio::test]
+    async fn unknown_schemes_name_the_accepted_ones() {
+        for url in ["redis://x:1", "localhost:7000", "", "file:relative"] {
+            let msg = refused(url).await;
+            assert!(
+                msg.contains("keyway://") && msg.contains("file:///"),
+                "{msg}"
+            );
+        }
+        let msg = refused("etcd://127.0.0.1:2379").await;
+        assert!(msg.contains("not yet supported"), "{msg}");
+        let msg = refused("file://relative/dir").await;
+        assert!(msg.contains("absolute"), "{msg}");
+        assert!(refused("keyway://").await.contains("host:port"));
+        assert!(refused("keyway://h:1/path").await.contains("host:port"));
+    }
+
+    #[tokio::test]
+    async fn file_url_opens_an_embedded_store_and_keyway_url_a_lazy_client() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("file://{}", dir.path().join("meta").display());
+        let store = connect(&url).await.unwrap();
+        let id = store
+            .register_node(None, "a:1".into(), "a:2".into())
+            .await
+            .unwrap();
+        assert_eq!(id, keyway_map::NodeId(1));
+        assert!(dir.path().join("meta").join(crate::STATE_FILE).exists());
+        // Nothing listens there: creating the client still succeeds (lazy).
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        drop(listener);
+        let remote = connect(&format!("keyway://{addr}")).await.unwrap();
+        assert!(matches!(
+            remote.get_map().await,
+            Err(MetaError::Unavailable(_))
+        ));
+    }
+}

@@ -1,0 +1,72 @@
+//! The admin HTTP port: `/metrics` (Prometheus text), `/map` (the node's
+//! partition map as JSON) and `/status` (this node at a glance, JSON).
+
+use crate::server::Shared;
+use axum::Router;
+use axum::extract::State;
+use axum::http::header;
+use axum::response::{IntoResponse, Json};
+use axum::routing::get;
+use serde::Serialize;
+use std::sync::Arc;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+/// Serves the admin routes until shutdown.
+pub async fn serve(shared: Arc<Shared>, listener: TcpListener, mut shutdown: watch::Receiver<bool>) {
+    let app = Router::new()
+        .route("/metrics", get(metrics))
+        .route("/map", get(map))
+        .route("/status", get(status))
+        .with_state(shared);
+    let stop = async move {
+        let _ = shutdown.changed().await;
+    };
+    if let Err(err) = axum::serve(listener, app).with_graceful_shutdown(stop).await {
+        tracing::error!(%err, "admin HTTP server failed");
+    }
+}
+
+async fn metrics(State(shared): State<Arc<Shared>>) -> impl IntoResponse {
+    crate::watcher::publish_gauges(&shared);
+    shared.metrics.lease_remaining_ms.set(shared.routing.lease_remaining_ms() as i64);
+    (
+        [(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")],
+        shared.metrics.encode(),
+    )
+}
+
+async fn map(State(shared): State<Arc<Shared>>) -> impl IntoResponse {
+    Json((*shared.routing.map()).clone())
+}
+
+/// `/status`: who this node is and whether it is serving.
+#[derive(Serialize)]
+pub struct Status {
+    pub node_id: String,
+    pub resp_addr: String,
+    pub admin_addr: String,
+    pub serving: bool,
+    pub lease_remaining_ms: u64,
+    pub map_version: u64,
+    pub partitions_owned: usize,
+    pub clients: usize,
+    pub durability: crate::Durability,
+    pub last_seq: u64,
+}
+
+async fn status(State(shared): State<Arc<Shared>>) -> impl IntoResponse {
+    let map = shared.routing.map();
+    Json(Status {
+        node_id: shared.me.to_string(),
+        resp_addr: shared.resp_addr.clone(),
+        admin_addr: shared.admin_addr.clone(),
+        serving: shared.routing.lease_valid(),
+        lease_remaining_ms: shared.routing.lease_remaining_ms(),
+        map_version: map.version.0,
+        partitions_owned: map.owned_by(shared.me).count(),
+        clients: shared.clients.load(std::sync::atomic::Ordering::SeqCst),
+        durability: shared.config.durability,
+        last_seq: shared.engine.last_seq(),
+    })
+}

@@ -1,0 +1,190 @@
+//! Node configuration. Every limit is named with its unit last, has a
+//! default, and is checked by [`NodeConfig::validate`] before the node starts.
+
+use serde::{Deserialize, Serialize};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::str::FromStr;
+
+/// When an acknowledged write is durable.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Durability {
+    /// fsync before each acknowledgement.
+    Always,
+    /// Acknowledge only after a group fsync shared by every write that arrived
+    /// meanwhile: acknowledged means durable, one fsync per group (default).
+    Group,
+    /// Acknowledge at once, fsync every `periodic_sync_ms` (Redis `appendfsync everysec`).
+    Periodic,
+    /// Never fsync (the OS writes back when it likes).
+    None,
+}
+
+impl FromStr for Durability {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "always" => Ok(Durability::Always),
+            "group" => Ok(Durability::Group),
+            "periodic" => Ok(Durability::Periodic),
+            "none" => Ok(Durability::None),
+            other => Err(format!("unknown durability '{other}' (expected always, group, periodic or none)")),
+        }
+    }
+}
+
+/// Which storage engine backs the node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EngineKind {
+    /// fjall 3 on disk: the real one.
+    Fjall,
+    /// In memory, lost at exit: for unit tests only.
+    Memory,
+}
+
+impl FromStr for EngineKind {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "fjall" => Ok(EngineKind::Fjall),
+            "memory" => Ok(EngineKind::Memory),
+            other => Err(format!("unknown engine '{other}' (expected fjall or memory)")),
+        }
+    }
+}
+
+/// Everything a node needs to start.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct NodeConfig {
+    /// Data directory (engine files and the node id).
+    pub data_dir: PathBuf,
+    /// RESP listener.
+    pub listen: SocketAddr,
+    /// Address clients are told to dial (`host:port`); defaults to `listen`.
+    pub announce: Option<String>,
+    /// Admin HTTP listener (`/metrics`, `/map`); port 0 picks a free port.
+    pub admin_listen: SocketAddr,
+    pub engine: EngineKind,
+    pub durability: Durability,
+    /// fsync interval for `periodic` durability.
+    pub periodic_sync_ms: u64,
+    /// Storage executor threads (each owns a share of the slots).
+    pub executor_threads: usize,
+    /// Most commands one executor runs before one group fsync.
+    pub max_group_commands: usize,
+    /// Lease time-to-live requested from the metadata store.
+    pub lease_ttl_ms: u64,
+    /// Safety margin subtracted from the lease deadline (clock drift, pauses).
+    pub lease_margin_ms: u64,
+    /// Redis `proto-max-bulk-len`.
+    pub max_bulk_len_bytes: usize,
+    /// Most arguments in one multibulk request.
+    pub max_multibulk_len: usize,
+    /// Longest inline request.
+    pub max_inline_len_bytes: usize,
+    /// Most concurrent client connections (Redis `maxclients`).
+    pub max_clients: usize,
+    /// Largest string value a command may produce (APPEND, SETRANGE).
+    pub max_value_bytes: usize,
+    /// Password clients must send with AUTH (Redis `requirepass`).
+    pub requirepass: Option<String>,
+    /// Open SCAN cursors remembered per node (oldest forgotten first).
+    pub max_scan_cursors: usize,
+}
+
+impl Default for NodeConfig {
+    fn default() -> Self {
+        NodeConfig {
+            data_dir: PathBuf::from("./keyway-data/node"),
+            listen: "127.0.0.1:7001".parse().expect("literal address"),
+            announce: None,
+            admin_listen: "127.0.0.1:0".parse().expect("literal address"),
+            engine: EngineKind::Fjall,
+            durability: Durability::Group,
+            periodic_sync_ms: 1000,
+            executor_threads: 2,
+            max_group_commands: 512,
+            lease_ttl_ms: 10_000,
+            lease_margin_ms: 1_000,
+            max_bulk_len_bytes: 512 * 1024 * 1024,
+            max_multibulk_len: 1024 * 1024,
+            max_inline_len_bytes: 64 * 1024,
+            max_clients: 10_000,
+            max_value_bytes: 512 * 1024 * 1024,
+            requirepass: None,
+            max_scan_cursors: 10_000,
+        }
+    }
+}
+
+impl NodeConfig {
+    /// Checks every limit; the message names the setting.
+    pub fn validate(&self) -> Result<(), String> {
+        let positive = [
+            ("executor_threads", self.executor_threads as u64),
+            ("max_group_commands", self.max_group_commands as u64),
+            ("lease_ttl_ms", self.lease_ttl_ms),
+            ("max_bulk_len_bytes", self.max_bulk_len_bytes as u64),
+            ("max_multibulk_len", self.max_multibulk_len as u64),
+            ("max_inline_len_bytes", self.max_inline_len_bytes as u64),
+            ("max_clients", self.max_clients as u64),
+            ("max_value_bytes", self.max_value_bytes as u64),
+            ("max_scan_cursors", self.max_scan_cursors as u64),
+        ];
+        if let Some((name, _)) = positive.iter().find(|(_, v)| *v == 0) {
+            return Err(format!("{name} must be greater than 0"));
+        }
+        if self.executor_threads > 256 {
+            return Err("executor_threads must be at most 256".into());
+        }
+        if self.lease_margin_ms >= self.lease_ttl_ms {
+            return Err(format!(
+                "lease_margin_ms ({}) must be less than lease_ttl_ms ({})",
+                self.lease_margin_ms, self.lease_ttl_ms
+            ));
+        }
+        if self.lease_ttl_ms < 300 {
+            return Err("lease_ttl_ms must be at least 300".into());
+        }
+        if self.durability == Durability::Periodic && self.periodic_sync_ms == 0 {
+            return Err("periodic_sync_ms must be greater than 0 with periodic durability".into());
+        }
+        if let Some(addr) = &self.announce
+            && addr.rsplit_once(':').and_then(|(_, p)| p.parse::<u16>().ok()).is_none()
+        {
+            return Err(format!("announce address '{addr}' must be host:port"));
+        }
+        Ok(())
+    }
+
+    /// The RESP protocol limits derived from this configuration.
+    pub fn resp_limits(&self) -> keyway_resp::Limits {
+        keyway_resp::Limits {
+            max_bulk_len_bytes: self.max_bulk_len_bytes,
+            max_multibulk_len: self.max_multibulk_len,
+            max_inline_len_bytes: self.max_inline_len_bytes,
+            ..keyway_resp::Limits::default()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_is_valid_and_bad_limits_are_named() {
+        NodeConfig::default().validate().unwrap();
+        let c = NodeConfig { max_clients: 0, ..NodeConfig::default() };
+        assert_eq!(c.validate().unwrap_err(), "max_clients must be greater than 0");
+        let c = NodeConfig { lease_margin_ms: 20_000, ..NodeConfig::default() };
+        assert!(c.validate().unwrap_err().contains("lease_margin_ms"));
+        let c = NodeConfig { announce: Some("nope".into()), ..NodeConfig::default() };
+        assert!(c.validate().unwrap_err().contains("announce"));
+        assert!("sometimes".parse::<Durability>().is_err());
+        assert_eq!("group".parse::<Durability>(), Ok(Durability::Group));
+    }
+}

@@ -1,0 +1,115 @@
+//! One client connection: read requests, dispatch them, write replies in order.
+//!
+//! A connection reads whatever bytes arrived, parses every complete request
+//! in them (a pipeline), queues each on the storage thread that owns its
+//! slot without waiting, and then writes the replies in request order. Bad
+//! input gets an error reply; input that cannot be resynchronised (a
+//! protocol error) gets the error and a closed connection. Nothing a client
+//! sends can panic the node or stall another connection.
+
+use crate::node_cmd::{self, Reply};
+use crate::server::Shared;
+use crate::session::Session;
+use bytes::BytesMut;
+use keyway_resp::{Frame, Protocol, RequestParser, encode};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::{oneshot, watch};
+
+/// Most requests parsed from one read before their replies are written.
+const MAX_PIPELINE_BATCH: usize = 1024;
+/// Initial read buffer capacity.
+const READ_BUFFER_BYTES: usize = 16 * 1024;
+
+enum Pending {
+    Ready(Frame, Protocol),
+    Waiting(oneshot::Receiver<Frame>, Protocol),
+}
+
+/// Serves one client until it quits, errs, or the node shuts down.
+pub async fn serve(shared: Arc<Shared>, mut stream: TcpStream, peer: SocketAddr, mut shutdown: watch::Receiver<bool>) {
+    shared.clients.fetch_add(1, Ordering::SeqCst);
+    shared.metrics.connections.inc();
+    let id = shared.next_client_id.fetch_add(1, Ordering::SeqCst);
+    let mut session = Session::new(id, shared.config.requirepass.is_some(), peer.to_string());
+    let mut parser = RequestParser::new(shared.config.resp_limits());
+    let mut inbuf = BytesMut::with_capacity(READ_BUFFER_BYTES);
+    let mut outbuf = BytesMut::with_capacity(READ_BUFFER_BYTES);
+    'conn: loop {
+        let read = tokio::select! {
+            r = stream.read_buf(&mut inbuf) => r,
+            _ = shutdown.changed() => break 'conn,
+        };
+        match read {
+            Ok(0) | Err(_) => break,
+            Ok(_) => {}
+        }
+        loop {
+            let mut pending = Vec::new();
+            let mut fatal = None;
+            while pending.len() < MAX_PIPELINE_BATCH && !session.closing {
+                match parser.parse(&mut inbuf) {
+                    Ok(Some(args)) => pending.push(dispatch(&shared, &mut session, args).await),
+                    Ok(None) => break,
+                    Err(err) => {
+                        shared.metrics.protocol_errors.inc();
+                        fatal = Some(Frame::Error(format!("ERR {err}")));
+                        break;
+                    }
+                }
+            }
+            let more = pending.len() == MAX_PIPELINE_BATCH;
+            if pending.is_empty() && fatal.is_none() && !session.closing {
+                break;
+            }
+            for p in pending {
+                let (frame, proto) = match p {
+                    Pending::Ready(frame, proto) => (frame, proto),
+                    Pending::Waiting(rx, proto) => (rx.await.unwrap_or_else(|_| shutting_down()), proto),
+                };
+                encode(&frame, proto, &mut outbuf);
+            }
+            if let Some(frame) = &fatal {
+                encode(frame, session.protocol, &mut outbuf);
+            }
+            if stream.write_all(&outbuf).await.is_err() {
+                break 'conn;
+            }
+            outbuf.clear();
+            if fatal.is_some() || session.closing {
+                break 'conn;
+            }
+            if !more {
+                break;
+            }
+        }
+        if inbuf.capacity() > 4 * READ_BUFFER_BYTES && inbuf.is_empty() {
+            inbuf = BytesMut::with_capacity(READ_BUFFER_BYTES);
+        }
+    }
+    let _ = stream.shutdown().await;
+    shared.clients.fetch_sub(1, Ordering::SeqCst);
+    shared.metrics.connections.dec();
+}
+
+async fn dispatch(shared: &Arc<Shared>, session: &mut Session, args: Vec<bytes::Bytes>) -> Pending {
+    let proto_before = session.protocol;
+    match node_cmd::dispatch(shared, session, args).await {
+        // HELLO switches protocol: its own reply is already in the new one.
+        Reply::Frame(frame) => Pending::Ready(frame, session.protocol),
+        Reply::Waiting(rx) => Pending::Waiting(rx, proto_before),
+    }
+}
+
+fn shutting_down() -> Frame {
+    Frame::Error("ERR server is shutting down".into())
+}
+
+/// Answers a connection over `max_clients` and closes it, as Redis does.
+pub async fn refuse(mut stream: TcpStream) {
+    let _ = stream.write_all(b"-ERR max number of clients reached\r\n").await;
+    let _ = stream.shutdown().await;
+}

@@ -1,0 +1,49 @@
+//! A Keyway node: one storage server process that serves the partitions it
+//! owns over the Redis Cluster protocol (RESP2 and RESP3).
+//!
+//! The node owns its data directory, its storage engine and its copy of the
+//! partition map. It must never accept a write for a partition it does not
+//! own at the request's epoch (invariant 1 and 3), never apply a write with
+//! authority it checked outside the write's critical section (invariant 2),
+//! and never serve once its lease has lapsed (invariant 4). It never decides
+//! ownership: the metadata store and the manager do.
+//!
+//! # Layout
+//! - `config.rs`: [`NodeConfig`], every limit named and validated at start.
+//! - `server.rs`: [`Node`]: start, accept loop, graceful shutdown.
+//! - `connection.rs`: one client connection: read frames, dispatch, write replies.
+//! - `session.rs`: per-connection state (protocol, name, auth).
+//! - `routing.rs`: [`routing::Routing`], the node's view of the map plus its lease;
+//!   the ownership check and the rejections it produces.
+//! - `executor.rs`: storage threads; the check and the write's effect run
+//!   together on them; group commit of replies behind one fsync.
+//! - `db.rs`: the per-command overlay over the storage engine.
+//! - `cmd/`: the Redis data commands, one file per family.
+//! - `node_cmd.rs`: connection and server commands (PING, HELLO, AUTH, CLIENT, INFO, ...).
+//! - `cluster_cmd.rs`: `CLUSTER ...` replies built from the map.
+//! - `scan.rs`: SCAN with server-side cursors.
+//! - `lease.rs`: the lease keeper (deadline on a monotonic clock).
+//! - `watcher.rs`: keeps the map fresh from the metadata store.
+//! - `admin.rs`: the admin HTTP port: `/metrics`, `/map`, `/status`.
+//! - `metrics.rs`: Prometheus metrics.
+//! - `clock.rs`: the clock trait (wall and monotonic time), for simulation.
+
+pub mod admin;
+pub mod clock;
+pub mod cluster_cmd;
+pub mod cmd;
+pub mod config;
+pub mod connection;
+pub mod db;
+pub mod executor;
+pub mod lease;
+pub mod metrics;
+pub mod node_cmd;
+pub mod routing;
+pub mod scan;
+pub mod server;
+pub mod session;
+pub mod watcher;
+
+pub use config::{Durability, EngineKind, NodeConfig};
+pub use server::{Node, NodeError};

@@ -1,0 +1,90 @@
+//! The node's Prometheus metrics, served as text on the admin port's `/metrics`.
+//!
+//! Counters are registered without a `_total` suffix: prometheus-client adds
+//! it (and panics in debug builds if the name already ends with it).
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+use std::sync::Mutex;
+
+/// Label of a rejection counter: which kind of rejection.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KindLabel {
+    pub kind: &'static str,
+}
+
+/// Every metric a node exports.
+pub struct Metrics {
+    registry: Mutex<Registry>,
+    pub commands: Counter,
+    pub rejections: Family<KindLabel, Counter>,
+    pub protocol_errors: Counter,
+    pub connections: Gauge,
+    pub connections_refused: Counter,
+    pub fsync_seconds: Histogram,
+    pub fsync_errors: Counter,
+    pub group_commit_size: Histogram,
+    pub map_version: Gauge,
+    pub partitions_owned: Gauge,
+    pub lease_remaining_ms: Gauge,
+    pub lease_renewal_failures: Counter,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Self {
+        let m = Metrics {
+            registry: Mutex::new(Registry::with_prefix("keyway")),
+            commands: Counter::default(),
+            rejections: Family::default(),
+            protocol_errors: Counter::default(),
+            connections: Gauge::default(),
+            connections_refused: Counter::default(),
+            fsync_seconds: Histogram::new(exponential_buckets(0.000_05, 2.0, 16)),
+            fsync_errors: Counter::default(),
+            group_commit_size: Histogram::new(exponential_buckets(1.0, 2.0, 12)),
+            map_version: Gauge::default(),
+            partitions_owned: Gauge::default(),
+            lease_remaining_ms: Gauge::default(),
+            lease_renewal_failures: Counter::default(),
+        };
+        {
+            let mut r = m.registry.lock().expect("fresh mutex");
+            r.register("commands", "Commands executed on storage threads", m.commands.clone());
+            r.register("rejections", "Requests rejected by the ownership check, by kind", m.rejections.clone());
+            r.register("protocol_errors", "Malformed requests (connection closed)", m.protocol_errors.clone());
+            r.register("connections", "Open client connections", m.connections.clone());
+            r.register("connections_refused", "Connections refused at max_clients", m.connections_refused.clone());
+            r.register("fsync_seconds", "Duration of one storage fsync", m.fsync_seconds.clone());
+            r.register("fsync_errors", "Failed storage fsyncs", m.fsync_errors.clone());
+            r.register("group_commit_commands", "Commands released per group fsync", m.group_commit_size.clone());
+            r.register("map_version", "Version of the partition map this node routes by", m.map_version.clone());
+            r.register("partitions_owned", "Partitions this node owns in its map", m.partitions_owned.clone());
+            r.register("lease_remaining_ms", "Milliseconds left on this node's lease", m.lease_remaining_ms.clone());
+            r.register("lease_renewal_failures", "Lease renewals that failed", m.lease_renewal_failures.clone());
+        }
+        m
+    }
+
+    /// Counts one rejection of `kind`.
+    pub fn rejected(&self, kind: &'static str) {
+        self.rejections.get_or_create(&KindLabel { kind }).inc();
+    }
+
+    /// The Prometheus text exposition of every metric.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        let registry = self.registry.lock().unwrap_or_else(|e| e.into_inner());
+        prometheus_client::encoding::text::encode(&mut out, &registry).expect("writing to a String cannot fail");
+        out
+    }
+}

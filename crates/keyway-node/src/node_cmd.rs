@@ -1,0 +1,395 @@
+//! Dispatch of one request, and the connection and server commands.
+//!
+//! Data commands (GET, SET, ...) become a storage task: the slot is found
+//! here, the ownership check and the effect run together on the storage
+//! thread (see [`crate::executor`]). Everything else is answered here from
+//! the session, the configuration and the node's map.
+
+use crate::cluster_cmd;
+use crate::cmd::{self, Command};
+use crate::db::{Db, DbLimits};
+use crate::executor::{Task, TaskOutput};
+use crate::routing::Rejection;
+use crate::server::Shared;
+use crate::session::Session;
+use bytes::Bytes;
+use keyway_map::{Epoch, PartitionId, key_hash_slot};
+use keyway_resp::{Frame, Protocol};
+use std::sync::Arc;
+use tokio::sync::oneshot;
+
+/// What the connection writes for one request.
+pub enum Reply {
+    Frame(Frame),
+    Waiting(oneshot::Receiver<Frame>),
+}
+
+impl From<Frame> for Reply {
+    fn from(f: Frame) -> Self {
+        Reply::Frame(f)
+    }
+}
+
+/// The Redis version Keyway reports to clients (for feature detection).
+pub const REDIS_COMPAT_VERSION: &str = "7.0.0";
+
+fn err(msg: impl Into<String>) -> Reply {
+    Reply::Frame(Frame::Error(msg.into()))
+}
+
+fn upper(arg: &[u8]) -> String {
+    String::from_utf8_lossy(arg).to_ascii_uppercase()
+}
+
+/// Redis's reply for a wrong argument count.
+pub fn arity_error(name: &str) -> Frame {
+    Frame::Error(format!("ERR wrong number of arguments for '{}' command", name.to_ascii_lowercase()))
+}
+
+/// Answers one request.
+pub async fn dispatch(shared: &Arc<Shared>, session: &mut Session, args: Vec<Bytes>) -> Reply {
+    let Some(first) = args.first() else {
+        return err("ERR empty command");
+    };
+    let name = upper(first);
+    if !session.authenticated && !matches!(name.as_str(), "AUTH" | "HELLO" | "QUIT") {
+        return err("NOAUTH Authentication required.");
+    }
+    match name.as_str() {
+        "PING" => ping(&args),
+        "ECHO" => match args.len() {
+            2 => Frame::Bulk(args[1].clone()).into(),
+            _ => arity_error("echo").into(),
+        },
+        "QUIT" => {
+            session.closing = true;
+            Frame::ok().into()
+        }
+        "HELLO" => hello(shared, session, &args),
+        "AUTH" => auth(shared, session, &args),
+        "SELECT" => select(&args),
+        "CLIENT" => client(session, &args),
+        "COMMAND" => cmd::table::command_reply(&args[1..]).into(),
+        "INFO" => info(shared).await.into(),
+        "CONFIG" => config(shared, &args),
+        "READONLY" | "READWRITE" | "ASKING" => match args.len() {
+            1 => Frame::ok().into(),
+            _ => arity_error(&name).into(),
+        },
+        "CLUSTER" => cluster_cmd::cluster(shared, &args).await.into(),
+        "DBSIZE" => crate::scan::dbsize(shared).await.into(),
+        "SCAN" => crate::scan::scan(shared, &args).await.into(),
+        "KW.AT" => kw_at(shared, args).await,
+        "KW.MAP" => Frame::Bulk(Bytes::from(keyway_map::encode_map(&shared.routing.map()))).into(),
+        _ => match cmd::parse(&args) {
+            Some(Ok(command)) => data_command(shared, command, None).await,
+            Some(Err(frame)) => frame.into(),
+            None => unknown_command(&args).into(),
+        },
+    }
+}
+
+/// `-ERR unknown command 'x', with args beginning with: 'a' 'b' ` as Redis formats it.
+pub fn unknown_command(args: &[Bytes]) -> Frame {
+    let mut rest = String::new();
+    for arg in &args[1..] {
+        if rest.len() >= 128 {
+            break;
+        }
+        let room = 128 - rest.len();
+        let text = String::from_utf8_lossy(arg);
+        let cut: String = text.chars().take(room).collect();
+        rest.push_str(&format!("'{cut}' "));
+    }
+    let name: String = String::from_utf8_lossy(&args[0]).chars().take(128).collect();
+    Frame::Error(format!("ERR unknown command '{name}', with args beginning with: {rest}"))
+}
+
+fn ping(args: &[Bytes]) -> Reply {
+    match args.len() {
+        1 => Frame::Simple("PONG".into()).into(),
+        2 => Frame::Bulk(args[1].clone()).into(),
+        _ => arity_error("ping").into(),
+    }
+}
+
+fn hello(shared: &Shared, session: &mut Session, args: &[Bytes]) -> Reply {
+    let mut proto = session.protocol;
+    if let Some(ver) = args.get(1) {
+        proto = match std::str::from_utf8(ver).ok().and_then(|v| v.parse::<i64>().ok()) {
+            Some(2) => Protocol::Resp2,
+            Some(3) => Protocol::Resp3,
+            Some(_) => return err("NOPROTO unsupported protocol version"),
+            None => return err("ERR Protocol version is not an integer or out of range"),
+        };
+    }
+    let mut i = 2;
+    let mut name = None;
+    while i < args.len() {
+        match upper(&args[i]).as_str() {
+            "AUTH" if i + 2 < args.len() => {
+                if let Err(frame) = check_password(shared, &args[i + 2]) {
+                    return frame.into();
+                }
+                session.authenticated = true;
+                i += 3;
+            }
+            "SETNAME" if i + 1 < args.len() => {
+                name = Some(args[i + 1].clone());
+                i += 2;
+            }
+            other => return err(format!("ERR Syntax error in HELLO option '{}'", other.to_lowercase())),
+        }
+    }
+    if !session.authenticated {
+        return err("NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time");
+    }
+    if name.is_some() {
+        session.name = name;
+    }
+    session.protocol = proto;
+    let proto_num = if proto == Protocol::Resp3 { 3 } else { 2 };
+    Frame::Map(vec![
+        (Frame::bulk("server"), Frame::bulk("redis")),
+        (Frame::bulk("version"), Frame::bulk(REDIS_COMPAT_VERSION)),
+        (Frame::bulk("proto"), Frame::Integer(proto_num)),
+        (Frame::bulk("id"), Frame::Integer(session.id as i64)),
+        (Frame::bulk("mode"), Frame::bulk("cluster")),
+        (Frame::bulk("role"), Frame::bulk("master")),
+        (Frame::bulk("modules"), Frame::Array(vec![])),
+    ])
+    .into()
+}
+
+fn check_password(shared: &Shared, given: &[u8]) -> Result<(), Frame> {
+    match &shared.config.requirepass {
+        Some(pass) if pass.as_bytes() == given => Ok(()),
+        Some(_) => Err(Frame::Error("WRONGPASS invalid username-password pair or user is disabled.".into())),
+        None => Err(Frame::Error("ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?".into())),
+    }
+}
+
+fn auth(shared: &Shared, session: &mut Session, args: &[Bytes]) -> Reply {
+    let pass = match args.len() {
+        2 => &args[1],
+        3 if args[1].eq_ignore_ascii_case(b"default") => &args[2],
+        3 => return err("WRONGPASS invalid username-password pair or user is disabled."),
+        _ => return arity_error("auth").into(),
+    };
+    match check_password(shared, pass) {
+        Ok(()) => {
+            session.authenticated = true;
+            Frame::ok().into()
+        }
+        Err(frame) => frame.into(),
+    }
+}
+
+fn select(args: &[Bytes]) -> Reply {
+    if args.len() != 2 {
+        return arity_error("select").into();
+    }
+    match std::str::from_utf8(&args[1]).ok().and_then(|s| s.parse::<i64>().ok()) {
+        Some(0) => Frame::ok().into(),
+        Some(_) => err("ERR SELECT is not allowed in cluster mode"),
+        None => err("ERR value is not an integer or out of range"),
+    }
+}
+
+fn client(session: &mut Session, args: &[Bytes]) -> Reply {
+    let Some(sub) = args.get(1) else {
+        return arity_error("client").into();
+    };
+    let sub = upper(sub);
+    match (sub.as_str(), args.len()) {
+        ("ID", 2) => Frame::Integer(session.id as i64).into(),
+        ("GETNAME", 2) => session.name.clone().map(Frame::Bulk).unwrap_or(Frame::Null).into(),
+        ("SETNAME", 3) => {
+            if args[2].iter().any(|&b| b <= b' ' || b > b'~') {
+                return err("ERR Client names cannot contain spaces, newlines or special characters.");
+            }
+            session.name = (!args[2].is_empty()).then(|| args[2].clone());
+            Frame::ok().into()
+        }
+        ("SETINFO", 4) => {
+            let value = args[3].clone();
+            match upper(&args[2]).as_str() {
+                "LIB-NAME" => session.lib_name = Some(value),
+                "LIB-VER" => session.lib_ver = Some(value),
+                other => return err(format!("ERR Unrecognized option '{other}'")),
+            }
+            Frame::ok().into()
+        }
+        ("INFO", 2) => Frame::Verbatim { format: *b"txt", text: Bytes::from(client_info_line(session)) }.into(),
+        ("ID" | "GETNAME" | "SETNAME" | "SETINFO" | "INFO", _) => {
+            err(format!("ERR wrong number of arguments for 'client|{}' command", sub.to_lowercase()))
+        }
+        _ => err(format!(
+            "ERR unknown subcommand '{}'. Try CLIENT HELP.",
+            String::from_utf8_lossy(&args[1])
+        )),
+    }
+}
+
+fn client_info_line(session: &Session) -> String {
+    let text = |b: &Option<Bytes>| b.as_ref().map(|b| String::from_utf8_lossy(b).into_owned()).unwrap_or_default();
+    format!(
+        "id={} addr={} name={} db=0 resp={} lib-name={} lib-ver={}\n",
+        session.id,
+        session.peer,
+        text(&session.name),
+        if session.protocol == Protocol::Resp3 { 3 } else { 2 },
+        text(&session.lib_name),
+        text(&session.lib_ver)
+    )
+}
+
+fn config(shared: &Shared, args: &[Bytes]) -> Reply {
+    let Some(sub) = args.get(1) else {
+        return arity_error("config").into();
+    };
+    match upper(sub).as_str() {
+        "GET" if args.len() >= 3 => {
+            let c = &shared.config;
+            let known: [(&str, String); 6] = [
+                ("maxclients", c.max_clients.to_string()),
+                ("proto-max-bulk-len", c.max_bulk_len_bytes.to_string()),
+                ("appendonly", "yes".into()),
+                ("appendfsync", durability_name(c.durability).into()),
+                ("save", String::new()),
+                ("cluster-enabled", "yes".into()),
+            ];
+            let mut out = Vec::new();
+            for pattern in &args[2..] {
+                for (name, value) in &known {
+                    if crate::scan::glob_match(pattern, name.as_bytes()) {
+                        out.push((Frame::bulk(*name), Frame::bulk(value.clone())));
+                    }
+                }
+            }
+            Frame::Map(out).into()
+        }
+        "GET" => arity_error("config|get").into(),
+        _ => err(format!(
+            "ERR unknown subcommand '{}'. Keyway is configured at start (see `keyway server --help`).",
+            String::from_utf8_lossy(sub)
+        )),
+    }
+}
+
+fn durability_name(d: crate::Durability) -> &'static str {
+    match d {
+        crate::Durability::Always => "always",
+        crate::Durability::Group => "always",
+        crate::Durability::Periodic => "everysec",
+        crate::Durability::None => "no",
+    }
+}
+
+async fn info(shared: &Arc<Shared>) -> Frame {
+    let keys = crate::scan::count_owned_keys(shared).await.unwrap_or(0);
+    let map = shared.routing.map();
+    let text = format!(
+        "# Server\r\nredis_version:{REDIS_COMPAT_VERSION}\r\nkeyway_version:{}\r\nredis_mode:cluster\r\nprocess_id:{}\r\ntcp_port:{}\r\nuptime_in_seconds:{}\r\nrun_id:{}\r\n\r\n\
+         # Clients\r\nconnected_clients:{}\r\nmaxclients:{}\r\n\r\n\
+         # Persistence\r\nkeyway_durability:{:?}\r\n\r\n\
+         # Stats\r\ntotal_commands_processed:{}\r\n\r\n\
+         # Replication\r\nrole:master\r\nconnected_slaves:0\r\n\r\n\
+         # Cluster\r\ncluster_enabled:1\r\nkeyway_node_id:{}\r\nkeyway_map_version:{}\r\nkeyway_partitions_owned:{}\r\nkeyway_lease_remaining_ms:{}\r\n\r\n\
+         # Keyspace\r\ndb0:keys={keys},expires=0,avg_ttl=0\r\n",
+        env!("CARGO_PKG_VERSION"),
+        std::process::id(),
+        shared.resp_addr.rsplit_once(':').map(|(_, p)| p).unwrap_or("0"),
+        shared.started.elapsed().as_secs(),
+        shared.me,
+        shared.clients.load(std::sync::atomic::Ordering::SeqCst),
+        shared.config.max_clients,
+        shared.config.durability,
+        shared.metrics.commands.get(),
+        shared.me,
+        map.version,
+        map.owned_by(shared.me).count(),
+        shared.routing.lease_remaining_ms(),
+    );
+    Frame::Verbatim { format: *b"txt", text: Bytes::from(text) }
+}
+
+/// `KW.AT <partition> <epoch> <command> [args...]`: the smart client's
+/// epoch-carrying form. Runs the command only if this node owns that
+/// partition at exactly that epoch; otherwise the rejection carries the
+/// partition's current record.
+async fn kw_at(shared: &Arc<Shared>, args: Vec<Bytes>) -> Reply {
+    if args.len() < 4 {
+        return arity_error("kw.at").into();
+    }
+    let parse = |b: &Bytes| std::str::from_utf8(b).ok().and_then(|s| s.parse::<u64>().ok());
+    let (Some(pid), Some(epoch)) = (parse(&args[1]), parse(&args[2])) else {
+        return err("ERR partition and epoch must be unsigned integers");
+    };
+    match cmd::parse(&args[3..]) {
+        Some(Ok(command)) => data_command(shared, command, Some((PartitionId(pid), Epoch(epoch)))).await,
+        Some(Err(frame)) => frame.into(),
+        None => unknown_command(&args[3..]).into(),
+    }
+}
+
+/// Routes a data command to the storage thread that owns its slot.
+async fn data_command(shared: &Arc<Shared>, command: Command, expected: Option<(PartitionId, Epoch)>) -> Reply {
+    let slot = {
+        let keys = command.keys();
+        let Some(first) = keys.first() else {
+            return err("ERR command has no key");
+        };
+        let slot = key_hash_slot(first);
+        if keys.iter().any(|k| key_hash_slot(k) != slot) {
+            shared.metrics.rejected("crossslot");
+            return err("CROSSSLOT Keys in request don't hash to the same slot");
+        }
+        slot
+    };
+    let task = storage_task(shared.clone(), command, slot, expected);
+    match shared.executor.submit(slot, task).await {
+        Ok(rx) => Reply::Waiting(rx),
+        Err(frame) => frame.into(),
+    }
+}
+
+/// The task run on the storage thread: check ownership, execute, apply the
+/// command's mutations in one batch — all under the routing read guard.
+fn storage_task(shared: Arc<Shared>, command: Command, slot: u16, expected: Option<(PartitionId, Epoch)>) -> Task {
+    Box::new(move |engine| {
+        let guard = shared.routing.read();
+        if let Err(rejection) = guard.admit_slot(shared.keyspace.id, slot, expected) {
+            shared.metrics.rejected(rejection_kind(&rejection));
+            return TaskOutput { reply: rejection.to_frame(), wrote: false };
+        }
+        let limits = DbLimits { max_value_bytes: shared.config.max_value_bytes };
+        let mut db = Db::new(engine, &shared.keyspace, shared.clock.unix_ms(), &limits);
+        let reply = match command.execute(&mut db) {
+            Ok(reply) => reply,
+            Err(e) => return storage_failure(e),
+        };
+        let mutations = db.into_mutations();
+        if mutations.is_empty() {
+            return TaskOutput { reply, wrote: false };
+        }
+        match engine.apply(&mutations) {
+            Ok(_) => TaskOutput { reply, wrote: true },
+            Err(e) => storage_failure(e),
+        }
+    })
+}
+
+fn storage_failure(e: keyway_storage::StorageError) -> TaskOutput {
+    tracing::error!(%e, "storage error");
+    TaskOutput { reply: Frame::Error(format!("ERR storage error: {e}")), wrote: false }
+}
+
+fn rejection_kind(r: &Rejection) -> &'static str {
+    match r {
+        Rejection::Moved { .. } => "moved",
+        Rejection::StaleEpoch { .. } => "stale_epoch",
+        Rejection::Unserved => "unserved",
+        Rejection::LeaseLapsed => "lease_lapsed",
+    }
+}

@@ -1,0 +1,269 @@
+//! The node's view of the partition map, its lease, and the ownership check.
+//!
+//! [`Routing::admit`] is the one place a request is checked against
+//! ownership, epoch and lease. Executors call it while holding the read side
+//! of the view's lock and keep holding it until the command's effect is in
+//! the engine (invariant 2: check and effect together); installing a new map
+//! takes the write side, so no request can pass the check against the old map
+//! and apply after the new one is in place.
+//!
+//! Rejections carry where to go next (invariant 3): `-MOVED slot host:port`
+//! for Redis clients, and for epoch-carrying requests the partition, its
+//! range, owner and epoch as this node knows them.
+
+use crate::clock::Clock;
+use keyway_map::{Epoch, KeyspaceId, MapError, NodeId, PartitionId, PartitionMap, PartitionRecord, to_hex};
+use keyway_resp::Frame;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock, RwLockReadGuard};
+use std::time::Instant;
+
+/// Why a request was not admitted. Each variant becomes one error reply.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Rejection {
+    /// Another node owns the slot: `-MOVED slot host:port`.
+    Moved { slot: u16, addr: String },
+    /// An epoch-carrying request did not match this node's record of the
+    /// partition; carries the record so the client can patch its cache.
+    StaleEpoch { partition: PartitionRecord, owner_addr: String },
+    /// No partition covers the slot (map not loaded yet).
+    Unserved,
+    /// This node's lease has lapsed (or it has not re-read the map since):
+    /// it serves nothing until it has renewed and refreshed (invariant 4).
+    LeaseLapsed,
+}
+
+impl Rejection {
+    /// The error reply, byte-compatible with Redis where Redis has one.
+    pub fn to_frame(&self) -> Frame {
+        match self {
+            Rejection::Moved { slot, addr } => Frame::Error(format!("MOVED {slot} {addr}")),
+            Rejection::StaleEpoch { partition: p, owner_addr } => Frame::Error(format!(
+                "KWMOVED {} {} {} {} {} {} {}",
+                p.id,
+                p.epoch,
+                p.keyspace,
+                to_hex(&p.start),
+                p.end.as_ref().map(|e| to_hex(e)).unwrap_or_else(|| "-".into()),
+                p.owner,
+                owner_addr
+            )),
+            Rejection::Unserved => Frame::Error("CLUSTERDOWN Hash slot not served".into()),
+            Rejection::LeaseLapsed => {
+                Frame::Error("CLUSTERDOWN The cluster is down (node lease lapsed)".into())
+            }
+        }
+    }
+}
+
+/// The map this node routes by, plus its lease.
+pub struct Routing {
+    me: NodeId,
+    clock: Arc<dyn Clock>,
+    /// Instant all lease deadlines are measured from.
+    base: Instant,
+    /// Lease deadline as nanoseconds after `base`; 0 = no valid lease.
+    lease_deadline_ns: AtomicU64,
+    view: RwLock<Arc<PartitionMap>>,
+}
+
+/// A read guard over the map: hold it from the check to the effect.
+pub struct RoutingGuard<'a> {
+    routing: &'a Routing,
+    map: RwLockReadGuard<'a, Arc<PartitionMap>>,
+}
+
+impl Routing {
+    pub fn new(me: NodeId, clock: Arc<dyn Clock>) -> Self {
+        let base = clock.now();
+        Routing {
+            me,
+            clock,
+            base,
+            lease_deadline_ns: AtomicU64::new(0),
+            view: RwLock::new(Arc::new(PartitionMap::new())),
+        }
+    }
+
+    pub fn node_id(&self) -> NodeId {
+        self.me
+    }
+
+    /// Takes the read side: checks made through the guard stay valid until it drops.
+    pub fn read(&self) -> RoutingGuard<'_> {
+        RoutingGuard { routing: self, map: self.view.read().unwrap_or_else(|e| e.into_inner()) }
+    }
+
+    /// The current map (a cheap clone of an `Arc`).
+    pub fn map(&self) -> Arc<PartitionMap> {
+        self.read().map.clone()
+    }
+
+    /// Installs a newer map after validating it (the applying half of the
+    /// map invariant check). Waits for in-flight commands holding the read side.
+    pub fn install(&self, map: PartitionMap) -> Result<(), MapError> {
+        map.validate()?;
+        let mut view = self.view.write().unwrap_or_else(|e| e.into_inner());
+        if map.version < view.version {
+            return Err(MapError::VersionNotIncreasing { have: view.version.0, got: map.version.0 });
+        }
+        assert_epochs_never_fall(&view, &map);
+        *view = Arc::new(map);
+        Ok(())
+    }
+
+    /// Sets the lease deadline (a monotonic instant).
+    pub fn set_lease_deadline(&self, deadline: Instant) {
+        let ns = deadline.saturating_duration_since(self.base).as_nanos().max(1) as u64;
+        self.lease_deadline_ns.store(ns, Ordering::SeqCst);
+    }
+
+    /// Drops the lease: the node stops serving at once.
+    pub fn revoke_lease(&self) {
+        self.lease_deadline_ns.store(0, Ordering::SeqCst);
+    }
+
+    /// Whether the lease is valid now.
+    pub fn lease_valid(&self) -> bool {
+        let deadline = self.lease_deadline_ns.load(Ordering::SeqCst);
+        deadline != 0 && (self.clock.now().saturating_duration_since(self.base).as_nanos() as u64) < deadline
+    }
+
+    /// Milliseconds of lease left (0 when lapsed).
+    pub fn lease_remaining_ms(&self) -> u64 {
+        let deadline = self.lease_deadline_ns.load(Ordering::SeqCst);
+        let now = self.clock.now().saturating_duration_since(self.base).as_nanos() as u64;
+        deadline.saturating_sub(now) / 1_000_000
+    }
+}
+
+fn assert_epochs_never_fall(old: &PartitionMap, new: &PartitionMap) {
+    for (id, p) in &new.partitions {
+        if let Some(prev) = old.partitions.get(id) {
+            assert!(p.epoch >= prev.epoch, "partition {id}: epoch fell from {} to {}", prev.epoch, p.epoch);
+        }
+    }
+}
+
+impl RoutingGuard<'_> {
+    pub fn map(&self) -> &PartitionMap {
+        &self.map
+    }
+
+    /// Admits a request for hash `slot` of keyspace `ks` (or, with `expected`,
+    /// for that partition at that epoch), or says why not. Lease first: a node
+    /// without a valid lease answers nothing, not even redirects from its
+    /// possibly stale map.
+    pub fn admit_slot(
+        &self,
+        ks: KeyspaceId,
+        slot: u16,
+        expected: Option<(PartitionId, Epoch)>,
+    ) -> Result<&PartitionRecord, Rejection> {
+        self.admit(ks, &slot.to_be_bytes(), slot, expected)
+    }
+
+    /// Admits a request for the keyspace-local routing key `local_key`.
+    pub fn admit(
+        &self,
+        ks: KeyspaceId,
+        local_key: &[u8],
+        slot: u16,
+        expected: Option<(PartitionId, Epoch)>,
+    ) -> Result<&PartitionRecord, Rejection> {
+        if !self.routing.lease_valid() {
+            return Err(Rejection::LeaseLapsed);
+        }
+        let p = self.map.locate(ks, local_key).ok_or(Rejection::Unserved)?;
+        if let Some((pid, epoch)) = expected
+            && (pid != p.id || epoch != p.epoch)
+        {
+            return Err(self.stale(p));
+        }
+        if p.owner != self.routing.me {
+            return Err(match expected {
+                Some(_) => self.stale(p),
+                None => Rejection::Moved { slot, addr: self.addr_of(p.owner) },
+            });
+        }
+        Ok(p)
+    }
+
+    fn stale(&self, p: &PartitionRecord) -> Rejection {
+        Rejection::StaleEpoch { partition: p.clone(), owner_addr: self.addr_of(p.owner) }
+    }
+
+    fn addr_of(&self, node: NodeId) -> String {
+        self.map.nodes.get(&node).map(|n| n.resp_addr.clone()).unwrap_or_else(|| "0.0.0.0:0".into())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::SystemClock;
+    use keyway_map::{DEFAULT_KEYSPACE, MapVersion, NodeInfo, NodeState, key_hash_slot};
+    use std::time::Duration;
+
+    fn nodes() -> Vec<NodeInfo> {
+        (1..=3)
+            .map(|i| NodeInfo {
+                id: NodeId(i),
+                resp_addr: format!("127.0.0.1:{}", 7000 + i),
+                admin_addr: String::new(),
+                state: NodeState::Up,
+            })
+            .collect()
+    }
+
+    fn routing() -> Routing {
+        let r = Routing::new(NodeId(1), Arc::new(SystemClock));
+        r.install(PartitionMap::bootstrap(&nodes(), 2).unwrap()).unwrap();
+        r.set_lease_deadline(Instant::now() + Duration::from_secs(60));
+        r
+    }
+
+    #[test]
+    fn owned_slot_is_admitted_and_foreign_slot_is_moved() {
+        let r = routing();
+        let g = r.read();
+        assert_eq!(g.admit_slot(DEFAULT_KEYSPACE, 0, None).unwrap().owner, NodeId(1));
+        let slot = key_hash_slot(b"foo"); // 12182, owned by node 3
+        let rej = g.admit_slot(DEFAULT_KEYSPACE, slot, None).unwrap_err();
+        assert_eq!(rej.to_frame(), Frame::Error("MOVED 12182 127.0.0.1:7003".into()));
+    }
+
+    #[test]
+    fn lapsed_lease_rejects_everything() {
+        let r = routing();
+        r.revoke_lease();
+        let g = r.read();
+        assert_eq!(g.admit_slot(DEFAULT_KEYSPACE, 0, None).unwrap_err(), Rejection::LeaseLapsed);
+        drop(g);
+        r.set_lease_deadline(Instant::now() - Duration::from_millis(1));
+        assert!(!r.lease_valid());
+    }
+
+    #[test]
+    fn wrong_epoch_is_rejected_with_the_current_record() {
+        let r = routing();
+        let g = r.read();
+        let p = g.admit_slot(DEFAULT_KEYSPACE, 0, None).unwrap().clone();
+        assert!(g.admit_slot(DEFAULT_KEYSPACE, 0, Some((p.id, p.epoch))).is_ok());
+        match g.admit_slot(DEFAULT_KEYSPACE, 0, Some((p.id, Epoch(p.epoch.0 + 1)))) {
+            Err(Rejection::StaleEpoch { partition, owner_addr }) => {
+                assert_eq!(partition, p);
+                assert_eq!(owner_addr, "127.0.0.1:7001");
+            }
+            other => panic!("expected a stale-epoch rejection, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn older_map_is_refused() {
+        let r = routing();
+        let mut old = PartitionMap::bootstrap(&nodes(), 2).unwrap();
+        old.version = MapVersion(0);
+        assert!(r.install(old).is_err());
+    }
+}

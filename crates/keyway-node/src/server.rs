@@ -1,0 +1,278 @@
+//! The node process: start, accept loop, graceful shutdown.
+//!
+//! Start-up order: validate the configuration, open the engine (on a
+//! blocking thread), bind the listeners, register with the metadata store
+//! (keeping the node id in the data directory), take a lease, load the map,
+//! start the storage threads, then accept clients. A node answers nothing
+//! before it holds a lease and a map.
+
+use crate::clock::{Clock, SystemClock};
+use crate::config::{EngineKind, NodeConfig};
+use crate::executor::Executor;
+use crate::metrics::Metrics;
+use crate::routing::Routing;
+use crate::scan::ScanCursors;
+use keyway_map::{DEFAULT_KEYSPACE, Keyspace, NodeId, Routing as KeyRouting};
+use keyway_meta::MetaStore;
+use keyway_storage::{Engine, FjallEngine, FjallOptions, MemEngine};
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+
+/// Why a node could not start.
+#[derive(thiserror::Error, Debug)]
+pub enum NodeError {
+    #[error("invalid configuration: {0}")]
+    Config(String),
+    #[error("storage: {0}")]
+    Storage(#[from] keyway_storage::StorageError),
+    #[error("cannot bind {addr}: {source}")]
+    Bind { addr: SocketAddr, source: std::io::Error },
+    #[error("data directory {path}: {source}")]
+    DataDir { path: String, source: std::io::Error },
+    #[error("metadata store: {0}")]
+    Meta(#[from] keyway_meta::MetaError),
+    #[error("shut down before start-up finished")]
+    Aborted,
+}
+
+/// State shared by every task of one node.
+pub struct Shared {
+    pub config: NodeConfig,
+    pub me: NodeId,
+    pub resp_addr: String,
+    pub admin_addr: String,
+    pub routing: Arc<Routing>,
+    pub engine: Arc<dyn Engine>,
+    pub executor: Executor,
+    pub metrics: Arc<Metrics>,
+    pub clock: Arc<dyn Clock>,
+    pub meta: Arc<dyn MetaStore>,
+    /// The default (Redis) keyspace, `0`, hash routing.
+    pub keyspace: Keyspace,
+    pub scan_cursors: Mutex<ScanCursors>,
+    /// The lease this node holds in the metadata store, if any.
+    pub lease_id: Mutex<Option<keyway_meta::LeaseId>>,
+    pub next_client_id: AtomicU64,
+    pub clients: AtomicUsize,
+    pub started: Instant,
+}
+
+/// A running node.
+pub struct Node {
+    shared: Arc<Shared>,
+    shutdown: watch::Sender<bool>,
+    tasks: JoinSet<()>,
+}
+
+impl Node {
+    /// Starts a node against `meta` with the system clock.
+    pub async fn start(config: NodeConfig, meta: Arc<dyn MetaStore>) -> Result<Node, NodeError> {
+        Self::start_with_clock(config, meta, Arc::new(SystemClock)).await
+    }
+
+    /// Starts a node with an explicit clock (simulation, tests).
+    pub async fn start_with_clock(
+        config: NodeConfig,
+        meta: Arc<dyn MetaStore>,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Node, NodeError> {
+        config.validate().map_err(NodeError::Config)?;
+        let engine = open_engine(&config).await?;
+        let listener = bind(config.listen).await?;
+        let admin_listener = bind(config.admin_listen).await?;
+        let resp_addr = match &config.announce {
+            Some(a) => a.clone(),
+            None => local_addr(&listener)?,
+        };
+        let admin_addr = local_addr(&admin_listener)?;
+        let (shutdown, shutdown_rx) = watch::channel(false);
+        let me = register(&config, &*meta, &resp_addr, &admin_addr, shutdown_rx.clone()).await?;
+        let metrics = Arc::new(Metrics::new());
+        let routing = Arc::new(Routing::new(me, clock.clone()));
+        let executor = Executor::start(
+            engine.clone(),
+            config.executor_threads,
+            config.durability,
+            config.periodic_sync_ms,
+            config.max_group_commands,
+            metrics.clone(),
+        );
+        let shared = Arc::new(Shared {
+            scan_cursors: Mutex::new(ScanCursors::new(config.max_scan_cursors)),
+            lease_id: Mutex::new(None),
+            config,
+            me,
+            resp_addr,
+            admin_addr,
+            routing,
+            engine,
+            executor,
+            metrics,
+            clock,
+            meta,
+            keyspace: Keyspace { id: DEFAULT_KEYSPACE, name: "default".into(), routing: KeyRouting::Hash },
+            next_client_id: AtomicU64::new(1),
+            clients: AtomicUsize::new(0),
+            started: Instant::now(),
+        });
+        let mut tasks = JoinSet::new();
+        crate::lease::start(&shared, &mut tasks, shutdown_rx.clone()).await;
+        crate::watcher::start(&shared, &mut tasks, shutdown_rx.clone()).await;
+        tasks.spawn(crate::admin::serve(shared.clone(), admin_listener, shutdown_rx.clone()));
+        tasks.spawn(accept_loop(shared.clone(), listener, shutdown_rx));
+        tracing::info!(node = %me, resp = %shared.resp_addr, admin = %shared.admin_addr, "node started");
+        Ok(Node { shared, shutdown, tasks })
+    }
+
+    pub fn id(&self) -> NodeId {
+        self.shared.me
+    }
+
+    /// `host:port` clients dial.
+    pub fn resp_addr(&self) -> &str {
+        &self.shared.resp_addr
+    }
+
+    /// `host:port` of the admin HTTP port.
+    pub fn admin_addr(&self) -> &str {
+        &self.shared.admin_addr
+    }
+
+    pub fn shared(&self) -> &Arc<Shared> {
+        &self.shared
+    }
+
+    /// Waits until the node holds a lease and a map that names it.
+    pub async fn wait_serving(&self, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if self.shared.routing.lease_valid() && self.shared.routing.map().owned_by(self.shared.me).next().is_some() {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        false
+    }
+
+    /// Graceful shutdown: stop accepting, let connections finish the
+    /// pipeline in hand, stop the storage threads (which fsync), release the lease.
+    pub async fn shutdown(mut self) {
+        let _ = self.shutdown.send(true);
+        while self.tasks.join_next().await.is_some() {}
+        let shared = self.shared.clone();
+        let _ = tokio::task::spawn_blocking(move || shared.executor.shutdown()).await;
+        crate::lease::release(&self.shared).await;
+        let engine = self.shared.engine.clone();
+        let _ = tokio::task::spawn_blocking(move || engine.sync()).await;
+        tracing::info!(node = %self.shared.me, "node stopped");
+    }
+}
+
+async fn open_engine(config: &NodeConfig) -> Result<Arc<dyn Engine>, NodeError> {
+    match config.engine {
+        EngineKind::Memory => Ok(Arc::new(MemEngine::new())),
+        EngineKind::Fjall => {
+            let dir = config.data_dir.join("engine");
+            let engine = tokio::task::spawn_blocking(move || FjallEngine::open(&dir, FjallOptions::default()))
+                .await
+                .map_err(|e| NodeError::Config(format!("engine open task failed: {e}")))??;
+            Ok(Arc::new(engine))
+        }
+    }
+}
+
+async fn bind(addr: SocketAddr) -> Result<TcpListener, NodeError> {
+    TcpListener::bind(addr).await.map_err(|source| NodeError::Bind { addr, source })
+}
+
+fn local_addr(listener: &TcpListener) -> Result<String, NodeError> {
+    listener
+        .local_addr()
+        .map(|a| a.to_string())
+        .map_err(|source| NodeError::Bind { addr: "0.0.0.0:0".parse().expect("literal"), source })
+}
+
+/// Registers with the metadata store, retrying while it is unreachable, and
+/// keeps the node id in `<data_dir>/node.id` so a restart keeps its identity.
+async fn register(
+    config: &NodeConfig,
+    meta: &dyn MetaStore,
+    resp_addr: &str,
+    admin_addr: &str,
+    mut shutdown: watch::Receiver<bool>,
+) -> Result<NodeId, NodeError> {
+    let id_path = config.data_dir.join("node.id");
+    let known = read_node_id(&id_path)?;
+    let mut backoff = Duration::from_millis(50);
+    loop {
+        match meta.register_node(known, resp_addr.into(), admin_addr.into()).await {
+            Ok(id) => {
+                write_node_id(&id_path, id)?;
+                return Ok(id);
+            }
+            Err(keyway_meta::MetaError::Unavailable(why)) => {
+                tracing::warn!(%why, "metadata store unreachable; retrying registration");
+            }
+            Err(other) => return Err(other.into()),
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(backoff) => {}
+            _ = shutdown.changed() => return Err(NodeError::Aborted),
+        }
+        backoff = (backoff * 2).min(Duration::from_secs(2));
+    }
+}
+
+fn read_node_id(path: &Path) -> Result<Option<NodeId>, NodeError> {
+    match std::fs::read_to_string(path) {
+        Ok(text) => NodeId::parse(&text)
+            .map(Some)
+            .ok_or_else(|| NodeError::Config(format!("{} does not hold a node id", path.display()))),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(source) => Err(NodeError::DataDir { path: path.display().to_string(), source }),
+    }
+}
+
+fn write_node_id(path: &Path, id: NodeId) -> Result<(), NodeError> {
+    let err = |source| NodeError::DataDir { path: path.display().to_string(), source };
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).map_err(err)?;
+    }
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, format!("{id}\n")).map_err(err)?;
+    std::fs::File::open(&tmp).and_then(|f| f.sync_all()).map_err(err)?;
+    std::fs::rename(&tmp, path).map_err(err)
+}
+
+async fn accept_loop(shared: Arc<Shared>, listener: TcpListener, mut shutdown: watch::Receiver<bool>) {
+    let mut conns = JoinSet::new();
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, peer)) => {
+                    if shared.clients.load(Ordering::SeqCst) >= shared.config.max_clients {
+                        shared.metrics.connections_refused.inc();
+                        conns.spawn(crate::connection::refuse(stream));
+                        continue;
+                    }
+                    let _ = stream.set_nodelay(true);
+                    conns.spawn(crate::connection::serve(shared.clone(), stream, peer, shutdown.clone()));
+                }
+                Err(err) => {
+                    tracing::warn!(%err, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+            },
+            Some(_) = conns.join_next(), if !conns.is_empty() => {}
+            _ = shutdown.changed() => break,
+        }
+    }
+    drop(listener);
+    while conns.join_next().await.is_some() {}
+}

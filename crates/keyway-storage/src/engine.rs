@@ -1,0 +1,112 @@
+//! The [`Engine`] trait: everything the node asks of its local storage.
+//!
+//! All calls are synchronous and may block on disk I/O: call them only from
+//! dedicated storage threads (or `spawn_blocking`), never from async workers.
+
+use bytes::Bytes;
+
+use crate::digest::RangeDigest;
+use crate::error::StorageError;
+use crate::range::KeyRange;
+use crate::value::{ChangeRecord, Mutation, Seq, Value};
+
+/// One page of a [`Engine::scan`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ScanChunk {
+    /// Live entries in ascending key order (expired ones included).
+    pub entries: Vec<(Bytes, Value)>,
+    /// Resume cursor with **exclusive-after** semantics: the last key returned,
+    /// to be passed as `after` to the next `scan` call. `None` = the range holds
+    /// no further key (as of this chunk's snapshot).
+    pub next: Option<Bytes>,
+    /// The change-log seq this chunk's snapshot reflects: every record with
+    /// `seq <= self.seq` is visible in `entries`, none after it.
+    pub seq: Seq,
+}
+
+/// A node's storage engine: routing key → [`Value`], plus a per-node change log.
+///
+/// Keys are opaque *routing keys*; the engine never interprets them and never
+/// checks ownership. Every local write goes to the data **and** to the change
+/// log (consecutive seqs, no gaps) in one atomic batch. Version semantics of
+/// local vs. foreign writes are specified in [`crate::versioning`].
+///
+/// Implementations must pass [`crate::conformance`].
+pub trait Engine: Send + Sync + 'static {
+    /// The stored value of `key`, expired or not. Empty or oversized keys are simply absent.
+    fn get(&self, key: &[u8]) -> Result<Option<Value>, StorageError>;
+
+    /// Applies all mutations atomically, data + change log in one batch,
+    /// assigning consecutive seqs (mutation `i` gets `returned - len + 1 + i`);
+    /// returns the last seq assigned, or the current last seq if `mutations`
+    /// is empty. Later mutations see earlier ones of the same call. Every
+    /// mutation is logged as given, even a no-op (`Delete`/`SetExpiry` of an
+    /// absent key). Fails without any effect if a key is empty or longer than
+    /// [`crate::MAX_KEY_LEN`]. Visible to readers on return, but **not durable
+    /// until [`Engine::sync`]**.
+    fn apply(&self, mutations: &[Mutation]) -> Result<Seq, StorageError>;
+
+    /// Makes every mutation applied so far durable (fsync of the journal).
+    /// Group commit: many `apply` calls, one `sync`. Costs ~1–6 ms on this hardware.
+    fn sync(&self) -> Result<(), StorageError>;
+
+    /// The last seq assigned (0 = nothing written yet).
+    fn last_seq(&self) -> Seq;
+
+    /// Up to `limit` live entries of `range` with key `> after` (or from
+    /// `range.start` if `after` is `None`), in key order, from one consistent
+    /// snapshot. Page through a range by passing the previous chunk's `next`;
+    /// each chunk may come from a different (newer) snapshot, so a concurrent
+    /// write may or may not be seen by a later chunk: catch up with
+    /// [`Engine::changes_since`] from the *first* chunk's `seq`.
+    /// `limit == 0` is an [`StorageError::InvalidArgument`].
+    fn scan(
+        &self,
+        range: &KeyRange,
+        after: Option<&[u8]>,
+        limit: usize,
+    ) -> Result<ScanChunk, StorageError>;
+
+    /// Change records with `seq > after`, in order, at most `limit`
+    /// (empty if `after >= last_seq`). Fails with [`StorageError::LogTruncated`]
+    /// if records after `after` were already truncated (`after + 1 < log_start`).
+    fn changes_since(&self, after: Seq, limit: usize) -> Result<Vec<ChangeRecord>, StorageError>;
+
+    /// Oldest seq still retained in the change log: records `<= log_start - 1`
+    /// were truncated. `1` while nothing was truncated (even when the log is empty).
+    fn log_start(&self) -> Seq;
+
+    /// Drops change records with `seq <= upto` (clamped to `last_seq`; a lower
+    /// `upto` than a previous truncation is a no-op). Afterwards
+    /// `log_start() == upto + 1`.
+    fn truncate_log(&self, upto: Seq) -> Result<(), StorageError>;
+
+    /// Deletes up to `limit` entries of `range` **without** writing change
+    /// records or consuming seqs (local cleanup of a range this node no longer
+    /// owns; a replica of this node must run the same cleanup). Removes values
+    /// and version markers (foreign tombstones) alike; returns how many
+    /// entries were removed, `0` = the range is empty. Call until it returns 0.
+    /// `limit == 0` is an [`StorageError::InvalidArgument`].
+    fn delete_range_chunk(&self, range: &KeyRange, limit: usize) -> Result<usize, StorageError>;
+
+    /// [`RangeDigest`] of the live entries of `range` from one consistent
+    /// snapshot, and the seq that snapshot reflects. Cost: a full read of the range.
+    fn digest(&self, range: &KeyRange) -> Result<(RangeDigest, Seq), StorageError>;
+
+    /// `(keys, bytes)` of `range`: the number of live keys and the sum of
+    /// `key.len() + data.len()` (same as [`RangeDigest`]'s `keys`/`bytes`).
+    /// Exact; cost: a full read of the range (no approximation is available).
+    fn range_stats(&self, range: &KeyRange) -> Result<(u64, u64), StorageError>;
+
+    /// Applies change records received from another node's log (migration
+    /// catch-up, dual writes, replication) in the given order, each only if it
+    /// is newer than what this engine holds for the key: the record's `seq`
+    /// (the *source's* seq) becomes the value's `version`, and a foreign
+    /// `Delete` leaves a version marker so an older `Put` replayed later cannot
+    /// resurrect the key. The final state does not depend on the order in which
+    /// a set of records arrives. Every record that changes visible state is
+    /// appended to this node's own log as its effect, with a fresh local seq.
+    /// Atomic like [`Engine::apply`]; returns this node's last seq afterwards.
+    /// Full rules: [`crate::versioning`].
+    fn apply_foreign(&self, records: &[ChangeRecord]) -> Result<Seq, StorageError>;
+}

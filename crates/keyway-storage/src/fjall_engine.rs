@@ -1,0 +1,560 @@
+//! [`FjallEngine`]: the durable engine on fjall 3 (an LSM tree with a write-ahead journal).
+//!
+//! # On-disk layout
+//!
+//! One fjall database per node directory, four keyspaces:
+//!
+//! | keyspace     | key                  | value                                   |
+//! |--------------|----------------------|-----------------------------------------|
+//! | `data`       | routing key          | stored value ([`crate::value`])         |
+//! | `tombstones` | routing key          | version marker ([`crate::versioning`])  |
+//! | `log`        | seq `u64` BE         | mutation ([`crate::value`])             |
+//! | `meta`       | `format`, `last_seq`, `log_start`, `log_purged` | `u32`/`u64` BE |
+//!
+//! Every `apply`/`apply_foreign` is **one** fjall write batch covering the data,
+//! markers, log records and `meta/last_seq`, so a truncated log never resets
+//! the seq counter and a crash never separates data from its log record.
+//!
+//! # fjall behaviours this relies on (fjall 3.1)
+//!
+//! * The database is opened with `manual_journal_persist(true)`: a batch is
+//!   written to the journal (OS buffers) but only [`Engine::sync`]
+//!   (`persist(SyncData)`) fsyncs. Un-synced batches may be lost on a machine
+//!   crash (never partially: batches are atomic in the journal).
+//! * A batch becomes visible to *snapshots* atomically (fjall publishes its
+//!   seqno after inserting all items), so a snapshot read of `meta/last_seq`
+//!   tells exactly which of our seqs the snapshot reflects. Plain keyspace
+//!   reads (`Keyspace::get/range`) read at `SeqNo::MAX`, i.e. may see a batch
+//!   that is being inserted; they are used only for single-key `get` (a key is
+//!   written once per batch, so a point read is still atomic) and under the
+//!   writer lock, where no batch is in flight.
+//! * fjall has no range delete: [`Engine::delete_range_chunk`] deletes key by
+//!   key, resuming after the last deleted key to avoid rescanning its own
+//!   tombstones, with one final full pass before reporting the range empty.
+//! * A long-open snapshot pins old versions: scans page with a fresh snapshot
+//!   per chunk; `digest`/`range_stats` hold one snapshot for one range pass.
+//! * Writes are serialised by an engine mutex (seq assignment, read-modify-write
+//!   of `SetExpiry` and foreign records); `persist` holds fjall's journal lock
+//!   while it fsyncs, so applies wait for a concurrent `sync`.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard};
+
+use bytes::Bytes;
+use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode, Readable, Snapshot};
+
+use crate::digest::{Digester, RangeDigest};
+use crate::engine::{Engine, ScanChunk};
+use crate::error::StorageError;
+use crate::range::{Bounds, KeyRange};
+use crate::value::{
+    ChangeRecord, MAX_KEY_LEN, Mutation, Seq, StoredValue, Value, check_mutation, corrupt,
+};
+use crate::versioning::{Marker, Plan, Planner, StateSource, Write};
+
+/// On-disk format number stored in `meta/format`.
+pub const FORMAT_VERSION: u32 = 1;
+
+const META_FORMAT: &[u8] = b"format";
+const META_LAST_SEQ: &[u8] = b"last_seq";
+const META_LOG_START: &[u8] = b"log_start";
+const META_LOG_PURGED: &[u8] = b"log_purged";
+
+/// Log records deleted per batch when truncating.
+const PURGE_CHUNK: u64 = 4096;
+
+/// Tuning for [`FjallEngine::open`]. `Default` suits a node.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FjallOptions {
+    /// Block cache capacity in bytes (fjall recommends 20–25 % of RAM, more if
+    /// the data set fits). Default 256 MiB.
+    pub cache_size_bytes: u64,
+    /// fjall background worker threads (flush/compaction); `None` = fjall's
+    /// default, min(cores, 4).
+    pub worker_threads: Option<usize>,
+    /// Cap on the total size of fjall journals before memtables are flushed;
+    /// `None` = fjall's default (512 MiB). Must be >= 64 MiB.
+    pub max_journaling_size_bytes: Option<u64>,
+    /// Delete the directory when the engine is dropped (tests). Default `false`.
+    pub temporary: bool,
+}
+
+impl Default for FjallOptions {
+    fn default() -> Self {
+        FjallOptions {
+            cache_size_bytes: 256 * 1024 * 1024,
+            worker_threads: None,
+            max_journaling_size_bytes: None,
+            temporary: false,
+        }
+    }
+}
+
+impl FjallOptions {
+    /// Small footprint for tests: 8 MiB cache, one worker thread, temporary.
+    pub fn for_tests() -> Self {
+        FjallOptions {
+            cache_size_bytes: 8 * 1024 * 1024,
+            worker_threads: Some(1),
+            max_journaling_size_bytes: None,
+            temporary: true,
+        }
+    }
+}
+
+/// Durable [`Engine`] on fjall. See the module docs for layout and guarantees.
+pub struct FjallEngine {
+    path: PathBuf,
+    db: Database,
+    data: Keyspace,
+    tombstones: Keyspace,
+    log: Keyspace,
+    meta: Keyspace,
+    /// Serialises writers to `data`/`tombstones`/`log` appends/`meta.last_seq`.
+    write_lock: Mutex<()>,
+    /// Serialises truncation (`meta.log_start`, `meta.log_purged`, log deletes).
+    truncate_lock: Mutex<()>,
+    last_seq: AtomicU64,
+    log_start: AtomicU64,
+    /// Where the previous `delete_range_chunk` of a range stopped.
+    delete_cursor: Mutex<Option<(KeyRange, Bytes)>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // Nothing guarded is left half-updated by a panic (fjall batches are atomic).
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn to_bytes(s: &[u8]) -> Bytes {
+    Bytes::copy_from_slice(s)
+}
+
+fn decode_u64(what: &'static str, raw: &[u8]) -> Result<u64, StorageError> {
+    let arr: [u8; 8] = raw
+        .try_into()
+        .map_err(|_| corrupt(what, format!("expected 8 bytes, got {}", raw.len())))?;
+    Ok(u64::from_be_bytes(arr))
+}
+
+impl FjallEngine {
+    /// Opens (creating if needed) the engine in `dir`, recovering data,
+    /// `last_seq` and `log_start`, and finishing an interrupted log truncation.
+    pub fn open(dir: &Path, opts: FjallOptions) -> Result<Self, StorageError> {
+        if let Some(j) = opts.max_journaling_size_bytes
+            && j < 64 * 1024 * 1024
+        {
+            return Err(StorageError::InvalidArgument(
+                "max_journaling_size_bytes must be >= 64 MiB",
+            ));
+        }
+        if opts.worker_threads == Some(0) {
+            return Err(StorageError::InvalidArgument("worker_threads must be >= 1"));
+        }
+        std::fs::create_dir_all(dir)?;
+        let mut builder = Database::builder(dir)
+            .manual_journal_persist(true)
+            .cache_size(opts.cache_size_bytes)
+            .temporary(opts.temporary);
+        if let Some(n) = opts.worker_threads {
+            builder = builder.worker_threads(n);
+        }
+        if let Some(j) = opts.max_journaling_size_bytes {
+            builder = builder.max_journaling_size(j);
+        }
+        let db = builder.open()?;
+        let data = db.keyspace("data", KeyspaceCreateOptions::default)?;
+        let tombstones = db.keyspace("tombstones", KeyspaceCreateOptions::default)?;
+        let log = db.keyspace("log", KeyspaceCreateOptions::default)?;
+        let meta = db.keyspace("meta", KeyspaceCreateOptions::default)?;
+
+        match meta.get(META_FORMAT)? {
+            Some(raw) => {
+                let found = u32::from_be_bytes(
+                    raw.as_ref()
+                        .try_into()
+                        .map_err(|_| corrupt("meta/format", format!("{} bytes", raw.len())))?,
+                );
+                if found != FORMAT_VERSION {
+                    return Err(StorageError::UnsupportedFormat {
+                        found,
+                        expected: FORMAT_VERSION,
+                    });
+                }
+            }
+            None => {
+                if !data.is_empty()? || !log.is_empty()? {
+                    return Err(corrupt(
+                        "meta/format",
+                        "missing in a non-empty database".into(),
+                    ));
+                }
+                let mut b = db.batch();
+                b.insert(&meta, META_FORMAT, FORMAT_VERSION.to_be_bytes());
+                b.insert(&meta, META_LOG_START, 1u64.to_be_bytes());
+                b.commit()?;
+                db.persist(PersistMode::SyncData)?;
+            }
+        }
+        let read = |key: &[u8], what: &'static str, default: u64| -> Result<u64, StorageError> {
+            meta.get(key)?
+                .map_or(Ok(default), |raw| decode_u64(what, &raw))
+        };
+        let last_seq = read(META_LAST_SEQ, "meta/last_seq", 0)?;
+        let log_start = read(META_LOG_START, "meta/log_start", 1)?;
+        if log_start == 0 || log_start > last_seq + 1 {
+            return Err(corrupt(
+                "meta/log_start",
+                format!("log_start {log_start} inconsistent with last_seq {last_seq}"),
+            ));
+        }
+        if let Some(g) = log.last_key_value() {
+            let k = g.key()?;
+            let top = decode_u64("log key", &k)?;
+            if top > last_seq {
+                return Err(corrupt(
+                    "log",
+                    format!("record {top} beyond meta/last_seq {last_seq}"),
+                ));
+            }
+        }
+        let engine = FjallEngine {
+            path: dir.to_path_buf(),
+            db,
+            data,
+            tombstones,
+            log,
+            meta,
+            write_lock: Mutex::new(()),
+            truncate_lock: Mutex::new(()),
+            last_seq: AtomicU64::new(last_seq),
+            log_start: AtomicU64::new(log_start),
+            delete_cursor: Mutex::new(None),
+        };
+        {
+            let _t = lock(&engine.truncate_lock);
+            engine.purge_log(log_start - 1)?;
+        }
+        tracing::debug!(path = %dir.display(), last_seq, log_start, "opened fjall storage engine");
+        Ok(engine)
+    }
+
+    /// Opens a fresh engine in a new temporary directory that is deleted on drop
+    /// (for tests of crates built on the engine).
+    pub fn open_temporary(mut opts: FjallOptions) -> Result<Self, StorageError> {
+        opts.temporary = true;
+        let dir = tempfile::Builder::new()
+            .prefix("keyway-storage-")
+            .tempdir()?
+            .keep();
+        Self::open(&dir, opts)
+    }
+
+    /// The directory this engine lives in.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Disk space used by the database (all keyspaces and journals), in bytes.
+    pub fn disk_space(&self) -> Result<u64, StorageError> {
+        Ok(self.db.disk_space()?)
+    }
+
+    fn snapshot_seq(&self, snap: &Snapshot) -> Result<Seq, StorageError> {
+        snap.get(&self.meta, META_LAST_SEQ)?
+            .map_or(Ok(0), |raw| decode_u64("meta/last_seq", &raw))
+    }
+
+    fn commit(&self, plan: Plan) -> Result<Seq, StorageError> {
+        if plan.writes.is_empty() && plan.log.is_empty() {
+            return Ok(plan.last_seq);
+        }
+        let mut b = fjall::OwnedWriteBatch::with_capacity(
+            self.db.clone(),
+            plan.writes.len() + plan.log.len() + 1,
+        );
+        for w in plan.writes {
+            match w {
+                Write::PutValue(k, v) => b.insert(&self.data, &k[..], v.encode()),
+                Write::DeleteValue(k) => b.remove(&self.data, &k[..]),
+                Write::PutMarker(k, m) => b.insert(&self.tombstones, &k[..], m.encode()),
+                Write::DeleteMarker(k) => b.remove(&self.tombstones, &k[..]),
+            }
+        }
+        if !plan.log.is_empty() {
+            for r in &plan.log {
+                b.insert(&self.log, r.seq.to_be_bytes(), r.mutation.encode());
+            }
+            b.insert(&self.meta, META_LAST_SEQ, plan.last_seq.to_be_bytes());
+        }
+        b.commit()?;
+        self.last_seq.store(plan.last_seq, Ordering::Release);
+        Ok(plan.last_seq)
+    }
+
+    fn run(
+        &self,
+        f: impl FnOnce(&mut Planner<'_, Self>) -> Result<(), StorageError>,
+    ) -> Result<Seq, StorageError> {
+        let _w = lock(&self.write_lock);
+        let plan = {
+            let mut planner = Planner::new(self, self.last_seq.load(Ordering::Acquire));
+            f(&mut planner)?;
+            planner.finish()
+        };
+        self.commit(plan)
+    }
+
+    /// Physically deletes log records `<= upto` not deleted yet. Caller holds `truncate_lock`.
+    fn purge_log(&self, upto: Seq) -> Result<(), StorageError> {
+        let mut purged = self
+            .meta
+            .get(META_LOG_PURGED)?
+            .map_or(Ok(0), |raw| decode_u64("meta/log_purged", &raw))?;
+        while purged < upto {
+            let end = upto.min(purged + PURGE_CHUNK);
+            let mut b = self.db.batch();
+            for seq in purged + 1..=end {
+                b.remove(&self.log, seq.to_be_bytes());
+            }
+            b.insert(&self.meta, META_LOG_PURGED, end.to_be_bytes());
+            b.commit()?;
+            purged = end;
+        }
+        Ok(())
+    }
+
+    /// Up to `limit` keys of `ks` within `bounds`.
+    fn keys_in(
+        ks: &Keyspace,
+        bounds: Bounds<'_>,
+        limit: usize,
+    ) -> Result<Vec<Bytes>, StorageError> {
+        ks.range::<&[u8], _>(bounds)
+            .take(limit)
+            .map(|g| Ok(to_bytes(&g.key()?)))
+            .collect()
+    }
+
+    fn for_each_live(
+        &self,
+        snap: &Snapshot,
+        range: &KeyRange,
+        mut f: impl FnMut(&[u8], &Value),
+    ) -> Result<(), StorageError> {
+        let Some(bounds) = range.bounds_after(None) else {
+            return Ok(());
+        };
+        for g in snap.range::<&[u8], _>(&self.data, bounds) {
+            let (k, v) = g.into_inner()?;
+            let sv = StoredValue::decode(&to_bytes(&v))?;
+            f(&k, &sv.value);
+        }
+        Ok(())
+    }
+}
+
+impl StateSource for FjallEngine {
+    fn load_value(&self, key: &[u8]) -> Result<Option<StoredValue>, StorageError> {
+        self.data
+            .get(key)?
+            .map(|raw| StoredValue::decode(&to_bytes(&raw)))
+            .transpose()
+    }
+
+    fn load_marker(&self, key: &[u8]) -> Result<Option<Marker>, StorageError> {
+        self.tombstones
+            .get(key)?
+            .map(|raw| Marker::decode(&to_bytes(&raw)))
+            .transpose()
+    }
+}
+
+impl Engine for FjallEngine {
+    fn get(&self, key: &[u8]) -> Result<Option<Value>, StorageError> {
+        if key.is_empty() || key.len() > MAX_KEY_LEN {
+            return Ok(None);
+        }
+        Ok(self.load_value(key)?.map(|sv| sv.value))
+    }
+
+    fn apply(&self, mutations: &[Mutation]) -> Result<Seq, StorageError> {
+        for m in mutations {
+            check_mutation(m)?;
+        }
+        self.run(|p| mutations.iter().try_for_each(|m| p.local(m)))
+    }
+
+    fn sync(&self) -> Result<(), StorageError> {
+        Ok(self.db.persist(PersistMode::SyncData)?)
+    }
+
+    fn last_seq(&self) -> Seq {
+        self.last_seq.load(Ordering::Acquire)
+    }
+
+    fn scan(
+        &self,
+        range: &KeyRange,
+        after: Option<&[u8]>,
+        limit: usize,
+    ) -> Result<ScanChunk, StorageError> {
+        if limit == 0 {
+            return Err(StorageError::InvalidArgument("scan limit must be > 0"));
+        }
+        let snap = self.db.snapshot();
+        let seq = self.snapshot_seq(&snap)?;
+        let Some(bounds) = range.bounds_after(after) else {
+            return Ok(ScanChunk {
+                entries: Vec::new(),
+                next: None,
+                seq,
+            });
+        };
+        let mut it = snap.range::<&[u8], _>(&self.data, bounds);
+        let mut entries = Vec::with_capacity(limit.min(1024));
+        for g in it.by_ref().take(limit) {
+            let (k, v) = g.into_inner()?;
+            entries.push((to_bytes(&k), StoredValue::decode(&to_bytes(&v))?.value));
+        }
+        let more = match it.next() {
+            Some(g) => {
+                g.key()?;
+                true
+            }
+            None => false,
+        };
+        let next = if more {
+            entries.last().map(|(k, _)| k.clone())
+        } else {
+            None
+        };
+        Ok(ScanChunk { entries, next, seq })
+    }
+
+    fn changes_since(&self, after: Seq, limit: usize) -> Result<Vec<ChangeRecord>, StorageError> {
+        // Snapshot first, then read log_start from it: a truncation commits
+        // `meta/log_start` before deleting records, so this never misses records
+        // silently.
+        let snap = self.db.snapshot();
+        let log_start = snap
+            .get(&self.meta, META_LOG_START)?
+            .map_or(Ok(1), |raw| decode_u64("meta/log_start", &raw))?;
+        if after.saturating_add(1) < log_start {
+            return Err(StorageError::LogTruncated { after, log_start });
+        }
+        let last = self.snapshot_seq(&snap)?;
+        if after >= last || limit == 0 {
+            return Ok(Vec::new());
+        }
+        let mut out = Vec::with_capacity(limit.min((last - after) as usize).min(4096));
+        let mut expect = after + 1;
+        for g in snap
+            .range(&self.log, (after + 1).to_be_bytes()..)
+            .take(limit)
+        {
+            let (k, v) = g.into_inner()?;
+            let seq = decode_u64("log key", &k)?;
+            if seq != expect {
+                return Err(corrupt(
+                    "log",
+                    format!("gap: expected record {expect}, found {seq}"),
+                ));
+            }
+            expect += 1;
+            out.push(ChangeRecord {
+                seq,
+                mutation: Mutation::decode(&to_bytes(&v))?,
+            });
+        }
+        if out.len() < limit && expect <= last {
+            return Err(corrupt("log", format!("missing records {expect}..={last}")));
+        }
+        Ok(out)
+    }
+
+    fn log_start(&self) -> Seq {
+        self.log_start.load(Ordering::Acquire)
+    }
+
+    fn truncate_log(&self, upto: Seq) -> Result<(), StorageError> {
+        let _t = lock(&self.truncate_lock);
+        let upto = upto.min(self.last_seq());
+        if upto < self.log_start() {
+            return Ok(());
+        }
+        let mut b = self.db.batch();
+        b.insert(&self.meta, META_LOG_START, (upto + 1).to_be_bytes());
+        b.commit()?;
+        self.log_start.store(upto + 1, Ordering::Release);
+        self.purge_log(upto)
+    }
+
+    fn delete_range_chunk(&self, range: &KeyRange, limit: usize) -> Result<usize, StorageError> {
+        if limit == 0 {
+            return Err(StorageError::InvalidArgument("delete limit must be > 0"));
+        }
+        let Some(bounds) = range.bounds_after(None) else {
+            return Ok(0);
+        };
+        let _w = lock(&self.write_lock);
+        let mut cursor = lock(&self.delete_cursor);
+        let resume = match &*cursor {
+            Some((r, k)) if r == range => Some(k.clone()),
+            _ => None,
+        };
+        let mut keys = match resume.as_deref().and_then(|k| range.bounds_after(Some(k))) {
+            Some(b) => Self::keys_in(&self.data, b, limit)?,
+            None => Vec::new(),
+        };
+        if keys.is_empty() {
+            // Full pass from the start: catches keys written behind the cursor.
+            keys = Self::keys_in(&self.data, bounds, limit)?;
+        }
+        let markers = if keys.len() < limit {
+            Self::keys_in(&self.tombstones, bounds, limit - keys.len())?
+        } else {
+            Vec::new()
+        };
+        if keys.is_empty() && markers.is_empty() {
+            *cursor = None;
+            return Ok(0);
+        }
+        let mut b =
+            fjall::OwnedWriteBatch::with_capacity(self.db.clone(), keys.len() + markers.len());
+        for k in &keys {
+            b.remove(&self.data, &k[..]);
+        }
+        for k in &markers {
+            b.remove(&self.tombstones, &k[..]);
+        }
+        b.commit()?;
+        *cursor = keys.last().map(|k| (range.clone(), k.clone()));
+        Ok(keys.len() + markers.len())
+    }
+
+    fn digest(&self, range: &KeyRange) -> Result<(RangeDigest, Seq), StorageError> {
+        let snap = self.db.snapshot();
+        let seq = self.snapshot_seq(&snap)?;
+        let mut d = Digester::new();
+        self.for_each_live(&snap, range, |k, v| d.add(k, v))?;
+        Ok((d.finish(), seq))
+    }
+
+    fn range_stats(&self, range: &KeyRange) -> Result<(u64, u64), StorageError> {
+        let snap = self.db.snapshot();
+        let (mut n, mut bytes) = (0u64, 0u64);
+        self.for_each_live(&snap, range, |k, v| {
+            n += 1;
+            bytes += (k.len() + v.data.len()) as u64;
+        })?;
+        Ok((n, bytes))
+    }
+
+    fn apply_foreign(&self, records: &[ChangeRecord]) -> Result<Seq, StorageError> {
+        for r in records {
+            check_mutation(&r.mutation)?;
+        }
+        self.run(|p| records.iter().try_for_each(|r| p.foreign(r)))
+    }
+}

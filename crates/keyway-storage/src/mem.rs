@@ -1,0 +1,257 @@
+//! [`MemEngine`]: the in-memory engine (tests, simulations, ephemeral nodes).
+//!
+//! Three `BTreeMap`s and the log behind one `Mutex`; every call is trivially
+//! consistent. `sync` is a no-op and nothing survives a drop.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard};
+
+use bytes::Bytes;
+
+use crate::digest::{Digester, RangeDigest};
+use crate::engine::{Engine, ScanChunk};
+use crate::error::StorageError;
+use crate::range::KeyRange;
+use crate::value::{ChangeRecord, Mutation, Seq, StoredValue, Value, check_mutation};
+use crate::versioning::{Marker, Plan, Planner, StateSource, Write};
+
+#[derive(Default)]
+struct State {
+    data: BTreeMap<Bytes, StoredValue>,
+    markers: BTreeMap<Bytes, Marker>,
+    log: BTreeMap<Seq, Mutation>,
+    last_seq: Seq,
+    log_start: Seq,
+}
+
+impl StateSource for State {
+    fn load_value(&self, key: &[u8]) -> Result<Option<StoredValue>, StorageError> {
+        Ok(self.data.get(key).cloned())
+    }
+
+    fn load_marker(&self, key: &[u8]) -> Result<Option<Marker>, StorageError> {
+        Ok(self.markers.get(key).cloned())
+    }
+}
+
+impl State {
+    fn commit(&mut self, plan: Plan) {
+        for w in plan.writes {
+            match w {
+                Write::PutValue(k, v) => {
+                    self.data.insert(k, v);
+                }
+                Write::DeleteValue(k) => {
+                    self.data.remove(&k);
+                }
+                Write::PutMarker(k, m) => {
+                    self.markers.insert(k, m);
+                }
+                Write::DeleteMarker(k) => {
+                    self.markers.remove(&k);
+                }
+            }
+        }
+        for r in plan.log {
+            self.log.insert(r.seq, r.mutation);
+        }
+        self.last_seq = plan.last_seq;
+    }
+
+    fn live<'a>(
+        &'a self,
+        range: &'a KeyRange,
+        after: Option<&'a [u8]>,
+    ) -> impl Iterator<Item = (&'a Bytes, &'a Value)> + 'a {
+        range
+            .bounds_after(after)
+            .into_iter()
+            .flat_map(move |b| self.data.range::<[u8], _>(b))
+            .map(|(k, sv)| (k, &sv.value))
+    }
+}
+
+/// In-memory [`Engine`]. `Default` = empty.
+pub struct MemEngine {
+    state: Mutex<State>,
+    last_seq: AtomicU64,
+}
+
+impl Default for MemEngine {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl MemEngine {
+    /// An empty engine (`last_seq() == 0`, `log_start() == 1`).
+    pub fn new() -> Self {
+        MemEngine {
+            state: Mutex::new(State {
+                log_start: 1,
+                ..State::default()
+            }),
+            last_seq: AtomicU64::new(0),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // Commits are infallible in-memory updates computed beforehand, so a
+        // panic elsewhere cannot leave a half-applied batch: ignore poisoning.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn run(
+        &self,
+        f: impl FnOnce(&mut Planner<'_, State>) -> Result<(), StorageError>,
+    ) -> Result<Seq, StorageError> {
+        let mut st = self.lock();
+        let plan = {
+            let mut planner = Planner::new(&*st, st.last_seq);
+            f(&mut planner)?;
+            planner.finish()
+        };
+        st.commit(plan);
+        self.last_seq.store(st.last_seq, Ordering::Release);
+        Ok(st.last_seq)
+    }
+}
+
+impl Engine for MemEngine {
+    fn get(&self, key: &[u8]) -> Result<Option<Value>, StorageError> {
+        Ok(self.lock().data.get(key).map(|sv| sv.value.clone()))
+    }
+
+    fn apply(&self, mutations: &[Mutation]) -> Result<Seq, StorageError> {
+        for m in mutations {
+            check_mutation(m)?;
+        }
+        self.run(|p| mutations.iter().try_for_each(|m| p.local(m)))
+    }
+
+    fn sync(&self) -> Result<(), StorageError> {
+        Ok(())
+    }
+
+    fn last_seq(&self) -> Seq {
+        self.last_seq.load(Ordering::Acquire)
+    }
+
+    fn scan(
+        &self,
+        range: &KeyRange,
+        after: Option<&[u8]>,
+        limit: usize,
+    ) -> Result<ScanChunk, StorageError> {
+        if limit == 0 {
+            return Err(StorageError::InvalidArgument("scan limit must be > 0"));
+        }
+        let st = self.lock();
+        let mut it = st.live(range, after);
+        let entries: Vec<(Bytes, Value)> = it
+            .by_ref()
+            .take(limit)
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        let next = if entries.len() == limit && it.next().is_some() {
+            entries.last().map(|(k, _)| k.clone())
+        } else {
+            None
+        };
+        Ok(ScanChunk {
+            entries,
+            next,
+            seq: st.last_seq,
+        })
+    }
+
+    fn changes_since(&self, after: Seq, limit: usize) -> Result<Vec<ChangeRecord>, StorageError> {
+        let st = self.lock();
+        if after.saturating_add(1) < st.log_start {
+            return Err(StorageError::LogTruncated {
+                after,
+                log_start: st.log_start,
+            });
+        }
+        if after >= st.last_seq {
+            return Ok(Vec::new());
+        }
+        Ok(st
+            .log
+            .range(after + 1..)
+            .take(limit)
+            .map(|(&seq, m)| ChangeRecord {
+                seq,
+                mutation: m.clone(),
+            })
+            .collect())
+    }
+
+    fn log_start(&self) -> Seq {
+        self.lock().log_start
+    }
+
+    fn truncate_log(&self, upto: Seq) -> Result<(), StorageError> {
+        let mut st = self.lock();
+        let upto = upto.min(st.last_seq);
+        if upto < st.log_start {
+            return Ok(());
+        }
+        st.log = st.log.split_off(&(upto + 1));
+        st.log_start = upto + 1;
+        Ok(())
+    }
+
+    fn delete_range_chunk(&self, range: &KeyRange, limit: usize) -> Result<usize, StorageError> {
+        if limit == 0 {
+            return Err(StorageError::InvalidArgument("delete limit must be > 0"));
+        }
+        let mut st = self.lock();
+        let Some(bounds) = range.bounds_after(None) else {
+            return Ok(0);
+        };
+        let keys: Vec<Bytes> = st
+            .data
+            .range::<[u8], _>(bounds)
+            .map(|(k, _)| k.clone())
+            .take(limit)
+            .collect();
+        let markers: Vec<Bytes> = st
+            .markers
+            .range::<[u8], _>(bounds)
+            .map(|(k, _)| k.clone())
+            .take(limit - keys.len())
+            .collect();
+        for k in &keys {
+            st.data.remove(k);
+        }
+        for k in &markers {
+            st.markers.remove(k);
+        }
+        Ok(keys.len() + markers.len())
+    }
+
+    fn digest(&self, range: &KeyRange) -> Result<(RangeDigest, Seq), StorageError> {
+        let st = self.lock();
+        let mut d = Digester::new();
+        for (k, v) in st.live(range, None) {
+            d.add(k, v);
+        }
+        Ok((d.finish(), st.last_seq))
+    }
+
+    fn range_stats(&self, range: &KeyRange) -> Result<(u64, u64), StorageError> {
+        let st = self.lock();
+        Ok(st.live(range, None).fold((0, 0), |(n, b), (k, v)| {
+            (n + 1, b + (k.len() + v.data.len()) as u64)
+        }))
+    }
+
+    fn apply_foreign(&self, records: &[ChangeRecord]) -> Result<Seq, StorageError> {
+        for r in records {
+            check_mutation(&r.mutation)?;
+        }
+        self.run(|p| records.iter().try_for_each(|r| p.foreign(r)))
+    }
+}

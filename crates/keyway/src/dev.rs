@@ -1,0 +1,65 @@
+//! `keyway dev`: a whole cluster in one process.
+
+use crate::server_cmd::NodeFlags;
+use keyway_cluster::{ClusterSpec, LocalCluster};
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+
+#[derive(clap::Args)]
+pub struct DevArgs {
+    /// Number of nodes.
+    #[arg(long, default_value_t = 3)]
+    nodes: usize,
+    /// RESP port of the first node; node i listens on PORT+i-1.
+    #[arg(long, default_value_t = 7001)]
+    port: u16,
+    /// Admin HTTP port of the first node (`/metrics`, `/map`, `/status`); 0 picks free ports.
+    #[arg(long, default_value_t = 8001)]
+    admin_port: u16,
+    /// Metadata store RPC port (the `--meta keyway://HOST:PORT` other processes use).
+    #[arg(long, default_value_t = 7000)]
+    meta_port: u16,
+    /// Address every listener binds.
+    #[arg(long, default_value = "127.0.0.1")]
+    host: IpAddr,
+    /// Data directory: `meta/` and `node-<i>/` live below it; a restart finds its data there.
+    #[arg(long, default_value = "./keyway-data")]
+    data: PathBuf,
+    /// Partitions per node when the cluster is first created.
+    #[arg(long, default_value_t = 4)]
+    partitions_per_node: u16,
+    #[command(flatten)]
+    node: NodeFlags,
+}
+
+pub async fn run(args: DevArgs) -> anyhow::Result<()> {
+    let spec = ClusterSpec {
+        nodes: args.nodes,
+        first_port: args.port,
+        first_admin_port: args.admin_port,
+        meta_listen: SocketAddr::new(args.host, args.meta_port),
+        data_dir: args.data.clone(),
+        partitions_per_node: args.partitions_per_node,
+        node: args.node.to_config()?,
+    };
+    let cluster = LocalCluster::start(spec).await?;
+    let map = cluster.map().await?;
+    println!("Keyway dev cluster is up: {} nodes, {} partitions, map version {}", cluster.len(), map.partitions.len(), map.version);
+    println!("  metadata store   --meta {}", cluster.meta_url());
+    for i in 0..cluster.len() {
+        if let Some(node) = cluster.node(i) {
+            println!("  node {}  redis://{}  admin http://{}", node.id(), node.resp_addr(), node.admin_addr());
+        }
+    }
+    println!("  data             {}", args.data.display());
+    if let Some(Some(first)) = cluster.resp_addrs().first() {
+        let port = first.rsplit_once(':').map(|(_, p)| p).unwrap_or("7001");
+        println!("Try:  redis-cli -c -p {port} set hello world   then   redis-cli -c -p {port} get hello");
+    }
+    println!("Ctrl-C stops the cluster; starting it again with the same --data finds the data.");
+    crate::shutdown_signal().await;
+    println!("stopping...");
+    cluster.shutdown().await;
+    println!("stopped");
+    Ok(())
+}

@@ -1,0 +1,65 @@
+//! `keyway`: one binary for every Keyway process.
+//!
+//! - `keyway dev`: a metadata store and N nodes in one process, for a laptop.
+//! - `keyway meta`: the embedded metadata store, served over RPC.
+//! - `keyway server`: one storage node.
+
+mod dev;
+mod meta_cmd;
+mod server_cmd;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "keyway", version, about = "Keyway: an elastic, partitioned, durable key-value store")]
+struct Cli {
+    /// Log filter (tracing EnvFilter syntax), e.g. `info` or `keyway_node=debug`.
+    #[arg(long, global = true, env = "KEYWAY_LOG", default_value = "info")]
+    log: String,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run a local cluster: a metadata store and N nodes in one process.
+    Dev(dev::DevArgs),
+    /// Run the embedded metadata store, reachable over RPC at keyway://HOST:PORT.
+    Meta(meta_cmd::MetaArgs),
+    /// Run one storage node.
+    Server(server_cmd::ServerArgs),
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_new(&cli.log)?)
+        .with_writer(std::io::stderr)
+        .init();
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    runtime.block_on(async move {
+        match cli.command {
+            Command::Dev(args) => dev::run(args).await,
+            Command::Meta(args) => meta_cmd::run(args).await,
+            Command::Server(args) => server_cmd::run(args).await,
+        }
+    })
+}
+
+/// Resolves when the process gets Ctrl-C or SIGTERM.
+pub async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .expect("install SIGTERM handler");
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = ctrl_c.await;
+    }
+}

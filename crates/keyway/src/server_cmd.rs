@@ -1,0 +1,99 @@
+//! `keyway server`: one storage node.
+
+use keyway_node::{Durability, EngineKind, Node, NodeConfig};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+/// Node settings shared by `keyway server` and `keyway dev`.
+#[derive(clap::Args)]
+pub struct NodeFlags {
+    /// TOML file with any NodeConfig field; flags given on the command line win.
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// When an acknowledged write is durable: always, group (default), periodic, none.
+    #[arg(long)]
+    durability: Option<Durability>,
+    /// fsync interval for --durability periodic.
+    #[arg(long)]
+    periodic_sync_ms: Option<u64>,
+    /// Storage executor threads.
+    #[arg(long)]
+    executor_threads: Option<usize>,
+    /// Lease time-to-live.
+    #[arg(long)]
+    lease_ttl_ms: Option<u64>,
+    /// Safety margin subtracted from the lease deadline.
+    #[arg(long)]
+    lease_margin_ms: Option<u64>,
+    /// Redis requirepass.
+    #[arg(long, env = "KEYWAY_REQUIREPASS")]
+    requirepass: Option<String>,
+    /// Most client connections per node.
+    #[arg(long)]
+    max_clients: Option<usize>,
+    /// Largest bulk string a request may carry.
+    #[arg(long)]
+    max_bulk_len_bytes: Option<usize>,
+    /// Storage engine: fjall (default) or memory (tests only).
+    #[arg(long)]
+    engine: Option<EngineKind>,
+}
+
+impl NodeFlags {
+    /// The configuration: defaults, then the TOML file, then the flags.
+    pub fn to_config(&self) -> anyhow::Result<NodeConfig> {
+        let mut c = match &self.config {
+            Some(path) => {
+                let text = std::fs::read_to_string(path)
+                    .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", path.display()))?;
+                toml::from_str(&text).map_err(|e| anyhow::anyhow!("invalid config {}: {e}", path.display()))?
+            }
+            None => NodeConfig::default(),
+        };
+        macro_rules! set {
+            ($($field:ident),*) => { $( if let Some(v) = &self.$field { c.$field = v.clone(); } )* };
+        }
+        set!(durability, periodic_sync_ms, executor_threads, lease_ttl_ms, lease_margin_ms, max_clients, max_bulk_len_bytes, engine);
+        if self.requirepass.is_some() {
+            c.requirepass = self.requirepass.clone();
+        }
+        c.validate().map_err(|e| anyhow::anyhow!("invalid configuration: {e}"))?;
+        Ok(c)
+    }
+}
+
+#[derive(clap::Args)]
+pub struct ServerArgs {
+    /// Metadata store URL: keyway://HOST:PORT (a `keyway meta` or `keyway dev`).
+    #[arg(long, env = "KEYWAY_META")]
+    meta: String,
+    /// RESP listen address.
+    #[arg(long, default_value = "127.0.0.1:7001")]
+    listen: SocketAddr,
+    /// Address clients are told to dial, if not the listen address.
+    #[arg(long)]
+    announce: Option<String>,
+    /// Admin HTTP listen address (`/metrics`, `/map`, `/status`).
+    #[arg(long, default_value = "127.0.0.1:8001")]
+    admin_listen: SocketAddr,
+    /// Data directory of this node.
+    #[arg(long, default_value = "./keyway-data/node-1")]
+    data: PathBuf,
+    #[command(flatten)]
+    node: NodeFlags,
+}
+
+pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
+    let mut config = args.node.to_config()?;
+    config.listen = args.listen;
+    config.announce = args.announce;
+    config.admin_listen = args.admin_listen;
+    config.data_dir = args.data;
+    config.validate().map_err(|e| anyhow::anyhow!("invalid configuration: {e}"))?;
+    let meta = keyway_meta::connect(&args.meta).await?;
+    let node = Node::start(config, meta).await?;
+    println!("keyway server {} serving redis://{} (admin http://{})", node.id(), node.resp_addr(), node.admin_addr());
+    crate::shutdown_signal().await;
+    node.shutdown().await;
+    Ok(())
+}

@@ -1,0 +1,167 @@
+//! Test harness pieces shared by the integration tests: run `keyway dev` as
+//! a real process on free ports, wait for it, stop it, and talk RESP to it.
+
+#![allow(dead_code)]
+
+use bytes::{Bytes, BytesMut};
+use keyway_resp::{Frame, Limits, Protocol, ResponseParser, encode};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A `keyway dev` process.
+pub struct DevCluster {
+    pub child: Option<Child>,
+    pub first_port: u16,
+    pub meta_port: u16,
+    pub admin_port: u16,
+    pub nodes: usize,
+    pub data: PathBuf,
+    pub stdout: Vec<String>,
+}
+
+/// `nodes + 1` consecutive free ports for RESP and as many for admin, plus one for meta.
+pub fn free_port_block(count: usize) -> u16 {
+    for _ in 0..200 {
+        let base = 20_000 + (rand::random::<u16>() % 30_000);
+        let all_free = (0..count as u16).all(|i| TcpListener::bind(("127.0.0.1", base + i)).is_ok());
+        if all_free {
+            return base;
+        }
+    }
+    panic!("no block of {count} free ports found");
+}
+
+impl DevCluster {
+    /// Starts `keyway dev` with `nodes` nodes in `data`, waiting until it says it is up.
+    pub fn start(nodes: usize, data: &Path, extra: &[&str]) -> DevCluster {
+        let base = free_port_block(2 * nodes + 1);
+        Self::start_on(nodes, data, base, extra)
+    }
+
+    /// Starts on a known port block (for restarts on the same ports).
+    pub fn start_on(nodes: usize, data: &Path, base: u16, extra: &[&str]) -> DevCluster {
+        let (meta_port, first_port, admin_port) = (base, base + 1, base + 1 + nodes as u16);
+        let mut child = Command::new(env!("CARGO_BIN_EXE_keyway"))
+            .args(["dev", "--nodes", &nodes.to_string()])
+            .args(["--port", &first_port.to_string(), "--admin-port", &admin_port.to_string()])
+            .args(["--meta-port", &meta_port.to_string()])
+            .arg("--data")
+            .arg(data)
+            .args(extra)
+            .env("KEYWAY_LOG", "warn")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn keyway dev");
+        let stdout = child.stdout.take().expect("piped stdout");
+        let mut lines = BufReader::new(stdout).lines();
+        let mut seen = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        for line in lines.by_ref() {
+            let line = line.expect("read keyway dev output");
+            let up = line.starts_with("Ctrl-C stops");
+            seen.push(line);
+            if up {
+                break;
+            }
+            assert!(Instant::now() < deadline, "keyway dev did not come up: {seen:?}");
+        }
+        assert!(seen.iter().any(|l| l.starts_with("Ctrl-C stops")), "keyway dev exited early: {seen:?}");
+        // Keep draining stdout so the process never blocks on a full pipe.
+        std::thread::spawn(move || for _ in lines {});
+        DevCluster { child: Some(child), first_port, meta_port, admin_port, nodes, data: data.to_path_buf(), stdout: seen }
+    }
+
+    pub fn base(&self) -> u16 {
+        self.meta_port
+    }
+
+    pub fn ports(&self) -> Vec<u16> {
+        (0..self.nodes as u16).map(|i| self.first_port + i).collect()
+    }
+
+    /// Ctrl-C, then waits for a clean exit.
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            unsafe_free_sigint(child.id());
+            let deadline = Instant::now() + Duration::from_secs(30);
+            loop {
+                if let Some(status) = child.try_wait().expect("wait keyway dev") {
+                    assert!(status.success(), "keyway dev exited with {status}");
+                    return;
+                }
+                if Instant::now() > deadline {
+                    let _ = child.kill();
+                    panic!("keyway dev did not stop within 30 s of SIGINT");
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+    }
+}
+
+impl Drop for DevCluster {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// Sends SIGINT through the `kill` command (no unsafe code, no libc dependency).
+fn unsafe_free_sigint(pid: u32) {
+    let status = Command::new("kill").args(["-INT", &pid.to_string()]).status().expect("run kill");
+    assert!(status.success());
+}
+
+/// Runs a command and returns its stdout, asserting success.
+pub fn run(cmd: &mut Command) -> String {
+    let out = cmd.output().unwrap_or_else(|e| panic!("run {cmd:?}: {e}"));
+    assert!(out.status.success(), "{cmd:?} failed: {}\n{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// A blocking RESP connection for tests.
+pub struct Resp {
+    pub stream: TcpStream,
+    buf: BytesMut,
+    parser: ResponseParser,
+}
+
+impl Resp {
+    pub fn connect(port: u16) -> Resp {
+        let stream = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+        stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        Resp { stream, buf: BytesMut::new(), parser: ResponseParser::new(Limits::default()) }
+    }
+
+    pub fn send_raw(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        self.stream.write_all(bytes)
+    }
+
+    pub fn cmd(&mut self, args: &[&str]) -> Frame {
+        let mut out = BytesMut::new();
+        let frame = Frame::Array(args.iter().map(|a| Frame::Bulk(Bytes::copy_from_slice(a.as_bytes()))).collect());
+        encode(&frame, Protocol::Resp2, &mut out);
+        self.stream.write_all(&out).expect("write");
+        self.read_reply().expect("reply")
+    }
+
+    pub fn read_reply(&mut self) -> std::io::Result<Frame> {
+        loop {
+            if let Some(frame) = self.parser.parse(&mut self.buf).map_err(|e| std::io::Error::other(e.to_string()))? {
+                return Ok(frame);
+            }
+            let mut chunk = [0u8; 16 * 1024];
+            let n = self.stream.read(&mut chunk)?;
+            if n == 0 {
+                return Err(std::io::ErrorKind::UnexpectedEof.into());
+            }
+            self.buf.extend_from_slice(&chunk[..n]);
+        }
+    }
+}

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Installs everything Keyway's build and tests need beyond the Rust toolchain.
+# Idempotent: safe to run again; it only installs what is missing.
+set -euo pipefail
+
+need_apt=()
+command -v protoc >/dev/null 2>&1 || need_apt+=(protobuf-compiler)
+command -v redis-cli >/dev/null 2>&1 || need_apt+=(redis-tools)
+command -v redis-server >/dev/null 2>&1 || need_apt+=(redis-server)
+command -v redis-benchmark >/dev/null 2>&1 || need_apt+=(redis-tools)
+command -v etcd >/dev/null 2>&1 || need_apt+=(etcd-server)
+
+if [ ${#need_apt[@]} -gt 0 ]; then
+  SUDO=""
+  [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  echo "setup: installing ${need_apt[*]} with apt-get" >&2
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null
+  # Debian starts a redis-server service on install; Keyway's tests start their own.
+  if command -v systemctl >/dev/null 2>&1; then $SUDO systemctl disable --now redis-server >/dev/null 2>&1 || true; fi
+  pkill -x redis-server >/dev/null 2>&1 || true
+fi
+
+PY=${PYTHON:-python3}
+if ! "$PY" -c 'import redis' >/dev/null 2>&1; then
+  echo "setup: installing Python package redis" >&2
+  "$PY" -m pip install -q 'redis>=5,<7'
+fi
+
+if ! command -v cargo-nextest >/dev/null 2>&1 && [ -n "${KEYWAY_WANT_NEXTEST:-}" ]; then
+  cargo install --locked cargo-nextest
+fi
+echo "setup: ok (protoc $(protoc --version | cut -d' ' -f2), $(redis-cli --version | cut -d' ' -f1-2), python redis $("$PY" -c 'import redis; print(redis.__version__)'))" >&2

@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# Keyway's full test suite, from a fresh clone: installs what the tests need
+# beyond cargo (scripts/setup.sh, idempotent), then runs every test.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+export RUST_BACKTRACE=1
+# Integration tests spawn clusters; two at a time keeps a 2-core machine responsive.
+cargo test --workspace --locked -- --test-threads="${KEYWAY_TEST_THREADS:-2}"
