@@ -46,14 +46,16 @@ until grep -q 'Ctrl-C stops' "$WORK/keyway.out" 2>/dev/null; do
   kill -0 $KW_PID 2>/dev/null || { cat "$WORK/keyway.out"; exit 1; }; sleep 0.05
 done
 
-run() { # port -> "test ops p50" lines
+run() { # port -> lines "TEST ops/s p50_ms p99_ms"
   redis-benchmark --cluster -p "$1" -t set,get -n "$N" -c "$C" -P "$P" --csv 2>/dev/null \
-    | awk -F'","' 'NR>1 { gsub(/"/,""); print $1, $2, $4 }'
+    | tr -d '\r' | grep -E '^"(SET|GET)"' | tr -d '"' | awk -F, '{ print $1, $2, $5, $7 }'
 }
 echo "redis-benchmark --cluster -t set,get -n $N -c $C -P $P; Redis appendfsync $FSYNC vs Keyway durability $KW_DUR"
 R=$(run $RPORT); K=$(run $KPORT)
-printf '%-5s %14s %14s %8s %12s %12s\n' test redis_ops/s keyway_ops/s ratio redis_p50ms keyway_p50ms
-join <(echo "$R" | sort) <(echo "$K" | sort) | while read -r t rops rp50 kops kp50; do
-  ratio=$(awk -v a="$kops" -v b="$rops" 'BEGIN { printf "%.2f", a/b }')
-  printf '%-5s %14s %14s %8s %12s %12s\n' "$t" "$rops" "$kops" "$ratio" "$rp50" "$kp50"
+printf '%-5s %13s %13s %7s %12s %12s %12s %12s\n' test redis_ops/s keyway_ops/s ratio redis_p50ms keyway_p50ms redis_p99ms keyway_p99ms
+for t in SET GET; do
+  read -r _ rops rp50 rp99 <<<"$(echo "$R" | grep "^$t ")"
+  read -r _ kops kp50 kp99 <<<"$(echo "$K" | grep "^$t ")"
+  ratio=$(awk -v a="$kops" -v b="$rops" 'BEGIN { if (b > 0) printf "%.2f", a/b; else print "n/a" }')
+  printf '%-5s %13s %13s %7s %12s %12s %12s %12s\n' "$t" "$rops" "$kops" "$ratio" "$rp50" "$kp50" "$rp99" "$kp99"
 done

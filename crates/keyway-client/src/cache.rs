@@ -8,7 +8,8 @@
 
 use bytes::Bytes;
 use keyway_map::{
-    Epoch, KeyspaceId, NodeId, NodeInfo, NodeState, PartitionId, PartitionMap, PartitionRecord, PartitionState, from_hex,
+    Epoch, KeyspaceId, NodeId, NodeInfo, NodeState, PartitionId, PartitionMap, PartitionRecord,
+    PartitionState, from_hex,
 };
 use std::sync::{Arc, RwLock};
 
@@ -45,7 +46,10 @@ pub fn parse_kwmoved(msg: &str) -> Option<KwMoved> {
         epoch,
         state: PartitionState::Active,
     };
-    Some(KwMoved { partition, owner_addr })
+    Some(KwMoved {
+        partition,
+        owner_addr,
+    })
 }
 
 fn overlaps(a: &PartitionRecord, b: &PartitionRecord) -> bool {

@@ -33,7 +33,10 @@ pub enum ClientError {
     #[error("cannot reach any node: {0}")]
     Unreachable(String),
     #[error("connection to {addr}: {source}")]
-    Io { addr: String, source: std::io::Error },
+    Io {
+        addr: String,
+        source: std::io::Error,
+    },
     #[error("protocol error from {addr}: {why}")]
     Protocol { addr: String, why: String },
     #[error("server error: {0}")]
@@ -55,7 +58,10 @@ pub struct ClientConfig {
 
 impl Default for ClientConfig {
     fn default() -> Self {
-        ClientConfig { max_redirects: 5, request_timeout_ms: 5_000 }
+        ClientConfig {
+            max_redirects: 5,
+            request_timeout_ms: 5_000,
+        }
     }
 }
 
@@ -101,11 +107,22 @@ impl Client {
 
     /// Reloads the whole map from the seeds, then from any known node.
     pub async fn refresh(&self) -> Result<(), ClientError> {
-        self.stats.lock().unwrap_or_else(|e| e.into_inner()).map_refreshes += 1;
-        let known: Vec<String> = self.map().nodes.values().map(|n| n.resp_addr.clone()).collect();
+        self.stats
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .map_refreshes += 1;
+        let known: Vec<String> = self
+            .map()
+            .nodes
+            .values()
+            .map(|n| n.resp_addr.clone())
+            .collect();
         let mut last_err = String::from("no seeds");
         for addr in self.seeds.iter().chain(known.iter()) {
-            match self.request(addr, vec![Bytes::from_static(b"KW.MAP")]).await {
+            match self
+                .request(addr, vec![Bytes::from_static(b"KW.MAP")])
+                .await
+            {
                 Ok(Frame::Bulk(bytes)) => match keyway_map::decode_map(&bytes) {
                     Ok(map) => {
                         let mut cached = self.map.write().unwrap_or_else(|e| e.into_inner());
@@ -157,7 +174,11 @@ impl Client {
             let (pid, epoch, addr) = {
                 let map = self.map();
                 let p = map.locate_slot(DEFAULT_KEYSPACE, slot);
-                match p.and_then(|p| map.nodes.get(&p.owner).map(|n| (p.id, p.epoch, n.resp_addr.clone()))) {
+                match p.and_then(|p| {
+                    map.nodes
+                        .get(&p.owner)
+                        .map(|n| (p.id, p.epoch, n.resp_addr.clone()))
+                }) {
                     Some(route) => route,
                     None => {
                         self.refresh().await?;
@@ -171,7 +192,10 @@ impl Client {
                 Bytes::from(epoch.0.to_string()),
             ];
             req.extend(args.iter().map(|a| Bytes::copy_from_slice(a)));
-            self.stats.lock().unwrap_or_else(|e| e.into_inner()).requests += 1;
+            self.stats
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .requests += 1;
             let reply = match self.request(&addr, req).await {
                 Ok(reply) => reply,
                 Err(ClientError::Io { .. }) => {
@@ -183,14 +207,22 @@ impl Client {
             };
             match &reply {
                 Frame::Error(msg) if msg.starts_with("KWMOVED ") => {
-                    self.stats.lock().unwrap_or_else(|e| e.into_inner()).rejections += 1;
+                    self.stats
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .rejections += 1;
                     match parse_kwmoved(msg) {
                         Some(moved) => cache::patch(&self.map, moved),
                         None => self.refresh().await?,
                     }
                 }
-                Frame::Error(msg) if msg.starts_with("MOVED ") || msg.starts_with("CLUSTERDOWN") => {
-                    self.stats.lock().unwrap_or_else(|e| e.into_inner()).rejections += 1;
+                Frame::Error(msg)
+                    if msg.starts_with("MOVED ") || msg.starts_with("CLUSTERDOWN") =>
+                {
+                    self.stats
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .rejections += 1;
                     if msg.starts_with("CLUSTERDOWN") {
                         tokio::time::sleep(Duration::from_millis(50)).await;
                     }
@@ -203,13 +235,19 @@ impl Client {
     }
 
     fn forget(&self, addr: &str) {
-        self.conns.lock().unwrap_or_else(|e| e.into_inner()).remove(addr);
+        self.conns
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(addr);
     }
 
     async fn request(&self, addr: &str, args: Vec<Bytes>) -> Result<Frame, ClientError> {
         let conn = {
             let mut conns = self.conns.lock().unwrap_or_else(|e| e.into_inner());
-            conns.entry(addr.to_string()).or_insert_with(|| Arc::new(tokio::sync::Mutex::new(conn::Conn::new(addr)))).clone()
+            conns
+                .entry(addr.to_string())
+                .or_insert_with(|| Arc::new(tokio::sync::Mutex::new(conn::Conn::new(addr))))
+                .clone()
         };
         let mut conn = conn.lock().await;
         let timeout = Duration::from_millis(self.config.request_timeout_ms);
@@ -217,7 +255,10 @@ impl Client {
             Ok(result) => result,
             Err(_) => {
                 conn.reset();
-                Err(ClientError::Io { addr: addr.into(), source: std::io::ErrorKind::TimedOut.into() })
+                Err(ClientError::Io {
+                    addr: addr.into(),
+                    source: std::io::ErrorKind::TimedOut.into(),
+                })
             }
         }
     }

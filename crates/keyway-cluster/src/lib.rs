@@ -26,7 +26,10 @@ pub enum ClusterError {
     #[error("node {index}: {source}")]
     Node { index: usize, source: NodeError },
     #[error("cannot bind the metadata store on {addr}: {source}")]
-    Bind { addr: SocketAddr, source: std::io::Error },
+    Bind {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
     #[error("no node {0}")]
     NoSuchNode(usize),
     #[error("cluster not serving after {0:?}: {1}")]
@@ -90,7 +93,10 @@ impl ClusterSpec {
         if self.nodes * self.partitions_per_node as usize > keyway_map::SLOT_COUNT as usize {
             return Err("nodes * partitions_per_node must be at most 16384".into());
         }
-        for (name, first) in [("port", self.first_port), ("admin port", self.first_admin_port)] {
+        for (name, first) in [
+            ("port", self.first_port),
+            ("admin port", self.first_admin_port),
+        ] {
             if first != 0 && first as usize + self.nodes > 65536 {
                 return Err(format!("{name} range {first}+{} exceeds 65535", self.nodes));
             }
@@ -114,13 +120,22 @@ impl LocalCluster {
     /// Starts the metadata store and every node, bootstraps the map if the
     /// data directory is new, and waits until every node serves.
     pub async fn start(spec: ClusterSpec) -> Result<Self, ClusterError> {
-        spec.validate().map_err(|e| ClusterError::Node { index: 0, source: NodeError::Config(e) })?;
+        spec.validate().map_err(|e| ClusterError::Node {
+            index: 0,
+            source: NodeError::Config(e),
+        })?;
         let store = EmbeddedMeta::open(&spec.data_dir.join("meta"), EmbeddedOptions::default())?;
         let meta: Arc<dyn MetaStore> = Arc::new(store);
         let listener = TcpListener::bind(spec.meta_listen)
             .await
-            .map_err(|source| ClusterError::Bind { addr: spec.meta_listen, source })?;
-        let meta_addr = listener.local_addr().map_err(|source| ClusterError::Bind { addr: spec.meta_listen, source })?;
+            .map_err(|source| ClusterError::Bind {
+                addr: spec.meta_listen,
+                source,
+            })?;
+        let meta_addr = listener.local_addr().map_err(|source| ClusterError::Bind {
+            addr: spec.meta_listen,
+            source,
+        })?;
         let (stop_tx, stop_rx) = oneshot::channel();
         let served = meta.clone();
         let meta_task = tokio::spawn(async move {
@@ -144,7 +159,10 @@ impl LocalCluster {
         for i in 0..cluster.spec.nodes {
             cluster.start_node(i).await?;
         }
-        cluster.meta.bootstrap_if_empty(cluster.spec.nodes, cluster.spec.partitions_per_node).await?;
+        cluster
+            .meta
+            .bootstrap_if_empty(cluster.spec.nodes, cluster.spec.partitions_per_node)
+            .await?;
         cluster.wait_serving(Duration::from_secs(30)).await?;
         Ok(cluster)
     }
@@ -161,7 +179,10 @@ impl LocalCluster {
 
     /// RESP addresses of the running nodes (None for stopped ones).
     pub fn resp_addrs(&self) -> Vec<Option<String>> {
-        self.nodes.iter().map(|n| n.as_ref().map(|n| n.resp_addr().to_string())).collect()
+        self.nodes
+            .iter()
+            .map(|n| n.as_ref().map(|n| n.resp_addr().to_string()))
+            .collect()
     }
 
     /// The running node at `index`.
@@ -180,7 +201,11 @@ impl LocalCluster {
 
     /// Starts node `index` (again), on the same port and data directory.
     pub async fn start_node(&mut self, index: usize) -> Result<(), ClusterError> {
-        let config = self.configs.get(index).cloned().ok_or(ClusterError::NoSuchNode(index))?;
+        let config = self
+            .configs
+            .get(index)
+            .cloned()
+            .ok_or(ClusterError::NoSuchNode(index))?;
         let node = Node::start(config, self.meta.clone())
             .await
             .map_err(|source| ClusterError::Node { index, source })?;
@@ -198,7 +223,11 @@ impl LocalCluster {
 
     /// Stops node `index` gracefully.
     pub async fn stop_node(&mut self, index: usize) -> Result<(), ClusterError> {
-        let node = self.nodes.get_mut(index).ok_or(ClusterError::NoSuchNode(index))?.take();
+        let node = self
+            .nodes
+            .get_mut(index)
+            .ok_or(ClusterError::NoSuchNode(index))?
+            .take();
         if let Some(node) = node {
             node.shutdown().await;
         }
@@ -219,7 +248,9 @@ impl LocalCluster {
             let why = self.not_serving_reason().await;
             match why {
                 None => return Ok(()),
-                Some(why) if Instant::now() >= deadline => return Err(ClusterError::NotServing(timeout, why)),
+                Some(why) if Instant::now() >= deadline => {
+                    return Err(ClusterError::NotServing(timeout, why));
+                }
                 Some(_) => tokio::time::sleep(Duration::from_millis(20)).await,
             }
         }
@@ -252,7 +283,10 @@ impl LocalCluster {
 
     /// Node ids in start order (None for a node never started).
     pub fn node_ids(&self) -> Vec<Option<NodeId>> {
-        self.nodes.iter().map(|n| n.as_ref().map(|n| n.id())).collect()
+        self.nodes
+            .iter()
+            .map(|n| n.as_ref().map(|n| n.id()))
+            .collect()
     }
 
     /// Stops every node, then the metadata store.

@@ -37,6 +37,9 @@ use tokio::time::Instant;
 /// The lock file's name inside the store directory.
 pub const LOCK_FILE: &str = "meta.lock";
 
+/// How long `open` waits for a lock held by a store that is shutting down.
+const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
+
 /// Tuning of an [`EmbeddedMeta`].
 #[derive(Clone, Debug)]
 pub struct EmbeddedOptions {
@@ -103,13 +106,24 @@ impl EmbeddedMeta {
             .write(true)
             .open(dir.join(LOCK_FILE))
             .map_err(|e| io("open lock file in", e))?;
-        lock.try_lock().map_err(|e| match e {
-            std::fs::TryLockError::WouldBlock => MetaError::Unavailable(format!(
-                "metadata store {} is already open (locked by another store)",
-                dir.display()
-            )),
-            std::fs::TryLockError::Error(e) => io("lock", e),
-        })?;
+        // A store dropped a moment ago may still be finishing a spawned
+        // mutation or reaper step that holds the lock: wait a bounded time.
+        let give_up = std::time::Instant::now() + LOCK_WAIT;
+        loop {
+            match lock.try_lock() {
+                Ok(()) => break,
+                Err(std::fs::TryLockError::WouldBlock) if std::time::Instant::now() < give_up => {
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                }
+                Err(std::fs::TryLockError::WouldBlock) => {
+                    return Err(MetaError::Unavailable(format!(
+                        "metadata store {} is already open (locked by another store)",
+                        dir.display()
+                    )));
+                }
+                Err(std::fs::TryLockError::Error(e)) => return Err(io("lock", e)),
+            }
+        }
         let state = State::load(dir, opts.history_versions, Instant::now())?;
         let (events, _) = broadcast::channel(opts.watch_capacity.max(1));
         let store = EmbeddedMeta {

@@ -13,7 +13,11 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 /// Serves the admin routes until shutdown.
-pub async fn serve(shared: Arc<Shared>, listener: TcpListener, mut shutdown: watch::Receiver<bool>) {
+pub async fn serve(
+    shared: Arc<Shared>,
+    listener: TcpListener,
+    mut shutdown: watch::Receiver<bool>,
+) {
     let app = Router::new()
         .route("/metrics", get(metrics))
         .route("/map", get(map))
@@ -22,16 +26,25 @@ pub async fn serve(shared: Arc<Shared>, listener: TcpListener, mut shutdown: wat
     let stop = async move {
         let _ = shutdown.changed().await;
     };
-    if let Err(err) = axum::serve(listener, app).with_graceful_shutdown(stop).await {
+    if let Err(err) = axum::serve(listener, app)
+        .with_graceful_shutdown(stop)
+        .await
+    {
         tracing::error!(%err, "admin HTTP server failed");
     }
 }
 
 async fn metrics(State(shared): State<Arc<Shared>>) -> impl IntoResponse {
     crate::watcher::publish_gauges(&shared);
-    shared.metrics.lease_remaining_ms.set(shared.routing.lease_remaining_ms() as i64);
+    shared
+        .metrics
+        .lease_remaining_ms
+        .set(shared.routing.lease_remaining_ms() as i64);
     (
-        [(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")],
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
         shared.metrics.encode(),
     )
 }

@@ -16,7 +16,10 @@ pub struct SystemClock;
 
 impl Clock for SystemClock {
     fn unix_ms(&self) -> u64 {
-        SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_millis() as u64)
+            .unwrap_or(0)
     }
     fn now(&self) -> Instant {
         Instant::now()

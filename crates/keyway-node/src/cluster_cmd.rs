@@ -6,7 +6,9 @@
 
 use crate::server::Shared;
 use bytes::Bytes;
-use keyway_map::{DEFAULT_KEYSPACE, NodeId, NodeInfo, NodeState, PartitionMap, SLOT_COUNT, key_hash_slot};
+use keyway_map::{
+    DEFAULT_KEYSPACE, NodeId, NodeInfo, NodeState, PartitionMap, SLOT_COUNT, key_hash_slot,
+};
 use keyway_resp::Frame;
 use keyway_storage::KeyRange;
 use std::sync::Arc;
@@ -31,15 +33,19 @@ pub async fn cluster(shared: &Arc<Shared>, args: &[Bytes]) -> Frame {
             None => Frame::Error("ERR Invalid slot".into()),
         },
         "GETKEYSINSLOT" if arity(4) => {
-            let count = std::str::from_utf8(&args[3]).ok().and_then(|s| s.parse::<usize>().ok());
+            let count = std::str::from_utf8(&args[3])
+                .ok()
+                .and_then(|s| s.parse::<usize>().ok());
             match (parse_slot(&args[2]), count) {
                 (Some(slot), Some(count)) => keys_in_slot(shared, slot, count).await,
                 _ => Frame::Error("ERR Invalid slot or number of keys".into()),
             }
         }
-        "SLOTS" | "SHARDS" | "NODES" | "INFO" | "MYID" | "KEYSLOT" | "COUNTKEYSINSLOT" | "GETKEYSINSLOT" => {
-            Frame::Error(format!("ERR wrong number of arguments for 'cluster|{}' command", sub.to_lowercase()))
-        }
+        "SLOTS" | "SHARDS" | "NODES" | "INFO" | "MYID" | "KEYSLOT" | "COUNTKEYSINSLOT"
+        | "GETKEYSINSLOT" => Frame::Error(format!(
+            "ERR wrong number of arguments for 'cluster|{}' command",
+            sub.to_lowercase()
+        )),
         _ => Frame::Error(format!(
             "ERR unknown subcommand '{}'. Try CLUSTER HELP.",
             String::from_utf8_lossy(&args[1])
@@ -48,7 +54,11 @@ pub async fn cluster(shared: &Arc<Shared>, args: &[Bytes]) -> Frame {
 }
 
 fn parse_slot(arg: &[u8]) -> Option<u16> {
-    std::str::from_utf8(arg).ok()?.parse::<u16>().ok().filter(|s| *s < SLOT_COUNT)
+    std::str::from_utf8(arg)
+        .ok()?
+        .parse::<u16>()
+        .ok()
+        .filter(|s| *s < SLOT_COUNT)
 }
 
 /// Runs of `(first_slot, last_slot, owner)` over the default keyspace, merged
@@ -99,7 +109,11 @@ fn shards(map: &PartitionMap) -> Frame {
             .flat_map(|r| [Frame::Integer(r.0 as i64), Frame::Integer(r.1 as i64)])
             .collect();
         let (host, port) = n.resp_host_port();
-        let health = if n.state == NodeState::Up { "online" } else { "failed" };
+        let health = if n.state == NodeState::Up {
+            "online"
+        } else {
+            "failed"
+        };
         let node = Frame::Map(vec![
             (Frame::bulk("id"), Frame::bulk(n.id.to_string())),
             (Frame::bulk("port"), Frame::Integer(port as i64)),
@@ -123,11 +137,19 @@ pub fn nodes(map: &PartitionMap, me: NodeId) -> String {
     let mut out = String::new();
     for n in map.nodes.values() {
         let (host, port) = n.resp_host_port();
-        let mut flags = if n.id == me { "myself,master".to_string() } else { "master".to_string() };
+        let mut flags = if n.id == me {
+            "myself,master".to_string()
+        } else {
+            "master".to_string()
+        };
         if n.state == NodeState::Down {
             flags.push_str(",fail");
         }
-        let link = if n.state == NodeState::Up { "connected" } else { "disconnected" };
+        let link = if n.state == NodeState::Up {
+            "connected"
+        } else {
+            "disconnected"
+        };
         out.push_str(&format!(
             "{} {host}:{port}@{} {flags} - 0 0 {} {link}",
             n.id,
@@ -150,7 +172,11 @@ fn info(map: &PartitionMap, shared: &Shared) -> Frame {
     let ranges = slot_ranges(map);
     let assigned: u32 = ranges.iter().map(|r| (r.1 - r.0) as u32 + 1).sum();
     let ok = assigned == SLOT_COUNT as u32 && shared.routing.lease_valid();
-    let size = map.nodes.keys().filter(|id| ranges.iter().any(|r| r.2 == **id)).count();
+    let size = map
+        .nodes
+        .keys()
+        .filter(|id| ranges.iter().any(|r| r.2 == **id))
+        .count();
     let text = format!(
         "cluster_state:{}\r\ncluster_slots_assigned:{assigned}\r\ncluster_slots_ok:{assigned}\r\ncluster_slots_pfail:0\r\ncluster_slots_fail:0\r\ncluster_known_nodes:{}\r\ncluster_size:{size}\r\ncluster_current_epoch:{}\r\ncluster_my_epoch:{}\r\ncluster_stats_messages_sent:0\r\ncluster_stats_messages_received:0\r\ntotal_cluster_links_buffer_limit_exceeded:0\r\n",
         if ok { "ok" } else { "fail" },
@@ -158,7 +184,10 @@ fn info(map: &PartitionMap, shared: &Shared) -> Frame {
         map.version,
         map.version,
     );
-    Frame::Verbatim { format: *b"txt", text: Bytes::from(text) }
+    Frame::Verbatim {
+        format: *b"txt",
+        text: Bytes::from(text),
+    }
 }
 
 /// The storage range holding one slot of the default keyspace.
@@ -169,7 +198,10 @@ pub fn slot_range(slot: u16) -> KeyRange {
         SLOT_COUNT => (ks + 1).to_be_bytes().to_vec(),
         next => [&ks.to_be_bytes()[..], &next.to_be_bytes()[..]].concat(),
     };
-    KeyRange { start: Bytes::from(start), end: Some(Bytes::from(end)) }
+    KeyRange {
+        start: Bytes::from(start),
+        end: Some(Bytes::from(end)),
+    }
 }
 
 async fn count_keys_in_slot(shared: &Arc<Shared>, slot: u16) -> Frame {
@@ -191,7 +223,10 @@ async fn keys_in_slot(shared: &Arc<Shared>, slot: u16, count: usize) -> Frame {
             chunk
                 .entries
                 .into_iter()
-                .filter_map(|(k, _)| k.get(6..).map(|user| Frame::Bulk(Bytes::copy_from_slice(user))))
+                .filter_map(|(k, _)| {
+                    k.get(6..)
+                        .map(|user| Frame::Bulk(Bytes::copy_from_slice(user)))
+                })
                 .collect(),
         ),
         Ok(Err(e)) => Frame::Error(format!("ERR storage error: {e}")),

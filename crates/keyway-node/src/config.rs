@@ -29,7 +29,9 @@ impl FromStr for Durability {
             "group" => Ok(Durability::Group),
             "periodic" => Ok(Durability::Periodic),
             "none" => Ok(Durability::None),
-            other => Err(format!("unknown durability '{other}' (expected always, group, periodic or none)")),
+            other => Err(format!(
+                "unknown durability '{other}' (expected always, group, periodic or none)"
+            )),
         }
     }
 }
@@ -50,7 +52,9 @@ impl FromStr for EngineKind {
         match s {
             "fjall" => Ok(EngineKind::Fjall),
             "memory" => Ok(EngineKind::Memory),
-            other => Err(format!("unknown engine '{other}' (expected fjall or memory)")),
+            other => Err(format!(
+                "unknown engine '{other}' (expected fjall or memory)"
+            )),
         }
     }
 }
@@ -153,7 +157,10 @@ impl NodeConfig {
             return Err("periodic_sync_ms must be greater than 0 with periodic durability".into());
         }
         if let Some(addr) = &self.announce
-            && addr.rsplit_once(':').and_then(|(_, p)| p.parse::<u16>().ok()).is_none()
+            && addr
+                .rsplit_once(':')
+                .and_then(|(_, p)| p.parse::<u16>().ok())
+                .is_none()
         {
             return Err(format!("announce address '{addr}' must be host:port"));
         }
@@ -178,11 +185,23 @@ mod tests {
     #[test]
     fn default_is_valid_and_bad_limits_are_named() {
         NodeConfig::default().validate().unwrap();
-        let c = NodeConfig { max_clients: 0, ..NodeConfig::default() };
-        assert_eq!(c.validate().unwrap_err(), "max_clients must be greater than 0");
-        let c = NodeConfig { lease_margin_ms: 20_000, ..NodeConfig::default() };
+        let c = NodeConfig {
+            max_clients: 0,
+            ..NodeConfig::default()
+        };
+        assert_eq!(
+            c.validate().unwrap_err(),
+            "max_clients must be greater than 0"
+        );
+        let c = NodeConfig {
+            lease_margin_ms: 20_000,
+            ..NodeConfig::default()
+        };
         assert!(c.validate().unwrap_err().contains("lease_margin_ms"));
-        let c = NodeConfig { announce: Some("nope".into()), ..NodeConfig::default() };
+        let c = NodeConfig {
+            announce: Some("nope".into()),
+            ..NodeConfig::default()
+        };
         assert!(c.validate().unwrap_err().contains("announce"));
         assert!("sometimes".parse::<Durability>().is_err());
         assert_eq!("group".parse::<Durability>(), Ok(Durability::Group));

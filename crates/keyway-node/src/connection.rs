@@ -30,8 +30,13 @@ enum Pending {
 }
 
 /// Serves one client until it quits, errs, or the node shuts down.
-pub async fn serve(shared: Arc<Shared>, mut stream: TcpStream, peer: SocketAddr, mut shutdown: watch::Receiver<bool>) {
-    shared.clients.fetch_add(1, Ordering::SeqCst);
+pub async fn serve(
+    shared: Arc<Shared>,
+    mut stream: TcpStream,
+    peer: SocketAddr,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    // The accept loop already counted this connection in `shared.clients`.
     shared.metrics.connections.inc();
     let id = shared.next_client_id.fetch_add(1, Ordering::SeqCst);
     let mut session = Session::new(id, shared.config.requirepass.is_some(), peer.to_string());
@@ -68,7 +73,9 @@ pub async fn serve(shared: Arc<Shared>, mut stream: TcpStream, peer: SocketAddr,
             for p in pending {
                 let (frame, proto) = match p {
                     Pending::Ready(frame, proto) => (frame, proto),
-                    Pending::Waiting(rx, proto) => (rx.await.unwrap_or_else(|_| shutting_down()), proto),
+                    Pending::Waiting(rx, proto) => {
+                        (rx.await.unwrap_or_else(|_| shutting_down()), proto)
+                    }
                 };
                 encode(&frame, proto, &mut outbuf);
             }
@@ -110,6 +117,8 @@ fn shutting_down() -> Frame {
 
 /// Answers a connection over `max_clients` and closes it, as Redis does.
 pub async fn refuse(mut stream: TcpStream) {
-    let _ = stream.write_all(b"-ERR max number of clients reached\r\n").await;
+    let _ = stream
+        .write_all(b"-ERR max number of clients reached\r\n")
+        .await;
     let _ = stream.shutdown().await;
 }

@@ -19,8 +19,8 @@ use crate::config::Durability;
 use crate::metrics::Metrics;
 use keyway_resp::Frame;
 use keyway_storage::Engine;
-use std::sync::{Arc, Mutex, RwLock};
 use std::sync::mpsc as std_mpsc;
+use std::sync::{Arc, Mutex, RwLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot};
@@ -87,13 +87,23 @@ impl Executor {
             let handle = std::thread::Builder::new()
                 .name(format!("kw-exec-{i}"))
                 .spawn(move || {
-                    shard_loop(&*engine, durability, max_group_commands, rx, group_tx, &metrics)
+                    shard_loop(
+                        &*engine,
+                        durability,
+                        max_group_commands,
+                        rx,
+                        group_tx,
+                        &metrics,
+                    )
                 })
                 .expect("spawn executor thread");
             shards.push(tx);
             handles.push(handle);
         }
-        Executor { shards: RwLock::new(shards), threads: Mutex::new(handles) }
+        Executor {
+            shards: RwLock::new(shards),
+            threads: Mutex::new(handles),
+        }
     }
 
     /// Runs `task` on the thread owning `slot` and waits for its released reply.
@@ -115,14 +125,20 @@ impl Executor {
             }
             shards[slot as usize % shards.len()].clone()
         };
-        shard.send(Job { task, reply: tx }).await.map_err(|_| shutting_down())?;
+        shard
+            .send(Job { task, reply: tx })
+            .await
+            .map_err(|_| shutting_down())?;
         Ok(rx)
     }
 
     /// Stops accepting work, finishes what is queued, syncs, and joins the threads.
     /// Blocks: call it from a blocking context.
     pub fn shutdown(&self) {
-        self.shards.write().unwrap_or_else(|e| e.into_inner()).clear();
+        self.shards
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
         let handles = std::mem::take(&mut *self.threads.lock().unwrap_or_else(|e| e.into_inner()));
         for handle in handles {
             let _ = handle.join();
@@ -143,7 +159,10 @@ fn shard_loop(
     metrics: &Metrics,
 ) {
     while let Some(first) = rx.blocking_recv() {
-        let mut group = Group { replies: Vec::with_capacity(16), needs_sync: false };
+        let mut group = Group {
+            replies: Vec::with_capacity(16),
+            needs_sync: false,
+        };
         let mut next = Some(first);
         while let Some(job) = next {
             let mut out = (job.task)(engine);
@@ -153,7 +172,11 @@ fn shard_loop(
             }
             group.needs_sync |= out.wrote;
             group.replies.push((job.reply, out.reply));
-            next = if group.replies.len() < max_group { rx.try_recv().ok() } else { None };
+            next = if group.replies.len() < max_group {
+                rx.try_recv().ok()
+            } else {
+                None
+            };
         }
         match durability {
             Durability::Group => {
@@ -196,10 +219,15 @@ fn syncer_loop(
             // Nothing in these groups may be acknowledged: a reply could
             // report a write, or a read of a write, that is not durable.
             for group in &mut groups {
-                group.replies.iter_mut().for_each(|(_, frame)| *frame = fsync_failed());
+                group
+                    .replies
+                    .iter_mut()
+                    .for_each(|(_, frame)| *frame = fsync_failed());
             }
         }
-        metrics.group_commit_size.observe(groups.iter().map(|g| g.replies.len()).sum::<usize>() as f64);
+        metrics
+            .group_commit_size
+            .observe(groups.iter().map(|g| g.replies.len()).sum::<usize>() as f64);
         groups.into_iter().for_each(|g| release(g.replies));
         if durability == Durability::Periodic && last_sync.elapsed() >= period {
             sync_now(engine, metrics);
@@ -214,7 +242,9 @@ fn syncer_loop(
 fn sync_now(engine: &dyn Engine, metrics: &Metrics) -> bool {
     let started = Instant::now();
     let result = engine.sync();
-    metrics.fsync_seconds.observe(started.elapsed().as_secs_f64());
+    metrics
+        .fsync_seconds
+        .observe(started.elapsed().as_secs_f64());
     if let Err(err) = &result {
         tracing::error!(%err, "fsync failed");
         metrics.fsync_errors.inc();

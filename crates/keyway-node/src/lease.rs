@@ -24,7 +24,11 @@ pub async fn start(shared: &Arc<Shared>, tasks: &mut JoinSet<()>, shutdown: watc
 /// Revokes the lease at shutdown so the store need not wait for it to expire.
 pub async fn release(shared: &Shared) {
     shared.routing.revoke_lease();
-    let lease = shared.lease_id.lock().unwrap_or_else(|e| e.into_inner()).take();
+    let lease = shared
+        .lease_id
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .take();
     if let Some(lease) = lease {
         let _ = tokio::time::timeout(Duration::from_secs(2), shared.meta.revoke_lease(lease)).await;
     }
@@ -38,8 +42,16 @@ async fn keep(shared: Arc<Shared>, mut shutdown: watch::Receiver<bool>) {
     loop {
         let sent = shared.clock.now();
         let outcome = match lease {
-            None => shared.meta.grant_lease(shared.me, ttl_ms).await.map(|id| (id, ttl_ms)),
-            Some(id) => shared.meta.keep_alive(id).await.map(|granted| (id, granted)),
+            None => shared
+                .meta
+                .grant_lease(shared.me, ttl_ms)
+                .await
+                .map(|id| (id, ttl_ms)),
+            Some(id) => shared
+                .meta
+                .keep_alive(id)
+                .await
+                .map(|granted| (id, granted)),
         };
         let wait = match outcome {
             Ok((id, granted_ms)) => {
@@ -61,7 +73,10 @@ async fn keep(shared: Arc<Shared>, mut shutdown: watch::Receiver<bool>) {
                 retry_every
             }
         };
-        shared.metrics.lease_remaining_ms.set(shared.routing.lease_remaining_ms() as i64);
+        shared
+            .metrics
+            .lease_remaining_ms
+            .set(shared.routing.lease_remaining_ms() as i64);
         tokio::select! {
             _ = tokio::time::sleep(wait) => {}
             _ = shutdown.changed() => return,

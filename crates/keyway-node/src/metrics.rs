@@ -59,18 +59,66 @@ impl Metrics {
         };
         {
             let mut r = m.registry.lock().expect("fresh mutex");
-            r.register("commands", "Commands executed on storage threads", m.commands.clone());
-            r.register("rejections", "Requests rejected by the ownership check, by kind", m.rejections.clone());
-            r.register("protocol_errors", "Malformed requests (connection closed)", m.protocol_errors.clone());
-            r.register("connections", "Open client connections", m.connections.clone());
-            r.register("connections_refused", "Connections refused at max_clients", m.connections_refused.clone());
-            r.register("fsync_seconds", "Duration of one storage fsync", m.fsync_seconds.clone());
-            r.register("fsync_errors", "Failed storage fsyncs", m.fsync_errors.clone());
-            r.register("group_commit_commands", "Commands released per group fsync", m.group_commit_size.clone());
-            r.register("map_version", "Version of the partition map this node routes by", m.map_version.clone());
-            r.register("partitions_owned", "Partitions this node owns in its map", m.partitions_owned.clone());
-            r.register("lease_remaining_ms", "Milliseconds left on this node's lease", m.lease_remaining_ms.clone());
-            r.register("lease_renewal_failures", "Lease renewals that failed", m.lease_renewal_failures.clone());
+            r.register(
+                "commands",
+                "Commands executed on storage threads",
+                m.commands.clone(),
+            );
+            r.register(
+                "rejections",
+                "Requests rejected by the ownership check, by kind",
+                m.rejections.clone(),
+            );
+            r.register(
+                "protocol_errors",
+                "Malformed requests (connection closed)",
+                m.protocol_errors.clone(),
+            );
+            r.register(
+                "connections",
+                "Open client connections",
+                m.connections.clone(),
+            );
+            r.register(
+                "connections_refused",
+                "Connections refused at max_clients",
+                m.connections_refused.clone(),
+            );
+            r.register(
+                "fsync_seconds",
+                "Duration of one storage fsync",
+                m.fsync_seconds.clone(),
+            );
+            r.register(
+                "fsync_errors",
+                "Failed storage fsyncs",
+                m.fsync_errors.clone(),
+            );
+            r.register(
+                "group_commit_commands",
+                "Commands released per group fsync",
+                m.group_commit_size.clone(),
+            );
+            r.register(
+                "map_version",
+                "Version of the partition map this node routes by",
+                m.map_version.clone(),
+            );
+            r.register(
+                "partitions_owned",
+                "Partitions this node owns in its map",
+                m.partitions_owned.clone(),
+            );
+            r.register(
+                "lease_remaining_ms",
+                "Milliseconds left on this node's lease",
+                m.lease_remaining_ms.clone(),
+            );
+            r.register(
+                "lease_renewal_failures",
+                "Lease renewals that failed",
+                m.lease_renewal_failures.clone(),
+            );
         }
         m
     }
@@ -84,7 +132,8 @@ impl Metrics {
     pub fn encode(&self) -> String {
         let mut out = String::new();
         let registry = self.registry.lock().unwrap_or_else(|e| e.into_inner());
-        prometheus_client::encoding::text::encode(&mut out, &registry).expect("writing to a String cannot fail");
+        prometheus_client::encoding::text::encode(&mut out, &registry)
+            .expect("writing to a String cannot fail");
         out
     }
 }

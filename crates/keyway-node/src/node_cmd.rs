@@ -43,7 +43,10 @@ fn upper(arg: &[u8]) -> String {
 
 /// Redis's reply for a wrong argument count.
 pub fn arity_error(name: &str) -> Frame {
-    Frame::Error(format!("ERR wrong number of arguments for '{}' command", name.to_ascii_lowercase()))
+    Frame::Error(format!(
+        "ERR wrong number of arguments for '{}' command",
+        name.to_ascii_lowercase()
+    ))
 }
 
 /// Answers one request.
@@ -101,8 +104,13 @@ pub fn unknown_command(args: &[Bytes]) -> Frame {
         let cut: String = text.chars().take(room).collect();
         rest.push_str(&format!("'{cut}' "));
     }
-    let name: String = String::from_utf8_lossy(&args[0]).chars().take(128).collect();
-    Frame::Error(format!("ERR unknown command '{name}', with args beginning with: {rest}"))
+    let name: String = String::from_utf8_lossy(&args[0])
+        .chars()
+        .take(128)
+        .collect();
+    Frame::Error(format!(
+        "ERR unknown command '{name}', with args beginning with: {rest}"
+    ))
 }
 
 fn ping(args: &[Bytes]) -> Reply {
@@ -116,7 +124,10 @@ fn ping(args: &[Bytes]) -> Reply {
 fn hello(shared: &Shared, session: &mut Session, args: &[Bytes]) -> Reply {
     let mut proto = session.protocol;
     if let Some(ver) = args.get(1) {
-        proto = match std::str::from_utf8(ver).ok().and_then(|v| v.parse::<i64>().ok()) {
+        proto = match std::str::from_utf8(ver)
+            .ok()
+            .and_then(|v| v.parse::<i64>().ok())
+        {
             Some(2) => Protocol::Resp2,
             Some(3) => Protocol::Resp3,
             Some(_) => return err("NOPROTO unsupported protocol version"),
@@ -138,11 +149,18 @@ fn hello(shared: &Shared, session: &mut Session, args: &[Bytes]) -> Reply {
                 name = Some(args[i + 1].clone());
                 i += 2;
             }
-            other => return err(format!("ERR Syntax error in HELLO option '{}'", other.to_lowercase())),
+            other => {
+                return err(format!(
+                    "ERR Syntax error in HELLO option '{}'",
+                    other.to_lowercase()
+                ));
+            }
         }
     }
     if !session.authenticated {
-        return err("NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time");
+        return err(
+            "NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time",
+        );
     }
     if name.is_some() {
         session.name = name;
@@ -189,7 +207,10 @@ fn select(args: &[Bytes]) -> Reply {
     if args.len() != 2 {
         return arity_error("select").into();
     }
-    match std::str::from_utf8(&args[1]).ok().and_then(|s| s.parse::<i64>().ok()) {
+    match std::str::from_utf8(&args[1])
+        .ok()
+        .and_then(|s| s.parse::<i64>().ok())
+    {
         Some(0) => Frame::ok().into(),
         Some(_) => err("ERR SELECT is not allowed in cluster mode"),
         None => err("ERR value is not an integer or out of range"),
@@ -203,10 +224,17 @@ fn client(session: &mut Session, args: &[Bytes]) -> Reply {
     let sub = upper(sub);
     match (sub.as_str(), args.len()) {
         ("ID", 2) => Frame::Integer(session.id as i64).into(),
-        ("GETNAME", 2) => session.name.clone().map(Frame::Bulk).unwrap_or(Frame::Null).into(),
+        ("GETNAME", 2) => session
+            .name
+            .clone()
+            .map(Frame::Bulk)
+            .unwrap_or(Frame::Null)
+            .into(),
         ("SETNAME", 3) => {
             if args[2].iter().any(|&b| b <= b' ' || b > b'~') {
-                return err("ERR Client names cannot contain spaces, newlines or special characters.");
+                return err(
+                    "ERR Client names cannot contain spaces, newlines or special characters.",
+                );
             }
             session.name = (!args[2].is_empty()).then(|| args[2].clone());
             Frame::ok().into()
@@ -220,10 +248,15 @@ fn client(session: &mut Session, args: &[Bytes]) -> Reply {
             }
             Frame::ok().into()
         }
-        ("INFO", 2) => Frame::Verbatim { format: *b"txt", text: Bytes::from(client_info_line(session)) }.into(),
-        ("ID" | "GETNAME" | "SETNAME" | "SETINFO" | "INFO", _) => {
-            err(format!("ERR wrong number of arguments for 'client|{}' command", sub.to_lowercase()))
+        ("INFO", 2) => Frame::Verbatim {
+            format: *b"txt",
+            text: Bytes::from(client_info_line(session)),
         }
+        .into(),
+        ("ID" | "GETNAME" | "SETNAME" | "SETINFO" | "INFO", _) => err(format!(
+            "ERR wrong number of arguments for 'client|{}' command",
+            sub.to_lowercase()
+        )),
         _ => err(format!(
             "ERR unknown subcommand '{}'. Try CLIENT HELP.",
             String::from_utf8_lossy(&args[1])
@@ -232,13 +265,21 @@ fn client(session: &mut Session, args: &[Bytes]) -> Reply {
 }
 
 fn client_info_line(session: &Session) -> String {
-    let text = |b: &Option<Bytes>| b.as_ref().map(|b| String::from_utf8_lossy(b).into_owned()).unwrap_or_default();
+    let text = |b: &Option<Bytes>| {
+        b.as_ref()
+            .map(|b| String::from_utf8_lossy(b).into_owned())
+            .unwrap_or_default()
+    };
     format!(
         "id={} addr={} name={} db=0 resp={} lib-name={} lib-ver={}\n",
         session.id,
         session.peer,
         text(&session.name),
-        if session.protocol == Protocol::Resp3 { 3 } else { 2 },
+        if session.protocol == Protocol::Resp3 {
+            3
+        } else {
+            2
+        },
         text(&session.lib_name),
         text(&session.lib_ver)
     )
@@ -299,7 +340,11 @@ async fn info(shared: &Arc<Shared>) -> Frame {
          # Keyspace\r\ndb0:keys={keys},expires=0,avg_ttl=0\r\n",
         env!("CARGO_PKG_VERSION"),
         std::process::id(),
-        shared.resp_addr.rsplit_once(':').map(|(_, p)| p).unwrap_or("0"),
+        shared
+            .resp_addr
+            .rsplit_once(':')
+            .map(|(_, p)| p)
+            .unwrap_or("0"),
         shared.started.elapsed().as_secs(),
         shared.me,
         shared.clients.load(std::sync::atomic::Ordering::SeqCst),
@@ -311,7 +356,10 @@ async fn info(shared: &Arc<Shared>) -> Frame {
         map.owned_by(shared.me).count(),
         shared.routing.lease_remaining_ms(),
     );
-    Frame::Verbatim { format: *b"txt", text: Bytes::from(text) }
+    Frame::Verbatim {
+        format: *b"txt",
+        text: Bytes::from(text),
+    }
 }
 
 /// `KW.AT <partition> <epoch> <command> [args...]`: the smart client's
@@ -322,19 +370,29 @@ async fn kw_at(shared: &Arc<Shared>, args: Vec<Bytes>) -> Reply {
     if args.len() < 4 {
         return arity_error("kw.at").into();
     }
-    let parse = |b: &Bytes| std::str::from_utf8(b).ok().and_then(|s| s.parse::<u64>().ok());
+    let parse = |b: &Bytes| {
+        std::str::from_utf8(b)
+            .ok()
+            .and_then(|s| s.parse::<u64>().ok())
+    };
     let (Some(pid), Some(epoch)) = (parse(&args[1]), parse(&args[2])) else {
         return err("ERR partition and epoch must be unsigned integers");
     };
     match cmd::parse(&args[3..]) {
-        Some(Ok(command)) => data_command(shared, command, Some((PartitionId(pid), Epoch(epoch)))).await,
+        Some(Ok(command)) => {
+            data_command(shared, command, Some((PartitionId(pid), Epoch(epoch)))).await
+        }
         Some(Err(frame)) => frame.into(),
         None => unknown_command(&args[3..]).into(),
     }
 }
 
 /// Routes a data command to the storage thread that owns its slot.
-async fn data_command(shared: &Arc<Shared>, command: Command, expected: Option<(PartitionId, Epoch)>) -> Reply {
+async fn data_command(
+    shared: &Arc<Shared>,
+    command: Command,
+    expected: Option<(PartitionId, Epoch)>,
+) -> Reply {
     let slot = {
         let keys = command.keys();
         let Some(first) = keys.first() else {
@@ -356,14 +414,24 @@ async fn data_command(shared: &Arc<Shared>, command: Command, expected: Option<(
 
 /// The task run on the storage thread: check ownership, execute, apply the
 /// command's mutations in one batch — all under the routing read guard.
-fn storage_task(shared: Arc<Shared>, command: Command, slot: u16, expected: Option<(PartitionId, Epoch)>) -> Task {
+fn storage_task(
+    shared: Arc<Shared>,
+    command: Command,
+    slot: u16,
+    expected: Option<(PartitionId, Epoch)>,
+) -> Task {
     Box::new(move |engine| {
         let guard = shared.routing.read();
         if let Err(rejection) = guard.admit_slot(shared.keyspace.id, slot, expected) {
             shared.metrics.rejected(rejection_kind(&rejection));
-            return TaskOutput { reply: rejection.to_frame(), wrote: false };
+            return TaskOutput {
+                reply: rejection.to_frame(),
+                wrote: false,
+            };
         }
-        let limits = DbLimits { max_value_bytes: shared.config.max_value_bytes };
+        let limits = DbLimits {
+            max_value_bytes: shared.config.max_value_bytes,
+        };
         let mut db = Db::new(engine, &shared.keyspace, shared.clock.unix_ms(), &limits);
         let reply = match command.execute(&mut db) {
             Ok(reply) => reply,
@@ -371,7 +439,10 @@ fn storage_task(shared: Arc<Shared>, command: Command, slot: u16, expected: Opti
         };
         let mutations = db.into_mutations();
         if mutations.is_empty() {
-            return TaskOutput { reply, wrote: false };
+            return TaskOutput {
+                reply,
+                wrote: false,
+            };
         }
         match engine.apply(&mutations) {
             Ok(_) => TaskOutput { reply, wrote: true },
@@ -382,7 +453,10 @@ fn storage_task(shared: Arc<Shared>, command: Command, slot: u16, expected: Opti
 
 fn storage_failure(e: keyway_storage::StorageError) -> TaskOutput {
     tracing::error!(%e, "storage error");
-    TaskOutput { reply: Frame::Error(format!("ERR storage error: {e}")), wrote: false }
+    TaskOutput {
+        reply: Frame::Error(format!("ERR storage error: {e}")),
+        wrote: false,
+    }
 }
 
 fn rejection_kind(r: &Rejection) -> &'static str {

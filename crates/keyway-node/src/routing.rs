@@ -12,7 +12,9 @@
 //! range, owner and epoch as this node knows them.
 
 use crate::clock::Clock;
-use keyway_map::{Epoch, KeyspaceId, MapError, NodeId, PartitionId, PartitionMap, PartitionRecord, to_hex};
+use keyway_map::{
+    Epoch, KeyspaceId, MapError, NodeId, PartitionId, PartitionMap, PartitionRecord, to_hex,
+};
 use keyway_resp::Frame;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock, RwLockReadGuard};
@@ -25,7 +27,10 @@ pub enum Rejection {
     Moved { slot: u16, addr: String },
     /// An epoch-carrying request did not match this node's record of the
     /// partition; carries the record so the client can patch its cache.
-    StaleEpoch { partition: PartitionRecord, owner_addr: String },
+    StaleEpoch {
+        partition: Box<PartitionRecord>,
+        owner_addr: String,
+    },
     /// No partition covers the slot (map not loaded yet).
     Unserved,
     /// This node's lease has lapsed (or it has not re-read the map since):
@@ -38,13 +43,19 @@ impl Rejection {
     pub fn to_frame(&self) -> Frame {
         match self {
             Rejection::Moved { slot, addr } => Frame::Error(format!("MOVED {slot} {addr}")),
-            Rejection::StaleEpoch { partition: p, owner_addr } => Frame::Error(format!(
+            Rejection::StaleEpoch {
+                partition: p,
+                owner_addr,
+            } => Frame::Error(format!(
                 "KWMOVED {} {} {} {} {} {} {}",
                 p.id,
                 p.epoch,
                 p.keyspace,
                 to_hex(&p.start),
-                p.end.as_ref().map(|e| to_hex(e)).unwrap_or_else(|| "-".into()),
+                p.end
+                    .as_ref()
+                    .map(|e| to_hex(e))
+                    .unwrap_or_else(|| "-".into()),
                 p.owner,
                 owner_addr
             )),
@@ -91,7 +102,10 @@ impl Routing {
 
     /// Takes the read side: checks made through the guard stay valid until it drops.
     pub fn read(&self) -> RoutingGuard<'_> {
-        RoutingGuard { routing: self, map: self.view.read().unwrap_or_else(|e| e.into_inner()) }
+        RoutingGuard {
+            routing: self,
+            map: self.view.read().unwrap_or_else(|e| e.into_inner()),
+        }
     }
 
     /// The current map (a cheap clone of an `Arc`).
@@ -105,7 +119,10 @@ impl Routing {
         map.validate()?;
         let mut view = self.view.write().unwrap_or_else(|e| e.into_inner());
         if map.version < view.version {
-            return Err(MapError::VersionNotIncreasing { have: view.version.0, got: map.version.0 });
+            return Err(MapError::VersionNotIncreasing {
+                have: view.version.0,
+                got: map.version.0,
+            });
         }
         assert_epochs_never_fall(&view, &map);
         *view = Arc::new(map);
@@ -114,7 +131,10 @@ impl Routing {
 
     /// Sets the lease deadline (a monotonic instant).
     pub fn set_lease_deadline(&self, deadline: Instant) {
-        let ns = deadline.saturating_duration_since(self.base).as_nanos().max(1) as u64;
+        let ns = deadline
+            .saturating_duration_since(self.base)
+            .as_nanos()
+            .max(1) as u64;
         self.lease_deadline_ns.store(ns, Ordering::SeqCst);
     }
 
@@ -126,13 +146,23 @@ impl Routing {
     /// Whether the lease is valid now.
     pub fn lease_valid(&self) -> bool {
         let deadline = self.lease_deadline_ns.load(Ordering::SeqCst);
-        deadline != 0 && (self.clock.now().saturating_duration_since(self.base).as_nanos() as u64) < deadline
+        deadline != 0
+            && (self
+                .clock
+                .now()
+                .saturating_duration_since(self.base)
+                .as_nanos() as u64)
+                < deadline
     }
 
     /// Milliseconds of lease left (0 when lapsed).
     pub fn lease_remaining_ms(&self) -> u64 {
         let deadline = self.lease_deadline_ns.load(Ordering::SeqCst);
-        let now = self.clock.now().saturating_duration_since(self.base).as_nanos() as u64;
+        let now = self
+            .clock
+            .now()
+            .saturating_duration_since(self.base)
+            .as_nanos() as u64;
         deadline.saturating_sub(now) / 1_000_000
     }
 }
@@ -140,7 +170,12 @@ impl Routing {
 fn assert_epochs_never_fall(old: &PartitionMap, new: &PartitionMap) {
     for (id, p) in &new.partitions {
         if let Some(prev) = old.partitions.get(id) {
-            assert!(p.epoch >= prev.epoch, "partition {id}: epoch fell from {} to {}", prev.epoch, p.epoch);
+            assert!(
+                p.epoch >= prev.epoch,
+                "partition {id}: epoch fell from {} to {}",
+                prev.epoch,
+                p.epoch
+            );
         }
     }
 }
@@ -183,18 +218,28 @@ impl RoutingGuard<'_> {
         if p.owner != self.routing.me {
             return Err(match expected {
                 Some(_) => self.stale(p),
-                None => Rejection::Moved { slot, addr: self.addr_of(p.owner) },
+                None => Rejection::Moved {
+                    slot,
+                    addr: self.addr_of(p.owner),
+                },
             });
         }
         Ok(p)
     }
 
     fn stale(&self, p: &PartitionRecord) -> Rejection {
-        Rejection::StaleEpoch { partition: p.clone(), owner_addr: self.addr_of(p.owner) }
+        Rejection::StaleEpoch {
+            partition: Box::new(p.clone()),
+            owner_addr: self.addr_of(p.owner),
+        }
     }
 
     fn addr_of(&self, node: NodeId) -> String {
-        self.map.nodes.get(&node).map(|n| n.resp_addr.clone()).unwrap_or_else(|| "0.0.0.0:0".into())
+        self.map
+            .nodes
+            .get(&node)
+            .map(|n| n.resp_addr.clone())
+            .unwrap_or_else(|| "0.0.0.0:0".into())
     }
 }
 
@@ -218,7 +263,8 @@ mod tests {
 
     fn routing() -> Routing {
         let r = Routing::new(NodeId(1), Arc::new(SystemClock));
-        r.install(PartitionMap::bootstrap(&nodes(), 2).unwrap()).unwrap();
+        r.install(PartitionMap::bootstrap(&nodes(), 2).unwrap())
+            .unwrap();
         r.set_lease_deadline(Instant::now() + Duration::from_secs(60));
         r
     }
@@ -227,10 +273,16 @@ mod tests {
     fn owned_slot_is_admitted_and_foreign_slot_is_moved() {
         let r = routing();
         let g = r.read();
-        assert_eq!(g.admit_slot(DEFAULT_KEYSPACE, 0, None).unwrap().owner, NodeId(1));
+        assert_eq!(
+            g.admit_slot(DEFAULT_KEYSPACE, 0, None).unwrap().owner,
+            NodeId(1)
+        );
         let slot = key_hash_slot(b"foo"); // 12182, owned by node 3
         let rej = g.admit_slot(DEFAULT_KEYSPACE, slot, None).unwrap_err();
-        assert_eq!(rej.to_frame(), Frame::Error("MOVED 12182 127.0.0.1:7003".into()));
+        assert_eq!(
+            rej.to_frame(),
+            Frame::Error("MOVED 12182 127.0.0.1:7003".into())
+        );
     }
 
     #[test]
@@ -238,7 +290,10 @@ mod tests {
         let r = routing();
         r.revoke_lease();
         let g = r.read();
-        assert_eq!(g.admit_slot(DEFAULT_KEYSPACE, 0, None).unwrap_err(), Rejection::LeaseLapsed);
+        assert_eq!(
+            g.admit_slot(DEFAULT_KEYSPACE, 0, None).unwrap_err(),
+            Rejection::LeaseLapsed
+        );
         drop(g);
         r.set_lease_deadline(Instant::now() - Duration::from_millis(1));
         assert!(!r.lease_valid());
@@ -249,10 +304,16 @@ mod tests {
         let r = routing();
         let g = r.read();
         let p = g.admit_slot(DEFAULT_KEYSPACE, 0, None).unwrap().clone();
-        assert!(g.admit_slot(DEFAULT_KEYSPACE, 0, Some((p.id, p.epoch))).is_ok());
+        assert!(
+            g.admit_slot(DEFAULT_KEYSPACE, 0, Some((p.id, p.epoch)))
+                .is_ok()
+        );
         match g.admit_slot(DEFAULT_KEYSPACE, 0, Some((p.id, Epoch(p.epoch.0 + 1)))) {
-            Err(Rejection::StaleEpoch { partition, owner_addr }) => {
-                assert_eq!(partition, p);
+            Err(Rejection::StaleEpoch {
+                partition,
+                owner_addr,
+            }) => {
+                assert_eq!(*partition, p);
                 assert_eq!(owner_addr, "127.0.0.1:7001");
             }
             other => panic!("expected a stale-epoch rejection, got {other:?}"),

@@ -29,7 +29,11 @@ pub struct ScanCursors {
 impl ScanCursors {
     pub fn new(capacity: usize) -> Self {
         assert!(capacity > 0);
-        ScanCursors { positions: HashMap::new(), order: VecDeque::new(), capacity }
+        ScanCursors {
+            positions: HashMap::new(),
+            order: VecDeque::new(),
+            capacity,
+        }
     }
 
     /// Remembers `position`, forgetting the oldest cursor when full.
@@ -71,18 +75,27 @@ fn parse_args(args: &[Bytes]) -> Result<ScanArgs, Frame> {
         .ok()
         .and_then(|s| s.parse::<u64>().ok())
         .ok_or_else(|| Frame::Error("ERR invalid cursor".into()))?;
-    let mut out = ScanArgs { cursor, pattern: None, count: DEFAULT_SCAN_COUNT, only_strings: None };
+    let mut out = ScanArgs {
+        cursor,
+        pattern: None,
+        count: DEFAULT_SCAN_COUNT,
+        only_strings: None,
+    };
     let mut i = 2;
     while i < args.len() {
         let opt = String::from_utf8_lossy(&args[i]).to_ascii_uppercase();
-        let value = args.get(i + 1).ok_or_else(|| Frame::Error("ERR syntax error".into()))?;
+        let value = args
+            .get(i + 1)
+            .ok_or_else(|| Frame::Error("ERR syntax error".into()))?;
         match opt.as_str() {
             "MATCH" => out.pattern = Some(value.clone()),
             "COUNT" => {
                 out.count = std::str::from_utf8(value)
                     .ok()
                     .and_then(|s| s.parse::<i64>().ok())
-                    .ok_or_else(|| Frame::Error("ERR value is not an integer or out of range".into()))?
+                    .ok_or_else(|| {
+                        Frame::Error("ERR value is not an integer or out of range".into())
+                    })?
                     .try_into()
                     .ok()
                     .filter(|c: &usize| *c >= 1)
@@ -100,7 +113,10 @@ fn parse_args(args: &[Bytes]) -> Result<ScanArgs, Frame> {
 /// The storage range of the whole default keyspace.
 fn default_keyspace_range() -> KeyRange {
     let ks = DEFAULT_KEYSPACE.0;
-    KeyRange { start: Bytes::copy_from_slice(&ks.to_be_bytes()), end: Some(Bytes::copy_from_slice(&(ks + 1).to_be_bytes())) }
+    KeyRange {
+        start: Bytes::copy_from_slice(&ks.to_be_bytes()),
+        end: Some(Bytes::copy_from_slice(&(ks + 1).to_be_bytes())),
+    }
 }
 
 /// `SCAN cursor [MATCH pattern] [COUNT count] [TYPE type]` over the keys this node owns.
@@ -111,7 +127,12 @@ pub async fn scan(shared: &Arc<Shared>, args: &[Bytes]) -> Frame {
     };
     let after = match args.cursor {
         0 => None,
-        c => match shared.scan_cursors.lock().unwrap_or_else(|e| e.into_inner()).take(c) {
+        c => match shared
+            .scan_cursors
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take(c)
+        {
             Some(position) => Some(position),
             None => return Frame::Error("ERR invalid cursor".into()),
         },
@@ -139,7 +160,11 @@ pub async fn scan(shared: &Arc<Shared>, args: &[Bytes]) -> Frame {
     match result {
         Ok(Ok((keys, next))) => {
             let cursor = match next {
-                Some(position) => shared.scan_cursors.lock().unwrap_or_else(|e| e.into_inner()).open(position),
+                Some(position) => shared
+                    .scan_cursors
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .open(position),
                 None => 0,
             };
             Frame::Array(vec![Frame::bulk(cursor.to_string()), Frame::Array(keys)])
@@ -174,7 +199,9 @@ pub async fn count_owned_keys(shared: &Arc<Shared>) -> Result<u64, String> {
         .collect();
     let engine = shared.engine.clone();
     tokio::task::spawn_blocking(move || {
-        ranges.iter().try_fold(0u64, |sum, r| engine.range_stats(r).map(|(keys, _)| sum + keys))
+        ranges.iter().try_fold(0u64, |sum, r| {
+            engine.range_stats(r).map(|(keys, _)| sum + keys)
+        })
     })
     .await
     .map_err(|e| e.to_string())?
@@ -220,7 +247,9 @@ fn glob(mut p: &[u8], mut t: &[u8], depth: usize) -> bool {
                 p = &p[1..];
             }
             b'[' => {
-                let Some((&ch, rest_t)) = t.split_first() else { return false };
+                let Some((&ch, rest_t)) = t.split_first() else {
+                    return false;
+                };
                 let (matched, rest_p) = class(&p[1..], ch);
                 if !matched {
                     return false;
@@ -229,7 +258,11 @@ fn glob(mut p: &[u8], mut t: &[u8], depth: usize) -> bool {
                 t = rest_t;
             }
             _ => {
-                let (lit, rest_p) = if c == b'\\' && p.len() >= 2 { (p[1], &p[2..]) } else { (c, &p[1..]) };
+                let (lit, rest_p) = if c == b'\\' && p.len() >= 2 {
+                    (p[1], &p[2..])
+                } else {
+                    (c, &p[1..])
+                };
                 if t.first() != Some(&lit) {
                     return false;
                 }

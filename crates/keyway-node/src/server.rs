@@ -32,9 +32,15 @@ pub enum NodeError {
     #[error("storage: {0}")]
     Storage(#[from] keyway_storage::StorageError),
     #[error("cannot bind {addr}: {source}")]
-    Bind { addr: SocketAddr, source: std::io::Error },
+    Bind {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
     #[error("data directory {path}: {source}")]
-    DataDir { path: String, source: std::io::Error },
+    DataDir {
+        path: String,
+        source: std::io::Error,
+    },
     #[error("metadata store: {0}")]
     Meta(#[from] keyway_meta::MetaError),
     #[error("shut down before start-up finished")]
@@ -92,7 +98,14 @@ impl Node {
         };
         let admin_addr = local_addr(&admin_listener)?;
         let (shutdown, shutdown_rx) = watch::channel(false);
-        let me = register(&config, &*meta, &resp_addr, &admin_addr, shutdown_rx.clone()).await?;
+        let me = register(
+            &config,
+            &*meta,
+            &resp_addr,
+            &admin_addr,
+            shutdown_rx.clone(),
+        )
+        .await?;
         let metrics = Arc::new(Metrics::new());
         let routing = Arc::new(Routing::new(me, clock.clone()));
         let executor = Executor::start(
@@ -116,7 +129,11 @@ impl Node {
             metrics,
             clock,
             meta,
-            keyspace: Keyspace { id: DEFAULT_KEYSPACE, name: "default".into(), routing: KeyRouting::Hash },
+            keyspace: Keyspace {
+                id: DEFAULT_KEYSPACE,
+                name: "default".into(),
+                routing: KeyRouting::Hash,
+            },
             next_client_id: AtomicU64::new(1),
             clients: AtomicUsize::new(0),
             started: Instant::now(),
@@ -124,10 +141,18 @@ impl Node {
         let mut tasks = JoinSet::new();
         crate::lease::start(&shared, &mut tasks, shutdown_rx.clone()).await;
         crate::watcher::start(&shared, &mut tasks, shutdown_rx.clone()).await;
-        tasks.spawn(crate::admin::serve(shared.clone(), admin_listener, shutdown_rx.clone()));
+        tasks.spawn(crate::admin::serve(
+            shared.clone(),
+            admin_listener,
+            shutdown_rx.clone(),
+        ));
         tasks.spawn(accept_loop(shared.clone(), listener, shutdown_rx));
         tracing::info!(node = %me, resp = %shared.resp_addr, admin = %shared.admin_addr, "node started");
-        Ok(Node { shared, shutdown, tasks })
+        Ok(Node {
+            shared,
+            shutdown,
+            tasks,
+        })
     }
 
     pub fn id(&self) -> NodeId {
@@ -152,7 +177,15 @@ impl Node {
     pub async fn wait_serving(&self, timeout: Duration) -> bool {
         let deadline = Instant::now() + timeout;
         while Instant::now() < deadline {
-            if self.shared.routing.lease_valid() && self.shared.routing.map().owned_by(self.shared.me).next().is_some() {
+            if self.shared.routing.lease_valid()
+                && self
+                    .shared
+                    .routing
+                    .map()
+                    .owned_by(self.shared.me)
+                    .next()
+                    .is_some()
+            {
                 return true;
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
@@ -179,23 +212,30 @@ async fn open_engine(config: &NodeConfig) -> Result<Arc<dyn Engine>, NodeError> 
         EngineKind::Memory => Ok(Arc::new(MemEngine::new())),
         EngineKind::Fjall => {
             let dir = config.data_dir.join("engine");
-            let engine = tokio::task::spawn_blocking(move || FjallEngine::open(&dir, FjallOptions::default()))
-                .await
-                .map_err(|e| NodeError::Config(format!("engine open task failed: {e}")))??;
+            let engine = tokio::task::spawn_blocking(move || {
+                FjallEngine::open(&dir, FjallOptions::default())
+            })
+            .await
+            .map_err(|e| NodeError::Config(format!("engine open task failed: {e}")))??;
             Ok(Arc::new(engine))
         }
     }
 }
 
 async fn bind(addr: SocketAddr) -> Result<TcpListener, NodeError> {
-    TcpListener::bind(addr).await.map_err(|source| NodeError::Bind { addr, source })
+    TcpListener::bind(addr)
+        .await
+        .map_err(|source| NodeError::Bind { addr, source })
 }
 
 fn local_addr(listener: &TcpListener) -> Result<String, NodeError> {
     listener
         .local_addr()
         .map(|a| a.to_string())
-        .map_err(|source| NodeError::Bind { addr: "0.0.0.0:0".parse().expect("literal"), source })
+        .map_err(|source| NodeError::Bind {
+            addr: "0.0.0.0:0".parse().expect("literal"),
+            source,
+        })
 }
 
 /// Registers with the metadata store, retrying while it is unreachable, and
@@ -211,7 +251,10 @@ async fn register(
     let known = read_node_id(&id_path)?;
     let mut backoff = Duration::from_millis(50);
     loop {
-        match meta.register_node(known, resp_addr.into(), admin_addr.into()).await {
+        match meta
+            .register_node(known, resp_addr.into(), admin_addr.into())
+            .await
+        {
             Ok(id) => {
                 write_node_id(&id_path, id)?;
                 return Ok(id);
@@ -231,32 +274,47 @@ async fn register(
 
 fn read_node_id(path: &Path) -> Result<Option<NodeId>, NodeError> {
     match std::fs::read_to_string(path) {
-        Ok(text) => NodeId::parse(&text)
-            .map(Some)
-            .ok_or_else(|| NodeError::Config(format!("{} does not hold a node id", path.display()))),
+        Ok(text) => NodeId::parse(&text).map(Some).ok_or_else(|| {
+            NodeError::Config(format!("{} does not hold a node id", path.display()))
+        }),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(source) => Err(NodeError::DataDir { path: path.display().to_string(), source }),
+        Err(source) => Err(NodeError::DataDir {
+            path: path.display().to_string(),
+            source,
+        }),
     }
 }
 
 fn write_node_id(path: &Path, id: NodeId) -> Result<(), NodeError> {
-    let err = |source| NodeError::DataDir { path: path.display().to_string(), source };
+    let err = |source| NodeError::DataDir {
+        path: path.display().to_string(),
+        source,
+    };
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir).map_err(err)?;
     }
     let tmp = path.with_extension("tmp");
     std::fs::write(&tmp, format!("{id}\n")).map_err(err)?;
-    std::fs::File::open(&tmp).and_then(|f| f.sync_all()).map_err(err)?;
+    std::fs::File::open(&tmp)
+        .and_then(|f| f.sync_all())
+        .map_err(err)?;
     std::fs::rename(&tmp, path).map_err(err)
 }
 
-async fn accept_loop(shared: Arc<Shared>, listener: TcpListener, mut shutdown: watch::Receiver<bool>) {
+async fn accept_loop(
+    shared: Arc<Shared>,
+    listener: TcpListener,
+    mut shutdown: watch::Receiver<bool>,
+) {
     let mut conns = JoinSet::new();
     loop {
         tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok((stream, peer)) => {
-                    if shared.clients.load(Ordering::SeqCst) >= shared.config.max_clients {
+                    // Counted here, not in the connection task, so a burst of
+                    // connects cannot overshoot max_clients before tasks run.
+                    if shared.clients.fetch_add(1, Ordering::SeqCst) >= shared.config.max_clients {
+                        shared.clients.fetch_sub(1, Ordering::SeqCst);
                         shared.metrics.connections_refused.inc();
                         conns.spawn(crate::connection::refuse(stream));
                         continue;

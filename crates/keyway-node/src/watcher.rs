@@ -98,5 +98,8 @@ fn apply_deltas(
 pub fn publish_gauges(shared: &Shared) {
     let map = shared.routing.map();
     shared.metrics.map_version.set(map.version.0 as i64);
-    shared.metrics.partitions_owned.set(map.owned_by(shared.me).count() as i64);
+    shared
+        .metrics
+        .partitions_owned
+        .set(map.owned_by(shared.me).count() as i64);
 }

@@ -44,17 +44,29 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     };
     let cluster = LocalCluster::start(spec).await?;
     let map = cluster.map().await?;
-    println!("Keyway dev cluster is up: {} nodes, {} partitions, map version {}", cluster.len(), map.partitions.len(), map.version);
+    println!(
+        "Keyway dev cluster is up: {} nodes, {} partitions, map version {}",
+        cluster.len(),
+        map.partitions.len(),
+        map.version
+    );
     println!("  metadata store   --meta {}", cluster.meta_url());
     for i in 0..cluster.len() {
         if let Some(node) = cluster.node(i) {
-            println!("  node {}  redis://{}  admin http://{}", node.id(), node.resp_addr(), node.admin_addr());
+            println!(
+                "  node {}  redis://{}  admin http://{}",
+                node.id(),
+                node.resp_addr(),
+                node.admin_addr()
+            );
         }
     }
     println!("  data             {}", args.data.display());
     if let Some(Some(first)) = cluster.resp_addrs().first() {
         let port = first.rsplit_once(':').map(|(_, p)| p).unwrap_or("7001");
-        println!("Try:  redis-cli -c -p {port} set hello world   then   redis-cli -c -p {port} get hello");
+        println!(
+            "Try:  redis-cli -c -p {port} set hello world   then   redis-cli -c -p {port} get hello"
+        );
     }
     println!("Ctrl-C stops the cluster; starting it again with the same --data finds the data.");
     crate::shutdown_signal().await;

@@ -11,10 +11,19 @@ mod server_cmd;
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(name = "keyway", version, about = "Keyway: an elastic, partitioned, durable key-value store")]
+#[command(
+    name = "keyway",
+    version,
+    about = "Keyway: an elastic, partitioned, durable key-value store"
+)]
 struct Cli {
     /// Log filter (tracing EnvFilter syntax), e.g. `info` or `keyway_node=debug`.
-    #[arg(long, global = true, env = "KEYWAY_LOG", default_value = "info")]
+    #[arg(
+        long,
+        global = true,
+        env = "KEYWAY_LOG",
+        default_value = "info,fjall=warn,lsm_tree=warn"
+    )]
     log: String,
     #[command(subcommand)]
     command: Command,
@@ -36,7 +45,9 @@ fn main() -> anyhow::Result<()> {
         .with_env_filter(tracing_subscriber::EnvFilter::try_new(&cli.log)?)
         .with_writer(std::io::stderr)
         .init();
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
     runtime.block_on(async move {
         match cli.command {
             Command::Dev(args) => dev::run(args).await,

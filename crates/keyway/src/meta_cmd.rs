@@ -26,22 +26,43 @@ pub struct MetaArgs {
 }
 
 pub async fn run(args: MetaArgs) -> anyhow::Result<()> {
-    anyhow::ensure!(args.bootstrap_nodes > 0, "--bootstrap-nodes must be greater than 0");
-    anyhow::ensure!(args.partitions_per_node > 0, "--partitions-per-node must be greater than 0");
-    anyhow::ensure!(args.history_versions > 0, "--history-versions must be greater than 0");
+    anyhow::ensure!(
+        args.bootstrap_nodes > 0,
+        "--bootstrap-nodes must be greater than 0"
+    );
+    anyhow::ensure!(
+        args.partitions_per_node > 0,
+        "--partitions-per-node must be greater than 0"
+    );
+    anyhow::ensure!(
+        args.history_versions > 0,
+        "--history-versions must be greater than 0"
+    );
     let store: Arc<dyn MetaStore> = Arc::new(EmbeddedMeta::open(
         &args.data,
-        EmbeddedOptions { history_versions: args.history_versions, ..EmbeddedOptions::default() },
+        EmbeddedOptions {
+            history_versions: args.history_versions,
+            ..EmbeddedOptions::default()
+        },
     )?);
     let listener = tokio::net::TcpListener::bind(args.listen).await?;
-    println!("keyway meta listening: --meta keyway://{}", listener.local_addr()?);
+    println!(
+        "keyway meta listening: --meta keyway://{}",
+        listener.local_addr()?
+    );
     let bootstrapper = {
         let store = store.clone();
         tokio::spawn(async move {
             loop {
-                match store.bootstrap_if_empty(args.bootstrap_nodes, args.partitions_per_node).await {
+                match store
+                    .bootstrap_if_empty(args.bootstrap_nodes, args.partitions_per_node)
+                    .await
+                {
                     Ok(true) => {
-                        tracing::info!(nodes = args.bootstrap_nodes, "bootstrapped the partition map");
+                        tracing::info!(
+                            nodes = args.bootstrap_nodes,
+                            "bootstrapped the partition map"
+                        );
                         return;
                     }
                     Ok(false) => {

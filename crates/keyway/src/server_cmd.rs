@@ -46,18 +46,29 @@ impl NodeFlags {
             Some(path) => {
                 let text = std::fs::read_to_string(path)
                     .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", path.display()))?;
-                toml::from_str(&text).map_err(|e| anyhow::anyhow!("invalid config {}: {e}", path.display()))?
+                toml::from_str(&text)
+                    .map_err(|e| anyhow::anyhow!("invalid config {}: {e}", path.display()))?
             }
             None => NodeConfig::default(),
         };
         macro_rules! set {
             ($($field:ident),*) => { $( if let Some(v) = &self.$field { c.$field = v.clone(); } )* };
         }
-        set!(durability, periodic_sync_ms, executor_threads, lease_ttl_ms, lease_margin_ms, max_clients, max_bulk_len_bytes, engine);
+        set!(
+            durability,
+            periodic_sync_ms,
+            executor_threads,
+            lease_ttl_ms,
+            lease_margin_ms,
+            max_clients,
+            max_bulk_len_bytes,
+            engine
+        );
         if self.requirepass.is_some() {
             c.requirepass = self.requirepass.clone();
         }
-        c.validate().map_err(|e| anyhow::anyhow!("invalid configuration: {e}"))?;
+        c.validate()
+            .map_err(|e| anyhow::anyhow!("invalid configuration: {e}"))?;
         Ok(c)
     }
 }
@@ -89,10 +100,17 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
     config.announce = args.announce;
     config.admin_listen = args.admin_listen;
     config.data_dir = args.data;
-    config.validate().map_err(|e| anyhow::anyhow!("invalid configuration: {e}"))?;
+    config
+        .validate()
+        .map_err(|e| anyhow::anyhow!("invalid configuration: {e}"))?;
     let meta = keyway_meta::connect(&args.meta).await?;
     let node = Node::start(config, meta).await?;
-    println!("keyway server {} serving redis://{} (admin http://{})", node.id(), node.resp_addr(), node.admin_addr());
+    println!(
+        "keyway server {} serving redis://{} (admin http://{})",
+        node.id(),
+        node.resp_addr(),
+        node.admin_addr()
+    );
     crate::shutdown_signal().await;
     node.shutdown().await;
     Ok(())

@@ -32,26 +32,50 @@ fn malformed_requests_get_redis_errors_and_closed_connections() {
 
     let mut c = Resp::connect(port);
     c.send_raw(b"*1\r\n$99999999999\r\n").unwrap();
-    assert_eq!(read_to_close(&mut c), b"-ERR Protocol error: invalid bulk length\r\n");
+    assert_eq!(
+        read_to_close(&mut c),
+        b"-ERR Protocol error: invalid bulk length\r\n"
+    );
 
     let mut c = Resp::connect(port);
     c.send_raw(b"*99999999999\r\n").unwrap();
-    assert_eq!(read_to_close(&mut c), b"-ERR Protocol error: invalid multibulk length\r\n");
+    assert_eq!(
+        read_to_close(&mut c),
+        b"-ERR Protocol error: invalid multibulk length\r\n"
+    );
 
     let mut c = Resp::connect(port);
     c.send_raw(b"*2\r\n:1\r\n").unwrap();
-    assert_eq!(read_to_close(&mut c), b"-ERR Protocol error: expected '$', got ':'\r\n");
+    assert_eq!(
+        read_to_close(&mut c),
+        b"-ERR Protocol error: expected '$', got ':'\r\n"
+    );
 
     let mut c = Resp::connect(port);
     c.send_raw(b"GET \"unbalanced\r\n").unwrap();
-    assert_eq!(read_to_close(&mut c), b"-ERR Protocol error: unbalanced quotes in request\r\n");
+    assert_eq!(
+        read_to_close(&mut c),
+        b"-ERR Protocol error: unbalanced quotes in request\r\n"
+    );
 
     // Recoverable errors keep the connection open.
     let mut c = Resp::connect(port);
-    assert_eq!(error_text(&c.cmd(&["NOSUCH", "a", "b"])), "ERR unknown command 'NOSUCH', with args beginning with: 'a' 'b' ");
-    assert_eq!(error_text(&c.cmd(&["GET"])), "ERR wrong number of arguments for 'get' command");
-    assert_eq!(error_text(&c.cmd(&["SET", "{a}1", "v", "NX", "XX"])), "ERR syntax error");
-    assert_eq!(error_text(&c.cmd(&["MGET", "a", "b"])), "CROSSSLOT Keys in request don't hash to the same slot");
+    assert_eq!(
+        error_text(&c.cmd(&["NOSUCH", "a", "b"])),
+        "ERR unknown command 'NOSUCH', with args beginning with: 'a' 'b' "
+    );
+    assert_eq!(
+        error_text(&c.cmd(&["GET"])),
+        "ERR wrong number of arguments for 'get' command"
+    );
+    assert_eq!(
+        error_text(&c.cmd(&["SET", "{a}1", "v", "NX", "XX"])),
+        "ERR syntax error"
+    );
+    assert_eq!(
+        error_text(&c.cmd(&["MGET", "a", "b"])),
+        "CROSSSLOT Keys in request don't hash to the same slot"
+    );
     assert_eq!(c.cmd(&["PING"]), Frame::Simple("PONG".into()));
 
     // A truncated frame just waits for the rest; the connection still works after it completes.
@@ -90,7 +114,9 @@ fn random_bytes_never_crash_a_node_and_a_good_client_keeps_working() {
         .map(|t| {
             std::thread::spawn(move || {
                 for round in 0..150u64 {
-                    let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) else { continue };
+                    let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
+                        continue;
+                    };
                     s.set_read_timeout(Some(Duration::from_millis(20))).unwrap();
                     let len = 1 + (rand::random::<u16>() % 2048) as usize;
                     let mut junk: Vec<u8> = (0..len).map(|_| rand::random::<u8>()).collect();
@@ -110,7 +136,8 @@ fn random_bytes_never_crash_a_node_and_a_good_client_keeps_working() {
         f.join().unwrap();
     }
     stop.store(true, Ordering::SeqCst);
-    good.join().expect("the well-behaved client saw a wrong answer");
+    good.join()
+        .expect("the well-behaved client saw a wrong answer");
     assert!(good_ops.load(Ordering::SeqCst) >= 200);
     let mut c = Resp::connect(port);
     assert_eq!(c.cmd(&["PING"]), Frame::Simple("PONG".into()), "node died");

@@ -5,7 +5,9 @@
 use bytes::Bytes;
 use keyway_client::{Client, ClientConfig};
 use keyway_cluster::{ClusterSpec, LocalCluster};
-use keyway_map::{Epoch, MapChange, OwnershipCondition, PartitionRecord, key_hash_slot, DEFAULT_KEYSPACE};
+use keyway_map::{
+    DEFAULT_KEYSPACE, Epoch, MapChange, OwnershipCondition, PartitionRecord, key_hash_slot,
+};
 use keyway_meta::MapTxn;
 use keyway_resp::Frame;
 use std::time::Duration;
@@ -25,20 +27,38 @@ async fn smart_client_follows_an_epoch_rejection_without_a_full_refresh() {
     let dir = tempfile::tempdir().unwrap();
     let c = cluster(dir.path()).await;
     let seeds = seeds(&c);
-    let client = Client::connect(&seeds.iter().map(|s| s.as_str()).collect::<Vec<_>>(), ClientConfig::default()).await.unwrap();
+    let client = Client::connect(
+        &seeds.iter().map(|s| s.as_str()).collect::<Vec<_>>(),
+        ClientConfig::default(),
+    )
+    .await
+    .unwrap();
     for i in 0..200 {
-        client.set(format!("key{i}").as_bytes(), b"v").await.unwrap();
+        client
+            .set(format!("key{i}").as_bytes(), b"v")
+            .await
+            .unwrap();
     }
     assert_eq!(client.stats().rejections, 0);
 
     // Hand the partition of "moved-key" to another node (metadata only; this test is about routing).
     let map = c.map().await.unwrap();
-    let p: PartitionRecord = map.locate_slot(DEFAULT_KEYSPACE, key_hash_slot(b"moved-key")).unwrap().clone();
+    let p: PartitionRecord = map
+        .locate_slot(DEFAULT_KEYSPACE, key_hash_slot(b"moved-key"))
+        .unwrap()
+        .clone();
     let new_owner = *map.nodes.keys().find(|n| **n != p.owner).unwrap();
-    let moved = PartitionRecord { owner: new_owner, epoch: Epoch(p.epoch.0 + 1), ..p.clone() };
+    let moved = PartitionRecord {
+        owner: new_owner,
+        epoch: Epoch(p.epoch.0 + 1),
+        ..p.clone()
+    };
     c.meta()
         .commit(MapTxn {
-            conditions: vec![OwnershipCondition { partition: p.id, expected: Some((p.owner, p.epoch)) }],
+            conditions: vec![OwnershipCondition {
+                partition: p.id,
+                expected: Some((p.owner, p.epoch)),
+            }],
             changes: vec![MapChange::UpsertPartition(moved)],
         })
         .await
@@ -47,13 +67,27 @@ async fn smart_client_follows_an_epoch_rejection_without_a_full_refresh() {
 
     let refreshes_before = client.stats().map_refreshes;
     client.set(b"moved-key", b"there").await.unwrap();
-    assert_eq!(client.get(b"moved-key").await.unwrap(), Some(Bytes::from_static(b"there")));
+    assert_eq!(
+        client.get(b"moved-key").await.unwrap(),
+        Some(Bytes::from_static(b"there"))
+    );
     let stats = client.stats();
-    assert_eq!(stats.rejections, 1, "one rejection, patched from its payload");
-    assert_eq!(stats.map_refreshes, refreshes_before, "no full refresh needed");
+    assert_eq!(
+        stats.rejections, 1,
+        "one rejection, patched from its payload"
+    );
+    assert_eq!(
+        stats.map_refreshes, refreshes_before,
+        "no full refresh needed"
+    );
     let cached = client.map();
-    let p_now = cached.locate_slot(DEFAULT_KEYSPACE, key_hash_slot(b"moved-key")).unwrap();
-    assert_eq!((p_now.owner, p_now.epoch), (new_owner, Epoch(p.epoch.0 + 1)));
+    let p_now = cached
+        .locate_slot(DEFAULT_KEYSPACE, key_hash_slot(b"moved-key"))
+        .unwrap();
+    assert_eq!(
+        (p_now.owner, p_now.epoch),
+        (new_owner, Epoch(p.epoch.0 + 1))
+    );
     c.shutdown().await;
 }
 
@@ -61,9 +95,14 @@ async fn smart_client_follows_an_epoch_rejection_without_a_full_refresh() {
 async fn acknowledged_writes_survive_a_full_cluster_restart() {
     let dir = tempfile::tempdir().unwrap();
     let c = cluster(dir.path()).await;
-    let client = Client::connect(&[seeds(&c)[0].as_str()], ClientConfig::default()).await.unwrap();
+    let client = Client::connect(&[seeds(&c)[0].as_str()], ClientConfig::default())
+        .await
+        .unwrap();
     for i in 0..2000 {
-        client.set(format!("durable{i}").as_bytes(), format!("v{i}").as_bytes()).await.unwrap();
+        client
+            .set(format!("durable{i}").as_bytes(), format!("v{i}").as_bytes())
+            .await
+            .unwrap();
     }
     for i in 0..2000 {
         if i % 2 == 0 {
@@ -76,8 +115,13 @@ async fn acknowledged_writes_survive_a_full_cluster_restart() {
 
     let c = cluster(dir.path()).await;
     let map_after = c.map().await.unwrap();
-    assert_eq!(map_before.partitions, map_after.partitions, "the map survives the restart");
-    let client = Client::connect(&[seeds(&c)[1].as_str()], ClientConfig::default()).await.unwrap();
+    assert_eq!(
+        map_before.partitions, map_after.partitions,
+        "the map survives the restart"
+    );
+    let client = Client::connect(&[seeds(&c)[1].as_str()], ClientConfig::default())
+        .await
+        .unwrap();
     for i in 0..2000 {
         let got = client.get(format!("durable{i}").as_bytes()).await.unwrap();
         let want = (i % 2 == 1).then(|| Bytes::from(format!("v{i}")));
@@ -92,18 +136,28 @@ async fn a_node_without_a_lease_serves_nothing() {
     let c = cluster(dir.path()).await;
     let node = c.node(0).unwrap();
     let addr = node.resp_addr().to_string();
-    let client = Client::connect(&[addr.as_str()], ClientConfig::default()).await.unwrap();
+    let client = Client::connect(&[addr.as_str()], ClientConfig::default())
+        .await
+        .unwrap();
     let map = client.map();
     // A key this node owns.
     let key = (0..10_000)
         .map(|i| format!("lease{i}"))
-        .find(|k| map.locate_slot(DEFAULT_KEYSPACE, key_hash_slot(k.as_bytes())).unwrap().owner == node.id())
+        .find(|k| {
+            map.locate_slot(DEFAULT_KEYSPACE, key_hash_slot(k.as_bytes()))
+                .unwrap()
+                .owner
+                == node.id()
+        })
         .unwrap();
     client.set(key.as_bytes(), b"v").await.unwrap();
     node.shared().routing.revoke_lease();
     let mut conn = tokio::net::TcpStream::connect(&addr).await.unwrap();
     let reply = raw_command(&mut conn, &["GET", &key]).await;
-    assert_eq!(reply, Frame::Error("CLUSTERDOWN The cluster is down (node lease lapsed)".into()));
+    assert_eq!(
+        reply,
+        Frame::Error("CLUSTERDOWN The cluster is down (node lease lapsed)".into())
+    );
     let reply = raw_command(&mut conn, &["SET", &key, "w"]).await;
     assert!(matches!(reply, Frame::Error(e) if e.starts_with("CLUSTERDOWN")));
     c.shutdown().await;
@@ -112,7 +166,11 @@ async fn a_node_without_a_lease_serves_nothing() {
 async fn raw_command(conn: &mut tokio::net::TcpStream, args: &[&str]) -> Frame {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut out = bytes::BytesMut::new();
-    let frame = Frame::Array(args.iter().map(|a| Frame::Bulk(Bytes::copy_from_slice(a.as_bytes()))).collect());
+    let frame = Frame::Array(
+        args.iter()
+            .map(|a| Frame::Bulk(Bytes::copy_from_slice(a.as_bytes())))
+            .collect(),
+    );
     keyway_resp::encode(&frame, keyway_resp::Protocol::Resp2, &mut out);
     conn.write_all(&out).await.unwrap();
     let mut parser = keyway_resp::ResponseParser::new(keyway_resp::Limits::default());
@@ -121,6 +179,43 @@ async fn raw_command(conn: &mut tokio::net::TcpStream, args: &[&str]) -> Frame {
         if let Some(f) = parser.parse(&mut buf).unwrap() {
             return f;
         }
-        assert!(conn.read_buf(&mut buf).await.unwrap() > 0, "connection closed");
+        assert!(
+            conn.read_buf(&mut buf).await.unwrap() > 0,
+            "connection closed"
+        );
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_node_restarts_on_its_port_with_its_data_and_id() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = cluster(dir.path()).await;
+    let client = Client::connect(&[seeds(&c)[0].as_str()], ClientConfig::default())
+        .await
+        .unwrap();
+    for i in 0..300 {
+        client
+            .set(format!("r{i}").as_bytes(), b"kept")
+            .await
+            .unwrap();
+    }
+    let (id, addr) = (
+        c.node(1).unwrap().id(),
+        c.node(1).unwrap().resp_addr().to_string(),
+    );
+    c.restart_node(1).await.unwrap();
+    c.wait_serving(Duration::from_secs(20)).await.unwrap();
+    assert_eq!(c.node(1).unwrap().id(), id);
+    assert_eq!(c.node(1).unwrap().resp_addr(), addr);
+    for i in 0..300 {
+        assert_eq!(
+            client
+                .get(format!("r{i}").as_bytes())
+                .await
+                .unwrap()
+                .as_deref(),
+            Some(&b"kept"[..])
+        );
+    }
+    c.shutdown().await;
 }

@@ -19,10 +19,15 @@ fn redis_py_cluster_10k_keys_survive_a_restart() {
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/py/cluster_rw.py");
     let mut cluster = DevCluster::start(3, &data, &[]);
     let base = cluster.base();
-    run(Command::new(python()).args([script, "write", &cluster.ports()[0].to_string()]).arg(&acked).arg("10000"));
+    run(Command::new(python())
+        .args([script, "write", &cluster.ports()[0].to_string()])
+        .arg(&acked)
+        .arg("10000"));
     cluster.stop();
 
     let cluster = DevCluster::start_on(3, &data, base, &[]);
-    let out = run(Command::new(python()).args([script, "verify", &cluster.ports()[1].to_string()]).arg(&acked));
+    let out = run(Command::new(python())
+        .args([script, "verify", &cluster.ports()[1].to_string()])
+        .arg(&acked));
     assert!(out.contains("verified 10000"), "{out}");
 }

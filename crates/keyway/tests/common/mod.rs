@@ -26,7 +26,8 @@ pub struct DevCluster {
 pub fn free_port_block(count: usize) -> u16 {
     for _ in 0..200 {
         let base = 20_000 + (rand::random::<u16>() % 30_000);
-        let all_free = (0..count as u16).all(|i| TcpListener::bind(("127.0.0.1", base + i)).is_ok());
+        let all_free =
+            (0..count as u16).all(|i| TcpListener::bind(("127.0.0.1", base + i)).is_ok());
         if all_free {
             return base;
         }
@@ -46,7 +47,12 @@ impl DevCluster {
         let (meta_port, first_port, admin_port) = (base, base + 1, base + 1 + nodes as u16);
         let mut child = Command::new(env!("CARGO_BIN_EXE_keyway"))
             .args(["dev", "--nodes", &nodes.to_string()])
-            .args(["--port", &first_port.to_string(), "--admin-port", &admin_port.to_string()])
+            .args([
+                "--port",
+                &first_port.to_string(),
+                "--admin-port",
+                &admin_port.to_string(),
+            ])
             .args(["--meta-port", &meta_port.to_string()])
             .arg("--data")
             .arg(data)
@@ -67,12 +73,26 @@ impl DevCluster {
             if up {
                 break;
             }
-            assert!(Instant::now() < deadline, "keyway dev did not come up: {seen:?}");
+            assert!(
+                Instant::now() < deadline,
+                "keyway dev did not come up: {seen:?}"
+            );
         }
-        assert!(seen.iter().any(|l| l.starts_with("Ctrl-C stops")), "keyway dev exited early: {seen:?}");
+        assert!(
+            seen.iter().any(|l| l.starts_with("Ctrl-C stops")),
+            "keyway dev exited early: {seen:?}"
+        );
         // Keep draining stdout so the process never blocks on a full pipe.
         std::thread::spawn(move || for _ in lines {});
-        DevCluster { child: Some(child), first_port, meta_port, admin_port, nodes, data: data.to_path_buf(), stdout: seen }
+        DevCluster {
+            child: Some(child),
+            first_port,
+            meta_port,
+            admin_port,
+            nodes,
+            data: data.to_path_buf(),
+            stdout: seen,
+        }
     }
 
     pub fn base(&self) -> u16 {
@@ -80,7 +100,9 @@ impl DevCluster {
     }
 
     pub fn ports(&self) -> Vec<u16> {
-        (0..self.nodes as u16).map(|i| self.first_port + i).collect()
+        (0..self.nodes as u16)
+            .map(|i| self.first_port + i)
+            .collect()
     }
 
     /// Ctrl-C, then waits for a clean exit.
@@ -114,14 +136,22 @@ impl Drop for DevCluster {
 
 /// Sends SIGINT through the `kill` command (no unsafe code, no libc dependency).
 fn unsafe_free_sigint(pid: u32) {
-    let status = Command::new("kill").args(["-INT", &pid.to_string()]).status().expect("run kill");
+    let status = Command::new("kill")
+        .args(["-INT", &pid.to_string()])
+        .status()
+        .expect("run kill");
     assert!(status.success());
 }
 
 /// Runs a command and returns its stdout, asserting success.
 pub fn run(cmd: &mut Command) -> String {
     let out = cmd.output().unwrap_or_else(|e| panic!("run {cmd:?}: {e}"));
-    assert!(out.status.success(), "{cmd:?} failed: {}\n{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed: {}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
@@ -135,8 +165,14 @@ pub struct Resp {
 impl Resp {
     pub fn connect(port: u16) -> Resp {
         let stream = TcpStream::connect(("127.0.0.1", port)).expect("connect");
-        stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-        Resp { stream, buf: BytesMut::new(), parser: ResponseParser::new(Limits::default()) }
+        stream
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        Resp {
+            stream,
+            buf: BytesMut::new(),
+            parser: ResponseParser::new(Limits::default()),
+        }
     }
 
     pub fn send_raw(&mut self, bytes: &[u8]) -> std::io::Result<()> {
@@ -145,7 +181,11 @@ impl Resp {
 
     pub fn cmd(&mut self, args: &[&str]) -> Frame {
         let mut out = BytesMut::new();
-        let frame = Frame::Array(args.iter().map(|a| Frame::Bulk(Bytes::copy_from_slice(a.as_bytes()))).collect());
+        let frame = Frame::Array(
+            args.iter()
+                .map(|a| Frame::Bulk(Bytes::copy_from_slice(a.as_bytes())))
+                .collect(),
+        );
         encode(&frame, Protocol::Resp2, &mut out);
         self.stream.write_all(&out).expect("write");
         self.read_reply().expect("reply")
@@ -153,7 +193,11 @@ impl Resp {
 
     pub fn read_reply(&mut self) -> std::io::Result<Frame> {
         loop {
-            if let Some(frame) = self.parser.parse(&mut self.buf).map_err(|e| std::io::Error::other(e.to_string()))? {
+            if let Some(frame) = self
+                .parser
+                .parse(&mut self.buf)
+                .map_err(|e| std::io::Error::other(e.to_string()))?
+            {
                 return Ok(frame);
             }
             let mut chunk = [0u8; 16 * 1024];
