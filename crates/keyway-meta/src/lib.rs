@@ -26,7 +26,7 @@
 //!   [`serve`]; `rpc/client.rs`: [`RemoteMeta`]; `rpc/convert.rs`: message
 //!   and exact error conversions.
 //! - `url.rs`: [`connect`] (`keyway://host:port`, `file:///abs/dir`).
-//! - `conformance.rs`: the tests every backend must pass (hidden; the
+//! - `conformance/`: the tests every backend must pass (hidden; the
 //!   backends' integration tests instantiate them).
 //!
 //! `build.rs` compiles `proto/meta.proto` with protox and tonic-prost-build:

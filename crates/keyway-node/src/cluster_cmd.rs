@@ -16,7 +16,7 @@ use std::sync::Arc;
 /// Answers `CLUSTER <subcommand> ...`.
 pub async fn cluster(shared: &Arc<Shared>, args: &[Bytes]) -> Frame {
     let Some(sub) = args.get(1) else {
-        return crate::node_cmd::arity_error("cluster");
+        return crate::cmd::table::arity_error("cluster");
     };
     let sub = String::from_utf8_lossy(sub).to_ascii_uppercase();
     let map = shared.routing.map();

@@ -17,7 +17,8 @@ pub enum Durability {
     Group,
     /// Acknowledge at once, fsync every `periodic_sync_ms` (Redis `appendfsync everysec`).
     Periodic,
-    /// Never fsync (the OS writes back when it likes).
+    /// Never fsync: a process crash can lose writes still buffered in the
+    /// engine's journal (a few KiB), power loss more.
     None,
 }
 

@@ -6,6 +6,7 @@
 //! the session, the configuration and the node's map.
 
 use crate::cluster_cmd;
+use crate::cmd::table::arity_error;
 use crate::cmd::{self, Command};
 use crate::db::{Db, DbLimits};
 use crate::executor::{Task, TaskOutput};
@@ -41,14 +42,6 @@ fn upper(arg: &[u8]) -> String {
     String::from_utf8_lossy(arg).to_ascii_uppercase()
 }
 
-/// Redis's reply for a wrong argument count.
-pub fn arity_error(name: &str) -> Frame {
-    Frame::Error(format!(
-        "ERR wrong number of arguments for '{}' command",
-        name.to_ascii_lowercase()
-    ))
-}
-
 /// Answers one request.
 pub async fn dispatch(shared: &Arc<Shared>, session: &mut Session, args: Vec<Bytes>) -> Reply {
     let Some(first) = args.first() else {
@@ -77,7 +70,7 @@ pub async fn dispatch(shared: &Arc<Shared>, session: &mut Session, args: Vec<Byt
         "CONFIG" => config(shared, &args),
         "READONLY" | "READWRITE" | "ASKING" => match args.len() {
             1 => Frame::ok().into(),
-            _ => arity_error(&name).into(),
+            _ => arity_error(&name.to_ascii_lowercase()).into(),
         },
         "CLUSTER" => cluster_cmd::cluster(shared, &args).await.into(),
         "DBSIZE" => crate::scan::dbsize(shared).await.into(),
@@ -303,7 +296,7 @@ fn config(shared: &Shared, args: &[Bytes]) -> Reply {
             let mut out = Vec::new();
             for pattern in &args[2..] {
                 for (name, value) in &known {
-                    if crate::scan::glob_match(pattern, name.as_bytes()) {
+                    if cmd::table::glob_match(pattern, name.as_bytes()) {
                         out.push((Frame::bulk(*name), Frame::bulk(value.clone())));
                     }
                 }

@@ -1,4 +1,4 @@
-//! SCAN, DBSIZE, and Redis glob patterns.
+//! SCAN and DBSIZE over the keys this node owns.
 //!
 //! Redis cursors are integers, but Keyway's keys are ordered bytes; the node
 //! keeps the last key each open cursor reached in a bounded table
@@ -69,7 +69,7 @@ struct ScanArgs {
 
 fn parse_args(args: &[Bytes]) -> Result<ScanArgs, Frame> {
     if args.len() < 2 {
-        return Err(crate::node_cmd::arity_error("scan"));
+        return Err(crate::cmd::table::arity_error("scan"));
     }
     let cursor = std::str::from_utf8(&args[1])
         .ok()
@@ -151,7 +151,11 @@ pub async fn scan(shared: &Arc<Shared>, args: &[Bytes]) -> Frame {
             .filter(|(k, v)| owned(&map, me, k) && live(v, now_ms))
             .filter(|_| args.only_strings != Some(false))
             .filter_map(|(k, _)| k.get(6..).map(Bytes::copy_from_slice))
-            .filter(|user| args.pattern.as_ref().is_none_or(|p| glob_match(p, user)))
+            .filter(|user| {
+                args.pattern
+                    .as_ref()
+                    .is_none_or(|p| crate::cmd::table::glob_match(p, user))
+            })
             .map(Frame::Bulk)
             .collect();
         Ok::<_, keyway_storage::StorageError>((keys, if exhausted { None } else { last }))
@@ -216,116 +220,9 @@ pub async fn dbsize(shared: &Arc<Shared>) -> Frame {
     }
 }
 
-/// Redis's glob matching (`stringmatchlen`): `*`, `?`, `[abc]`, `[^a-z]`, `\x`.
-pub fn glob_match(pattern: &[u8], text: &[u8]) -> bool {
-    glob(pattern, text, 0)
-}
-
-/// Deepest recursion on `*` before giving up (Redis caps it too).
-const MAX_GLOB_NESTING: usize = 1000;
-
-fn glob(mut p: &[u8], mut t: &[u8], depth: usize) -> bool {
-    if depth > MAX_GLOB_NESTING {
-        return false;
-    }
-    while let Some(&c) = p.first() {
-        match c {
-            b'*' => {
-                while p.first() == Some(&b'*') {
-                    p = &p[1..];
-                }
-                if p.is_empty() {
-                    return true;
-                }
-                return (0..=t.len()).any(|i| glob(p, &t[i..], depth + 1));
-            }
-            b'?' => {
-                if t.is_empty() {
-                    return false;
-                }
-                t = &t[1..];
-                p = &p[1..];
-            }
-            b'[' => {
-                let Some((&ch, rest_t)) = t.split_first() else {
-                    return false;
-                };
-                let (matched, rest_p) = class(&p[1..], ch);
-                if !matched {
-                    return false;
-                }
-                p = rest_p;
-                t = rest_t;
-            }
-            _ => {
-                let (lit, rest_p) = if c == b'\\' && p.len() >= 2 {
-                    (p[1], &p[2..])
-                } else {
-                    (c, &p[1..])
-                };
-                if t.first() != Some(&lit) {
-                    return false;
-                }
-                t = &t[1..];
-                p = rest_p;
-            }
-        }
-    }
-    t.is_empty()
-}
-
-/// Matches `ch` against a `[...]` class starting after the `[`; returns the
-/// verdict and the pattern after the closing `]`.
-fn class(mut p: &[u8], ch: u8) -> (bool, &[u8]) {
-    let negate = p.first() == Some(&b'^');
-    if negate {
-        p = &p[1..];
-    }
-    let mut matched = false;
-    loop {
-        match p {
-            [] => break,
-            [b']', rest @ ..] => {
-                p = rest;
-                break;
-            }
-            [b'\\', x, rest @ ..] => {
-                matched |= *x == ch;
-                p = rest;
-            }
-            [a, b'-', b, rest @ ..] if *b != b']' => {
-                let (lo, hi) = if a <= b { (*a, *b) } else { (*b, *a) };
-                matched |= (lo..=hi).contains(&ch);
-                p = rest;
-            }
-            [x, rest @ ..] => {
-                matched |= *x == ch;
-                p = rest;
-            }
-        }
-    }
-    (matched != negate, p)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn glob_follows_redis() {
-        assert!(glob_match(b"*", b"anything"));
-        assert!(glob_match(b"h?llo", b"hello"));
-        assert!(!glob_match(b"h?llo", b"hllo"));
-        assert!(glob_match(b"h*llo", b"heeeello"));
-        assert!(glob_match(b"h[ae]llo", b"hallo"));
-        assert!(!glob_match(b"h[^e]llo", b"hello"));
-        assert!(glob_match(b"h[a-b]llo", b"hbllo"));
-        assert!(glob_match(b"key\\*", b"key*"));
-        assert!(!glob_match(b"key\\*", b"keyx"));
-        assert!(glob_match(b"user:*:name", b"user:42:name"));
-        assert!(!glob_match(b"", b"x"));
-        assert!(glob_match(&b"*".repeat(5000), b"abc"));
-    }
 
     #[test]
     fn cursor_table_is_bounded_and_single_use() {

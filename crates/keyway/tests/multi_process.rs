@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{free_port_block, run};
+use common::{free_port_block, redis_cli};
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -31,14 +31,6 @@ fn spawn(args: &[String], ready: &str) -> Proc {
     assert!(line.contains(ready), "unexpected first line {line:?}");
     std::thread::spawn(move || for _ in lines {});
     Proc(child)
-}
-
-fn redis_cli(port: u16, args: &[&str]) -> String {
-    run(Command::new("redis-cli")
-        .args(["-p", &port.to_string()])
-        .args(args))
-    .trim_end()
-    .to_string()
 }
 
 #[test]

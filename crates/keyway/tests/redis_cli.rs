@@ -5,17 +5,9 @@
 
 mod common;
 
-use common::{DevCluster, Resp, run};
+use common::{DevCluster, Resp, redis_cli};
 use keyway_resp::Frame;
 use std::process::Command;
-
-fn redis_cli(port: u16, args: &[&str]) -> String {
-    run(Command::new("redis-cli")
-        .args(["-p", &port.to_string()])
-        .args(args))
-    .trim_end()
-    .to_string()
-}
 
 #[test]
 fn redis_cli_set_on_one_node_get_on_another_and_moved_elsewhere() {

@@ -155,6 +155,15 @@ pub fn run(cmd: &mut Command) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// Runs the real `redis-cli -p PORT ARGS...` and returns its trimmed output.
+pub fn redis_cli(port: u16, args: &[&str]) -> String {
+    run(Command::new("redis-cli")
+        .args(["-p", &port.to_string()])
+        .args(args))
+    .trim_end()
+    .to_string()
+}
+
 /// A blocking RESP connection for tests.
 pub struct Resp {
     pub stream: TcpStream,

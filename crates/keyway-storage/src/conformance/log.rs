@@ -1,0 +1,75 @@
+//! The change log: contents, limits, truncation, `log_start` and
+//! `LogTruncated`.
+
+use super::{del, log_all, ok, put, rec, rk, val};
+use crate::engine::Engine;
+use crate::error::StorageError;
+
+/// Change log: contents, limits, truncation, `log_start`, `LogTruncated`.
+pub fn change_log<E: Engine>(make: &dyn Fn() -> E) {
+    let e = make();
+    let k = |i: u32| rk(1, &format!("k{i}"));
+    let mut expected = Vec::new();
+    for i in 1..=20u32 {
+        let m = if i % 5 == 0 {
+            del(&k(i - 1))
+        } else {
+            put(&k(i), &i.to_string())
+        };
+        assert_eq!(ok(e.apply(std::slice::from_ref(&m))), u64::from(i));
+        expected.push(rec(u64::from(i), m));
+    }
+    assert_eq!(log_all(&e), expected);
+    assert_eq!(ok(e.changes_since(0, 3)), expected[..3].to_vec());
+    assert_eq!(ok(e.changes_since(17, 100)), expected[17..].to_vec());
+    assert!(ok(e.changes_since(20, 100)).is_empty());
+    assert!(ok(e.changes_since(1000, 100)).is_empty());
+
+    ok(e.truncate_log(7));
+    assert_eq!(e.log_start(), 8);
+    assert_eq!(e.last_seq(), 20, "truncation never changes last_seq");
+    assert_eq!(ok(e.changes_since(7, 100)), expected[7..].to_vec());
+    assert!(matches!(
+        e.changes_since(6, 100),
+        Err(StorageError::LogTruncated {
+            after: 6,
+            log_start: 8
+        })
+    ));
+    assert!(matches!(
+        e.changes_since(0, 1),
+        Err(StorageError::LogTruncated { .. })
+    ));
+    ok(e.truncate_log(3));
+    assert_eq!(e.log_start(), 8, "lower truncation is a no-op");
+    ok(e.truncate_log(7));
+    assert_eq!(e.log_start(), 8);
+
+    // Truncate everything (clamped to last_seq): counter continues.
+    ok(e.truncate_log(1_000));
+    assert_eq!(e.log_start(), 21);
+    assert!(ok(e.changes_since(20, 10)).is_empty());
+    assert!(matches!(
+        e.changes_since(19, 10),
+        Err(StorageError::LogTruncated { .. })
+    ));
+    assert_eq!(ok(e.apply(&[put(&k(1), "again")])), 21);
+    assert_eq!(
+        ok(e.changes_since(20, 10)),
+        vec![rec(21, put(&k(1), "again"))]
+    );
+    assert_eq!(
+        ok(e.get(&k(2))),
+        Some(val("2", None, 2)),
+        "truncation keeps the data"
+    );
+
+    // Large truncation spanning several internal chunks.
+    let muts: Vec<_> = (0..10_000u32).map(|i| put(&k(i % 50), "x")).collect();
+    assert_eq!(ok(e.apply(&muts)), 10_021);
+    ok(e.truncate_log(9_999));
+    assert_eq!(e.log_start(), 10_000);
+    let rest = ok(e.changes_since(9_999, usize::MAX));
+    assert_eq!(rest.len(), 22);
+    assert_eq!(rest[0].seq, 10_000);
+}
