@@ -45,8 +45,11 @@ pub struct ClusterSpec {
     pub first_port: u16,
     /// Admin HTTP port of node 1 (likewise); 0 = ephemeral ports.
     pub first_admin_port: u16,
-    /// Metadata store RPC address; port 0 = ephemeral.
+    /// Metadata store RPC address; port 0 = ephemeral. Unused with `external_meta`.
     pub meta_listen: SocketAddr,
+    /// Use this metadata store (a URL such as `etcd://h:p/prefix` or
+    /// `keyway://h:p`) instead of starting an embedded one.
+    pub external_meta: Option<String>,
     /// Root data directory: `meta/` and `node-<i>/` below it.
     pub data_dir: PathBuf,
     /// Partitions per node at bootstrap.
@@ -62,6 +65,7 @@ impl Default for ClusterSpec {
             first_port: 7001,
             first_admin_port: 8001,
             meta_listen: "127.0.0.1:7000".parse().expect("literal"),
+            external_meta: None,
             data_dir: PathBuf::from("./keyway-data"),
             partitions_per_node: 4,
             node: NodeConfig::default(),
@@ -109,7 +113,7 @@ impl ClusterSpec {
 pub struct LocalCluster {
     spec: ClusterSpec,
     meta: Arc<dyn MetaStore>,
-    meta_addr: SocketAddr,
+    meta_url: String,
     meta_stop: Option<oneshot::Sender<()>>,
     meta_task: Option<tokio::task::JoinHandle<()>>,
     configs: Vec<NodeConfig>,
@@ -124,36 +128,21 @@ impl LocalCluster {
             index: 0,
             source: NodeError::Config(e),
         })?;
-        let store = EmbeddedMeta::open(&spec.data_dir.join("meta"), EmbeddedOptions::default())?;
-        let meta: Arc<dyn MetaStore> = Arc::new(store);
-        let listener = TcpListener::bind(spec.meta_listen)
-            .await
-            .map_err(|source| ClusterError::Bind {
-                addr: spec.meta_listen,
-                source,
-            })?;
-        let meta_addr = listener.local_addr().map_err(|source| ClusterError::Bind {
-            addr: spec.meta_listen,
-            source,
-        })?;
-        let (stop_tx, stop_rx) = oneshot::channel();
-        let served = meta.clone();
-        let meta_task = tokio::spawn(async move {
-            let stop = async move {
-                let _ = stop_rx.await;
-            };
-            if let Err(err) = keyway_meta::serve(served, listener, stop).await {
-                tracing::error!(%err, "metadata RPC server failed");
+        let (meta, meta_url, meta_stop, meta_task) = match &spec.external_meta {
+            Some(url) => (keyway_meta::connect(url).await?, url.clone(), None, None),
+            None => {
+                let (meta, addr, stop, task) = serve_embedded(&spec).await?;
+                (meta, format!("keyway://{addr}"), Some(stop), Some(task))
             }
-        });
+        };
         let configs = (0..spec.nodes).map(|i| node_config(&spec, i)).collect();
         let mut cluster = LocalCluster {
             nodes: (0..spec.nodes).map(|_| None).collect(),
             spec,
             meta,
-            meta_addr,
-            meta_stop: Some(stop_tx),
-            meta_task: Some(meta_task),
+            meta_url,
+            meta_stop,
+            meta_task,
             configs,
         };
         for i in 0..cluster.spec.nodes {
@@ -167,9 +156,10 @@ impl LocalCluster {
         Ok(cluster)
     }
 
-    /// `keyway://host:port`: what other processes take as `--meta`.
+    /// What other processes take as `--meta`: `keyway://host:port` for the
+    /// embedded store, or the external store's URL.
     pub fn meta_url(&self) -> String {
-        format!("keyway://{}", self.meta_addr)
+        self.meta_url.clone()
     }
 
     /// The metadata store, in process.
@@ -301,6 +291,42 @@ impl LocalCluster {
             let _ = task.await;
         }
     }
+}
+
+type MetaServer = (
+    Arc<dyn MetaStore>,
+    SocketAddr,
+    oneshot::Sender<()>,
+    tokio::task::JoinHandle<()>,
+);
+
+/// Opens the embedded store under `<data>/meta` and serves it over RPC.
+async fn serve_embedded(spec: &ClusterSpec) -> Result<MetaServer, ClusterError> {
+    let dir = spec.data_dir.join("meta");
+    let store =
+        tokio::task::spawn_blocking(move || EmbeddedMeta::open(&dir, EmbeddedOptions::default()))
+            .await
+            .map_err(|e| MetaError::Internal(format!("open task: {e}")))??;
+    let meta: Arc<dyn MetaStore> = Arc::new(store);
+    let bind_err = |source| ClusterError::Bind {
+        addr: spec.meta_listen,
+        source,
+    };
+    let listener = TcpListener::bind(spec.meta_listen)
+        .await
+        .map_err(bind_err)?;
+    let addr = listener.local_addr().map_err(bind_err)?;
+    let (stop_tx, stop_rx) = oneshot::channel();
+    let served = meta.clone();
+    let task = tokio::spawn(async move {
+        let stop = async move {
+            let _ = stop_rx.await;
+        };
+        if let Err(err) = keyway_meta::serve(served, listener, stop).await {
+            tracing::error!(%err, "metadata RPC server failed");
+        }
+    });
+    Ok((meta, addr, stop_tx, task))
 }
 
 fn node_config(spec: &ClusterSpec, index: usize) -> NodeConfig {

@@ -19,6 +19,10 @@ pub struct DevArgs {
     /// Metadata store RPC port (the `--meta keyway://HOST:PORT` other processes use).
     #[arg(long, default_value_t = 7000)]
     meta_port: u16,
+    /// Use an existing metadata store instead of the embedded one, e.g.
+    /// `etcd://127.0.0.1:2379,127.0.0.1:22379/keyway/dev` or `keyway://HOST:PORT`.
+    #[arg(long, env = "KEYWAY_META")]
+    meta: Option<String>,
     /// Address every listener binds.
     #[arg(long, default_value = "127.0.0.1")]
     host: IpAddr,
@@ -38,6 +42,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         first_port: args.port,
         first_admin_port: args.admin_port,
         meta_listen: SocketAddr::new(args.host, args.meta_port),
+        external_meta: args.meta.clone(),
         data_dir: args.data.clone(),
         partitions_per_node: args.partitions_per_node,
         node: args.node.to_config()?,

@@ -3,42 +3,15 @@
 
 mod common;
 
-use common::{free_port_block, redis_cli};
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use common::{Proc, free_port_block, redis_cli};
 use std::time::{Duration, Instant};
-
-struct Proc(Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// Spawns a keyway subcommand and waits for its first stdout line containing `ready`.
-fn spawn(args: &[String], ready: &str) -> Proc {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_keyway"))
-        .args(args)
-        .env("KEYWAY_LOG", "warn")
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("spawn keyway");
-    let stdout = child.stdout.take().unwrap();
-    let mut lines = BufReader::new(stdout).lines();
-    let line = lines.next().expect("keyway printed nothing").unwrap();
-    assert!(line.contains(ready), "unexpected first line {line:?}");
-    std::thread::spawn(move || for _ in lines {});
-    Proc(child)
-}
 
 #[test]
 fn keyway_meta_and_three_keyway_servers_form_a_cluster() {
     let dir = tempfile::tempdir().unwrap();
     let base = free_port_block(7);
     let meta_addr = format!("127.0.0.1:{base}");
-    let _meta = spawn(
+    let _meta = Proc::spawn(
         &[
             "meta".into(),
             "--listen".into(),
@@ -55,7 +28,7 @@ fn keyway_meta_and_three_keyway_servers_form_a_cluster() {
         .iter()
         .enumerate()
         .map(|(i, port)| {
-            spawn(
+            Proc::spawn(
                 &[
                     "server".into(),
                     "--meta".into(),

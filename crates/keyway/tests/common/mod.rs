@@ -164,6 +164,58 @@ pub fn redis_cli(port: u16, args: &[&str]) -> String {
     .to_string()
 }
 
+/// A `keyway` child process, killed when dropped.
+pub struct Proc(pub Child);
+
+impl Proc {
+    /// Spawns `keyway ARGS` and waits for its first stdout line, which must contain `ready`.
+    pub fn spawn(args: &[String], ready: &str) -> Proc {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_keyway"))
+            .args(args)
+            .env("KEYWAY_LOG", "warn")
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("spawn keyway");
+        let stdout = child.stdout.take().unwrap();
+        let mut lines = BufReader::new(stdout).lines();
+        let line = lines.next().expect("keyway printed nothing").unwrap();
+        assert!(line.contains(ready), "unexpected first line {line:?}");
+        std::thread::spawn(move || for _ in lines {});
+        Proc(child)
+    }
+
+    fn signal(&self, sig: &str) {
+        let status = Command::new("kill")
+            .args([sig, &self.0.id().to_string()])
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill {sig} failed");
+    }
+
+    /// SIGSTOP: the process freezes, its sockets stay open.
+    pub fn pause(&self) {
+        self.signal("-STOP");
+    }
+
+    /// SIGCONT.
+    pub fn resume(&self) {
+        self.signal("-CONT");
+    }
+
+    /// SIGKILL and reap.
+    pub fn kill9(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// A blocking RESP connection for tests.
 pub struct Resp {
     pub stream: TcpStream,
