@@ -5,6 +5,8 @@ set -euo pipefail
 
 need_apt=()
 command -v protoc >/dev/null 2>&1 || need_apt+=(protobuf-compiler)
+# etcd-client's build needs protoc's bundled well-known types too.
+[ -f /usr/include/google/protobuf/descriptor.proto ] || need_apt+=(libprotobuf-dev)
 command -v redis-cli >/dev/null 2>&1 || need_apt+=(redis-tools)
 command -v redis-server >/dev/null 2>&1 || need_apt+=(redis-server)
 command -v redis-benchmark >/dev/null 2>&1 || need_apt+=(redis-tools)

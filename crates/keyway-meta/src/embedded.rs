@@ -15,14 +15,30 @@
 //!
 //! A directory is opened by at most one store at a time (`<dir>/meta.lock`,
 //! an advisory file lock held while the store lives).
+//!
+//! Leader election (`embedded/election.rs`): per election a queue of
+//! candidacies, persisted in the state file with the leases they hang on (a
+//! leader whose lease survives a restart keeps leading). Every change to any
+//! queue bumps one `tokio::sync::watch` counter; waiting campaign calls and
+//! observers re-read their election when it moves. The lease reaper (and
+//! `revoke_lease`) drops the candidacies of dead leases and wakes them, so
+//! the seat passes to the next live candidate as soon as the leader's lease
+//! expires. A campaign call dropped while it waits (a caller that gave up,
+//! or an RPC whose client vanished) withdraws its candidacy; one whose
+//! drop goes unnoticed still dies with its lease.
 
+mod election;
 mod lease;
 mod state;
 
 pub use lease::MAX_LEASE_TTL_MS;
 pub use state::STATE_FILE;
 
-use crate::{LeaseId, LeaseInfo, MapTxn, MapUpdate, MapWatch, MetaError, MetaStore, bootstrap_txn};
+use crate::{
+    LeaderWatch, Leadership, LeaseId, LeaseInfo, MapTxn, MapUpdate, MapWatch, MetaError, MetaStore,
+    bootstrap_txn,
+};
+use election::Standing;
 use futures::StreamExt;
 use keyway_map::{MapChange, MapVersion, NodeId, NodeInfo, NodeState, PartitionMap};
 use lease::LeaseTable;
@@ -31,7 +47,7 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
-use tokio::sync::{Mutex, Notify, broadcast};
+use tokio::sync::{Mutex, Notify, broadcast, watch};
 use tokio::time::Instant;
 
 /// The lock file's name inside the store directory.
@@ -70,6 +86,8 @@ struct Inner {
     dir: PathBuf,
     state: Mutex<State>,
     events: broadcast::Sender<Arc<Entry>>,
+    /// Bumped on every change to any election queue.
+    elections_changed: watch::Sender<u64>,
     reaper_started: AtomicBool,
     reaper_wake: Arc<Notify>,
     /// Held (with its advisory lock) for the life of the store.
@@ -131,6 +149,7 @@ impl EmbeddedMeta {
                 dir: dir.to_path_buf(),
                 state: Mutex::new(state),
                 events,
+                elections_changed: watch::channel(0).0,
                 reaper_started: AtomicBool::new(false),
                 reaper_wake: Arc::new(Notify::new()),
                 _lock: lock,
@@ -237,13 +256,31 @@ impl Inner {
         Ok(version)
     }
 
-    /// Removes expired leases and persists their removal.
+    /// Removes expired leases and the candidacies held under them, and
+    /// persists their removal.
     async fn reap(&self) -> Result<(), MetaError> {
         let mut state = self.state.lock().await;
-        if state.failed.is_none() && state.leases.remove_expired(Instant::now()) > 0 {
+        if state.failed.is_some() {
+            return Ok(());
+        }
+        let now = Instant::now();
+        let expired = state.leases.remove_expired(now) > 0;
+        if state.drop_dead_candidacies(now) {
+            self.persist_elections(&mut state).await?;
+        } else if expired {
             self.persist(&mut state).await?;
         }
         Ok(())
+    }
+
+    /// Persists a change to the election queues, then wakes election
+    /// waiters and observers (also when the write failed: they then see the
+    /// store stopped).
+    async fn persist_elections(&self, state: &mut State) -> Result<(), MetaError> {
+        let result = self.persist(state).await;
+        self.elections_changed
+            .send_modify(|n| *n = n.wrapping_add(1));
+        result
     }
 }
 
@@ -344,6 +381,92 @@ fn closed() -> MetaError {
     MetaError::Unavailable("embedded metadata store closed".into())
 }
 
+fn check_election(election: &str) -> Result<(), MetaError> {
+    if election.is_empty() {
+        return Err(MetaError::InvalidArgument(
+            "election name must not be empty".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// A waiting campaign call's hold on its candidacy: dropped while armed
+/// (the call was dropped before it returned), it withdraws the candidacy
+/// unless a later call under the same lease has attached to it since.
+struct Withdraw {
+    inner: Weak<Inner>,
+    election: String,
+    id: u64,
+    attach: u64,
+    armed: bool,
+}
+
+impl Drop for Withdraw {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let (weak, election, id, attach) = (
+            self.inner.clone(),
+            std::mem::take(&mut self.election),
+            self.id,
+            self.attach,
+        );
+        // Holds the store only weakly: a store closed meanwhile keeps the
+        // candidacy, which then ends with its lease (as after a restart).
+        runtime.spawn(async move {
+            let Some(inner) = weak.upgrade() else { return };
+            let mut state = inner.state.lock().await;
+            if state.check_healthy().is_ok() && state.elections.withdraw(&election, id, attach) {
+                tracing::debug!(%election, id, "campaign call dropped; candidacy withdrawn");
+                let _ = inner.persist_elections(&mut state).await;
+            }
+        });
+    }
+}
+
+/// Observe stream state: the election, and the leader last sent.
+struct Observer {
+    election: String,
+    changed: watch::Receiver<u64>,
+    inner: Weak<Inner>,
+    /// `None` until the first item is sent.
+    last: Option<Option<Leadership>>,
+    done: bool,
+}
+
+impl Observer {
+    async fn next(&mut self) -> Option<Result<Option<Leadership>, MetaError>> {
+        if self.done {
+            return None;
+        }
+        loop {
+            if self.last.is_some() && self.changed.changed().await.is_err() {
+                self.done = true;
+                return Some(Err(closed()));
+            }
+            let Some(inner) = self.inner.upgrade() else {
+                self.done = true;
+                return Some(Err(closed()));
+            };
+            let state = inner.state.lock().await;
+            if let Err(e) = state.check_healthy() {
+                self.done = true;
+                return Some(Err(e));
+            }
+            let leader = state.leader(&self.election, Instant::now());
+            drop(state);
+            if self.last.as_ref() != Some(&leader) {
+                self.last = Some(leader.clone());
+                return Some(Ok(leader));
+            }
+        }
+    }
+}
+
 #[async_trait::async_trait]
 impl MetaStore for EmbeddedMeta {
     async fn get_map(&self) -> Result<PartitionMap, MetaError> {
@@ -438,7 +561,7 @@ impl MetaStore for EmbeddedMeta {
                         node.0
                     )));
                 }
-                let id = state.leases.grant(node, ttl_ms, Instant::now());
+                let id = state.leases.grant(Some(node), ttl_ms, Instant::now());
                 inner.persist(&mut state).await?;
                 Ok(id)
             })
@@ -458,8 +581,13 @@ impl MetaStore for EmbeddedMeta {
         self.run(move |inner| async move {
             let mut state = inner.state.lock().await;
             state.check_healthy()?;
-            state.leases.revoke(lease, Instant::now())?;
-            inner.persist(&mut state).await
+            let now = Instant::now();
+            state.leases.revoke(lease, now)?;
+            if state.drop_dead_candidacies(now) {
+                inner.persist_elections(&mut state).await
+            } else {
+                inner.persist(&mut state).await
+            }
         })
         .await
     }
@@ -469,6 +597,122 @@ impl MetaStore for EmbeddedMeta {
         let state = self.inner.state.lock().await;
         state.check_healthy()?;
         Ok(state.leases.live(Instant::now()))
+    }
+
+    async fn grant_session_lease(&self, ttl_ms: u64) -> Result<LeaseId, MetaError> {
+        LeaseTable::check_ttl(ttl_ms)?;
+        let id = self
+            .run(move |inner| async move {
+                let mut state = inner.state.lock().await;
+                state.check_healthy()?;
+                let id = state.leases.grant(None, ttl_ms, Instant::now());
+                inner.persist(&mut state).await?;
+                Ok(id)
+            })
+            .await?;
+        self.inner.reaper_wake.notify_one();
+        Ok(id)
+    }
+
+    async fn campaign(
+        &self,
+        election: &str,
+        candidate: &str,
+        lease: LeaseId,
+    ) -> Result<Leadership, MetaError> {
+        check_election(election)?;
+        // Subscribed before the first look: no change after it is missed.
+        let mut changed = self.inner.elections_changed.subscribe();
+        let (e, c) = (election.to_string(), candidate.to_string());
+        let mut hold = self
+            .run(move |inner| async move {
+                let mut state = inner.state.lock().await;
+                state.check_healthy()?;
+                let now = Instant::now();
+                if !state.lease_live(lease, now) {
+                    return Err(MetaError::LeaseNotFound(lease));
+                }
+                let dropped = state.drop_dead_candidacies(now);
+                let joined = state.elections.join(&e, &c, lease);
+                // Returned through the task: if the caller is gone by then,
+                // the runtime drops it, which withdraws the candidacy.
+                let hold = Withdraw {
+                    inner: Arc::downgrade(&inner),
+                    election: e,
+                    id: joined.id,
+                    attach: joined.attach,
+                    armed: true,
+                };
+                if dropped || joined.changed {
+                    inner.persist_elections(&mut state).await?;
+                }
+                Ok(hold)
+            })
+            .await?;
+        loop {
+            {
+                let state = self.inner.state.lock().await;
+                state.check_healthy()?;
+                let now = Instant::now();
+                match state.standing(election, hold.id, now) {
+                    Standing::Leads(leadership) => {
+                        hold.armed = false;
+                        return Ok(leadership);
+                    }
+                    Standing::Waits => {}
+                    Standing::Gone => {
+                        hold.armed = false;
+                        if state.lease_live(lease, now) {
+                            return Err(MetaError::Unavailable(format!(
+                                "candidacy in election {election:?} under lease {lease} was \
+                                 withdrawn by a later campaign call; campaign again"
+                            )));
+                        }
+                        return Err(MetaError::LeaseNotFound(lease));
+                    }
+                }
+            }
+            changed.changed().await.map_err(|_| closed())?;
+        }
+    }
+
+    async fn leader(&self, election: &str) -> Result<Option<Leadership>, MetaError> {
+        check_election(election)?;
+        self.ensure_reaper();
+        let state = self.inner.state.lock().await;
+        state.check_healthy()?;
+        Ok(state.leader(election, Instant::now()))
+    }
+
+    async fn observe(&self, election: &str) -> Result<LeaderWatch, MetaError> {
+        check_election(election)?;
+        self.ensure_reaper();
+        self.inner.state.lock().await.check_healthy()?;
+        let observer = Observer {
+            election: election.to_string(),
+            changed: self.inner.elections_changed.subscribe(),
+            inner: Arc::downgrade(&self.inner),
+            last: None,
+            done: false,
+        };
+        Ok(futures::stream::unfold(observer, |mut o| async move {
+            o.next().await.map(|item| (item, o))
+        })
+        .boxed())
+    }
+
+    async fn resign(&self, leadership: &Leadership) -> Result<(), MetaError> {
+        check_election(&leadership.election)?;
+        let leadership = leadership.clone();
+        self.run(move |inner| async move {
+            let mut state = inner.state.lock().await;
+            state.check_healthy()?;
+            if state.elections.resign(&leadership) {
+                inner.persist_elections(&mut state).await?;
+            }
+            Ok(())
+        })
+        .await
     }
 
     async fn bootstrap_if_empty(
@@ -637,6 +881,45 @@ mod tests {
             60_000,
             "full TTL again after reopen"
         );
+    }
+
+    #[tokio::test]
+    async fn elections_survive_a_reopen_with_their_leases() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open(dir.path(), EmbeddedOptions::default());
+        let la = store.grant_session_lease(60_000).await.unwrap();
+        let lb = store.grant_session_lease(60_000).await.unwrap();
+        let a = store.campaign("e", "a", la).await.unwrap();
+        let waiting = {
+            let b = store.campaign("e", "b", lb);
+            tokio::time::timeout(Duration::from_millis(50), b).await
+        };
+        assert!(waiting.is_err(), "b waits behind a");
+        drop(store);
+        let store = open(dir.path(), EmbeddedOptions::default());
+        assert_eq!(
+            store.leader("e").await.unwrap(),
+            Some(a.clone()),
+            "a's lease survived, so a still leads"
+        );
+        assert_eq!(
+            store.campaign("e", "a", la).await.unwrap(),
+            a,
+            "the same candidacy after a reopen"
+        );
+        let store = Arc::new(store);
+        let b = tokio::spawn({
+            let store = store.clone();
+            async move { store.campaign("e", "b", lb).await }
+        });
+        store.revoke_lease(la).await.unwrap();
+        let b = tokio::time::timeout(Duration::from_secs(10), b)
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        assert_eq!(store.leader("e").await.unwrap(), Some(b.clone()));
+        assert!(b.token > a.token, "candidacy ids are never reused");
     }
 
     #[tokio::test]

@@ -34,6 +34,7 @@
 
 mod embedded;
 mod error;
+mod etcd;
 pub mod rpc;
 mod store;
 mod url;
@@ -43,7 +44,11 @@ pub mod conformance;
 
 pub use embedded::{EmbeddedMeta, EmbeddedOptions, LOCK_FILE, MAX_LEASE_TTL_MS, STATE_FILE};
 pub use error::MetaError;
+pub use etcd::{EtcdMeta, EtcdOptions};
 pub use rpc::client::{RemoteMeta, RemoteOptions};
 pub use rpc::server::serve;
-pub use store::{LeaseId, LeaseInfo, MapTxn, MapUpdate, MapWatch, MetaStore, bootstrap_txn};
+pub use store::{
+    LeaderWatch, Leadership, LeaseId, LeaseInfo, MapTxn, MapUpdate, MapWatch, MetaStore,
+    bootstrap_txn, election_unsupported,
+};
 pub use url::connect;

@@ -100,6 +100,29 @@ impl MapUpdate {
 pub type MapWatch =
     Pin<Box<dyn futures::Stream<Item = Result<MapUpdate, MetaError>> + Send + 'static>>;
 
+/// A won election: who leads which election, under which lease, and an
+/// opaque token naming this one candidacy (etcd: the leader key and its
+/// create revision; embedded: a never-reused candidacy number).
+///
+/// Two `Leadership`s are equal only if they are the same candidacy: a
+/// candidate that resigned and won again holds a different token.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Leadership {
+    pub election: String,
+    pub candidate: String,
+    pub lease: LeaseId,
+    pub token: Vec<u8>,
+}
+
+/// A stream of an election's leader; see [`MetaStore::observe`].
+pub type LeaderWatch =
+    Pin<Box<dyn futures::Stream<Item = Result<Option<Leadership>, MetaError>> + Send + 'static>>;
+
+/// What the election methods of a backend without leader election return.
+pub fn election_unsupported() -> MetaError {
+    MetaError::Internal("leader election not supported by this backend".into())
+}
+
 /// The metadata store: authoritative home of the partition map, the node
 /// registry and leases.
 ///
@@ -156,6 +179,73 @@ pub trait MetaStore: Send + Sync + 'static {
     /// Live leases with their node and remaining ms (as the store sees it),
     /// ordered by lease id.
     async fn leases(&self) -> Result<Vec<LeaseInfo>, MetaError>;
+
+    // ---- Leader election (the manager's seat). ----
+    //
+    // An election is a queue of candidacies, each held under a lease; the
+    // head of the queue leads. A candidacy ends when its holder resigns, when
+    // its lease expires or is revoked (the next candidate then leads at
+    // once), or when a campaign call still waiting is dropped/cancelled. At
+    // most one candidacy leads an election at any time, as the store sees
+    // it; a leader that cannot renew its lease must stop acting by its own
+    // clock before the store would expire it (as nodes do, invariant 4).
+
+    /// Grants a lease not tied to a node (for election candidates), for
+    /// `ttl_ms` (> 0) milliseconds. Renew it with [`MetaStore::keep_alive`],
+    /// end it with [`MetaStore::revoke_lease`]. Session leases are not listed
+    /// by [`MetaStore::leases`] (which lists node leases).
+    async fn grant_session_lease(&self, ttl_ms: u64) -> Result<LeaseId, MetaError> {
+        let _ = ttl_ms;
+        Err(election_unsupported())
+    }
+
+    /// Joins `election` (non-empty) as `candidate` under `lease` (which the
+    /// caller keeps alive) and waits until it leads; candidates are served
+    /// first come, first served. Returns at once if nobody leads.
+    ///
+    /// A lease holds at most one candidacy per election: campaigning again
+    /// under the same lease (e.g. after a dropped connection) rejoins the
+    /// same candidacy at the same place in the queue (returning the same
+    /// token if it already leads) and sets its candidate name.
+    ///
+    /// `Err(MetaError::LeaseNotFound)` if the lease is not live, or expires
+    /// or is revoked while waiting. Dropping the future before it resolves
+    /// withdraws a candidacy that does not lead yet; waiters are in any case
+    /// tied to their lease, so a dead process's candidacy ends with its lease.
+    async fn campaign(
+        &self,
+        election: &str,
+        candidate: &str,
+        lease: LeaseId,
+    ) -> Result<Leadership, MetaError> {
+        let _ = (election, candidate, lease);
+        Err(election_unsupported())
+    }
+
+    /// The current leader of `election` (the same [`Leadership`] its
+    /// `campaign` returned), or `None` if nobody leads.
+    async fn leader(&self, election: &str) -> Result<Option<Leadership>, MetaError> {
+        let _ = election;
+        Err(election_unsupported())
+    }
+
+    /// A stream of `election`'s leader: the first item is the current leader
+    /// (`None`: nobody leads), then one item each time that changes
+    /// (consecutive items differ, but a change that is quickly undone may be
+    /// missed). Ends with an error item if the store goes away; the caller
+    /// observes again.
+    async fn observe(&self, election: &str) -> Result<LeaderWatch, MetaError> {
+        let _ = election;
+        Err(election_unsupported())
+    }
+
+    /// Ends `leadership`'s candidacy (the next candidate leads at once).
+    /// Does not revoke the lease. `Ok` also when that candidacy had already
+    /// ended (resigning is idempotent).
+    async fn resign(&self, leadership: &Leadership) -> Result<(), MetaError> {
+        let _ = leadership;
+        Err(election_unsupported())
+    }
 
     /// If the map has no keyspace yet and at least `min_nodes` nodes are
     /// registered, creates the bootstrap map

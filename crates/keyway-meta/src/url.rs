@@ -1,11 +1,11 @@
 //! [`connect`]: opens a metadata store from a URL, the one way the rest of
 //! Keyway names a metadata store (`--meta` flags, config files).
 
-use crate::{EmbeddedMeta, EmbeddedOptions, MetaError, MetaStore, RemoteMeta};
+use crate::{EmbeddedMeta, EmbeddedOptions, EtcdMeta, MetaError, MetaStore, RemoteMeta};
 use std::path::PathBuf;
 use std::sync::Arc;
 
-const ACCEPTED: &str = "keyway://host:port (a `keyway meta` server) or file:///absolute/dir (an embedded store opened in this process)";
+const ACCEPTED: &str = "keyway://host:port (a `keyway meta` server), file:///absolute/dir (an embedded store opened in this process) or etcd://host:port[,host:port...]/key/prefix (an etcd cluster)";
 
 /// Opens a store from a URL:
 /// - `keyway://host:port` -> [`RemoteMeta`], a gRPC client of a `keyway meta`
@@ -13,8 +13,12 @@ const ACCEPTED: &str = "keyway://host:port (a `keyway meta` server) or file:///a
 /// - `file:///abs/dir` -> [`EmbeddedMeta`] opened in-process on that
 ///   directory (created if missing; the path is taken literally, without
 ///   percent-decoding);
-/// - `etcd://...` is refused as not yet supported; anything else is
-///   refused with [`MetaError::InvalidArgument`] naming the accepted schemes.
+/// - `etcd://host:port[,host:port...]/<key prefix>` -> [`EtcdMeta`] on
+///   those etcd members, every key under the prefix (one prefix per Keyway
+///   cluster, e.g. `/keyway/prod`; lazy: succeeds while etcd is down);
+///   a malformed one is refused saying what is wrong;
+/// - anything else is refused with [`MetaError::InvalidArgument`] naming
+///   the accepted schemes.
 pub async fn connect(url: &str) -> Result<Arc<dyn MetaStore>, MetaError> {
     if url.starts_with("keyway://") {
         return Ok(Arc::new(RemoteMeta::connect(url).await?));
@@ -34,9 +38,7 @@ pub async fn connect(url: &str) -> Result<Arc<dyn MetaStore>, MetaError> {
         return Ok(Arc::new(store));
     }
     if url.starts_with("etcd://") {
-        return Err(MetaError::InvalidArgument(format!(
-            "metadata store URL {url:?}: etcd:// is not yet supported; accepted: {ACCEPTED}"
-        )));
+        return Ok(Arc::new(EtcdMeta::connect(url).await?));
     }
     Err(MetaError::InvalidArgument(format!(
         "metadata store URL {url:?} has an unknown scheme; accepted: {ACCEPTED}"
@@ -60,12 +62,14 @@ mod tests {
         for url in ["redis://x:1", "localhost:7000", "", "file:relative"] {
             let msg = refused(url).await;
             assert!(
-                msg.contains("keyway://") && msg.contains("file:///"),
+                msg.contains("keyway://") && msg.contains("file:///") && msg.contains("etcd://"),
                 "{msg}"
             );
         }
         let msg = refused("etcd://127.0.0.1:2379").await;
-        assert!(msg.contains("not yet supported"), "{msg}");
+        assert!(msg.contains("no key prefix"), "{msg}");
+        let msg = refused("etcd://127.0.0.1/keyway/x").await;
+        assert!(msg.contains("not host:port"), "{msg}");
         let msg = refused("file://relative/dir").await;
         assert!(msg.contains("absolute"), "{msg}");
         assert!(refused("keyway://").await.contains("host:port"));
@@ -92,5 +96,18 @@ mod tests {
             remote.get_map().await,
             Err(MetaError::Unavailable(_))
         ));
+    }
+
+    #[tokio::test]
+    async fn etcd_url_opens_a_lazy_etcd_store() {
+        // Nothing listens there: opening succeeds, calls are Unavailable.
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        drop(listener);
+        let store = connect(&format!("etcd://{addr}/keyway/test"))
+            .await
+            .unwrap();
+        let err = store.get_map().await.unwrap_err();
+        assert!(matches!(err, MetaError::Unavailable(_)), "{err:?}");
     }
 }

@@ -3,8 +3,10 @@
 //! - `keyway dev`: a metadata store and N nodes in one process, for a laptop.
 //! - `keyway meta`: the embedded metadata store, served over RPC.
 //! - `keyway server`: one storage node.
+//! - `keyway manager`: the partition manager (leader-elected).
 
 mod dev;
+mod manager_cmd;
 mod meta_cmd;
 mod server_cmd;
 
@@ -37,6 +39,8 @@ enum Command {
     Meta(meta_cmd::MetaArgs),
     /// Run one storage node.
     Server(server_cmd::ServerArgs),
+    /// Run the partition manager; one of many leads at a time (leader election).
+    Manager(manager_cmd::ManagerArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -53,6 +57,7 @@ fn main() -> anyhow::Result<()> {
             Command::Dev(args) => dev::run(args).await,
             Command::Meta(args) => meta_cmd::run(args).await,
             Command::Server(args) => server_cmd::run(args).await,
+            Command::Manager(args) => manager_cmd::run(args).await,
         }
     })
 }

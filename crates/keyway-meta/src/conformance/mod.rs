@@ -62,6 +62,13 @@ macro_rules! meta_conformance_tests {
             one!(lease_lifecycle);
             one!(lease_expires_without_keep_alive);
             one!(bootstrap_if_empty_is_idempotent_and_has_one_winner);
+            one!(single_candidate_wins_at_once);
+            one!(second_candidate_waits_until_the_first_resigns);
+            one!(campaigning_again_under_the_same_lease_rejoins);
+            one!(leadership_passes_when_the_leader_lease_ends);
+            one!(a_waiting_candidacy_ends_with_its_lease_or_its_call);
+            one!(observe_reports_every_leader_change);
+            one!(concurrent_campaigns_have_at_most_one_leader);
         }
     };
 }
@@ -154,6 +161,7 @@ fn first_partition(map: &PartitionMap) -> PartitionRecord {
 }
 
 mod commit;
+mod election;
 mod lease;
 mod nodes;
 mod restart;
@@ -162,6 +170,12 @@ mod watch;
 pub use commit::{
     cas_race_has_exactly_one_winner, commit_applies_changes_as_the_next_version,
     commit_is_refused_when_the_resulting_map_is_invalid, conflict_carries_what_is_there_now,
+};
+pub use election::{
+    a_waiting_candidacy_ends_with_its_lease_or_its_call,
+    campaigning_again_under_the_same_lease_rejoins, concurrent_campaigns_have_at_most_one_leader,
+    leadership_passes_when_the_leader_lease_ends, observe_reports_every_leader_change,
+    second_candidate_waits_until_the_first_resigns, single_candidate_wins_at_once,
 };
 pub use lease::{lease_expires_without_keep_alive, lease_lifecycle};
 pub use nodes::{

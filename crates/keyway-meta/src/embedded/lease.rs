@@ -7,6 +7,9 @@
 //! a lease restored on reopen gets its full TTL again from the moment of
 //! reopen, which only ever lengthens a lease, never shortens it (invariant 4
 //! stays safe: the manager waits at least as long as the holder could serve).
+//!
+//! A lease belongs to a node, or (a session lease, for election candidates)
+//! to no node; session leases are not listed by `live`.
 
 use crate::{LeaseId, LeaseInfo, MetaError};
 use keyway_map::NodeId;
@@ -22,13 +25,14 @@ pub const MAX_LEASE_TTL_MS: u64 = 24 * 60 * 60 * 1000;
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct LeaseRecord {
     pub id: u64,
-    pub node: NodeId,
+    /// `None` (JSON `null`): a session lease.
+    pub node: Option<NodeId>,
     pub ttl_ms: u64,
 }
 
 #[derive(Clone, Debug)]
 struct Lease {
-    node: NodeId,
+    node: Option<NodeId>,
     ttl_ms: u64,
     deadline: Instant,
 }
@@ -99,7 +103,7 @@ impl LeaseTable {
     }
 
     /// Grants a new lease (the TTL was checked by [`Self::check_ttl`]).
-    pub fn grant(&mut self, node: NodeId, ttl_ms: u64, now: Instant) -> LeaseId {
+    pub fn grant(&mut self, node: Option<NodeId>, ttl_ms: u64, now: Instant) -> LeaseId {
         let id = LeaseId(self.next_id);
         self.next_id += 1;
         self.leases.insert(
@@ -135,17 +139,24 @@ impl LeaseTable {
         }
     }
 
-    /// Leases live at `now`, by id.
+    /// Node leases live at `now`, by id (session leases are left out).
     pub fn live(&self, now: Instant) -> Vec<LeaseInfo> {
         self.leases
             .iter()
             .filter(|(_, l)| now < l.deadline)
-            .map(|(id, l)| LeaseInfo {
-                lease: *id,
-                node: l.node,
-                remaining_ms: ceil_ms(l.deadline - now),
+            .filter_map(|(id, l)| {
+                Some(LeaseInfo {
+                    lease: *id,
+                    node: l.node?,
+                    remaining_ms: ceil_ms(l.deadline - now),
+                })
             })
             .collect()
+    }
+
+    /// Whether `id` is live at `now` (node or session lease).
+    pub fn is_live(&self, id: LeaseId, now: Instant) -> bool {
+        self.leases.get(&id).is_some_and(|l| now < l.deadline)
     }
 
     /// The earliest deadline of any lease in the table.
@@ -179,7 +190,7 @@ mod tests {
     async fn lease_lives_exactly_its_ttl_and_renewal_restarts_it() {
         let mut t = LeaseTable::default();
         let start = Instant::now();
-        let id = t.grant(NodeId(1), 1000, start);
+        let id = t.grant(Some(NodeId(1)), 1000, start);
         assert_eq!(id, LeaseId(1));
         let at = |ms| start + Duration::from_millis(ms);
         assert_eq!(t.live(at(400))[0].remaining_ms, 600);
@@ -194,7 +205,7 @@ mod tests {
         assert_eq!(t.remove_expired(at(1999)), 1);
         assert_eq!(t.next_deadline(), None);
         assert_eq!(
-            t.grant(NodeId(1), 5, at(2000)),
+            t.grant(Some(NodeId(1)), 5, at(2000)),
             LeaseId(2),
             "ids never reused"
         );
@@ -205,17 +216,34 @@ mod tests {
         let now = Instant::now();
         let records = vec![LeaseRecord {
             id: 7,
-            node: NodeId(3),
+            node: Some(NodeId(3)),
             ttl_ms: 250,
         }];
         let mut t = LeaseTable::restore(records.clone(), 2, now);
         assert_eq!(t.records(now), records);
         assert_eq!(t.live(now)[0].remaining_ms, 250);
-        assert_eq!(t.grant(NodeId(3), 10, now), LeaseId(8));
+        assert_eq!(t.grant(Some(NodeId(3)), 10, now), LeaseId(8));
         assert_eq!(
             t.revoke(LeaseId(7), now + Duration::from_millis(250)),
             Err(MetaError::LeaseNotFound(LeaseId(7)))
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn session_leases_live_and_persist_but_are_not_listed() {
+        let mut t = LeaseTable::default();
+        let now = Instant::now();
+        let node = t.grant(Some(NodeId(1)), 1000, now);
+        let session = t.grant(None, 1000, now);
+        assert!(t.is_live(session, now) && t.is_live(node, now));
+        assert_eq!(
+            t.live(now).iter().map(|l| l.lease).collect::<Vec<_>>(),
+            vec![node]
+        );
+        let back = LeaseTable::restore(t.records(now), t.next_id(), now);
+        assert!(back.is_live(session, now));
+        assert_eq!(back.records(now), t.records(now));
+        assert!(!t.is_live(session, now + Duration::from_millis(1000)));
     }
 
     #[test]

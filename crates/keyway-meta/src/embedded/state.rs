@@ -1,7 +1,8 @@
 //! The embedded store's state and its durable file.
 //!
 //! State = the map, a bounded history of recent `(version, changes)` for
-//! deltas, the node-id counter, and the lease table. All of it is written to
+//! deltas, the node-id counter, the lease table, and the election queues
+//! (`election.rs`; absent in files written before elections existed). All of it is written to
 //! `<dir>/meta.state` as one JSON document after every mutation, by writing
 //! `<dir>/meta.state.tmp`, fsyncing it, renaming it over `meta.state`, and
 //! fsyncing the directory. That is O(map size + retained history) per
@@ -9,11 +10,12 @@
 //! the rate maps change (moves, splits and merges, not data commands).
 //! A crash at any point leaves either the old or the new file whole.
 
+use super::election::{CandidacyRecord, Elections, Standing};
 use super::lease::{LeaseRecord, LeaseTable};
-use crate::{MapUpdate, MetaError};
+use crate::{Leadership, LeaseId, MapUpdate, MetaError};
 use keyway_map::{MapChange, MapVersion, PartitionMap};
 use serde::{Deserialize, Serialize};
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::fs::{self, File};
 use std::io::{ErrorKind, Write};
 use std::path::Path;
@@ -43,6 +45,7 @@ pub(crate) struct State {
     /// Next node id to hand out; starts at 1, never reused.
     pub next_node_id: u64,
     pub leases: LeaseTable,
+    pub elections: Elections,
     /// Set when a write to disk failed: memory may be ahead of the disk, so
     /// the store refuses everything until it is reopened.
     pub failed: Option<String>,
@@ -56,6 +59,8 @@ struct PersistedRef<'a> {
     next_node_id: u64,
     next_lease_id: u64,
     leases: Vec<LeaseRecord>,
+    next_candidacy_id: u64,
+    elections: BTreeMap<String, Vec<CandidacyRecord>>,
 }
 
 #[derive(Deserialize)]
@@ -66,6 +71,10 @@ struct Persisted {
     next_node_id: u64,
     next_lease_id: u64,
     leases: Vec<LeaseRecord>,
+    #[serde(default)]
+    next_candidacy_id: u64,
+    #[serde(default)]
+    elections: BTreeMap<String, Vec<CandidacyRecord>>,
 }
 
 impl State {
@@ -77,6 +86,7 @@ impl State {
             history_limit,
             next_node_id: 1,
             leases: LeaseTable::default(),
+            elections: Elections::default(),
             failed: None,
         }
     }
@@ -118,6 +128,7 @@ impl State {
             history_limit,
             next_node_id: p.next_node_id.max(1),
             leases: LeaseTable::restore(p.leases, p.next_lease_id, now),
+            elections: Elections::restore(p.elections, p.next_candidacy_id),
             failed: None,
         };
         state.trim_history();
@@ -137,6 +148,8 @@ impl State {
             next_node_id: self.next_node_id,
             next_lease_id: self.leases.next_id(),
             leases: self.leases.records(now),
+            next_candidacy_id: self.elections.next_id(),
+            elections: self.elections.records(),
         };
         serde_json::to_vec(&view).map_err(|e| MetaError::Internal(format!("encode state: {e}")))
     }
@@ -163,6 +176,30 @@ impl State {
         while self.history.len() > self.history_limit {
             self.history.pop_front();
         }
+    }
+
+    /// `election`'s leader at `now` (candidacies with dead leases skipped).
+    pub fn leader(&self, election: &str, now: Instant) -> Option<Leadership> {
+        self.elections
+            .leader(election, |l| self.leases.is_live(l, now))
+    }
+
+    /// Where candidacy `id` of `election` stands at `now`.
+    pub fn standing(&self, election: &str, id: u64, now: Instant) -> Standing {
+        self.elections
+            .standing(election, id, |l| self.leases.is_live(l, now))
+    }
+
+    /// Drops the candidacies whose lease is not live at `now`; returns
+    /// whether any was (the caller persists and wakes election waiters).
+    pub fn drop_dead_candidacies(&mut self, now: Instant) -> bool {
+        let leases = &self.leases;
+        self.elections.retain_live(|l| leases.is_live(l, now))
+    }
+
+    /// Whether `lease` is live at `now`.
+    pub fn lease_live(&self, lease: LeaseId, now: Instant) -> bool {
+        self.leases.is_live(lease, now)
     }
 
     /// What changed after `since` (see [`crate::MetaStore::changes_since`]).
@@ -234,7 +271,7 @@ mod tests {
         }
         state.next_node_id = 6;
         let now = Instant::now();
-        state.leases.grant(NodeId(2), 500, now);
+        state.leases.grant(Some(NodeId(2)), 500, now);
         assert_eq!(state.history.len(), 3, "history is bounded");
         write_state(dir.path(), &state.encode(now).unwrap()).unwrap();
 

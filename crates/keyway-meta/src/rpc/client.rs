@@ -6,13 +6,21 @@
 //! ([`RemoteOptions::rpc_timeout`], default 2 s); a call that misses it, or
 //! fails in the transport, returns [`MetaError::Unavailable`], and for a
 //! mutating call its outcome is then unknown (re-read before retrying).
-//! A watch stream is bounded only while it is being opened; once open it
-//! lasts until the server ends it (HTTP/2 keep-alive pings detect a vanished
-//! server) and then yields one `Unavailable` item and ends.
+//! A watch (or observe) stream is bounded only while it is being opened;
+//! once open it lasts until the server ends it (HTTP/2 keep-alive pings
+//! detect a vanished server) and then yields one `Unavailable` item and ends.
+//! `campaign` has no deadline at all (it waits for the seat); keep-alive
+//! pings bound how long it can hang on a vanished server, and dropping it
+//! resets the call, which withdraws the waiting candidacy on the server.
 
-use super::convert::{error_from_status, lease_from_pb, map_from_bytes, txn_to_pb, update_from_pb};
+use super::convert::{
+    error_from_status, leadership_from_pb, leadership_to_pb, lease_from_pb, map_from_bytes,
+    txn_to_pb, update_from_pb,
+};
 use super::pb::{self, meta_client::MetaClient};
-use crate::{LeaseId, LeaseInfo, MapTxn, MapUpdate, MapWatch, MetaError, MetaStore};
+use crate::{
+    LeaderWatch, Leadership, LeaseId, LeaseInfo, MapTxn, MapUpdate, MapWatch, MetaError, MetaStore,
+};
 use futures::StreamExt;
 use keyway_map::{MapVersion, NodeId, PartitionMap};
 use std::time::Duration;
@@ -256,5 +264,88 @@ impl MetaStore for RemoteMeta {
             })
             .await?;
         Ok(resp.bootstrapped)
+    }
+
+    async fn grant_session_lease(&self, ttl_ms: u64) -> Result<LeaseId, MetaError> {
+        let req = self.request(pb::GrantSessionLeaseRequest { ttl_ms });
+        let resp = self
+            .call("GrantSessionLease", |mut c| async move {
+                c.grant_session_lease(req).await
+            })
+            .await?;
+        Ok(LeaseId(resp.lease))
+    }
+
+    async fn campaign(
+        &self,
+        election: &str,
+        candidate: &str,
+        lease: LeaseId,
+    ) -> Result<Leadership, MetaError> {
+        // No deadline: the call waits as long as the seat is taken.
+        let req = tonic::Request::new(pb::CampaignRequest {
+            election: election.to_string(),
+            candidate: candidate.to_string(),
+            lease: lease.0,
+        });
+        let resp = self
+            .client
+            .clone()
+            .campaign(req)
+            .await
+            .map_err(|status| error_from_status(&status))?
+            .into_inner();
+        resp.leadership.map(leadership_from_pb).ok_or_else(|| {
+            MetaError::Internal("metadata server answered a campaign without the leadership".into())
+        })
+    }
+
+    async fn leader(&self, election: &str) -> Result<Option<Leadership>, MetaError> {
+        let req = self.request(pb::LeaderRequest {
+            election: election.to_string(),
+        });
+        let resp = self
+            .call("Leader", |mut c| async move { c.leader(req).await })
+            .await?;
+        Ok(resp.leader.map(leadership_from_pb))
+    }
+
+    async fn observe(&self, election: &str) -> Result<LeaderWatch, MetaError> {
+        // No grpc-timeout on the stream itself: it lasts as long as it is read.
+        let req = tonic::Request::new(pb::ObserveRequest {
+            election: election.to_string(),
+        });
+        let streaming = self
+            .call("Observe", |mut c| async move { c.observe(req).await })
+            .await?;
+        let addr = self.addr.clone();
+        let stream = futures::stream::unfold(Some(streaming), move |state| {
+            let addr = addr.clone();
+            async move {
+                let mut streaming = state?;
+                match streaming.message().await {
+                    Ok(Some(resp)) => {
+                        Some((Ok(resp.leader.map(leadership_from_pb)), Some(streaming)))
+                    }
+                    Ok(None) => Some((
+                        Err(MetaError::Unavailable(format!(
+                            "metadata server {addr} ended the observation"
+                        ))),
+                        None,
+                    )),
+                    Err(status) => Some((Err(error_from_status(&status)), None)),
+                }
+            }
+        });
+        Ok(stream.boxed())
+    }
+
+    async fn resign(&self, leadership: &Leadership) -> Result<(), MetaError> {
+        let req = self.request(pb::ResignRequest {
+            leadership: Some(leadership_to_pb(leadership)),
+        });
+        self.call("Resign", |mut c| async move { c.resign(req).await })
+            .await?;
+        Ok(())
     }
 }

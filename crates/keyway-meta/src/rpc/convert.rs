@@ -10,7 +10,7 @@
 //! [`MetaError::Internal`].
 
 use super::pb;
-use crate::{LeaseId, LeaseInfo, MapTxn, MapUpdate, MetaError};
+use crate::{Leadership, LeaseId, LeaseInfo, MapTxn, MapUpdate, MetaError};
 use keyway_map::{
     Epoch, KeyspaceId, MapError, MapVersion, NodeId, OwnershipCondition, PartitionId,
     decode_changes, decode_map, encode_changes, encode_map,
@@ -277,6 +277,24 @@ pub(crate) fn txn_from_pb(req: pb::CommitRequest) -> Result<MapTxn, MetaError> {
             .collect(),
         changes: decode_changes(&req.changes).map_err(|e| bad_request("changes", e))?,
     })
+}
+
+pub(crate) fn leadership_to_pb(l: &Leadership) -> pb::Leadership {
+    pb::Leadership {
+        election: l.election.clone(),
+        candidate: l.candidate.clone(),
+        lease: l.lease.0,
+        token: l.token.clone(),
+    }
+}
+
+pub(crate) fn leadership_from_pb(l: pb::Leadership) -> Leadership {
+    Leadership {
+        election: l.election,
+        candidate: l.candidate,
+        lease: LeaseId(l.lease),
+        token: l.token,
+    }
 }
 
 pub(crate) fn lease_to_pb(l: &LeaseInfo) -> pb::LeaseInfo {

@@ -1,9 +1,11 @@
 //! The gRPC server: serves any [`MetaStore`] (in practice the embedded one,
 //! in the `keyway meta` process) to other processes.
 
-use super::convert::{lease_to_pb, status_from_error, txn_from_pb, update_to_pb};
+use super::convert::{
+    leadership_from_pb, leadership_to_pb, lease_to_pb, status_from_error, txn_from_pb, update_to_pb,
+};
 use super::pb::{self, meta_server};
-use crate::{MetaError, MetaStore};
+use crate::{LeaseId, MetaError, MetaStore};
 use futures::{Stream, StreamExt};
 use keyway_map::{MapVersion, NodeId, encode_map};
 use std::pin::Pin;
@@ -66,6 +68,14 @@ struct MetaService {
 }
 
 type WatchStream = Pin<Box<dyn Stream<Item = Result<pb::MapUpdate, Status>> + Send + 'static>>;
+type ObserveStream =
+    Pin<Box<dyn Stream<Item = Result<pb::LeaderResponse, Status>> + Send + 'static>>;
+
+fn shutting_down() -> Status {
+    status(MetaError::Unavailable(
+        "metadata server shutting down".into(),
+    ))
+}
 
 fn status(e: MetaError) -> Status {
     status_from_error(&e)
@@ -106,10 +116,7 @@ impl meta_server::Meta for MetaService {
                     Some(Err(e)) => Some((Err(status(e)), None)),
                     None => None,
                 },
-                _ = &mut stop => Some((
-                    Err(status(MetaError::Unavailable("metadata server shutting down".into()))),
-                    None,
-                )),
+                _ = &mut stop => Some((Err(shutting_down()), None)),
             }
         });
         Ok(Response::new(Box::pin(stream)))
@@ -197,5 +204,173 @@ impl meta_server::Meta for MetaService {
             .await
             .map_err(status)?;
         Ok(Response::new(pb::BootstrapIfEmptyResponse { bootstrapped }))
+    }
+
+    async fn grant_session_lease(
+        &self,
+        req: Request<pb::GrantSessionLeaseRequest>,
+    ) -> Result<Response<pb::GrantLeaseResponse>, Status> {
+        let ttl_ms = req.into_inner().ttl_ms;
+        let lease = self
+            .store
+            .grant_session_lease(ttl_ms)
+            .await
+            .map_err(status)?;
+        Ok(Response::new(pb::GrantLeaseResponse { lease: lease.0 }))
+    }
+
+    async fn campaign(
+        &self,
+        req: Request<pb::CampaignRequest>,
+    ) -> Result<Response<pb::CampaignResponse>, Status> {
+        let req = req.into_inner();
+        // If the client goes away, hyper drops this future, and with it the
+        // store's campaign call, which withdraws the waiting candidacy.
+        let won = tokio::select! {
+            biased;
+            won = self.store.campaign(&req.election, &req.candidate, LeaseId(req.lease)) => won,
+            _ = stopping(self.stop.clone()) => return Err(shutting_down()),
+        };
+        let leadership = won.map_err(status)?;
+        Ok(Response::new(pb::CampaignResponse {
+            leadership: Some(leadership_to_pb(&leadership)),
+        }))
+    }
+
+    async fn leader(
+        &self,
+        req: Request<pb::LeaderRequest>,
+    ) -> Result<Response<pb::LeaderResponse>, Status> {
+        let election = req.into_inner().election;
+        let leader = self.store.leader(&election).await.map_err(status)?;
+        Ok(Response::new(pb::LeaderResponse {
+            leader: leader.as_ref().map(leadership_to_pb),
+        }))
+    }
+
+    type ObserveStream = ObserveStream;
+
+    async fn observe(
+        &self,
+        req: Request<pb::ObserveRequest>,
+    ) -> Result<Response<ObserveStream>, Status> {
+        let election = req.into_inner().election;
+        let leaders = self.store.observe(&election).await.map_err(status)?;
+        let stop = Box::pin(stopping(self.stop.clone()));
+        let stream = futures::stream::unfold(Some((leaders, stop)), |state| async move {
+            let (mut leaders, mut stop) = state?;
+            tokio::select! {
+                item = leaders.next() => match item {
+                    Some(Ok(leader)) => Some((
+                        Ok(pb::LeaderResponse { leader: leader.as_ref().map(leadership_to_pb) }),
+                        Some((leaders, stop)),
+                    )),
+                    Some(Err(e)) => Some((Err(status(e)), None)),
+                    None => None,
+                },
+                _ = &mut stop => Some((Err(shutting_down()), None)),
+            }
+        });
+        Ok(Response::new(Box::pin(stream)))
+    }
+
+    async fn resign(
+        &self,
+        req: Request<pb::ResignRequest>,
+    ) -> Result<Response<pb::ResignResponse>, Status> {
+        let leadership = req.into_inner().leadership.ok_or_else(|| {
+            status(MetaError::InvalidArgument(
+                "resign needs the leadership".into(),
+            ))
+        })?;
+        self.store
+            .resign(&leadership_from_pb(leadership))
+            .await
+            .map_err(status)?;
+        Ok(Response::new(pb::ResignResponse {}))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{EmbeddedMeta, EmbeddedOptions, MetaError, MetaStore, RemoteMeta};
+    use std::sync::Arc;
+    use std::time::Duration;
+    use tokio::net::TcpListener;
+
+    const WAIT: Duration = Duration::from_secs(10);
+
+    /// Serves the store in `dir` on a fresh port; returns a client, the stop
+    /// trigger and the server task.
+    async fn start(
+        dir: &std::path::Path,
+    ) -> (
+        RemoteMeta,
+        tokio::sync::oneshot::Sender<()>,
+        tokio::task::JoinHandle<Result<(), MetaError>>,
+    ) {
+        let store = EmbeddedMeta::open(dir, EmbeddedOptions::default()).unwrap();
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let task = tokio::spawn(super::serve(Arc::new(store), listener, async move {
+            let _ = rx.await;
+        }));
+        (
+            RemoteMeta::connect(&addr.to_string()).await.unwrap(),
+            tx,
+            task,
+        )
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_waiting_campaign_does_not_hold_up_shutdown_and_the_seat_survives_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let (client, stop, server) = start(dir.path()).await;
+        let la = client.grant_session_lease(60_000).await.unwrap();
+        let lb = client.grant_session_lease(60_000).await.unwrap();
+        let a = client.campaign("e", "a", la).await.unwrap();
+        let waiter = {
+            let client = client.clone();
+            tokio::spawn(async move { client.campaign("e", "b", lb).await })
+        };
+        // Not finished: b waits behind a (with no deadline of its own).
+        let mut waiter = waiter;
+        assert!(
+            tokio::time::timeout(Duration::from_millis(300), &mut waiter)
+                .await
+                .is_err()
+        );
+        stop.send(()).unwrap();
+        let ended = tokio::time::timeout(WAIT, waiter).await.unwrap().unwrap();
+        assert!(matches!(ended, Err(MetaError::Unavailable(_))), "{ended:?}");
+        tokio::time::timeout(WAIT, server)
+            .await
+            .expect("shutdown is not held up by the waiting campaign")
+            .unwrap()
+            .unwrap();
+
+        // The store reopens with a still leading; b campaigns again and wins
+        // when a resigns.
+        let (client, _stop, _server) = loop {
+            // The previous store may still be releasing its lock.
+            if let Ok(store) = EmbeddedMeta::open(dir.path(), EmbeddedOptions::default()) {
+                drop(store);
+                break start(dir.path()).await;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        };
+        assert_eq!(client.leader("e").await.unwrap(), Some(a.clone()));
+        let b = {
+            let client = client.clone();
+            tokio::spawn(async move { client.campaign("e", "b", lb).await })
+        };
+        client.resign(&a).await.unwrap();
+        let b = tokio::time::timeout(WAIT, b)
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        assert_eq!(client.leader("e").await.unwrap(), Some(b));
     }
 }

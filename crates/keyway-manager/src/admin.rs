@@ -1,0 +1,86 @@
+//! The admin HTTP port: `/status` (this manager at a glance, JSON) and
+//! `/metrics` (Prometheus text).
+
+use crate::metrics::Metrics;
+use crate::seat::SeatView;
+use axum::Router;
+use axum::extract::State;
+use axum::http::header;
+use axum::response::{IntoResponse, Json};
+use axum::routing::get;
+use serde::Serialize;
+use std::sync::Arc;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+#[derive(Clone)]
+struct Admin {
+    seat: SeatView,
+    metrics: Arc<Metrics>,
+}
+
+/// Serves the admin routes until `shutdown` turns true.
+pub async fn serve(
+    seat: SeatView,
+    metrics: Arc<Metrics>,
+    listener: TcpListener,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let app = Router::new()
+        .route("/status", get(status))
+        .route("/metrics", get(metrics_text))
+        .with_state(Admin { seat, metrics });
+    let stop = async move {
+        while !*shutdown.borrow_and_update() {
+            if shutdown.changed().await.is_err() {
+                return;
+            }
+        }
+    };
+    if let Err(err) = axum::serve(listener, app)
+        .with_graceful_shutdown(stop)
+        .await
+    {
+        tracing::error!(%err, "admin HTTP server failed");
+    }
+}
+
+/// `/status`.
+#[derive(Debug, Serialize)]
+pub struct Status {
+    /// This manager's candidate name.
+    pub name: String,
+    /// Whether this manager holds the seat and may act right now.
+    pub leading: bool,
+    /// Who leads, as far as this manager knows (`null`: nobody, or unknown).
+    pub leader: Option<String>,
+    /// Milliseconds left before this manager's own lease deadline.
+    pub lease_remaining_ms: u64,
+}
+
+async fn status(State(admin): State<Admin>) -> impl IntoResponse {
+    Json(Status {
+        name: admin.seat.name().to_string(),
+        leading: admin.seat.leading().is_some(),
+        leader: admin.seat.leader(),
+        lease_remaining_ms: admin.seat.lease_remaining().as_millis() as u64,
+    })
+}
+
+async fn metrics_text(State(admin): State<Admin>) -> impl IntoResponse {
+    admin
+        .metrics
+        .lease_remaining_ms
+        .set(admin.seat.lease_remaining().as_millis() as i64);
+    admin
+        .metrics
+        .leading
+        .set(i64::from(admin.seat.leading().is_some()));
+    (
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        admin.metrics.encode(),
+    )
+}

@@ -1,0 +1,73 @@
+//! [`free_ports`]: loopback ports nobody is listening on right now.
+
+use std::net::TcpListener;
+
+/// Lowest port [`free_ports`] picks from.
+const POOL_START: u16 = 10_000;
+
+/// `n` distinct TCP ports currently free on 127.0.0.1.
+///
+/// They are picked at random below the kernel's ephemeral range
+/// (`/proc/sys/net/ipv4/ip_local_port_range`, 32768.. by default), so an
+/// outgoing connection can never be given one of them: not between this
+/// call and the caller's bind, and not while a process that owns one is
+/// down for a restart. Each is checked by binding it (all at once, then
+/// released). Falls back to ports the OS assigns if that range is too small.
+///
+/// # Panics
+/// If the OS cannot bind a loopback listener at all.
+pub fn free_ports(n: usize) -> Vec<u16> {
+    let below = ephemeral_start().unwrap_or(32_768);
+    if below > POOL_START + 1_000 {
+        let mut held = Vec::with_capacity(n);
+        let mut ports: Vec<u16> = Vec::with_capacity(n);
+        for _ in 0..n * 50 {
+            if ports.len() == n {
+                break;
+            }
+            let port = rand::random_range(POOL_START..below);
+            if ports.contains(&port) {
+                continue;
+            }
+            if let Ok(listener) = TcpListener::bind(("127.0.0.1", port)) {
+                held.push(listener);
+                ports.push(port);
+            }
+        }
+        if ports.len() == n {
+            return ports;
+        }
+    }
+    let listeners: Vec<TcpListener> = (0..n)
+        .map(|_| TcpListener::bind("127.0.0.1:0").expect("bind a free port on 127.0.0.1"))
+        .collect();
+    listeners
+        .iter()
+        .map(|l| l.local_addr().expect("local address").port())
+        .collect()
+}
+
+/// The first port of the kernel's ephemeral range.
+fn ephemeral_start() -> Option<u16> {
+    let range = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range").ok()?;
+    range.split_whitespace().next()?.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeSet;
+
+    // Whether each is still free when the test binds it again is up to
+    // the other processes on the machine: `free_ports` checked it.
+    #[test]
+    fn ports_are_distinct_and_not_ephemeral() {
+        let ports = free_ports(16);
+        assert_eq!(ports.iter().collect::<BTreeSet<_>>().len(), 16);
+        let below = ephemeral_start().unwrap_or(32_768);
+        for p in ports {
+            assert!(p >= POOL_START && p < below, "{p}");
+        }
+        assert!(free_ports(0).is_empty());
+    }
+}

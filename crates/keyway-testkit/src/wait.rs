@@ -1,0 +1,32 @@
+//! [`wait_until`]: the one way this crate waits.
+
+use crate::HarnessError;
+use std::time::{Duration, Instant};
+
+/// How long [`wait_until`] pauses between two probes.
+const POLL_INTERVAL: Duration = Duration::from_millis(20);
+
+/// Polls `probe` until it returns `Some`, or fails with
+/// [`HarnessError::Timeout`] naming `what` once `within` has passed. The
+/// probe runs at least once, and once more at the deadline.
+pub fn wait_until<T>(
+    what: &str,
+    within: Duration,
+    mut probe: impl FnMut() -> Option<T>,
+) -> Result<T, HarnessError> {
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(v) = probe() {
+            return Ok(v);
+        }
+        let now = Instant::now();
+        if now >= deadline {
+            return Err(HarnessError::Timeout {
+                what: what.to_string(),
+                after: within,
+                log_tail: String::new(),
+            });
+        }
+        std::thread::sleep(POLL_INTERVAL.min(deadline - now));
+    }
+}
