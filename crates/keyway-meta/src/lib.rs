@@ -4,8 +4,9 @@
 //! This crate owns the [`MetaStore`] trait and its contract (every ownership
 //! change is a compare-and-set conditional on the expected owner and epoch,
 //! invariant 6; watchers get every change after a map version; leases with
-//! keep-alive, invariant 4), the embedded durable backend
-//! ([`EmbeddedMeta`]: single node, one state file), the gRPC server
+//! keep-alive, invariant 4; leader election for the manager seat), the
+//! embedded durable backend ([`EmbeddedMeta`]: single node, one state
+//! file), the etcd backend ([`EtcdMeta`]), the gRPC server
 //! ([`serve`]) and client ([`RemoteMeta`]) that let other processes reach an
 //! embedded store, and [`connect`], which opens any of them from a URL.
 //!
@@ -21,16 +22,21 @@
 //! - `error.rs`: [`MetaError`].
 //! - `embedded.rs`: [`EmbeddedMeta`]: one lock, durable commits, watchers;
 //!   `embedded/state.rs`: the state and its file (write-temp, fsync,
-//!   rename, fsync dir); `embedded/lease.rs`: the lease table.
+//!   rename, fsync dir); `embedded/lease.rs`: the lease table;
+//!   `embedded/election.rs`: election queues.
+//! - `etcd.rs`: [`EtcdMeta`] on etcd v3 (key layout in `docs/etcd.md`);
+//!   `etcd/{conn,layout,map,nodes,lease,watch,election}.rs`, one concept each.
 //! - `rpc.rs`: the gRPC surface of `proto/meta.proto`; `rpc/server.rs`:
 //!   [`serve`]; `rpc/client.rs`: [`RemoteMeta`]; `rpc/convert.rs`: message
 //!   and exact error conversions.
-//! - `url.rs`: [`connect`] (`keyway://host:port`, `file:///abs/dir`).
+//! - `url.rs`: [`connect`] (`keyway://host:port`, `etcd://h:p[,h:p]/prefix`,
+//!   `file:///abs/dir`).
 //! - `conformance/`: the tests every backend must pass (hidden; the
 //!   backends' integration tests instantiate them).
 //!
-//! `build.rs` compiles `proto/meta.proto` with protox and tonic-prost-build:
-//! no `protoc` needed.
+//! `build.rs` compiles our own `proto/meta.proto` with protox and
+//! tonic-prost-build (no `protoc`); the etcd-client dependency does need
+//! `protoc` and its well-known types, which `scripts/setup.sh` installs.
 
 mod embedded;
 mod error;
