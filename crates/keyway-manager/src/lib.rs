@@ -12,13 +12,17 @@
 //!
 //! # Layout
 //! - `seat.rs`: [`Seat`], [`SeatConfig`], [`SeatState`], [`SeatView`].
+//! - `fencing.rs`: [`FencingGate`]: never reassign from a node before its
+//!   lease expired in the store plus the margin.
 //! - `admin.rs`: the admin HTTP routes.
 //! - `metrics.rs`: [`Metrics`].
 
 pub mod admin;
+pub mod fencing;
 pub mod metrics;
 pub mod seat;
 
+pub use fencing::{FencingGate, Verdict};
 pub use metrics::Metrics;
 pub use seat::{MANAGER_ELECTION, Seat, SeatConfig, SeatState, SeatView};
 

@@ -50,34 +50,40 @@ pub async fn run(args: MetaArgs) -> anyhow::Result<()> {
         "keyway meta listening: --meta keyway://{}",
         listener.local_addr()?
     );
-    let bootstrapper = {
-        let store = store.clone();
-        tokio::spawn(async move {
-            loop {
-                match store
-                    .bootstrap_if_empty(args.bootstrap_nodes, args.partitions_per_node)
-                    .await
-                {
-                    Ok(true) => {
-                        tracing::info!(
-                            nodes = args.bootstrap_nodes,
-                            "bootstrapped the partition map"
-                        );
-                        return;
-                    }
-                    Ok(false) => {
-                        let map = store.get_map().await;
-                        if map.is_ok_and(|m| !m.partitions.is_empty()) {
-                            return;
-                        }
-                    }
-                    Err(err) => tracing::warn!(%err, "bootstrap check failed"),
-                }
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
-        })
-    };
+    let bootstrapper = tokio::spawn(bootstrap_when_ready(
+        store.clone(),
+        args.bootstrap_nodes,
+        args.partitions_per_node,
+    ));
     keyway_meta::serve(store, listener, crate::shutdown_signal()).await?;
     bootstrapper.abort();
     Ok(())
+}
+
+/// Creates the initial map once `nodes` nodes have registered, unless a map
+/// exists already. Retries until done; safe to run in several processes.
+pub async fn bootstrap_when_ready(
+    store: Arc<dyn MetaStore>,
+    nodes: usize,
+    partitions_per_node: u16,
+) {
+    loop {
+        match store.bootstrap_if_empty(nodes, partitions_per_node).await {
+            Ok(true) => {
+                tracing::info!(nodes, "bootstrapped the partition map");
+                return;
+            }
+            Ok(false) => {
+                if store
+                    .get_map()
+                    .await
+                    .is_ok_and(|m| !m.partitions.is_empty())
+                {
+                    return;
+                }
+            }
+            Err(err) => tracing::warn!(%err, "bootstrap check failed"),
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }

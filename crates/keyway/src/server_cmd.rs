@@ -87,6 +87,14 @@ pub struct ServerArgs {
     /// Admin HTTP listen address (`/metrics`, `/map`, `/status`).
     #[arg(long, default_value = "127.0.0.1:8001")]
     admin_listen: SocketAddr,
+    /// With a metadata store that has no map yet (e.g. a fresh etcd prefix),
+    /// create it once this many nodes have registered. Safe on every node:
+    /// creation is one compare-and-set, so exactly one wins.
+    #[arg(long)]
+    bootstrap_nodes: Option<usize>,
+    /// Partitions per node in that initial map.
+    #[arg(long, default_value_t = 4)]
+    partitions_per_node: u16,
     /// Data directory of this node.
     #[arg(long, default_value = "./keyway-data/node-1")]
     data: PathBuf,
@@ -103,8 +111,23 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
     config
         .validate()
         .map_err(|e| anyhow::anyhow!("invalid configuration: {e}"))?;
+    anyhow::ensure!(
+        args.bootstrap_nodes != Some(0),
+        "--bootstrap-nodes must be greater than 0"
+    );
+    anyhow::ensure!(
+        args.partitions_per_node > 0,
+        "--partitions-per-node must be greater than 0"
+    );
     let meta = keyway_meta::connect(&args.meta).await?;
-    let node = Node::start(config, meta).await?;
+    let node = Node::start(config, meta.clone()).await?;
+    let bootstrap = args.bootstrap_nodes.map(|nodes| {
+        tokio::spawn(crate::meta_cmd::bootstrap_when_ready(
+            meta,
+            nodes,
+            args.partitions_per_node,
+        ))
+    });
     println!(
         "keyway server {} serving redis://{} (admin http://{})",
         node.id(),
@@ -112,6 +135,9 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
         node.admin_addr()
     );
     crate::shutdown_signal().await;
+    if let Some(task) = bootstrap {
+        task.abort();
+    }
     node.shutdown().await;
     Ok(())
 }

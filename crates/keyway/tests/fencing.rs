@@ -5,6 +5,7 @@
 mod common;
 
 use common::{Proc, Resp, free_port_block, redis_cli};
+use keyway_manager::{FencingGate, Verdict};
 use keyway_map::{
     DEFAULT_KEYSPACE, Epoch, MapChange, NodeId, OwnershipCondition, PartitionRecord, key_hash_slot,
 };
@@ -21,6 +22,7 @@ struct Cluster {
     meta: Option<Proc>,
     servers: Vec<Proc>,
     meta_addr: String,
+    meta_url: String,
     ports: Vec<u16>,
     base: u16,
 }
@@ -42,19 +44,35 @@ fn meta_args(addr: &str, dir: &Path) -> Vec<String> {
     .collect()
 }
 
-fn start(dir: &Path) -> Cluster {
+/// Two `keyway server`s on `etcd_url`, or on a `keyway meta` process when None.
+fn start(dir: &Path, etcd_url: Option<String>) -> Cluster {
     let base = free_port_block(5);
     let meta_addr = format!("127.0.0.1:{base}");
-    let meta = Proc::spawn(&meta_args(&meta_addr, dir), "keyway meta listening");
+    let (meta, meta_url, bootstrap) = match etcd_url {
+        Some(url) => (
+            None,
+            url,
+            vec![
+                "--bootstrap-nodes".to_string(),
+                "2".into(),
+                "--partitions-per-node".into(),
+                "2".into(),
+            ],
+        ),
+        None => {
+            let meta = Proc::spawn(&meta_args(&meta_addr, dir), "keyway meta listening");
+            (Some(meta), format!("keyway://{meta_addr}"), vec![])
+        }
+    };
     let ports = vec![base + 1, base + 2];
     let servers = ports
         .iter()
         .enumerate()
         .map(|(i, port)| {
-            let args: Vec<String> = vec![
+            let mut args: Vec<String> = vec![
                 "server".into(),
                 "--meta".into(),
-                format!("keyway://{meta_addr}"),
+                meta_url.clone(),
                 "--listen".into(),
                 format!("127.0.0.1:{port}"),
                 "--admin-listen".into(),
@@ -66,13 +84,15 @@ fn start(dir: &Path) -> Cluster {
                 "--lease-margin-ms".into(),
                 LEASE_MARGIN_MS.to_string(),
             ];
+            args.extend(bootstrap.iter().cloned());
             Proc::spawn(&args, "serving")
         })
         .collect();
     let cluster = Cluster {
-        meta: Some(meta),
+        meta,
         servers,
         meta_addr,
+        meta_url,
         ports,
         base,
     };
@@ -119,14 +139,22 @@ fn key_owned_by(map: &keyway_map::PartitionMap, owner: NodeId) -> String {
 
 #[test]
 fn a_paused_node_serves_nothing_from_its_stale_view_after_waking() {
+    paused_node_scenario(None);
+}
+
+#[test]
+fn a_paused_node_serves_nothing_from_its_stale_view_after_waking_on_etcd() {
+    let etcd = keyway_testkit::EtcdCluster::start(1)
+        .expect("etcd starts (run scripts/setup.sh to install it)");
+    paused_node_scenario(Some(etcd.url("/keyway/fencing")));
+}
+
+fn paused_node_scenario(etcd_url: Option<String>) {
     let dir = tempfile::tempdir().unwrap();
-    let cluster = start(dir.path());
+    let cluster = start(dir.path(), etcd_url);
     let rt = runtime();
     let meta: Arc<dyn MetaStore> = rt
-        .block_on(keyway_meta::connect(&format!(
-            "keyway://{}",
-            cluster.meta_addr
-        )))
+        .block_on(keyway_meta::connect(&cluster.meta_url))
         .unwrap();
     let (a_port, b_port) = (cluster.ports[0], cluster.ports[1]);
     let (a, b) = (node_id_of(a_port), node_id_of(b_port));
@@ -140,17 +168,10 @@ fn a_paused_node_serves_nothing_from_its_stale_view_after_waking() {
     cluster.servers[0].pause();
 
     // The manager-side rule: reassign only after the lease expired in the store, plus the margin.
-    wait_until(
-        "A's lease to expire in the store",
-        Duration::from_secs(20),
-        || {
-            rt.block_on(meta.leases())
-                .unwrap()
-                .iter()
-                .all(|l| l.node != a)
-        },
-    );
-    std::thread::sleep(Duration::from_millis(LEASE_MARGIN_MS));
+    let mut gate = FencingGate::new(Duration::from_millis(LEASE_MARGIN_MS));
+    wait_until("A to be fenced", Duration::from_secs(20), || {
+        rt.block_on(gate.check_store(&*meta, a)).unwrap() == Verdict::Fenced
+    });
     let p: PartitionRecord = map
         .locate_slot(DEFAULT_KEYSPACE, key_hash_slot(key.as_bytes()))
         .unwrap()
@@ -205,7 +226,7 @@ fn a_paused_node_serves_nothing_from_its_stale_view_after_waking() {
 #[test]
 fn nodes_ride_out_a_metadata_store_outage_and_resume_without_help() {
     let dir = tempfile::tempdir().unwrap();
-    let mut cluster = start(dir.path());
+    let mut cluster = start(dir.path(), None);
     let port = cluster.ports[0];
     let mut c = Resp::connect(port);
     let mut acked = Vec::new();
