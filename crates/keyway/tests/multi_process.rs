@@ -1,50 +1,44 @@
 //! The same cluster as separate processes, as a user would run it on
-//! several machines: `keyway meta` plus three `keyway server`s.
+//! several machines: `keyway meta` plus three `keyway server`s, or three
+//! `keyway server`s on a real etcd (no `keyway meta` at all).
 
 mod common;
 
-use common::{Proc, free_port_block, redis_cli};
+use common::{Proc, free_port_block, redis_cli, run};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-#[test]
-fn keyway_meta_and_three_keyway_servers_form_a_cluster() {
-    let dir = tempfile::tempdir().unwrap();
-    let base = free_port_block(7);
-    let meta_addr = format!("127.0.0.1:{base}");
-    let _meta = Proc::spawn(
-        &[
-            "meta".into(),
-            "--listen".into(),
-            meta_addr.clone(),
-            "--data".into(),
-            dir.path().join("meta").display().to_string(),
-            "--bootstrap-nodes".into(),
-            "3".into(),
-        ],
-        "keyway meta listening",
-    );
+fn servers(
+    meta_url: &str,
+    base: u16,
+    dir: &std::path::Path,
+    extra: &[&str],
+) -> (Vec<u16>, Vec<Proc>) {
     let ports: Vec<u16> = (1..=3).map(|i| base + i).collect();
-    let _servers: Vec<Proc> = ports
+    let procs = ports
         .iter()
         .enumerate()
         .map(|(i, port)| {
-            Proc::spawn(
-                &[
-                    "server".into(),
-                    "--meta".into(),
-                    format!("keyway://{meta_addr}"),
-                    "--listen".into(),
-                    format!("127.0.0.1:{port}"),
-                    "--admin-listen".into(),
-                    format!("127.0.0.1:{}", base + 4 + i as u16),
-                    "--data".into(),
-                    dir.path().join(format!("n{i}")).display().to_string(),
-                ],
-                "serving",
-            )
+            let mut args: Vec<String> = vec![
+                "server".into(),
+                "--meta".into(),
+                meta_url.into(),
+                "--listen".into(),
+                format!("127.0.0.1:{port}"),
+                "--admin-listen".into(),
+                format!("127.0.0.1:{}", base + 4 + i as u16),
+                "--data".into(),
+                dir.join(format!("n{i}")).display().to_string(),
+            ];
+            args.extend(extra.iter().map(|s| s.to_string()));
+            Proc::spawn(&args, "serving")
         })
         .collect();
-    // The map is created once the third node registers; wait until every node reports it.
+    (ports, procs)
+}
+
+/// Waits for the map, then runs the README's redis-cli checks and a redis-py round trip.
+fn check_cluster(ports: &[u16], dir: &std::path::Path) {
     let deadline = Instant::now() + Duration::from_secs(30);
     while !ports
         .iter()
@@ -64,4 +58,53 @@ fn keyway_meta_and_three_keyway_servers_form_a_cluster() {
         .filter(|o| o.starts_with("MOVED 7629 "))
         .count();
     assert_eq!(moved, 2, "the two non-owners redirect");
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/py/cluster_rw.py");
+    let acked = dir.join("acked.txt");
+    let py = std::env::var("PYTHON").unwrap_or_else(|_| "python3".into());
+    run(Command::new(&py)
+        .args([script, "write", &ports[0].to_string()])
+        .arg(&acked)
+        .arg("2000"));
+    let out = run(Command::new(&py)
+        .args([script, "verify", &ports[1].to_string()])
+        .arg(&acked));
+    assert!(out.contains("verified 2000"), "{out}");
+}
+
+#[test]
+fn keyway_meta_and_three_keyway_servers_form_a_cluster() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = free_port_block(7);
+    let meta_addr = format!("127.0.0.1:{base}");
+    let meta_dir = dir.path().join("meta").display().to_string();
+    let _meta = Proc::spawn(
+        &[
+            "meta",
+            "--listen",
+            &meta_addr,
+            "--data",
+            &meta_dir,
+            "--bootstrap-nodes",
+            "3",
+        ]
+        .map(String::from),
+        "keyway meta listening",
+    );
+    let (ports, _servers) = servers(&format!("keyway://{meta_addr}"), base, dir.path(), &[]);
+    check_cluster(&ports, dir.path());
+}
+
+#[test]
+fn three_keyway_servers_on_etcd_form_a_cluster() {
+    let etcd = keyway_testkit::EtcdCluster::start(1)
+        .expect("etcd starts (run scripts/setup.sh to install it)");
+    let dir = tempfile::tempdir().unwrap();
+    let base = free_port_block(7);
+    let (ports, _servers) = servers(
+        &etcd.url("/keyway/multi"),
+        base,
+        dir.path(),
+        &["--bootstrap-nodes", "3"],
+    );
+    check_cluster(&ports, dir.path());
 }
