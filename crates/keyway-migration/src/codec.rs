@@ -1,0 +1,409 @@
+//! The compact binary encoding of a [`MigrationRecord`] (what the metadata
+//! store keeps; serde stays available for JSON in admin APIs).
+//!
+//! Format: `MAGIC 'M'`, `FORMAT 1`, then the fields in declaration order.
+//! Integers are LEB128 varints; an `Option` is a `0`/`1` tag then the value;
+//! strings are length-prefixed UTF-8. The partition row is embedded as
+//! keyway-map's own change encoding of one `UpsertPartition`, so the row's
+//! format has exactly one owner. About 40 bytes for a typical record.
+//! Decoding checks every length against the input: corrupt bytes give a
+//! [`DecodeError`], never a panic. Decoding does not validate; loading a
+//! record into [`crate::Migration::new`] does.
+
+use crate::event::{Actor, RangeDigest};
+use crate::record::{AbortReason, MigrationId, MigrationRecord, MigrationState};
+use keyway_map::{Epoch, MapChange, NodeId, decode_changes, encode_changes};
+
+const MAGIC: u8 = b'M';
+const FORMAT: u8 = 1;
+
+/// Bytes that are not an encoded migration record.
+#[derive(thiserror::Error, Debug, Clone, PartialEq, Eq)]
+#[error("cannot decode migration record: {0}")]
+pub struct DecodeError(pub &'static str);
+
+impl MigrationRecord {
+    /// The compact binary form (see the module docs).
+    pub fn encode(&self) -> Vec<u8> {
+        let mut w = Writer(Vec::with_capacity(64));
+        w.u8(MAGIC);
+        w.u8(FORMAT);
+        w.var(self.id.0);
+        w.bytes(&encode_changes(&[MapChange::UpsertPartition(
+            self.partition.clone(),
+        )]));
+        w.var(self.target.0);
+        w.u8(self.state.code());
+        w.var(self.generation);
+        w.var(self.started_at_ms);
+        w.var(self.state_entered_at_ms);
+        w.opt(self.snapshot_seq);
+        w.var(self.total_bytes);
+        w.var(self.copied_bytes);
+        w.var(self.catchup_applied_seq);
+        w.opt(self.dual_at_seq);
+        w.opt(self.fence_started_ms);
+        w.opt(self.flip_requested_ms);
+        w.opt(self.flip_done_ms);
+        w.opt(self.pause_ms);
+        w.opt(self.aborted_from.map(|s| s.code() as u64));
+        match &self.abort_reason {
+            None => w.u8(0),
+            Some(reason) => {
+                w.u8(1);
+                w.reason(reason);
+            }
+        }
+        w.0
+    }
+
+    /// Decodes what [`MigrationRecord::encode`] produced.
+    pub fn decode(bytes: &[u8]) -> Result<MigrationRecord, DecodeError> {
+        let mut r = Reader(bytes);
+        if r.u8()? != MAGIC {
+            return Err(DecodeError("bad magic"));
+        }
+        if r.u8()? != FORMAT {
+            return Err(DecodeError("unknown format version"));
+        }
+        let id = MigrationId(r.var()?);
+        let partition = match decode_changes(&r.bytes()?)
+            .map_err(|_| DecodeError("partition row"))?
+            .as_slice()
+        {
+            [MapChange::UpsertPartition(p)] => p.clone(),
+            _ => return Err(DecodeError("partition row")),
+        };
+        let record = MigrationRecord {
+            id,
+            partition,
+            target: NodeId(r.var()?),
+            state: r.state()?,
+            generation: r.var()?,
+            started_at_ms: r.var()?,
+            state_entered_at_ms: r.var()?,
+            snapshot_seq: r.opt()?,
+            total_bytes: r.var()?,
+            copied_bytes: r.var()?,
+            catchup_applied_seq: r.var()?,
+            dual_at_seq: r.opt()?,
+            fence_started_ms: r.opt()?,
+            flip_requested_ms: r.opt()?,
+            flip_done_ms: r.opt()?,
+            pause_ms: r.opt()?,
+            aborted_from: match r.u8()? {
+                0 => None,
+                1 => Some(r.state()?),
+                _ => return Err(DecodeError("option tag")),
+            },
+            abort_reason: match r.u8()? {
+                0 => None,
+                1 => Some(r.reason()?),
+                _ => return Err(DecodeError("option tag")),
+            },
+        };
+        if !r.0.is_empty() {
+            return Err(DecodeError("trailing bytes"));
+        }
+        Ok(record)
+    }
+}
+
+struct Writer(Vec<u8>);
+
+impl Writer {
+    fn u8(&mut self, b: u8) {
+        self.0.push(b);
+    }
+    fn var(&mut self, mut v: u64) {
+        while v >= 0x80 {
+            self.0.push((v as u8) | 0x80);
+            v >>= 7;
+        }
+        self.0.push(v as u8);
+    }
+    fn opt(&mut self, v: Option<u64>) {
+        match v {
+            None => self.u8(0),
+            Some(v) => {
+                self.u8(1);
+                self.var(v);
+            }
+        }
+    }
+    fn bytes(&mut self, b: &[u8]) {
+        self.var(b.len() as u64);
+        self.0.extend_from_slice(b);
+    }
+    fn digest(&mut self, d: &RangeDigest) {
+        self.var(d.keys);
+        self.var(d.bytes);
+        self.var(d.digest);
+    }
+    fn reason(&mut self, reason: &AbortReason) {
+        match reason {
+            AbortReason::Requested { reason } => {
+                self.u8(1);
+                self.bytes(reason.as_bytes());
+            }
+            AbortReason::StuckTimeout { state, waited_ms } => {
+                self.u8(2);
+                self.u8(state.code());
+                self.var(*waited_ms);
+            }
+            AbortReason::FenceTimeout { waited_ms } => {
+                self.u8(3);
+                self.var(*waited_ms);
+            }
+            AbortReason::DigestMismatch { source, target } => {
+                self.u8(4);
+                self.digest(source);
+                self.digest(target);
+            }
+            AbortReason::FlipConflict { current } => {
+                self.u8(5);
+                match current {
+                    None => self.u8(0),
+                    Some((node, epoch)) => {
+                        self.u8(1);
+                        self.var(node.0);
+                        self.var(epoch.0);
+                    }
+                }
+            }
+            AbortReason::ActorFailed { who, detail } => {
+                self.u8(6);
+                self.u8(match who {
+                    Actor::Source => 0,
+                    Actor::Target => 1,
+                    Actor::Manager => 2,
+                });
+                self.bytes(detail.as_bytes());
+            }
+            AbortReason::NotResumable { state } => {
+                self.u8(7);
+                self.u8(state.code());
+            }
+        }
+    }
+}
+
+struct Reader<'a>(&'a [u8]);
+
+impl Reader<'_> {
+    fn u8(&mut self) -> Result<u8, DecodeError> {
+        let (&b, rest) = self.0.split_first().ok_or(DecodeError("truncated"))?;
+        self.0 = rest;
+        Ok(b)
+    }
+    fn var(&mut self) -> Result<u64, DecodeError> {
+        let mut v = 0u64;
+        for shift in (0..64).step_by(7) {
+            let b = self.u8()?;
+            v |= ((b & 0x7f) as u64) << shift;
+            if b & 0x80 == 0 {
+                return Ok(v);
+            }
+        }
+        Err(DecodeError("varint too long"))
+    }
+    fn opt(&mut self) -> Result<Option<u64>, DecodeError> {
+        match self.u8()? {
+            0 => Ok(None),
+            1 => self.var().map(Some),
+            _ => Err(DecodeError("option tag")),
+        }
+    }
+    fn bytes(&mut self) -> Result<Vec<u8>, DecodeError> {
+        let len = usize::try_from(self.var()?).map_err(|_| DecodeError("length"))?;
+        if len > self.0.len() {
+            return Err(DecodeError("truncated bytes"));
+        }
+        let (b, rest) = self.0.split_at(len);
+        self.0 = rest;
+        Ok(b.to_vec())
+    }
+    fn string(&mut self) -> Result<String, DecodeError> {
+        String::from_utf8(self.bytes()?).map_err(|_| DecodeError("utf-8"))
+    }
+    fn state(&mut self) -> Result<MigrationState, DecodeError> {
+        MigrationState::from_code(self.u8()?).ok_or(DecodeError("state tag"))
+    }
+    fn digest(&mut self) -> Result<RangeDigest, DecodeError> {
+        Ok(RangeDigest {
+            keys: self.var()?,
+            bytes: self.var()?,
+            digest: self.var()?,
+        })
+    }
+    fn reason(&mut self) -> Result<AbortReason, DecodeError> {
+        Ok(match self.u8()? {
+            1 => AbortReason::Requested {
+                reason: self.string()?,
+            },
+            2 => AbortReason::StuckTimeout {
+                state: self.state()?,
+                waited_ms: self.var()?,
+            },
+            3 => AbortReason::FenceTimeout {
+                waited_ms: self.var()?,
+            },
+            4 => AbortReason::DigestMismatch {
+                source: self.digest()?,
+                target: self.digest()?,
+            },
+            5 => AbortReason::FlipConflict {
+                current: match self.u8()? {
+                    0 => None,
+                    1 => Some((NodeId(self.var()?), Epoch(self.var()?))),
+                    _ => return Err(DecodeError("option tag")),
+                },
+            },
+            6 => AbortReason::ActorFailed {
+                who: match self.u8()? {
+                    0 => Actor::Source,
+                    1 => Actor::Target,
+                    2 => Actor::Manager,
+                    _ => return Err(DecodeError("actor tag")),
+                },
+                detail: self.string()?,
+            },
+            7 => AbortReason::NotResumable {
+                state: self.state()?,
+            },
+            _ => return Err(DecodeError("abort reason tag")),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::tests::record;
+    use proptest::prelude::*;
+
+    fn reasons() -> impl Strategy<Value = AbortReason> {
+        let state = (0u8..8).prop_map(|c| MigrationState::from_code(c).unwrap());
+        let digest =
+            (any::<u64>(), any::<u64>(), any::<u64>()).prop_map(|(keys, bytes, digest)| {
+                RangeDigest {
+                    keys,
+                    bytes,
+                    digest,
+                }
+            });
+        prop_oneof![
+            ".{0,12}".prop_map(|reason| AbortReason::Requested { reason }),
+            (state.clone(), any::<u64>())
+                .prop_map(|(state, waited_ms)| AbortReason::StuckTimeout { state, waited_ms }),
+            any::<u64>().prop_map(|waited_ms| AbortReason::FenceTimeout { waited_ms }),
+            (digest.clone(), digest)
+                .prop_map(|(source, target)| AbortReason::DigestMismatch { source, target }),
+            proptest::option::of((any::<u64>(), any::<u64>())).prop_map(|c| {
+                AbortReason::FlipConflict {
+                    current: c.map(|(n, e)| (NodeId(n), Epoch(e))),
+                }
+            }),
+            (0u8..3, ".{0,12}").prop_map(|(who, detail)| AbortReason::ActorFailed {
+                who: [Actor::Source, Actor::Target, Actor::Manager][who as usize],
+                detail
+            }),
+            state.prop_map(|state| AbortReason::NotResumable { state }),
+        ]
+    }
+
+    fn records() -> impl Strategy<Value = MigrationRecord> {
+        let opt = || proptest::option::of(any::<u64>());
+        (
+            (
+                any::<u64>(),
+                any::<u64>(),
+                0u8..8,
+                any::<u64>(),
+                any::<u64>(),
+            ),
+            (
+                opt(),
+                any::<u64>(),
+                any::<u64>(),
+                any::<u64>(),
+                opt(),
+                opt(),
+            ),
+            (opt(), opt(), opt(), proptest::option::of(0u8..8)),
+            proptest::option::of(reasons()),
+        )
+            .prop_map(|(a, b, c, reason)| {
+                let mut r = record();
+                (r.id, r.target) = (MigrationId(a.0), NodeId(a.1));
+                r.state = MigrationState::from_code(a.2).unwrap();
+                (r.generation, r.started_at_ms) = (a.3, a.4);
+                (r.snapshot_seq, r.total_bytes, r.copied_bytes) = (b.0, b.1, b.2);
+                (r.catchup_applied_seq, r.dual_at_seq, r.fence_started_ms) = (b.3, b.4, b.5);
+                (r.flip_requested_ms, r.flip_done_ms, r.pause_ms) = (c.0, c.1, c.2);
+                r.aborted_from = c.3.and_then(MigrationState::from_code);
+                r.abort_reason = reason;
+                r
+            })
+    }
+
+    proptest! {
+        #[test]
+        fn any_record_round_trips(r in records()) {
+            let bytes = r.encode();
+            prop_assert_eq!(MigrationRecord::decode(&bytes).unwrap(), r);
+        }
+
+        #[test]
+        fn corrupt_bytes_never_panic(r in records(), cut in any::<usize>(), flip in any::<(usize, u8)>()) {
+            let bytes = r.encode();
+            let _ = MigrationRecord::decode(&bytes[..cut % bytes.len()]);
+            let mut bent = bytes.clone();
+            let at = flip.0 % bent.len();
+            bent[at] ^= flip.1.max(1);
+            let _ = MigrationRecord::decode(&bent);
+        }
+    }
+
+    #[test]
+    fn truncation_trailing_bytes_and_bad_tags_are_refused() {
+        let bytes = record().encode();
+        assert!(bytes.len() < 64, "compact: {} bytes", bytes.len());
+        for cut in 0..bytes.len() {
+            assert!(
+                MigrationRecord::decode(&bytes[..cut]).is_err(),
+                "cut at {cut}"
+            );
+        }
+        let mut long = bytes.clone();
+        long.push(0);
+        assert_eq!(
+            MigrationRecord::decode(&long),
+            Err(DecodeError("trailing bytes"))
+        );
+        let mut magic = bytes.clone();
+        magic[0] = b'X';
+        assert_eq!(
+            MigrationRecord::decode(&magic),
+            Err(DecodeError("bad magic"))
+        );
+        let mut format = bytes;
+        format[1] = 2;
+        assert_eq!(
+            MigrationRecord::decode(&format),
+            Err(DecodeError("unknown format version"))
+        );
+    }
+
+    #[test]
+    fn serde_json_round_trips_too() {
+        let mut r = record();
+        r.state = MigrationState::Aborted;
+        r.aborted_from = Some(MigrationState::Dual);
+        r.abort_reason = Some(AbortReason::FlipConflict {
+            current: Some((NodeId(1), Epoch(5))),
+        });
+        let text = serde_json::to_string(&r).unwrap();
+        assert_eq!(serde_json::from_str::<MigrationRecord>(&text).unwrap(), r);
+    }
+}

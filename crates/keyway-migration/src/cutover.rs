@@ -1,0 +1,487 @@
+//! `CUTOVER`: fence, verify, flip, serve. The write pause lives here.
+//!
+//! Sub-steps (all in `CUTOVER`):
+//! 1. *fencing*: entered with `FenceSource`. `SourceFenced` (in-flight
+//!    writes drained; the pause starts) → `ComputeDigests`.
+//! 2. *verifying*: `Digests` equal → persist the flip request, then
+//!    `CommitFlip` (the one CAS of invariant 6: (source, e) → (target, e+1)).
+//!    Unequal → abort. Steps 1–2 abort after `fence_timeout_ms`.
+//! 3. *flip in doubt*: from the persisted request on, abort is impossible
+//!    unless a conflict proves the CAS never applied. `FlipCommitted` → 4.
+//!    `FlipConflict` showing (target, e+1) is our own CAS (applied, answer
+//!    lost) → 4; any other owner/epoch means it never applied and never will
+//!    (epochs are not reused) → abort. `FlipUnavailable` means the outcome is
+//!    unknown (`MetaError::Unavailable`): the source stays fenced and the
+//!    identical CAS is re-sent every `retry_interval_ms`, without a timeout.
+//!    Unfencing here could leave two owners if the CAS did apply; and while
+//!    the store is unreachable no node can renew its lease, so the source
+//!    would stop serving anyway (invariant 4): holding the fence costs
+//!    nothing the outage does not already cost. Seed 003's "timeout that
+//!    aborts by reverting to the source" is the stuck timeout of `DUAL` and
+//!    the fence timeout of steps 1–2, where the source is still the owner.
+//! 4. *flipped*: `AwaitTargetServing{e+1}` until `TargetServing`, which
+//!    ends the pause (recorded) and enters `CLEANUP`.
+//!
+//! Recovery: before the flip request → abort (the fence confirmation and
+//! the digests were in memory; the pause must not outlive the driver); in
+//! doubt → `CommitFlip` again; flipped → `AwaitTargetServing` again.
+
+use crate::command::Command;
+use crate::event::RangeDigest;
+use crate::machine::{Migration, Outcome, RejectReason};
+use crate::record::{AbortReason, MigrationState};
+use keyway_map::{Epoch, NodeId};
+
+impl Migration {
+    pub(crate) fn enter_cutover(&mut self, dual_at_seq: u64) -> Vec<Command> {
+        self.vol.fence_started_ms = None;
+        let persist = self.transition(MigrationState::Cutover, |r| {
+            r.dual_at_seq = Some(dual_at_seq);
+        });
+        vec![persist, Command::FenceSource]
+    }
+
+    /// Why an event of steps 1–2 does not apply now.
+    fn before_flip_rejection(&self) -> Option<RejectReason> {
+        match self.rec.state {
+            MigrationState::Cutover if !self.rec.flip_requested() => None,
+            s if s >= MigrationState::Cutover => Some(RejectReason::Stale),
+            _ => Some(RejectReason::WrongState),
+        }
+    }
+
+    pub(crate) fn on_source_fenced(&mut self, now: u64) -> Outcome {
+        if let Some(why) = self.before_flip_rejection() {
+            return Err(self.reject("SourceFenced", why));
+        }
+        if self.vol.fence_started_ms.is_some() {
+            return Err(self.reject("SourceFenced", RejectReason::Stale));
+        }
+        self.advance(now);
+        self.vol.fence_started_ms = Some(now);
+        Ok(vec![Command::ComputeDigests])
+    }
+
+    pub(crate) fn on_digests(&mut self, source: RangeDigest, target: RangeDigest) -> Outcome {
+        if let Some(why) = self.before_flip_rejection() {
+            return Err(self.reject("Digests", why));
+        }
+        let Some(fenced_at) = self.vol.fence_started_ms else {
+            // Digests are only meaningful at the fence point.
+            return Err(self.reject("Digests", RejectReason::WrongState));
+        };
+        if source != target {
+            return Ok(self.abort(AbortReason::DigestMismatch { source, target }));
+        }
+        // The decision to flip, made once (the other half of check_step's
+        // CommitFlip assertions): fenced, dual-writing, digests equal.
+        assert_eq!(source, target);
+        assert!(self.rec.dual_at_seq.is_some(), "flip without DualEnabled");
+        assert!(!self.rec.flip_requested(), "a second flip decision");
+        let now = self.vol.clock_ms;
+        let persist = self.persist(|r| {
+            r.fence_started_ms = Some(fenced_at);
+            r.flip_requested_ms = Some(now);
+        });
+        self.vol.retry_at_ms = now + self.cfg.retry_interval_ms;
+        Ok(vec![persist, self.commit_flip()])
+    }
+
+    /// The flip CAS, identical every time it is (re-)sent.
+    fn commit_flip(&self) -> Command {
+        Command::CommitFlip {
+            condition: self.rec.flip_condition(),
+            new_record: self.rec.flipped_partition(),
+        }
+    }
+
+    /// Why an answer to the flip CAS does not apply now.
+    fn in_doubt_rejection(&self) -> Option<RejectReason> {
+        match self.rec.state {
+            MigrationState::Cutover if self.rec.flip_in_doubt() => None,
+            MigrationState::Cutover if self.rec.flipped() => Some(RejectReason::Stale),
+            MigrationState::Cleanup => Some(RejectReason::Stale),
+            _ => Some(RejectReason::WrongState),
+        }
+    }
+
+    pub(crate) fn on_flip_committed(&mut self, now: u64) -> Outcome {
+        if let Some(why) = self.in_doubt_rejection() {
+            return Err(self.reject("FlipCommitted", why));
+        }
+        self.advance(now);
+        Ok(self.flip_done(now))
+    }
+
+    pub(crate) fn on_flip_conflict(&mut self, current: Option<(NodeId, Epoch)>) -> Outcome {
+        if let Some(why) = self.in_doubt_rejection() {
+            return Err(self.reject("FlipConflict", why));
+        }
+        let ours = Some((self.rec.target, self.rec.flipped_epoch()));
+        let expected = Some((self.rec.source(), self.rec.epoch()));
+        if current == expected {
+            return Err(self.reject(
+                "FlipConflict",
+                RejectReason::Inconsistent("a conflict showing the expected owner and epoch"),
+            ));
+        }
+        if current == ours {
+            // Our CAS applied earlier and its answer was lost.
+            let now = self.vol.clock_ms;
+            return Ok(self.flip_done(now));
+        }
+        // The condition failed and the map does not show our flip: it never
+        // applied, and (source, e) never comes back, so it never will.
+        Ok(self.abort(AbortReason::FlipConflict { current }))
+    }
+
+    pub(crate) fn on_flip_unavailable(&mut self) -> Outcome {
+        if let Some(why) = self.in_doubt_rejection() {
+            return Err(self.reject("FlipUnavailable", why));
+        }
+        // Outcome unknown: keep the fence, re-send after the retry interval.
+        self.vol.retry_at_ms = self.vol.clock_ms + self.cfg.retry_interval_ms;
+        Ok(Vec::new())
+    }
+
+    fn flip_done(&mut self, now: u64) -> Vec<Command> {
+        assert!(self.rec.flip_in_doubt(), "flip done without a request");
+        assert_eq!(self.rec.state, MigrationState::Cutover);
+        let persist = self.persist(|r| r.flip_done_ms = Some(now));
+        self.vol.retry_at_ms = self.vol.clock_ms + self.cfg.retry_interval_ms;
+        vec![
+            persist,
+            Command::AwaitTargetServing {
+                epoch: self.rec.flipped_epoch(),
+            },
+        ]
+    }
+
+    pub(crate) fn on_target_serving(&mut self, now: u64) -> Outcome {
+        match self.rec.state {
+            MigrationState::Cutover if self.rec.flipped() => {}
+            MigrationState::Cleanup => {
+                return Err(self.reject("TargetServing", RejectReason::Stale));
+            }
+            _ => return Err(self.reject("TargetServing", RejectReason::WrongState)),
+        }
+        self.advance(now);
+        let fenced_at = self
+            .rec
+            .fence_started_ms
+            .expect("a flipped record has a fence time");
+        Ok(self.enter_cleanup(now.saturating_sub(fenced_at)))
+    }
+
+    pub(crate) fn cutover_tick(&mut self) -> Vec<Command> {
+        if !self.rec.flip_requested() {
+            let waited = self
+                .vol
+                .clock_ms
+                .saturating_sub(self.rec.state_entered_at_ms);
+            if waited >= self.cfg.fence_timeout_ms {
+                return self.abort(AbortReason::FenceTimeout { waited_ms: waited });
+            }
+            return Vec::new();
+        }
+        if !self.retry_due() {
+            return Vec::new();
+        }
+        if self.rec.flipped() {
+            vec![Command::AwaitTargetServing {
+                epoch: self.rec.flipped_epoch(),
+            }]
+        } else {
+            vec![self.commit_flip()]
+        }
+    }
+
+    pub(crate) fn resume_cutover(&mut self) -> Vec<Command> {
+        if !self.rec.flip_requested() {
+            return self.abort(AbortReason::NotResumable {
+                state: MigrationState::Cutover,
+            });
+        }
+        if self.rec.flipped() {
+            vec![Command::AwaitTargetServing {
+                epoch: self.rec.flipped_epoch(),
+            }]
+        } else {
+            vec![self.commit_flip()]
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::command::Command;
+    use crate::event::{Actor, RangeDigest};
+    use crate::machine::RejectReason;
+    use crate::machine::fixture::*;
+    use crate::record::{AbortReason, MigrationState};
+    use crate::{Event, Migration};
+    use keyway_map::{Epoch, NodeId};
+
+    fn flip(m: &Migration) -> Command {
+        Command::CommitFlip {
+            condition: m.record().flip_condition(),
+            new_record: m.record().flipped_partition(),
+        }
+    }
+
+    fn revert(m: &Migration) -> Vec<Command> {
+        vec![
+            persisted(m),
+            Command::DisableDual,
+            Command::UnfenceSource,
+            Command::DropTargetCopy,
+            Command::Finish,
+        ]
+    }
+
+    #[test]
+    fn fenced_then_digests_then_one_flip_cas() {
+        let mut m = after(8);
+        assert_eq!(
+            m.handle(Event::SourceFenced { now: 1_005 }).unwrap(),
+            vec![Command::ComputeDigests]
+        );
+        let dup = m.handle(Event::SourceFenced { now: 1_006 });
+        assert_eq!(dup.unwrap_err().why, RejectReason::Stale);
+        let cmds = m
+            .handle(Event::Digests {
+                source: DIGEST,
+                target: DIGEST,
+            })
+            .unwrap();
+        assert_eq!(cmds, vec![persisted(&m), flip(&m)]);
+        let Command::CommitFlip {
+            condition,
+            new_record,
+        } = &cmds[1]
+        else {
+            unreachable!()
+        };
+        assert_eq!(condition.expected, Some((NodeId(1), Epoch(4))));
+        assert_eq!((new_record.owner, new_record.epoch), (NodeId(2), Epoch(5)));
+        let r = m.record();
+        assert_eq!(
+            (r.fence_started_ms, r.flip_requested_ms, r.flip_done_ms),
+            (Some(1_005), Some(1_005), None)
+        );
+        let again = m.handle(Event::Digests {
+            source: DIGEST,
+            target: DIGEST,
+        });
+        assert_eq!(
+            again.unwrap_err().why,
+            RejectReason::Stale,
+            "no second flip decision"
+        );
+    }
+
+    #[test]
+    fn digests_before_the_fence_are_rejected() {
+        let mut m = after(8);
+        let early = m.handle(Event::Digests {
+            source: DIGEST,
+            target: DIGEST,
+        });
+        assert_eq!(early.unwrap_err().why, RejectReason::WrongState);
+        let mut m = after(7);
+        let early = m.handle(Event::Digests {
+            source: DIGEST,
+            target: DIGEST,
+        });
+        assert_eq!(early.unwrap_err().why, RejectReason::WrongState);
+    }
+
+    #[test]
+    fn a_digest_mismatch_aborts_and_unfences() {
+        let mut m = after(9);
+        let other = RangeDigest {
+            digest: 1,
+            ..DIGEST
+        };
+        let cmds = m
+            .handle(Event::Digests {
+                source: DIGEST,
+                target: other,
+            })
+            .unwrap();
+        assert_eq!(cmds, revert(&m));
+        assert_eq!(
+            m.record().abort_reason,
+            Some(AbortReason::DigestMismatch {
+                source: DIGEST,
+                target: other
+            })
+        );
+    }
+
+    #[test]
+    fn the_fence_is_bounded_before_the_flip_request() {
+        let mut m = after(9);
+        assert_eq!(m.handle(Event::Tick { now: 1_999 }).unwrap(), vec![]);
+        let cmds = m.handle(Event::Tick { now: 2_000 }).unwrap();
+        assert_eq!(cmds, revert(&m));
+        assert_eq!(
+            m.record().abort_reason,
+            Some(AbortReason::FenceTimeout { waited_ms: 1_000 })
+        );
+    }
+
+    #[test]
+    fn flip_committed_persists_then_awaits_the_target() {
+        let mut m = after(10);
+        let cmds = m.handle(Event::FlipCommitted { now: 1_015 }).unwrap();
+        assert_eq!(
+            cmds,
+            vec![
+                persisted(&m),
+                Command::AwaitTargetServing { epoch: Epoch(5) }
+            ]
+        );
+        assert_eq!(m.record().flip_done_ms, Some(1_015));
+        assert_eq!(
+            m.handle(Event::FlipCommitted { now: 1_016 })
+                .unwrap_err()
+                .why,
+            RejectReason::Stale
+        );
+    }
+
+    #[test]
+    fn a_conflict_showing_our_flip_is_a_commit() {
+        let mut m = after(10);
+        let cmds = m
+            .handle(Event::FlipConflict {
+                current: Some((NodeId(2), Epoch(5))),
+            })
+            .unwrap();
+        assert_eq!(
+            cmds,
+            vec![
+                persisted(&m),
+                Command::AwaitTargetServing { epoch: Epoch(5) }
+            ]
+        );
+        assert!(m.record().flipped());
+    }
+
+    #[test]
+    fn a_conflict_showing_another_owner_or_epoch_aborts() {
+        for current in [
+            Some((NodeId(1), Epoch(5))),
+            Some((NodeId(3), Epoch(6))),
+            None,
+        ] {
+            let mut m = after(10);
+            let cmds = m.handle(Event::FlipConflict { current }).unwrap();
+            assert_eq!(cmds, revert(&m));
+            assert_eq!(
+                m.record().abort_reason,
+                Some(AbortReason::FlipConflict { current })
+            );
+        }
+        let mut m = after(10);
+        let odd = m.handle(Event::FlipConflict {
+            current: Some((NodeId(1), Epoch(4))),
+        });
+        assert!(matches!(
+            odd.unwrap_err().why,
+            RejectReason::Inconsistent(_)
+        ));
+    }
+
+    #[test]
+    fn an_unavailable_store_keeps_the_fence_and_resends_the_same_cas_forever() {
+        let mut m = after(10);
+        assert_eq!(m.handle(Event::FlipUnavailable).unwrap(), vec![]);
+        assert_eq!(m.handle(Event::Tick { now: 1_504 }).unwrap(), vec![]);
+        assert_eq!(
+            m.handle(Event::Tick { now: 1_505 }).unwrap(),
+            vec![flip(&m)]
+        );
+        assert_eq!(m.handle(Event::Tick { now: 1_600 }).unwrap(), vec![]);
+        // Far past every timeout: still no abort, still the same CAS.
+        assert_eq!(
+            m.handle(Event::Tick { now: 1_000_000 }).unwrap(),
+            vec![flip(&m)]
+        );
+        let abort = m.handle(Event::AbortRequested {
+            reason: "operator".into(),
+        });
+        assert_eq!(abort.unwrap_err().why, RejectReason::FlipInDoubt);
+        let failed = Event::ActorFailed {
+            who: Actor::Target,
+            detail: "restart".into(),
+        };
+        assert_eq!(m.handle(failed).unwrap(), vec![]);
+        assert!(m.record().flip_in_doubt() && m.state() == MigrationState::Cutover);
+    }
+
+    #[test]
+    fn target_serving_records_the_pause_and_enters_cleanup() {
+        let mut m = after(11);
+        let cmds = m.handle(Event::TargetServing { now: 1_035 }).unwrap();
+        assert_eq!(
+            cmds,
+            vec![
+                persisted(&m),
+                Command::RecordPause { ms: 30 },
+                Command::StartGrace { ms: 5_000 }
+            ]
+        );
+        assert_eq!(
+            (m.state(), m.record().pause_ms),
+            (MigrationState::Cleanup, Some(30))
+        );
+        let early = after(10).handle(Event::TargetServing { now: 2_030 });
+        assert_eq!(early.unwrap_err().why, RejectReason::WrongState);
+    }
+
+    #[test]
+    fn recovery_before_the_flip_request_aborts() {
+        for steps in [8, 9] {
+            let mut m = after(steps);
+            let cmds = m.handle(Event::Recovered { now: 2_100 }).unwrap();
+            assert_eq!(cmds, revert(&m));
+            assert_eq!(
+                m.record().abort_reason,
+                Some(AbortReason::NotResumable {
+                    state: MigrationState::Cutover
+                })
+            );
+        }
+    }
+
+    #[test]
+    fn recovery_in_doubt_resends_the_cas_and_after_the_flip_awaits_the_target() {
+        let mut m = after(10);
+        assert_eq!(
+            m.handle(Event::Recovered { now: 2_100 }).unwrap(),
+            vec![flip(&m)]
+        );
+        let mut m = after(11);
+        let cmds = m.handle(Event::Recovered { now: 2_100 }).unwrap();
+        assert_eq!(cmds, vec![Command::AwaitTargetServing { epoch: Epoch(5) }]);
+        assert_eq!(m.handle(Event::Tick { now: 2_599 }).unwrap(), vec![]);
+        let cmds = m.handle(Event::Tick { now: 2_600 }).unwrap();
+        assert_eq!(cmds, vec![Command::AwaitTargetServing { epoch: Epoch(5) }]);
+    }
+
+    #[test]
+    fn a_reloaded_record_keeps_the_pause_start() {
+        let m = after(10);
+        let mut reloaded = Migration::new(m.record().clone(), config()).unwrap();
+        reloaded.handle(Event::Recovered { now: 2_050 }).unwrap();
+        reloaded
+            .handle(Event::FlipCommitted { now: 2_060 })
+            .unwrap();
+        reloaded
+            .handle(Event::TargetServing { now: 2_070 })
+            .unwrap();
+        assert_eq!(reloaded.record().pause_ms, Some(1_065));
+    }
+}

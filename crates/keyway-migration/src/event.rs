@@ -1,0 +1,110 @@
+//! Events: what the drivers observe and feed into [`crate::Migration::handle`].
+//!
+//! An event is a fact reported by the source, the target, the metadata store
+//! or the driver's own clock. Events may arrive late, twice, or in the wrong
+//! state; the machine rejects those without changing anything. Times are
+//! milliseconds on the driver's clock; the machine only ever moves its
+//! notion of "now" forward.
+
+use keyway_map::{Epoch, NodeId};
+use serde::{Deserialize, Serialize};
+
+/// A range's content fingerprint as each side computes it at the fence
+/// point (mirrors `keyway_storage::RangeDigest`; this crate stays free of
+/// the storage engine). Equal digests gate the flip.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct RangeDigest {
+    /// Number of live keys.
+    pub keys: u64,
+    /// Sum of key and value bytes.
+    pub bytes: u64,
+    /// Checksum over the entries.
+    pub digest: u64,
+}
+
+/// Who failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Actor {
+    Source,
+    Target,
+    /// The driver itself lost its in-memory state (e.g. a stream or timer
+    /// task died): handled exactly like [`Event::Recovered`].
+    Manager,
+}
+
+/// Something a driver observed.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum Event {
+    /// The manager starts a `PENDING` migration.
+    Started { now: u64 },
+    /// The source took the snapshot at change-log seq `seq`.
+    SnapshotTaken { seq: u64, total_bytes: u64 },
+    /// The target holds `bytes` of the snapshot (cumulative).
+    CopyProgress { bytes: u64 },
+    /// The target holds the whole snapshot.
+    CopyDone,
+    /// The target applied the source change log up to `applied_seq`; the
+    /// source is at `source_seq`.
+    CatchupLag { applied_seq: u64, source_seq: u64 },
+    /// The source forwards every write with seq > `at_seq` to the target and
+    /// acknowledges it only after the target applied it.
+    DualEnabled { at_seq: u64 },
+    /// The source stopped serving the range and drained in-flight writes.
+    SourceFenced { now: u64 },
+    /// The range digests of both sides, computed while the source is fenced.
+    Digests {
+        source: RangeDigest,
+        target: RangeDigest,
+    },
+    /// The flip CAS applied.
+    FlipCommitted { now: u64 },
+    /// The flip CAS failed its condition; `current` is what the partition
+    /// holds now (`MetaError::Conflict`).
+    FlipConflict { current: Option<(NodeId, Epoch)> },
+    /// The metadata store could not be reached: the CAS outcome is unknown
+    /// (`MetaError::Unavailable`).
+    FlipUnavailable,
+    /// The target serves the partition at epoch e + 1.
+    TargetServing { now: u64 },
+    /// The grace timer started by `StartGrace` fired.
+    GraceElapsed,
+    /// The source dropped the range and keeps the "moved" note.
+    SourceDropped,
+    /// Time passes; drives timeouts and retries.
+    Tick { now: u64 },
+    /// An operator or the manager wants the migration reverted.
+    AbortRequested { reason: String },
+    /// An actor failed or restarted, losing its volatile migration state.
+    ActorFailed { who: Actor, detail: String },
+    /// The driver restarted and reloaded the record: re-issue the current
+    /// state's commands (or abort where resuming is impossible).
+    Recovered { now: u64 },
+}
+
+impl Event {
+    /// The variant's name, for logs and rejections.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Event::Started { .. } => "Started",
+            Event::SnapshotTaken { .. } => "SnapshotTaken",
+            Event::CopyProgress { .. } => "CopyProgress",
+            Event::CopyDone => "CopyDone",
+            Event::CatchupLag { .. } => "CatchupLag",
+            Event::DualEnabled { .. } => "DualEnabled",
+            Event::SourceFenced { .. } => "SourceFenced",
+            Event::Digests { .. } => "Digests",
+            Event::FlipCommitted { .. } => "FlipCommitted",
+            Event::FlipConflict { .. } => "FlipConflict",
+            Event::FlipUnavailable => "FlipUnavailable",
+            Event::TargetServing { .. } => "TargetServing",
+            Event::GraceElapsed => "GraceElapsed",
+            Event::SourceDropped => "SourceDropped",
+            Event::Tick { .. } => "Tick",
+            Event::AbortRequested { .. } => "AbortRequested",
+            Event::ActorFailed { .. } => "ActorFailed",
+            Event::Recovered { .. } => "Recovered",
+        }
+    }
+}
