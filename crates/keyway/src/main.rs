@@ -5,6 +5,7 @@
 //! - `keyway server`: one storage node.
 //! - `keyway manager`: the partition manager (leader-elected).
 
+mod ctl;
 mod dev;
 mod manager_cmd;
 mod meta_cmd;
@@ -41,6 +42,8 @@ enum Command {
     Server(server_cmd::ServerArgs),
     /// Run the partition manager; one of many leads at a time (leader election).
     Manager(manager_cmd::ManagerArgs),
+    /// Inspect the cluster: nodes, map, leases, manager seat.
+    Ctl(ctl::CtlArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -58,6 +61,7 @@ fn main() -> anyhow::Result<()> {
             Command::Meta(args) => meta_cmd::run(args).await,
             Command::Server(args) => server_cmd::run(args).await,
             Command::Manager(args) => manager_cmd::run(args).await,
+            Command::Ctl(args) => ctl::run(args).await,
         }
     })
 }

@@ -1,0 +1,198 @@
+//! `keyway ctl`: read the cluster's control-plane state from the metadata store.
+//!
+//! Every subcommand prints a table for people, or JSON with `--json` for
+//! scripts. It only reads; operations that change the map (move, split,
+//! drain) arrive with the manager's work.
+
+use keyway_map::{NodeId, PartitionMap, to_hex};
+use keyway_meta::MetaStore;
+use serde::Serialize;
+use std::collections::BTreeMap;
+
+#[derive(clap::Args)]
+pub struct CtlArgs {
+    /// Metadata store URL: keyway://HOST:PORT or etcd://H:P[,H:P]/PREFIX.
+    #[arg(long, env = "KEYWAY_META")]
+    meta: String,
+    /// Print JSON instead of a table.
+    #[arg(long, global = true)]
+    json: bool,
+    #[command(subcommand)]
+    what: CtlCommand,
+}
+
+#[derive(clap::Subcommand)]
+enum CtlCommand {
+    /// Nodes: id, addresses, state, partitions owned, lease left.
+    Nodes,
+    /// Partitions: id, keyspace, range (slots for hash keyspaces), owner, epoch.
+    Map,
+    /// Live node leases as the store sees them.
+    Leases,
+    /// Who holds the manager seat.
+    Manager,
+}
+
+pub async fn run(args: CtlArgs) -> anyhow::Result<()> {
+    let meta = keyway_meta::connect(&args.meta).await?;
+    match args.what {
+        CtlCommand::Nodes => nodes(&*meta, args.json).await,
+        CtlCommand::Map => map(&*meta, args.json).await,
+        CtlCommand::Leases => leases(&*meta, args.json).await,
+        CtlCommand::Manager => manager(&*meta, args.json).await,
+    }
+}
+
+fn print_json(value: &impl Serialize) -> anyhow::Result<()> {
+    println!("{}", serde_json::to_string_pretty(value)?);
+    Ok(())
+}
+
+#[derive(Serialize)]
+struct NodeRow {
+    id: String,
+    resp_addr: String,
+    admin_addr: String,
+    state: keyway_map::NodeState,
+    partitions: usize,
+    lease_remaining_ms: Option<u64>,
+}
+
+async fn nodes(meta: &dyn MetaStore, json: bool) -> anyhow::Result<()> {
+    let map = meta.get_map().await?;
+    let leases: BTreeMap<NodeId, u64> = meta
+        .leases()
+        .await?
+        .into_iter()
+        .map(|l| (l.node, l.remaining_ms))
+        .collect();
+    let rows: Vec<NodeRow> = map
+        .nodes
+        .values()
+        .map(|n| NodeRow {
+            id: n.id.to_string(),
+            resp_addr: n.resp_addr.clone(),
+            admin_addr: n.admin_addr.clone(),
+            state: n.state,
+            partitions: map.owned_by(n.id).count(),
+            lease_remaining_ms: leases.get(&n.id).copied(),
+        })
+        .collect();
+    if json {
+        return print_json(&rows);
+    }
+    println!(
+        "{:<40}  {:<21}  {:<21}  {:<5}  {:>10}  {:>8}",
+        "NODE", "RESP", "ADMIN", "STATE", "PARTITIONS", "LEASE"
+    );
+    for r in rows {
+        let lease = r
+            .lease_remaining_ms
+            .map(|ms| format!("{ms}ms"))
+            .unwrap_or_else(|| "none".into());
+        let state = format!("{:?}", r.state).to_lowercase();
+        println!(
+            "{:<40}  {:<21}  {:<21}  {:<5}  {:>10}  {:>8}",
+            r.id, r.resp_addr, r.admin_addr, state, r.partitions, lease
+        );
+    }
+    Ok(())
+}
+
+async fn map(meta: &dyn MetaStore, json: bool) -> anyhow::Result<()> {
+    let map = meta.get_map().await?;
+    if json {
+        return print_json(&map);
+    }
+    println!(
+        "map version {}, {} partitions, {} nodes",
+        map.version,
+        map.partitions.len(),
+        map.nodes.len()
+    );
+    println!(
+        "{:>6}  {:>8}  {:<24}  {:<40}  {:>6}",
+        "ID", "KEYSPACE", "RANGE", "OWNER", "EPOCH"
+    );
+    for ks in map.keyspaces.values() {
+        for p in map.keyspace_partitions(ks.id) {
+            println!(
+                "{:>6}  {:>8}  {:<24}  {:<40}  {:>6}",
+                p.id,
+                ks.name,
+                range_text(&map, p),
+                p.owner,
+                p.epoch
+            );
+        }
+    }
+    Ok(())
+}
+
+fn range_text(map: &PartitionMap, p: &keyway_map::PartitionRecord) -> String {
+    let hash = map
+        .keyspaces
+        .get(&p.keyspace)
+        .is_some_and(|k| k.routing == keyway_map::Routing::Hash);
+    if hash {
+        let (first, last) = p.slot_span();
+        format!("slots {first}-{last}")
+    } else {
+        let end = p
+            .end
+            .as_ref()
+            .map(|e| to_hex(e))
+            .unwrap_or_else(|| "end".into());
+        format!("[{}, {end})", to_hex(&p.start))
+    }
+}
+
+#[derive(Serialize)]
+struct LeaseRow {
+    lease: String,
+    node: String,
+    remaining_ms: u64,
+}
+
+async fn leases(meta: &dyn MetaStore, json: bool) -> anyhow::Result<()> {
+    let rows: Vec<LeaseRow> = meta
+        .leases()
+        .await?
+        .into_iter()
+        .map(|l| LeaseRow {
+            lease: l.lease.to_string(),
+            node: l.node.to_string(),
+            remaining_ms: l.remaining_ms,
+        })
+        .collect();
+    if json {
+        return print_json(&rows);
+    }
+    println!("{:<20}  {:<40}  {:>12}", "LEASE", "NODE", "REMAINING");
+    for r in rows {
+        println!("{:<20}  {:<40}  {:>10}ms", r.lease, r.node, r.remaining_ms);
+    }
+    Ok(())
+}
+
+#[derive(Serialize)]
+struct SeatRow {
+    election: &'static str,
+    leader: Option<String>,
+}
+
+async fn manager(meta: &dyn MetaStore, json: bool) -> anyhow::Result<()> {
+    let leader = meta.leader(keyway_manager::MANAGER_ELECTION).await?;
+    let row = SeatRow {
+        election: keyway_manager::MANAGER_ELECTION,
+        leader: leader.map(|l| l.candidate),
+    };
+    if json {
+        return print_json(&row);
+    }
+    match row.leader {
+        Some(name) => println!("manager seat held by {name}"),
+        None => println!("manager seat empty (no keyway manager running)"),
+    }
+    Ok(())
+}
