@@ -1,5 +1,6 @@
 //! The admin HTTP port: `/metrics` (Prometheus text), `/map` (the node's
-//! partition map as JSON) and `/status` (this node at a glance, JSON).
+//! partition map as JSON) and `/status` (this node at a glance, JSON), plus
+//! the `Peer` gRPC service of [`crate::peer`] (migration data plane).
 
 use crate::server::Shared;
 use axum::Router;
@@ -22,7 +23,9 @@ pub async fn serve(
         .route("/metrics", get(metrics))
         .route("/map", get(map))
         .route("/status", get(status))
-        .with_state(shared);
+        .with_state(shared.clone());
+    // The migration data plane (`Peer` gRPC, h2c) shares this port.
+    let app = crate::peer::merge_routes(app, shared.engine.clone());
     let stop = async move {
         let _ = shutdown.changed().await;
     };

@@ -24,7 +24,9 @@
 //! - `scan.rs`: SCAN with server-side cursors.
 //! - `lease.rs`: the lease keeper (deadline on a monotonic clock).
 //! - `watcher.rs`: keeps the map fresh from the metadata store.
-//! - `admin.rs`: the admin HTTP port: `/metrics`, `/map`, `/status`.
+//! - `admin.rs`: the admin HTTP port: `/metrics`, `/map`, `/status`, and the `Peer` gRPC service.
+//! - `peer/`: the migration data plane: the `Peer` gRPC service (snapshot chunks,
+//!   change log, digest, foreign apply, range drop) and its client, `copy_range`, `catch_up`.
 //! - `metrics.rs`: Prometheus metrics.
 //! - `clock.rs`: the clock trait (wall and monotonic time), for simulation.
 
@@ -39,6 +41,7 @@ pub mod executor;
 pub mod lease;
 pub mod metrics;
 pub mod node_cmd;
+pub mod peer;
 pub mod routing;
 pub mod scan;
 pub mod server;

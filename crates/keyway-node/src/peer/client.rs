@@ -1,0 +1,500 @@
+//! [`PeerClient`]: the typed client of another node's `Peer` service, and the
+//! two data-moving loops built on it, [`copy_range`] and [`catch_up`].
+//!
+//! The channel is lazy and reconnecting (creating a client never fails for an
+//! unreachable node). Every call has a deadline ([`PeerOptions::rpc_timeout`]);
+//! a missed deadline or a transport failure is [`PeerError::Unavailable`]
+//! (for `apply_foreign` / `drop_range_chunk` the outcome is then unknown, but
+//! both are safe to repeat).
+
+use super::pb::{self, peer_client::PeerClient as PbClient};
+use super::{MAX_CHANGES_RECORDS, MAX_CHUNK_BYTES, MAX_MESSAGE_BYTES, MAX_SNAPSHOT_ENTRIES};
+use bytes::Bytes;
+use keyway_storage::{ChangeRecord, KeyRange, Mutation, RangeDigest, Seq, Value};
+use prost::Message;
+use std::time::Duration;
+use tonic::Code;
+use tonic::transport::{Channel, Endpoint};
+
+/// What a peer call can fail with.
+#[derive(thiserror::Error, Debug, Clone, PartialEq, Eq)]
+pub enum PeerError {
+    /// The peer could not be reached or did not answer in time; retry later
+    /// (a write's outcome is unknown, but every call is safe to repeat).
+    #[error("peer unavailable: {0}")]
+    Unavailable(String),
+    /// The peer's change log no longer holds the records asked for (records
+    /// `< log_start` were truncated): re-snapshot the range.
+    #[error("peer change log truncated: oldest retained seq is {log_start}")]
+    LogTruncated {
+        /// Oldest seq still in the peer's log.
+        log_start: Seq,
+    },
+    /// The request was malformed or out of bounds (a bug in the caller).
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+    /// Anything else the peer reported (storage failure, corrupt answer, ...).
+    #[error("peer error: {0}")]
+    Remote(String),
+}
+
+impl PeerError {
+    fn from_status(status: &tonic::Status) -> Self {
+        match status.code() {
+            Code::FailedPrecondition => {
+                let detail = pb::ErrorDetail::decode(status.details())
+                    .ok()
+                    .and_then(|d| d.kind);
+                match detail {
+                    Some(pb::error_detail::Kind::LogTruncated(t)) => PeerError::LogTruncated {
+                        log_start: t.log_start,
+                    },
+                    None => PeerError::Remote(status.message().to_string()),
+                }
+            }
+            Code::InvalidArgument => PeerError::InvalidArgument(status.message().to_string()),
+            Code::Unavailable | Code::DeadlineExceeded | Code::Cancelled | Code::Unknown => {
+                PeerError::Unavailable(format!("{:?}: {}", status.code(), status.message()))
+            }
+            code => PeerError::Remote(format!("{code:?}: {}", status.message())),
+        }
+    }
+}
+
+/// Tuning of a [`PeerClient`].
+#[derive(Clone, Debug)]
+pub struct PeerOptions {
+    /// Deadline of every call (and of opening a connection); default 30 s
+    /// (`digest` and `range_stats` read the whole range).
+    pub rpc_timeout: Duration,
+    /// HTTP/2 keep-alive ping interval and ack timeout; default 5 s.
+    pub keep_alive: Duration,
+}
+
+impl Default for PeerOptions {
+    fn default() -> Self {
+        PeerOptions {
+            rpc_timeout: Duration::from_secs(30),
+            keep_alive: Duration::from_secs(5),
+        }
+    }
+}
+
+/// One snapshot entry: a key, its value at the source, and the source seq
+/// of the engine snapshot it was read from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SnapshotEntry {
+    /// Routing key.
+    pub key: Bytes,
+    /// The value (with the source's `version`, informational).
+    pub value: Value,
+    /// Every source record with `seq <= as_of` is reflected in `value`.
+    pub as_of: Seq,
+}
+
+impl SnapshotEntry {
+    /// The record that installs this entry at a target through
+    /// `apply_foreign`: a `Put` with seq **`as_of`** (not `value.version`,
+    /// which may come from another node's seq space; see the module docs of
+    /// [`crate::peer`]). Any later source record for the key (`seq > as_of`)
+    /// replayed by catch-up wins over it; any earlier one is ignored.
+    pub fn to_change_record(&self) -> ChangeRecord {
+        ChangeRecord {
+            seq: self.as_of,
+            mutation: Mutation::Put {
+                key: self.key.clone(),
+                kind: self.value.kind,
+                expire_at_ms: self.value.expire_at_ms,
+                data: self.value.data.clone(),
+            },
+        }
+    }
+}
+
+/// One page of a remote snapshot.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SnapshotChunk {
+    /// Entries in key order.
+    pub entries: Vec<SnapshotEntry>,
+    /// Exclusive resume cursor; `None` = the range is exhausted.
+    pub next: Option<Bytes>,
+    /// Seq of the chunk's first engine snapshot (`<=` every entry's `as_of`).
+    pub seq: Seq,
+    /// Payload bytes (key + data) of `entries`.
+    pub bytes: u64,
+}
+
+/// One answer of a remote `Changes` call.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ChangesChunk {
+    /// Records in seq order (only those in the requested range, if any).
+    pub records: Vec<ChangeRecord>,
+    /// Resume cursor: every record `<= last_seq` was examined.
+    pub last_seq: Seq,
+    /// Oldest seq the source still retains.
+    pub log_start: Seq,
+    /// The source's last seq when read (`head_seq - last_seq` = lag).
+    pub head_seq: Seq,
+}
+
+/// A gRPC client of one node's `Peer` service; cheap to clone.
+#[derive(Clone)]
+pub struct PeerClient {
+    client: PbClient<Channel>,
+    addr: String,
+    opts: PeerOptions,
+}
+
+impl std::fmt::Debug for PeerClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PeerClient")
+            .field("addr", &self.addr)
+            .field("opts", &self.opts)
+            .finish()
+    }
+}
+
+fn range_to_pb(range: &KeyRange) -> pb::KeyRange {
+    pb::KeyRange {
+        start: range.start.clone(),
+        end: range.end.clone(),
+    }
+}
+
+fn corrupt(what: &str, err: impl std::fmt::Display) -> PeerError {
+    PeerError::Remote(format!("undecodable {what} from peer: {err}"))
+}
+
+fn to_u32(name: &str, v: usize) -> Result<u32, PeerError> {
+    u32::try_from(v).map_err(|_| PeerError::InvalidArgument(format!("{name} {v} too large")))
+}
+
+impl PeerClient {
+    /// A client of the node whose admin port is `admin_addr` (`host:port` or
+    /// `http://host:port`, as in `NodeInfo.admin_addr`), default options.
+    /// Does not connect yet.
+    pub fn connect(admin_addr: &str) -> Result<Self, PeerError> {
+        Self::connect_with(admin_addr, PeerOptions::default())
+    }
+
+    /// As [`Self::connect`], with options.
+    pub fn connect_with(admin_addr: &str, opts: PeerOptions) -> Result<Self, PeerError> {
+        let hostport = admin_addr
+            .strip_prefix("http://")
+            .unwrap_or(admin_addr)
+            .trim_end_matches('/');
+        if hostport.is_empty() || hostport.contains("://") || hostport.contains('/') {
+            return Err(PeerError::InvalidArgument(format!(
+                "peer address must be host:port, got {admin_addr:?}"
+            )));
+        }
+        let endpoint = Endpoint::from_shared(format!("http://{hostport}"))
+            .map_err(|e| PeerError::InvalidArgument(format!("peer address {admin_addr:?}: {e}")))?
+            .connect_timeout(opts.rpc_timeout)
+            .tcp_nodelay(true)
+            .http2_keep_alive_interval(opts.keep_alive)
+            .keep_alive_timeout(opts.keep_alive)
+            .keep_alive_while_idle(true);
+        let client = PbClient::new(endpoint.connect_lazy())
+            .max_decoding_message_size(MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(MAX_MESSAGE_BYTES);
+        Ok(PeerClient {
+            client,
+            addr: hostport.to_string(),
+            opts,
+        })
+    }
+
+    /// The peer's `host:port`.
+    pub fn addr(&self) -> &str {
+        &self.addr
+    }
+
+    /// Runs one call under the deadline, mapping every failure to a `PeerError`.
+    async fn call<Req, T, F, Fut>(&self, what: &str, msg: Req, f: F) -> Result<T, PeerError>
+    where
+        F: FnOnce(PbClient<Channel>, tonic::Request<Req>) -> Fut,
+        Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+    {
+        let mut req = tonic::Request::new(msg);
+        // Lets the server give up when the client has.
+        req.set_timeout(self.opts.rpc_timeout);
+        match tokio::time::timeout(self.opts.rpc_timeout, f(self.client.clone(), req)).await {
+            Ok(Ok(resp)) => Ok(resp.into_inner()),
+            Ok(Err(status)) => Err(PeerError::from_status(&status)),
+            Err(_) => Err(PeerError::Unavailable(format!(
+                "{what} to peer {} timed out after {:?}",
+                self.addr, self.opts.rpc_timeout
+            ))),
+        }
+    }
+
+    /// One chunk of `range` after `after`: at most `limit` entries and
+    /// `max_chunk_bytes` payload bytes (a single larger entry comes alone).
+    /// Limits above [`MAX_SNAPSHOT_ENTRIES`] / [`MAX_CHUNK_BYTES`] are clamped
+    /// by the server; zero is [`PeerError::InvalidArgument`].
+    pub async fn snapshot_chunk(
+        &self,
+        range: &KeyRange,
+        after: Option<&Bytes>,
+        limit: usize,
+        max_chunk_bytes: u64,
+    ) -> Result<SnapshotChunk, PeerError> {
+        let msg = pb::SnapshotRequest {
+            range: Some(range_to_pb(range)),
+            after: after.cloned(),
+            limit: to_u32("limit", limit)?,
+            max_chunk_bytes,
+        };
+        let resp = self
+            .call(
+                "Snapshot",
+                msg,
+                |mut c, r| async move { c.snapshot(r).await },
+            )
+            .await?;
+        let mut entries = Vec::with_capacity(resp.entries.len());
+        for e in resp.entries {
+            match Mutation::decode(&e.put).map_err(|err| corrupt("snapshot entry", err))? {
+                Mutation::Put {
+                    key,
+                    kind,
+                    expire_at_ms,
+                    data,
+                } => entries.push(SnapshotEntry {
+                    key,
+                    value: Value {
+                        kind,
+                        expire_at_ms,
+                        version: e.version,
+                        data,
+                    },
+                    as_of: e.as_of,
+                }),
+                other => return Err(corrupt("snapshot entry", format!("not a Put: {other:?}"))),
+            }
+        }
+        Ok(SnapshotChunk {
+            entries,
+            next: resp.next,
+            seq: resp.seq,
+            bytes: resp.bytes,
+        })
+    }
+
+    /// Records after `after_seq` (examining at most `limit`, returning at most
+    /// `max_bytes` encoded bytes), only those in `range` if given.
+    /// [`PeerError::LogTruncated`] if the peer already dropped some of them.
+    pub async fn changes(
+        &self,
+        after_seq: Seq,
+        limit: usize,
+        max_bytes: u64,
+        range: Option<&KeyRange>,
+    ) -> Result<ChangesChunk, PeerError> {
+        let msg = pb::ChangesRequest {
+            after_seq,
+            limit: to_u32("limit", limit)?,
+            max_bytes,
+            range: range.map(range_to_pb),
+        };
+        let resp = self
+            .call("Changes", msg, |mut c, r| async move { c.changes(r).await })
+            .await?;
+        let records = resp
+            .records
+            .iter()
+            .map(|b| ChangeRecord::decode(b).map_err(|e| corrupt("change record", e)))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(ChangesChunk {
+            records,
+            last_seq: resp.last_seq,
+            log_start: resp.log_start,
+            head_seq: resp.head_seq,
+        })
+    }
+
+    /// The peer's digest of `range` and the seq it reflects.
+    pub async fn digest(&self, range: &KeyRange) -> Result<(RangeDigest, Seq), PeerError> {
+        let msg = pb::DigestRequest {
+            range: Some(range_to_pb(range)),
+        };
+        let r = self
+            .call("Digest", msg, |mut c, r| async move { c.digest(r).await })
+            .await?;
+        Ok((
+            RangeDigest {
+                keys: r.keys,
+                bytes: r.bytes,
+                digest: r.digest,
+            },
+            r.seq,
+        ))
+    }
+
+    /// Applies `records` (another node's log records) at the peer, versioned
+    /// and idempotent; returns the peer's own last seq afterwards. At most
+    /// [`super::MAX_APPLY_RECORDS`] records per call.
+    pub async fn apply_foreign(&self, records: &[ChangeRecord]) -> Result<Seq, PeerError> {
+        let msg = pb::ApplyForeignRequest {
+            records: records.iter().map(|r| Bytes::from(r.encode())).collect(),
+        };
+        let r = self
+            .call("ApplyForeign", msg, |mut c, r| async move {
+                c.apply_foreign(r).await
+            })
+            .await?;
+        Ok(r.last_seq)
+    }
+
+    /// Deletes up to `limit` entries of `range` at the peer (no change
+    /// records); `0` = the range is empty there.
+    pub async fn drop_range_chunk(&self, range: &KeyRange, limit: usize) -> Result<u64, PeerError> {
+        let msg = pb::DropRangeChunkRequest {
+            range: Some(range_to_pb(range)),
+            limit: to_u32("limit", limit)?,
+        };
+        let r = self
+            .call("DropRangeChunk", msg, |mut c, r| async move {
+                c.drop_range_chunk(r).await
+            })
+            .await?;
+        Ok(r.deleted)
+    }
+
+    /// `(keys, bytes)` of `range` at the peer.
+    pub async fn range_stats(&self, range: &KeyRange) -> Result<(u64, u64), PeerError> {
+        let msg = pb::RangeStatsRequest {
+            range: Some(range_to_pb(range)),
+        };
+        let r = self
+            .call("RangeStats", msg, |mut c, r| async move {
+                c.range_stats(r).await
+            })
+            .await?;
+        Ok((r.keys, r.bytes))
+    }
+
+    /// The peer's last assigned seq.
+    pub async fn last_seq(&self) -> Result<Seq, PeerError> {
+        let r = self
+            .call("LastSeq", pb::LastSeqRequest {}, |mut c, r| async move {
+                c.last_seq(r).await
+            })
+            .await?;
+        Ok(r.seq)
+    }
+}
+
+/// Chunk sizes of [`copy_range`] and [`catch_up`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CopyChunk {
+    /// Entries (snapshot) or examined records (catch-up) per call.
+    pub entries: usize,
+    /// Payload bytes per snapshot chunk / encoded bytes per changes answer.
+    pub bytes: u64,
+}
+
+impl Default for CopyChunk {
+    /// 1,000 entries / 1 MiB: a chunk's snapshot is short-lived and one
+    /// `ApplyForeign` stays small.
+    fn default() -> Self {
+        CopyChunk {
+            entries: 1_000,
+            bytes: 1024 * 1024,
+        }
+    }
+}
+
+impl CopyChunk {
+    fn clamped(self) -> (usize, u64) {
+        (
+            self.entries
+                .clamp(1, MAX_SNAPSHOT_ENTRIES.min(MAX_CHANGES_RECORDS) as usize),
+            self.bytes.clamp(1, MAX_CHUNK_BYTES),
+        )
+    }
+}
+
+/// What [`copy_range`] moved.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CopyReport {
+    /// Seq of the **first** snapshot chunk: catch up from here.
+    pub snapshot_seq: Seq,
+    /// Payload bytes (key + data) copied.
+    pub bytes: u64,
+    /// Entries copied.
+    pub keys: u64,
+}
+
+/// Copies every live entry of `range` from `source` to `target` (snapshot
+/// chunks applied with `ApplyForeign`, see [`SnapshotEntry::to_change_record`]).
+/// The copy is fuzzy; follow it with [`catch_up`] from
+/// [`CopyReport::snapshot_seq`]. The target's range should be empty first
+/// (leftovers of an aborted attempt are not removed by the copy).
+/// Unthrottled: a driver that needs a bandwidth cap pages itself with
+/// [`PeerClient::snapshot_chunk`].
+pub async fn copy_range(
+    source: &PeerClient,
+    target: &PeerClient,
+    range: &KeyRange,
+    chunk: CopyChunk,
+) -> Result<CopyReport, PeerError> {
+    let (limit, max_bytes) = chunk.clamped();
+    let mut after: Option<Bytes> = None;
+    let mut report: Option<CopyReport> = None;
+    loop {
+        let c = source
+            .snapshot_chunk(range, after.as_ref(), limit, max_bytes)
+            .await?;
+        let r = report.get_or_insert(CopyReport {
+            snapshot_seq: c.seq,
+            bytes: 0,
+            keys: 0,
+        });
+        if !c.entries.is_empty() {
+            let records: Vec<_> = c
+                .entries
+                .iter()
+                .map(SnapshotEntry::to_change_record)
+                .collect();
+            target.apply_foreign(&records).await?;
+        }
+        r.keys += c.entries.len() as u64;
+        r.bytes += c.bytes;
+        match c.next {
+            Some(next) => after = Some(next),
+            None => return Ok(*r),
+        }
+    }
+}
+
+/// Replays `source`'s change records for `range` after `after_seq` onto
+/// `target`, until it reaches the source's last seq as of the first call (so
+/// it ends even under a steady write load); returns the source seq up to
+/// which everything in `range` is now applied (pass it as the next
+/// `after_seq`). [`PeerError::LogTruncated`] = re-snapshot.
+pub async fn catch_up(
+    source: &PeerClient,
+    target: &PeerClient,
+    range: &KeyRange,
+    after_seq: Seq,
+) -> Result<Seq, PeerError> {
+    let (limit, max_bytes) = CopyChunk::default().clamped();
+    let mut after = after_seq;
+    let mut goal: Option<Seq> = None;
+    loop {
+        let c = source.changes(after, limit, max_bytes, Some(range)).await?;
+        if !c.records.is_empty() {
+            target.apply_foreign(&c.records).await?;
+        }
+        let goal = *goal.get_or_insert(c.head_seq);
+        let progressed = c.last_seq > after;
+        after = c.last_seq.max(after);
+        // `!progressed`: nothing after `after` exists (defensive; a gapless
+        // log always yields a record while `after < head_seq`).
+        if after >= goal || !progressed {
+            return Ok(after);
+        }
+    }
+}

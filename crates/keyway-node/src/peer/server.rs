@@ -1,0 +1,399 @@
+//! The `Peer` service over an `Arc<dyn Engine>`.
+//!
+//! Stateless: every call validates its arguments, runs its engine work in one
+//! `spawn_blocking` task (fjall must never run on async workers) and answers.
+//! Errors: bad arguments → `INVALID_ARGUMENT`; `changes_since` behind the
+//! log's start → `FAILED_PRECONDITION` with a [`pb::LogTruncated`] detail;
+//! storage failures → `INTERNAL`.
+
+use super::pb::{self, peer_server};
+use super::{
+    MAX_APPLY_RECORDS, MAX_CHANGES_RECORDS, MAX_CHUNK_BYTES, MAX_DROP_ENTRIES, MAX_MESSAGE_BYTES,
+    MAX_SNAPSHOT_ENTRIES, SCAN_BATCH,
+};
+use bytes::Bytes;
+use keyway_storage::{ChangeRecord, Engine, KeyRange, Mutation, ScanChunk, StorageError};
+use prost::Message;
+use std::sync::Arc;
+use tokio::net::TcpListener;
+use tonic::{Code, Request, Response, Status};
+
+/// The `Peer` gRPC service over one engine. Cheap to clone.
+#[derive(Clone)]
+pub struct PeerService {
+    engine: Arc<dyn Engine>,
+}
+
+impl std::fmt::Debug for PeerService {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PeerService").finish_non_exhaustive()
+    }
+}
+
+impl PeerService {
+    /// A service answering from `engine`.
+    pub fn new(engine: Arc<dyn Engine>) -> Self {
+        PeerService { engine }
+    }
+
+    /// The tonic server wrapping this service, with our message-size limits.
+    pub fn into_server(self) -> peer_server::PeerServer<Self> {
+        peer_server::PeerServer::new(self)
+            .max_decoding_message_size(MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(MAX_MESSAGE_BYTES)
+    }
+
+    /// Runs `f` on the blocking pool (never on an async worker).
+    async fn blocking<T, F>(&self, f: F) -> Result<T, Status>
+    where
+        T: Send + 'static,
+        F: FnOnce(&dyn Engine) -> Result<T, StorageError> + Send + 'static,
+    {
+        let engine = self.engine.clone();
+        tokio::task::spawn_blocking(move || f(&*engine))
+            .await
+            .map_err(|e| Status::internal(format!("engine task failed: {e}")))?
+            .map_err(status_from_storage)
+    }
+}
+
+/// Adds the `Peer` service over `engine` to `router` (the admin HTTP router):
+/// gRPC requests (`/keyway.peer.v1.Peer/*`) go to the service, everything
+/// else to the router's own routes. `router` must have no fallback.
+pub fn merge_routes(router: axum::Router, engine: Arc<dyn Engine>) -> axum::Router {
+    tonic::service::Routes::from(router)
+        .add_service(PeerService::new(engine).into_server())
+        .prepare()
+        .into_axum_router()
+}
+
+/// Serves only the `Peer` service over `engine` on `listener` until
+/// `shutdown` resolves (tests and tools; a node serves it on its admin port).
+pub async fn serve_engine(
+    engine: Arc<dyn Engine>,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let app = merge_routes(axum::Router::new(), engine);
+    axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown)
+        .await
+}
+
+/// Maps a storage error to the status the client decodes (see `client.rs`).
+pub(crate) fn status_from_storage(err: StorageError) -> Status {
+    match &err {
+        StorageError::LogTruncated { after, log_start } => {
+            let detail = pb::ErrorDetail {
+                kind: Some(pb::error_detail::Kind::LogTruncated(pb::LogTruncated {
+                    after: *after,
+                    log_start: *log_start,
+                })),
+            };
+            Status::with_details(
+                Code::FailedPrecondition,
+                err.to_string(),
+                detail.encode_to_vec().into(),
+            )
+        }
+        StorageError::InvalidArgument(_) | StorageError::InvalidKey { .. } => {
+            Status::invalid_argument(err.to_string())
+        }
+        _ => Status::internal(err.to_string()),
+    }
+}
+
+fn range_from_pb(range: Option<pb::KeyRange>) -> Result<KeyRange, Status> {
+    let r = range.ok_or_else(|| Status::invalid_argument("range is required"))?;
+    Ok(KeyRange::new(r.start, r.end))
+}
+
+/// `value` clamped to `max`; `0` is refused.
+fn clamp(name: &str, value: u64, max: u64) -> Result<u64, Status> {
+    if value == 0 {
+        Err(Status::invalid_argument(format!(
+            "{name} must be at least 1"
+        )))
+    } else {
+        Ok(value.min(max))
+    }
+}
+
+/// Fills one `Snapshot` chunk: engine scans of at most [`SCAN_BATCH`]
+/// entries (each its own short-lived snapshot) until `limit` entries or
+/// `max_bytes` payload bytes; the first entry is always taken, so a chunk
+/// makes progress even when one entry alone exceeds the cap.
+pub(crate) fn read_snapshot(
+    engine: &dyn Engine,
+    range: &KeyRange,
+    after: Option<Bytes>,
+    limit: usize,
+    max_bytes: u64,
+) -> Result<pb::SnapshotResponse, StorageError> {
+    let mut entries = Vec::new();
+    let mut bytes = 0u64;
+    let mut first_seq = None;
+    let mut cursor = after;
+    loop {
+        let want = (limit - entries.len()).min(SCAN_BATCH);
+        let ScanChunk {
+            entries: got,
+            next,
+            seq,
+        } = engine.scan(range, cursor.as_deref(), want)?;
+        let first = *first_seq.get_or_insert(seq);
+        let exhausted = next.is_none() || got.is_empty();
+        for (key, value) in got {
+            let size = (key.len() + value.data.len()) as u64;
+            if !entries.is_empty() && bytes + size > max_bytes {
+                return Ok(pb::SnapshotResponse {
+                    entries,
+                    next: cursor,
+                    seq: first,
+                    bytes,
+                });
+            }
+            bytes += size;
+            cursor = Some(key.clone());
+            let version = value.version;
+            let put = Mutation::Put {
+                key,
+                kind: value.kind,
+                expire_at_ms: value.expire_at_ms,
+                data: value.data,
+            };
+            entries.push(pb::SnapshotEntry {
+                put: put.encode().into(),
+                version,
+                as_of: seq,
+            });
+        }
+        if exhausted {
+            return Ok(pb::SnapshotResponse {
+                entries,
+                next: None,
+                seq: first,
+                bytes,
+            });
+        }
+        if entries.len() >= limit || bytes >= max_bytes {
+            return Ok(pb::SnapshotResponse {
+                entries,
+                next: cursor,
+                seq: first,
+                bytes,
+            });
+        }
+    }
+}
+
+/// One `Changes` answer: examines up to `limit` records after `after`, keeps
+/// those in `range` (all if `None`) up to `max_bytes` encoded bytes (at least
+/// one), and reports how far it examined.
+pub(crate) fn read_changes(
+    engine: &dyn Engine,
+    after: u64,
+    limit: usize,
+    max_bytes: u64,
+    range: Option<&KeyRange>,
+) -> Result<pb::ChangesResponse, StorageError> {
+    let records = engine.changes_since(after, limit)?;
+    let log_start = engine.log_start();
+    let head_seq = engine.last_seq();
+    let mut out: Vec<Bytes> = Vec::new();
+    let mut bytes = 0u64;
+    let mut cursor = after;
+    for rec in records {
+        if range.is_none_or(|r| r.contains(rec.mutation.key())) {
+            let enc = rec.encode();
+            if !out.is_empty() && bytes + enc.len() as u64 > max_bytes {
+                break;
+            }
+            bytes += enc.len() as u64;
+            out.push(enc.into());
+        }
+        cursor = rec.seq;
+    }
+    Ok(pb::ChangesResponse {
+        records: out,
+        last_seq: cursor,
+        log_start,
+        head_seq: head_seq.max(cursor),
+    })
+}
+
+#[tonic::async_trait]
+impl peer_server::Peer for PeerService {
+    async fn snapshot(
+        &self,
+        req: Request<pb::SnapshotRequest>,
+    ) -> Result<Response<pb::SnapshotResponse>, Status> {
+        let req = req.into_inner();
+        let range = range_from_pb(req.range)?;
+        let limit = clamp("limit", req.limit.into(), MAX_SNAPSHOT_ENTRIES.into())? as usize;
+        let max_bytes = clamp("max_chunk_bytes", req.max_chunk_bytes, MAX_CHUNK_BYTES)?;
+        let after = req.after;
+        let resp = self
+            .blocking(move |e| read_snapshot(e, &range, after, limit, max_bytes))
+            .await?;
+        Ok(Response::new(resp))
+    }
+
+    async fn changes(
+        &self,
+        req: Request<pb::ChangesRequest>,
+    ) -> Result<Response<pb::ChangesResponse>, Status> {
+        let req = req.into_inner();
+        let limit = clamp("limit", req.limit.into(), MAX_CHANGES_RECORDS.into())? as usize;
+        let max_bytes = clamp("max_bytes", req.max_bytes, MAX_CHUNK_BYTES)?;
+        let range = req.range.map(|r| KeyRange::new(r.start, r.end));
+        let after = req.after_seq;
+        let resp = self
+            .blocking(move |e| read_changes(e, after, limit, max_bytes, range.as_ref()))
+            .await?;
+        Ok(Response::new(resp))
+    }
+
+    async fn digest(
+        &self,
+        req: Request<pb::DigestRequest>,
+    ) -> Result<Response<pb::DigestResponse>, Status> {
+        let range = range_from_pb(req.into_inner().range)?;
+        let (d, seq) = self.blocking(move |e| e.digest(&range)).await?;
+        Ok(Response::new(pb::DigestResponse {
+            keys: d.keys,
+            bytes: d.bytes,
+            digest: d.digest,
+            seq,
+        }))
+    }
+
+    async fn apply_foreign(
+        &self,
+        req: Request<pb::ApplyForeignRequest>,
+    ) -> Result<Response<pb::ApplyForeignResponse>, Status> {
+        let raw = req.into_inner().records;
+        if raw.len() > MAX_APPLY_RECORDS {
+            return Err(Status::invalid_argument(format!(
+                "{} records in one ApplyForeign, at most {MAX_APPLY_RECORDS}",
+                raw.len()
+            )));
+        }
+        let records = raw
+            .iter()
+            .enumerate()
+            .map(|(i, b)| {
+                ChangeRecord::decode(b)
+                    .map_err(|e| Status::invalid_argument(format!("record {i}: {e}")))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let last_seq = self.blocking(move |e| e.apply_foreign(&records)).await?;
+        Ok(Response::new(pb::ApplyForeignResponse { last_seq }))
+    }
+
+    async fn drop_range_chunk(
+        &self,
+        req: Request<pb::DropRangeChunkRequest>,
+    ) -> Result<Response<pb::DropRangeChunkResponse>, Status> {
+        let req = req.into_inner();
+        let range = range_from_pb(req.range)?;
+        let limit = clamp("limit", req.limit.into(), MAX_DROP_ENTRIES.into())? as usize;
+        let deleted = self
+            .blocking(move |e| e.delete_range_chunk(&range, limit))
+            .await?;
+        Ok(Response::new(pb::DropRangeChunkResponse {
+            deleted: deleted as u64,
+        }))
+    }
+
+    async fn range_stats(
+        &self,
+        req: Request<pb::RangeStatsRequest>,
+    ) -> Result<Response<pb::RangeStatsResponse>, Status> {
+        let range = range_from_pb(req.into_inner().range)?;
+        let (keys, bytes) = self.blocking(move |e| e.range_stats(&range)).await?;
+        Ok(Response::new(pb::RangeStatsResponse { keys, bytes }))
+    }
+
+    async fn last_seq(
+        &self,
+        _req: Request<pb::LastSeqRequest>,
+    ) -> Result<Response<pb::LastSeqResponse>, Status> {
+        let (seq, log_start) = self.blocking(|e| Ok((e.last_seq(), e.log_start()))).await?;
+        Ok(Response::new(pb::LastSeqResponse { seq, log_start }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use keyway_storage::{MemEngine, ValueKind};
+
+    fn put(key: &str, len: usize) -> Mutation {
+        Mutation::Put {
+            key: Bytes::copy_from_slice(key.as_bytes()),
+            kind: ValueKind::String,
+            expire_at_ms: None,
+            data: Bytes::from(vec![b'x'; len]),
+        }
+    }
+
+    #[test]
+    fn snapshot_pages_by_count_and_bytes() {
+        let e = MemEngine::new();
+        let muts: Vec<_> = (0..1000).map(|i| put(&format!("k{i:04}"), 10)).collect();
+        e.apply(&muts).unwrap();
+        let range = KeyRange::prefix(Bytes::from_static(b"k"));
+        // Count limit across several scan batches.
+        let r = read_snapshot(&e, &range, None, 600, u64::MAX).unwrap();
+        assert_eq!(r.entries.len(), 600);
+        assert_eq!(r.next.as_deref(), Some(&b"k0599"[..]));
+        assert_eq!(r.bytes, 600 * 15);
+        // Byte cap: 15 bytes per entry, cap 100 → 6 entries.
+        let r = read_snapshot(&e, &range, r.next, 600, 100).unwrap();
+        assert_eq!(r.entries.len(), 6);
+        assert_eq!(r.next.as_deref(), Some(&b"k0605"[..]));
+        // Cap smaller than one entry: still one entry (progress).
+        let r = read_snapshot(&e, &range, r.next, 600, 1).unwrap();
+        assert_eq!(r.entries.len(), 1);
+        // To the end: next is None.
+        let r = read_snapshot(&e, &range, r.next, 10_000, u64::MAX).unwrap();
+        assert_eq!(r.entries.len(), 1000 - 607);
+        assert_eq!(r.next, None);
+        assert!(r.entries.iter().all(|x| x.as_of == 1000 && x.version > 0));
+    }
+
+    #[test]
+    fn changes_filter_advances_cursor() {
+        let e = MemEngine::new();
+        e.apply(&[put("a1", 1), put("b1", 1), put("a2", 1), put("b2", 1)])
+            .unwrap();
+        let range = KeyRange::prefix(Bytes::from_static(b"b"));
+        let r = read_changes(&e, 0, 1, u64::MAX, Some(&range)).unwrap();
+        assert!(r.records.is_empty());
+        assert_eq!((r.last_seq, r.head_seq, r.log_start), (1, 4, 1));
+        let r = read_changes(&e, 1, 10, u64::MAX, Some(&range)).unwrap();
+        assert_eq!(r.records.len(), 2);
+        assert_eq!(r.last_seq, 4);
+        let r = read_changes(&e, 4, 10, u64::MAX, None).unwrap();
+        assert!(r.records.is_empty());
+        assert_eq!(r.last_seq, 4);
+    }
+
+    #[test]
+    fn log_truncated_status_carries_log_start() {
+        let s = status_from_storage(StorageError::LogTruncated {
+            after: 3,
+            log_start: 10,
+        });
+        assert_eq!(s.code(), Code::FailedPrecondition);
+        let d = pb::ErrorDetail::decode(s.details()).unwrap();
+        assert_eq!(
+            d.kind,
+            Some(pb::error_detail::Kind::LogTruncated(pb::LogTruncated {
+                after: 3,
+                log_start: 10
+            }))
+        );
+    }
+}
