@@ -310,4 +310,35 @@ impl MetaStore for Flaky {
         self.check()?;
         self.inner.resign(leadership).await
     }
+    async fn allocate_migration_id(&self) -> Result<u64, MetaError> {
+        self.check()?;
+        self.inner.allocate_migration_id().await
+    }
+    async fn put_migration(
+        &self,
+        id: u64,
+        expected: Option<u64>,
+        generation: u64,
+        record: Vec<u8>,
+    ) -> Result<(), MetaError> {
+        self.check()?;
+        self.inner
+            .put_migration(id, expected, generation, record)
+            .await
+    }
+    async fn get_migration(
+        &self,
+        id: u64,
+    ) -> Result<Option<keyway_meta::StoredMigration>, MetaError> {
+        self.check()?;
+        self.inner.get_migration(id).await
+    }
+    async fn migrations(&self) -> Result<Vec<keyway_meta::StoredMigration>, MetaError> {
+        self.check()?;
+        self.inner.migrations().await
+    }
+    async fn delete_migration(&self, id: u64, expected: u64) -> Result<(), MetaError> {
+        self.check()?;
+        self.inner.delete_migration(id, expected).await
+    }
 }

@@ -26,9 +26,14 @@
 //! expires. A campaign call dropped while it waits (a caller that gave up,
 //! or an RPC whose client vanished) withdraws its candidacy; one whose
 //! drop goes unnoticed still dies with its lease.
+//!
+//! Migration records (`embedded/migration.rs`) and their id counter live in
+//! the state file too: a compare-and-set on (id, generation) is checked and
+//! applied under the lock and persisted before it is answered.
 
 mod election;
 mod lease;
+mod migration;
 mod state;
 
 pub use lease::MAX_LEASE_TTL_MS;
@@ -36,7 +41,7 @@ pub use state::STATE_FILE;
 
 use crate::{
     LeaderWatch, Leadership, LeaseId, LeaseInfo, MapTxn, MapUpdate, MapWatch, MetaError, MetaStore,
-    bootstrap_txn,
+    StoredMigration, bootstrap_txn,
 };
 use election::Standing;
 use futures::StreamExt;
@@ -715,6 +720,55 @@ impl MetaStore for EmbeddedMeta {
         .await
     }
 
+    async fn allocate_migration_id(&self) -> Result<u64, MetaError> {
+        self.run(|inner| async move {
+            let mut state = inner.state.lock().await;
+            state.check_healthy()?;
+            let id = state.migrations.allocate();
+            inner.persist(&mut state).await?;
+            Ok(id)
+        })
+        .await
+    }
+
+    async fn put_migration(
+        &self,
+        id: u64,
+        expected: Option<u64>,
+        generation: u64,
+        record: Vec<u8>,
+    ) -> Result<(), MetaError> {
+        self.run(move |inner| async move {
+            let mut state = inner.state.lock().await;
+            state.check_healthy()?;
+            state.migrations.put(id, expected, generation, record)?;
+            inner.persist(&mut state).await
+        })
+        .await
+    }
+
+    async fn get_migration(&self, id: u64) -> Result<Option<StoredMigration>, MetaError> {
+        let state = self.inner.state.lock().await;
+        state.check_healthy()?;
+        Ok(state.migrations.get(id))
+    }
+
+    async fn migrations(&self) -> Result<Vec<StoredMigration>, MetaError> {
+        let state = self.inner.state.lock().await;
+        state.check_healthy()?;
+        Ok(state.migrations.list())
+    }
+
+    async fn delete_migration(&self, id: u64, expected: u64) -> Result<(), MetaError> {
+        self.run(move |inner| async move {
+            let mut state = inner.state.lock().await;
+            state.check_healthy()?;
+            state.migrations.delete(id, expected)?;
+            inner.persist(&mut state).await
+        })
+        .await
+    }
+
     async fn bootstrap_if_empty(
         &self,
         min_nodes: usize,
@@ -735,254 +789,4 @@ impl MetaStore for EmbeddedMeta {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use keyway_map::{Epoch, MapChange};
-    use std::time::Duration;
-
-    fn open(dir: &Path, opts: EmbeddedOptions) -> EmbeddedMeta {
-        EmbeddedMeta::open(dir, opts).unwrap()
-    }
-
-    async fn bootstrapped(store: &EmbeddedMeta) -> PartitionMap {
-        for i in 0..2 {
-            store
-                .register_node(None, format!("127.0.0.1:{}", 7000 + i), String::new())
-                .await
-                .unwrap();
-        }
-        assert!(store.bootstrap_if_empty(2, 2).await.unwrap());
-        store.get_map().await.unwrap()
-    }
-
-    /// Moves partition 1 to the other node, conditional on its current owner.
-    fn flip(map: &PartitionMap) -> MapTxn {
-        let mut p = map.partitions.values().next().unwrap().clone();
-        let cond = keyway_map::OwnershipCondition {
-            partition: p.id,
-            expected: Some((p.owner, p.epoch)),
-        };
-        p.owner = if p.owner == NodeId(1) {
-            NodeId(2)
-        } else {
-            NodeId(1)
-        };
-        p.epoch = Epoch(p.epoch.0 + 1);
-        MapTxn {
-            conditions: vec![cond],
-            changes: vec![MapChange::UpsertPartition(p)],
-        }
-    }
-
-    #[tokio::test]
-    async fn a_directory_is_opened_by_one_store_at_a_time() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = open(dir.path(), EmbeddedOptions::default());
-        let err = EmbeddedMeta::open(dir.path(), EmbeddedOptions::default())
-            .expect_err("second open must fail");
-        assert!(matches!(err, MetaError::Unavailable(_)), "{err:?}");
-        drop(store);
-        open(dir.path(), EmbeddedOptions::default());
-    }
-
-    #[tokio::test]
-    async fn lagging_watcher_gets_the_full_map_and_then_continues_in_order() {
-        let dir = tempfile::tempdir().unwrap();
-        let opts = EmbeddedOptions {
-            watch_capacity: 4,
-            ..EmbeddedOptions::default()
-        };
-        let store = open(dir.path(), opts);
-        let mut map = bootstrapped(&store).await;
-        let mut watch = store.watch(map.version).await.unwrap();
-        for _ in 0..20 {
-            let cur = store.get_map().await.unwrap();
-            store.commit(flip(&cur)).await.unwrap();
-        }
-        let first = watch.next().await.unwrap().unwrap();
-        assert!(
-            matches!(first, MapUpdate::Full(_)),
-            "lagged watcher must get Full, got {first:?}"
-        );
-        first.apply_to(&mut map).unwrap();
-        let target = store.get_map().await.unwrap();
-        assert_eq!(map.version, target.version, "Full is the newest map");
-        // And it keeps following from there, one version at a time.
-        let v = store.commit(flip(&target)).await.unwrap();
-        let next = watch.next().await.unwrap().unwrap();
-        assert_eq!(next.version(), Some(v));
-        assert!(
-            matches!(&next, MapUpdate::Delta(d) if d.len() == 1),
-            "{next:?}"
-        );
-        next.apply_to(&mut map).unwrap();
-        assert_eq!(map, store.get_map().await.unwrap());
-    }
-
-    #[tokio::test]
-    async fn dropping_the_store_ends_watchers_with_unavailable() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = open(dir.path(), EmbeddedOptions::default());
-        let mut watch = store.watch(MapVersion(0)).await.unwrap();
-        drop(store);
-        let item = watch.next().await.expect("an error item, not a silent end");
-        assert!(matches!(item, Err(MetaError::Unavailable(_))), "{item:?}");
-        assert!(watch.next().await.is_none());
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn expired_lease_is_reaped_from_the_state_file() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = open(dir.path(), EmbeddedOptions::default());
-        bootstrapped(&store).await;
-        let short = store.grant_lease(NodeId(1), 1_000).await.unwrap();
-        let long = store.grant_lease(NodeId(2), 60_000).await.unwrap();
-        tokio::time::advance(Duration::from_millis(999)).await;
-        assert_eq!(store.keep_alive(short).await, Ok(1_000));
-        tokio::time::advance(Duration::from_millis(1_000)).await;
-        assert_eq!(
-            store.keep_alive(short).await,
-            Err(MetaError::LeaseNotFound(short))
-        );
-        let live: Vec<_> = store
-            .leases()
-            .await
-            .unwrap()
-            .iter()
-            .map(|l| l.lease)
-            .collect();
-        assert_eq!(live, vec![long]);
-        // The reaper removed it from disk too: after a reopen it stays gone.
-        let deadline = Instant::now() + Duration::from_secs(5);
-        loop {
-            let text = std::fs::read_to_string(dir.path().join(STATE_FILE)).unwrap();
-            let v: serde_json::Value = serde_json::from_str(&text).unwrap();
-            if v["leases"].as_array().unwrap().len() == 1 {
-                break;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "reaper never persisted the expiry"
-            );
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        drop(store);
-        let store = open(dir.path(), EmbeddedOptions::default());
-        let live: Vec<_> = store
-            .leases()
-            .await
-            .unwrap()
-            .iter()
-            .map(|l| l.lease)
-            .collect();
-        assert_eq!(live, vec![long]);
-        assert_eq!(
-            store.leases().await.unwrap()[0].remaining_ms,
-            60_000,
-            "full TTL again after reopen"
-        );
-    }
-
-    #[tokio::test]
-    async fn elections_survive_a_reopen_with_their_leases() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = open(dir.path(), EmbeddedOptions::default());
-        let la = store.grant_session_lease(60_000).await.unwrap();
-        let lb = store.grant_session_lease(60_000).await.unwrap();
-        let a = store.campaign("e", "a", la).await.unwrap();
-        let waiting = {
-            let b = store.campaign("e", "b", lb);
-            tokio::time::timeout(Duration::from_millis(50), b).await
-        };
-        assert!(waiting.is_err(), "b waits behind a");
-        drop(store);
-        let store = open(dir.path(), EmbeddedOptions::default());
-        assert_eq!(
-            store.leader("e").await.unwrap(),
-            Some(a.clone()),
-            "a's lease survived, so a still leads"
-        );
-        assert_eq!(
-            store.campaign("e", "a", la).await.unwrap(),
-            a,
-            "the same candidacy after a reopen"
-        );
-        let store = Arc::new(store);
-        let b = tokio::spawn({
-            let store = store.clone();
-            async move { store.campaign("e", "b", lb).await }
-        });
-        store.revoke_lease(la).await.unwrap();
-        let b = tokio::time::timeout(Duration::from_secs(10), b)
-            .await
-            .unwrap()
-            .unwrap()
-            .unwrap();
-        assert_eq!(store.leader("e").await.unwrap(), Some(b.clone()));
-        assert!(b.token > a.token, "candidacy ids are never reused");
-    }
-
-    #[tokio::test]
-    async fn refused_commit_changes_nothing_on_disk() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = open(dir.path(), EmbeddedOptions::default());
-        let map = bootstrapped(&store).await;
-        let before = std::fs::read(dir.path().join(STATE_FILE)).unwrap();
-        let first = *map.partitions.keys().next().unwrap();
-        let err = store
-            .commit(MapTxn::unconditional(vec![MapChange::RemovePartition {
-                id: first,
-            }]))
-            .await
-            .unwrap_err();
-        assert!(matches!(err, MetaError::InvalidMap(_)), "{err:?}");
-        assert_eq!(std::fs::read(dir.path().join(STATE_FILE)).unwrap(), before);
-        assert_eq!(store.get_map().await.unwrap(), map);
-    }
-
-    #[tokio::test]
-    async fn failed_write_stops_the_store() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = open(dir.path(), EmbeddedOptions::default());
-        store
-            .register_node(None, "a:1".into(), String::new())
-            .await
-            .unwrap();
-        // A directory where the temp file must go makes the write fail.
-        std::fs::create_dir(dir.path().join("meta.state.tmp")).unwrap();
-        let err = store
-            .register_node(None, "b:1".into(), String::new())
-            .await
-            .unwrap_err();
-        assert!(matches!(err, MetaError::Internal(_)), "{err:?}");
-        assert!(matches!(store.get_map().await, Err(MetaError::Internal(_))));
-        std::fs::remove_dir(dir.path().join("meta.state.tmp")).unwrap();
-        drop(store);
-        // Reopen: the refused registration never happened, its id is free.
-        let store = open(dir.path(), EmbeddedOptions::default());
-        assert_eq!(store.get_map().await.unwrap().nodes.len(), 1);
-        let id = store
-            .register_node(None, "b:1".into(), String::new())
-            .await
-            .unwrap();
-        assert_eq!(id, NodeId(2));
-    }
-
-    #[test]
-    fn open_works_outside_a_runtime() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = open(dir.path(), EmbeddedOptions::default());
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(async {
-            let id = store
-                .register_node(None, "a:1".into(), String::new())
-                .await
-                .unwrap();
-            store.grant_lease(id, 1_000).await.unwrap();
-            assert_eq!(store.leases().await.unwrap().len(), 1);
-        });
-    }
-}
+mod tests;

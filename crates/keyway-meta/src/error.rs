@@ -27,6 +27,11 @@ pub enum MetaError {
     /// The lease expired, was revoked, or never existed.
     #[error("lease {} not found (expired or revoked)", .0.0)]
     LeaseNotFound(LeaseId),
+    /// A migration record's compare-and-set failed: the stored generation is
+    /// not the one expected; carries the generation stored now (`None`: no
+    /// record for that id).
+    #[error("conflict on migration {id}: current generation is {}", fmt_generation(.current))]
+    MigrationConflict { id: u64, current: Option<u64> },
     /// The request itself is malformed (unknown node, zero TTL, bad URL, ...).
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
@@ -39,6 +44,13 @@ pub enum MetaError {
 fn fmt_current(current: &Option<(NodeId, Epoch)>) -> String {
     match current {
         Some((node, epoch)) => format!("({node}, {epoch})"),
+        None => "absent".to_string(),
+    }
+}
+
+fn fmt_generation(current: &Option<u64>) -> String {
+    match current {
+        Some(generation) => generation.to_string(),
         None => "absent".to_string(),
     }
 }

@@ -36,6 +36,8 @@
 //! - `etcd/nodes.rs`: node registration and bootstrap (commits).
 //! - `etcd/lease.rs`: leases.
 //! - `etcd/watch.rs`: the map watch stream.
+//! - `etcd/migration.rs`: migration records and their id allocator
+//!   (compare-and-set transactions on `<p>/migrations/`).
 //! - `etcd/election.rs`: leader election (etcd's `Campaign`, plus direct
 //!   reads, watches and deletes of the same keys).
 //!
@@ -46,11 +48,13 @@ mod election;
 mod layout;
 mod lease;
 mod map;
+mod migration;
 mod nodes;
 mod watch;
 
 use crate::{
     LeaderWatch, Leadership, LeaseId, LeaseInfo, MapTxn, MapUpdate, MapWatch, MetaError, MetaStore,
+    StoredMigration,
 };
 use conn::Conn;
 use keyway_map::{MapVersion, NodeId, PartitionMap};
@@ -270,6 +274,34 @@ impl MetaStore for EtcdMeta {
 
     async fn resign(&self, leadership: &Leadership) -> Result<(), MetaError> {
         self.inner.resign(leadership).await
+    }
+
+    async fn allocate_migration_id(&self) -> Result<u64, MetaError> {
+        self.inner.allocate_migration_id().await
+    }
+
+    async fn put_migration(
+        &self,
+        id: u64,
+        expected: Option<u64>,
+        generation: u64,
+        record: Vec<u8>,
+    ) -> Result<(), MetaError> {
+        self.inner
+            .put_migration(id, expected, generation, record)
+            .await
+    }
+
+    async fn get_migration(&self, id: u64) -> Result<Option<StoredMigration>, MetaError> {
+        self.inner.get_migration(id).await
+    }
+
+    async fn migrations(&self) -> Result<Vec<StoredMigration>, MetaError> {
+        self.inner.migrations().await
+    }
+
+    async fn delete_migration(&self, id: u64, expected: u64) -> Result<(), MetaError> {
+        self.inner.delete_migration(id, expected).await
     }
 
     async fn bootstrap_if_empty(

@@ -4,7 +4,8 @@
 //! This crate owns the [`MetaStore`] trait and its contract (every ownership
 //! change is a compare-and-set conditional on the expected owner and epoch,
 //! invariant 6; watchers get every change after a map version; leases with
-//! keep-alive, invariant 4; leader election for the manager seat), the
+//! keep-alive, invariant 4; leader election for the manager seat; durable
+//! migration records, each transition a compare-and-set, invariant 7), the
 //! embedded durable backend ([`EmbeddedMeta`]: single node, one state
 //! file), the etcd backend ([`EtcdMeta`]), the gRPC server
 //! ([`serve`]) and client ([`RemoteMeta`]) that let other processes reach an
@@ -18,7 +19,8 @@
 //!
 //! # Layout
 //! - `store.rs`: the [`MetaStore`] trait, [`MapTxn`], [`MapUpdate`],
-//!   [`MapWatch`], [`LeaseId`], [`LeaseInfo`], [`bootstrap_txn`].
+//!   [`MapWatch`], [`LeaseId`], [`LeaseInfo`], [`StoredMigration`],
+//!   [`bootstrap_txn`].
 //! - `error.rs`: [`MetaError`].
 //! - `embedded.rs`: [`EmbeddedMeta`]: one lock, durable commits, watchers;
 //!   `embedded/state.rs`: the state and its file (write-temp, fsync,
@@ -55,6 +57,6 @@ pub use rpc::client::{RemoteMeta, RemoteOptions};
 pub use rpc::server::serve;
 pub use store::{
     LeaderWatch, Leadership, LeaseId, LeaseInfo, MapTxn, MapUpdate, MapWatch, MetaStore,
-    bootstrap_txn, election_unsupported,
+    StoredMigration, bootstrap_txn, election_unsupported,
 };
 pub use url::connect;

@@ -118,6 +118,44 @@ pub struct Leadership {
 pub type LeaderWatch =
     Pin<Box<dyn futures::Stream<Item = Result<Option<Leadership>, MetaError>> + Send + 'static>>;
 
+/// One stored migration record: opaque bytes (the store never interprets
+/// them) plus the generation they were written at.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoredMigration {
+    pub id: u64,
+    pub generation: u64,
+    pub record: Vec<u8>,
+}
+
+/// The argument checks every backend makes before a
+/// [`MetaStore::put_migration`] looks at what is stored: ids start at 1, and
+/// the new generation must exceed the expected one (>= 1 when creating).
+pub(crate) fn check_migration_put(
+    id: u64,
+    expected: Option<u64>,
+    generation: u64,
+) -> Result<(), MetaError> {
+    if id == 0 {
+        return Err(MetaError::InvalidArgument(
+            "migration ids start at 1".into(),
+        ));
+    }
+    if generation <= expected.unwrap_or(0) {
+        return Err(MetaError::InvalidArgument(format!(
+            "migration {id}: generation {generation} does not exceed the expected {}",
+            expected.map_or_else(|| "0 (creating)".to_string(), |g| g.to_string())
+        )));
+    }
+    Ok(())
+}
+
+/// The error for creating a record under an id the store never allocated.
+pub(crate) fn migration_id_not_allocated(id: u64) -> MetaError {
+    MetaError::InvalidArgument(format!(
+        "migration id {id} was never allocated by this metadata store"
+    ))
+}
+
 /// What the election methods of a backend without leader election return.
 pub fn election_unsupported() -> MetaError {
     MetaError::Internal("leader election not supported by this backend".into())
@@ -246,6 +284,44 @@ pub trait MetaStore: Send + Sync + 'static {
         let _ = leadership;
         Err(election_unsupported())
     }
+
+    // ---- Migration records (invariant 7). ----
+    //
+    // Every state of a live partition migration is a durable record here,
+    // opaque to the store, and each transition is a compare-and-set on
+    // (id, generation). Generations of one id only increase.
+
+    /// Allocates a migration id (1, 2, 3, ... on the embedded store; never
+    /// reused, also across restarts; an allocation whose answer was lost
+    /// may skip one).
+    async fn allocate_migration_id(&self) -> Result<u64, MetaError>;
+
+    /// Compare-and-set: writes `record` at `generation` only if the stored
+    /// generation is `expected` (`None`: no record for `id` yet), otherwise
+    /// [`MetaError::MigrationConflict`] with the generation stored now.
+    ///
+    /// [`MetaError::InvalidArgument`] (checked first, nothing read) when
+    /// `generation` does not exceed `expected` (or is 0 when creating), for
+    /// id 0, and when creating a record under an id this store never
+    /// allocated.
+    async fn put_migration(
+        &self,
+        id: u64,
+        expected: Option<u64>,
+        generation: u64,
+        record: Vec<u8>,
+    ) -> Result<(), MetaError>;
+
+    /// The record of `id`, or `None`.
+    async fn get_migration(&self, id: u64) -> Result<Option<StoredMigration>, MetaError>;
+
+    /// All records, ordered by id.
+    async fn migrations(&self) -> Result<Vec<StoredMigration>, MetaError>;
+
+    /// Deletes a (finished) record if its stored generation is still
+    /// `expected`; otherwise [`MetaError::MigrationConflict`] (`current:
+    /// None` when there is no record). The id stays allocated.
+    async fn delete_migration(&self, id: u64, expected: u64) -> Result<(), MetaError>;
 
     /// If the map has no keyspace yet and at least `min_nodes` nodes are
     /// registered, creates the bootstrap map

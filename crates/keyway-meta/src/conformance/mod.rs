@@ -69,6 +69,12 @@ macro_rules! meta_conformance_tests {
             one!(a_waiting_candidacy_ends_with_its_lease_or_its_call);
             one!(observe_reports_every_leader_change);
             one!(concurrent_campaigns_have_at_most_one_leader);
+            one!(migration_records_are_created_read_back_and_listed);
+            one!(migration_cas_race_has_exactly_one_winner);
+            one!(migration_stale_expected_is_a_conflict);
+            one!(migration_generation_must_increase);
+            one!(migration_delete_checks_the_generation);
+            one!(migration_ids_are_distinct_under_concurrency);
         }
     };
 }
@@ -163,6 +169,7 @@ fn first_partition(map: &PartitionMap) -> PartitionRecord {
 mod commit;
 mod election;
 mod lease;
+mod migration;
 mod nodes;
 mod restart;
 mod watch;
@@ -178,6 +185,11 @@ pub use election::{
     second_candidate_waits_until_the_first_resigns, single_candidate_wins_at_once,
 };
 pub use lease::{lease_expires_without_keep_alive, lease_lifecycle};
+pub use migration::{
+    migration_cas_race_has_exactly_one_winner, migration_delete_checks_the_generation,
+    migration_generation_must_increase, migration_ids_are_distinct_under_concurrency,
+    migration_records_are_created_read_back_and_listed, migration_stale_expected_is_a_conflict,
+};
 pub use nodes::{
     bootstrap_if_empty_is_idempotent_and_has_one_winner,
     register_node_allocates_distinct_ids_and_reregistration_keeps_them, starts_empty,

@@ -1,8 +1,10 @@
 //! The embedded store's state and its durable file.
 //!
 //! State = the map, a bounded history of recent `(version, changes)` for
-//! deltas, the node-id counter, the lease table, and the election queues
-//! (`election.rs`; absent in files written before elections existed). All of it is written to
+//! deltas, the node-id counter, the lease table, the election queues
+//! (`election.rs`; absent in files written before elections existed) and
+//! the migration records with their id counter (`migration.rs`; likewise
+//! absent in older files). All of it is written to
 //! `<dir>/meta.state` as one JSON document after every mutation, by writing
 //! `<dir>/meta.state.tmp`, fsyncing it, renaming it over `meta.state`, and
 //! fsyncing the directory. That is O(map size + retained history) per
@@ -12,6 +14,7 @@
 
 use super::election::{CandidacyRecord, Elections, Standing};
 use super::lease::{LeaseRecord, LeaseTable};
+use super::migration::{MigrationRecord, Migrations};
 use crate::{Leadership, LeaseId, MapUpdate, MetaError};
 use keyway_map::{MapChange, MapVersion, PartitionMap};
 use serde::{Deserialize, Serialize};
@@ -46,6 +49,7 @@ pub(crate) struct State {
     pub next_node_id: u64,
     pub leases: LeaseTable,
     pub elections: Elections,
+    pub migrations: Migrations,
     /// Set when a write to disk failed: memory may be ahead of the disk, so
     /// the store refuses everything until it is reopened.
     pub failed: Option<String>,
@@ -61,6 +65,8 @@ struct PersistedRef<'a> {
     leases: Vec<LeaseRecord>,
     next_candidacy_id: u64,
     elections: BTreeMap<String, Vec<CandidacyRecord>>,
+    next_migration_id: u64,
+    migrations: Vec<MigrationRecord>,
 }
 
 #[derive(Deserialize)]
@@ -75,6 +81,10 @@ struct Persisted {
     next_candidacy_id: u64,
     #[serde(default)]
     elections: BTreeMap<String, Vec<CandidacyRecord>>,
+    #[serde(default)]
+    next_migration_id: u64,
+    #[serde(default)]
+    migrations: Vec<MigrationRecord>,
 }
 
 impl State {
@@ -87,6 +97,7 @@ impl State {
             next_node_id: 1,
             leases: LeaseTable::default(),
             elections: Elections::default(),
+            migrations: Migrations::default(),
             failed: None,
         }
     }
@@ -129,6 +140,7 @@ impl State {
             next_node_id: p.next_node_id.max(1),
             leases: LeaseTable::restore(p.leases, p.next_lease_id, now),
             elections: Elections::restore(p.elections, p.next_candidacy_id),
+            migrations: Migrations::restore(p.migrations, p.next_migration_id),
             failed: None,
         };
         state.trim_history();
@@ -150,6 +162,8 @@ impl State {
             leases: self.leases.records(now),
             next_candidacy_id: self.elections.next_id(),
             elections: self.elections.records(),
+            next_migration_id: self.migrations.next_id(),
+            migrations: self.migrations.records(),
         };
         serde_json::to_vec(&view).map_err(|e| MetaError::Internal(format!("encode state: {e}")))
     }
@@ -272,6 +286,9 @@ mod tests {
         state.next_node_id = 6;
         let now = Instant::now();
         state.leases.grant(Some(NodeId(2)), 500, now);
+        let m = state.migrations.allocate();
+        state.migrations.allocate();
+        state.migrations.put(m, None, 4, b"rec".to_vec()).unwrap();
         assert_eq!(state.history.len(), 3, "history is bounded");
         write_state(dir.path(), &state.encode(now).unwrap()).unwrap();
 
@@ -279,6 +296,8 @@ mod tests {
         assert_eq!(back.map, state.map);
         assert_eq!(back.next_node_id, 6);
         assert_eq!(back.leases.next_id(), 2);
+        assert_eq!(back.migrations.next_id(), 3, "migration ids never reused");
+        assert_eq!(back.migrations.list(), state.migrations.list());
         assert_eq!(back.leases.live(now), state.leases.live(now));
         assert_eq!(
             back.changes_since(MapVersion(2)),
@@ -314,5 +333,20 @@ mod tests {
         let state = State::load(dir.path(), 8, Instant::now()).unwrap();
         assert_eq!(state.map.version, MapVersion(0));
         assert_eq!(state.next_node_id, 1);
+    }
+
+    #[tokio::test]
+    async fn a_state_file_from_before_migrations_loads_with_none() {
+        let dir = tempfile::tempdir().unwrap();
+        let now = Instant::now();
+        let mut v: serde_json::Value =
+            serde_json::from_slice(&State::new(8).encode(now).unwrap()).unwrap();
+        let obj = v.as_object_mut().unwrap();
+        obj.remove("migrations").unwrap();
+        obj.remove("next_migration_id").unwrap();
+        write_state(dir.path(), &serde_json::to_vec(&v).unwrap()).unwrap();
+        let state = State::load(dir.path(), 8, now).unwrap();
+        assert!(state.migrations.list().is_empty());
+        assert_eq!(state.migrations.next_id(), 1);
     }
 }

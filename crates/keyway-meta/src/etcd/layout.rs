@@ -10,6 +10,8 @@
 //! <p>/history/<version>       'H' ++ 16-byte commit token ++ encode_changes(changes)
 //! <p>/leases/<lease id>       {"node":N|null,"ttl_s":T}             attached to the lease
 //! <p>/elections/<name>/...    etcd's election keys (v3election API)
+//! <p>/migrations/next_id      20-digit decimal u64                  migration-id allocator
+//! <p>/migrations/<id>         'M' ++ 8-byte BE generation ++ 16-byte write token ++ record
 //! ```
 //!
 //! Ids and versions are 20-digit zero-padded decimal, so a range read
@@ -27,6 +29,7 @@ use serde::{Deserialize, Serialize};
 pub(super) type Token = [u8; 16];
 
 const HISTORY_MAGIC: u8 = b'H';
+const MIGRATION_MAGIC: u8 = b'M';
 
 /// The keys of one store, under its prefix.
 #[derive(Clone, Debug)]
@@ -97,6 +100,28 @@ impl Layout {
 
     pub fn lease_key(&self, lease: u64) -> String {
         format!("{}/leases/{lease:020}", self.prefix)
+    }
+
+    /// `<p>/migrations/`: the records and the allocator.
+    pub fn migration_prefix(&self) -> String {
+        format!("{}/migrations/", self.prefix)
+    }
+
+    pub fn migration_key(&self, id: u64) -> String {
+        format!("{}/migrations/{id:020}", self.prefix)
+    }
+
+    pub fn migration_next_key(&self) -> String {
+        format!("{}/migrations/next_id", self.prefix)
+    }
+
+    /// The id of a `<p>/migrations/<id>` key (`None` for `next_id`).
+    pub fn parse_migration_key(&self, key: &[u8]) -> Option<u64> {
+        let rest = std::str::from_utf8(key)
+            .ok()?
+            .strip_prefix(self.prefix.as_str())?
+            .strip_prefix("/migrations/")?;
+        parse_id(rest)
     }
 
     /// The etcd election name of election `name` (`/` and `%` escaped, so
@@ -241,6 +266,46 @@ pub(super) fn decode_history(bytes: &[u8]) -> Result<HistoryEntry, String> {
     })
 }
 
+/// `<p>/migrations/next_id`: 20 digits, so that etcd's (bytewise) value
+/// compare orders it numerically against [`encode_migration_id`].
+pub(super) fn encode_migration_id(id: u64) -> Vec<u8> {
+    format!("{id:020}").into_bytes()
+}
+
+/// A stored migration record: its generation, the random token of the
+/// write that stored it (lets a write whose answer was lost find out
+/// whether it landed), and the opaque record.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) struct MigrationValue {
+    pub generation: u64,
+    pub token: Token,
+    pub record: Vec<u8>,
+}
+
+pub(super) fn encode_migration(generation: u64, token: &Token, record: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(1 + 8 + token.len() + record.len());
+    out.push(MIGRATION_MAGIC);
+    out.extend_from_slice(&generation.to_be_bytes());
+    out.extend_from_slice(token);
+    out.extend_from_slice(record);
+    out
+}
+
+pub(super) fn decode_migration(bytes: &[u8]) -> Result<MigrationValue, String> {
+    match bytes.split_first() {
+        Some((&MIGRATION_MAGIC, rest)) if rest.len() >= 8 + 16 => {
+            let (generation, rest) = rest.split_at(8);
+            let (token, record) = rest.split_at(16);
+            Ok(MigrationValue {
+                generation: u64::from_be_bytes(generation.try_into().expect("8 bytes")),
+                token: token.try_into().expect("16 bytes"),
+                record: record.to_vec(),
+            })
+        }
+        _ => Err("not a migration record".into()),
+    }
+}
+
 /// `<p>/leases/<id>`: who holds the lease (a node, or nobody for an
 /// election session) and the TTL etcd granted, in seconds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -306,6 +371,21 @@ mod tests {
             "/keyway/c1/elections/m/ff"
         );
         assert!(l.partition_key(PartitionId(1)).starts_with(&l.map_prefix()));
+        assert_eq!(
+            l.migration_key(3),
+            "/keyway/c1/migrations/00000000000000000003"
+        );
+        assert_eq!(
+            l.parse_migration_key(l.migration_key(3).as_bytes()),
+            Some(3)
+        );
+        assert_eq!(
+            l.parse_migration_key(l.migration_next_key().as_bytes()),
+            None
+        );
+        assert!(l.migration_key(9) < l.migration_key(10));
+        assert!(l.migration_next_key().starts_with(&l.migration_prefix()));
+        assert!(encode_migration_id(10) > encode_migration_id(9));
     }
 
     #[test]
@@ -355,5 +435,20 @@ mod tests {
             ttl_s: 30,
         };
         assert_eq!(decode_lease(&encode_lease(&lease)), Ok(lease));
+        let m = MigrationValue {
+            generation: u64::MAX - 1,
+            token: [3; 16],
+            record: b"rec".to_vec(),
+        };
+        assert_eq!(
+            decode_migration(&encode_migration(m.generation, &m.token, &m.record)),
+            Ok(m)
+        );
+        let empty = encode_migration(1, &[0; 16], &[]);
+        assert_eq!(empty.len(), 25);
+        assert_eq!(decode_migration(&empty).unwrap().record, Vec::<u8>::new());
+        assert!(decode_migration(&empty[..24]).is_err());
+        assert!(decode_migration(b"H12345678123456781234567812345678").is_err());
+        assert_eq!(decode_counter(&encode_migration_id(42)), Ok(42));
     }
 }

@@ -15,11 +15,12 @@
 
 use super::convert::{
     error_from_status, leadership_from_pb, leadership_to_pb, lease_from_pb, map_from_bytes,
-    txn_to_pb, update_from_pb,
+    migration_from_pb, txn_to_pb, update_from_pb,
 };
 use super::pb::{self, meta_client::MetaClient};
 use crate::{
     LeaderWatch, Leadership, LeaseId, LeaseInfo, MapTxn, MapUpdate, MapWatch, MetaError, MetaStore,
+    StoredMigration,
 };
 use futures::StreamExt;
 use keyway_map::{MapVersion, NodeId, PartitionMap};
@@ -346,6 +347,65 @@ impl MetaStore for RemoteMeta {
         });
         self.call("Resign", |mut c| async move { c.resign(req).await })
             .await?;
+        Ok(())
+    }
+
+    async fn allocate_migration_id(&self) -> Result<u64, MetaError> {
+        let req = self.request(pb::AllocateMigrationIdRequest {});
+        let resp = self
+            .call("AllocateMigrationId", |mut c| async move {
+                c.allocate_migration_id(req).await
+            })
+            .await?;
+        Ok(resp.id)
+    }
+
+    async fn put_migration(
+        &self,
+        id: u64,
+        expected: Option<u64>,
+        generation: u64,
+        record: Vec<u8>,
+    ) -> Result<(), MetaError> {
+        let req = self.request(pb::PutMigrationRequest {
+            id,
+            expected,
+            generation,
+            record,
+        });
+        self.call(
+            "PutMigration",
+            |mut c| async move { c.put_migration(req).await },
+        )
+        .await?;
+        Ok(())
+    }
+
+    async fn get_migration(&self, id: u64) -> Result<Option<StoredMigration>, MetaError> {
+        let req = self.request(pb::GetMigrationRequest { id });
+        let resp = self
+            .call(
+                "GetMigration",
+                |mut c| async move { c.get_migration(req).await },
+            )
+            .await?;
+        Ok(resp.migration.map(migration_from_pb))
+    }
+
+    async fn migrations(&self) -> Result<Vec<StoredMigration>, MetaError> {
+        let req = self.request(pb::MigrationsRequest {});
+        let resp = self
+            .call("Migrations", |mut c| async move { c.migrations(req).await })
+            .await?;
+        Ok(resp.migrations.into_iter().map(migration_from_pb).collect())
+    }
+
+    async fn delete_migration(&self, id: u64, expected: u64) -> Result<(), MetaError> {
+        let req = self.request(pb::DeleteMigrationRequest { id, expected });
+        self.call("DeleteMigration", |mut c| async move {
+            c.delete_migration(req).await
+        })
+        .await?;
         Ok(())
     }
 }

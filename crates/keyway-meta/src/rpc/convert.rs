@@ -10,7 +10,7 @@
 //! [`MetaError::Internal`].
 
 use super::pb;
-use crate::{Leadership, LeaseId, LeaseInfo, MapTxn, MapUpdate, MetaError};
+use crate::{Leadership, LeaseId, LeaseInfo, MapTxn, MapUpdate, MetaError, StoredMigration};
 use keyway_map::{
     Epoch, KeyspaceId, MapError, MapVersion, NodeId, OwnershipCondition, PartitionId,
     decode_changes, decode_map, encode_changes, encode_map,
@@ -34,6 +34,13 @@ pub(crate) fn status_from_error(err: &MetaError) -> Status {
         MetaError::InvalidMap(e) => (
             Code::FailedPrecondition,
             Kind::InvalidMap(map_error_to_pb(e)),
+        ),
+        MetaError::MigrationConflict { id, current } => (
+            Code::FailedPrecondition,
+            Kind::MigrationConflict(pb::MigrationConflictDetail {
+                id: *id,
+                current: *current,
+            }),
         ),
         MetaError::LeaseNotFound(id) => (Code::NotFound, Kind::LeaseNotFound(id.0)),
         MetaError::InvalidArgument(msg) => {
@@ -60,6 +67,10 @@ pub(crate) fn error_from_status(status: &Status) -> MetaError {
         Some(Kind::InvalidMap(e)) => match map_error_from_pb(e) {
             Some(e) => MetaError::InvalidMap(e),
             None => MetaError::Internal(format!("undecodable map error: {}", status.message())),
+        },
+        Some(Kind::MigrationConflict(c)) => MetaError::MigrationConflict {
+            id: c.id,
+            current: c.current,
         },
         Some(Kind::LeaseNotFound(id)) => MetaError::LeaseNotFound(LeaseId(id)),
         Some(Kind::InvalidArgument(msg)) => MetaError::InvalidArgument(msg),
@@ -313,6 +324,22 @@ pub(crate) fn lease_from_pb(l: pb::LeaseInfo) -> LeaseInfo {
     }
 }
 
+pub(crate) fn migration_to_pb(m: &StoredMigration) -> pb::StoredMigration {
+    pb::StoredMigration {
+        id: m.id,
+        generation: m.generation,
+        record: m.record.clone(),
+    }
+}
+
+pub(crate) fn migration_from_pb(m: pb::StoredMigration) -> StoredMigration {
+    StoredMigration {
+        id: m.id,
+        generation: m.generation,
+        record: m.record,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -341,6 +368,18 @@ mod tests {
             current: None,
         });
         round_trip(MetaError::LeaseNotFound(LeaseId(42)));
+        round_trip(MetaError::MigrationConflict {
+            id: 3,
+            current: Some(17),
+        });
+        round_trip(MetaError::MigrationConflict {
+            id: 4,
+            current: None,
+        });
+        round_trip(MetaError::MigrationConflict {
+            id: 5,
+            current: Some(0),
+        });
         round_trip(MetaError::InvalidArgument("bad".into()));
         round_trip(MetaError::Internal("broken".into()));
         let ks = KeyspaceId(2);
@@ -396,6 +435,23 @@ mod tests {
             }),
             Code::FailedPrecondition
         );
+        assert_eq!(
+            code(MetaError::MigrationConflict {
+                id: 1,
+                current: None
+            }),
+            Code::FailedPrecondition
+        );
+    }
+
+    #[test]
+    fn migrations_round_trip() {
+        let m = StoredMigration {
+            id: 9,
+            generation: 4,
+            record: vec![0, 1, 255],
+        };
+        assert_eq!(migration_from_pb(migration_to_pb(&m)), m);
     }
 
     #[test]

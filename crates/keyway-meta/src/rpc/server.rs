@@ -2,7 +2,8 @@
 //! in the `keyway meta` process) to other processes.
 
 use super::convert::{
-    leadership_from_pb, leadership_to_pb, lease_to_pb, status_from_error, txn_from_pb, update_to_pb,
+    leadership_from_pb, leadership_to_pb, lease_to_pb, migration_to_pb, status_from_error,
+    txn_from_pb, update_to_pb,
 };
 use super::pb::{self, meta_server};
 use crate::{LeaseId, MetaError, MetaStore};
@@ -288,6 +289,59 @@ impl meta_server::Meta for MetaService {
             .await
             .map_err(status)?;
         Ok(Response::new(pb::ResignResponse {}))
+    }
+
+    async fn allocate_migration_id(
+        &self,
+        _: Request<pb::AllocateMigrationIdRequest>,
+    ) -> Result<Response<pb::AllocateMigrationIdResponse>, Status> {
+        let id = self.store.allocate_migration_id().await.map_err(status)?;
+        Ok(Response::new(pb::AllocateMigrationIdResponse { id }))
+    }
+
+    async fn put_migration(
+        &self,
+        req: Request<pb::PutMigrationRequest>,
+    ) -> Result<Response<pb::PutMigrationResponse>, Status> {
+        let req = req.into_inner();
+        self.store
+            .put_migration(req.id, req.expected, req.generation, req.record)
+            .await
+            .map_err(status)?;
+        Ok(Response::new(pb::PutMigrationResponse {}))
+    }
+
+    async fn get_migration(
+        &self,
+        req: Request<pb::GetMigrationRequest>,
+    ) -> Result<Response<pb::GetMigrationResponse>, Status> {
+        let id = req.into_inner().id;
+        let migration = self.store.get_migration(id).await.map_err(status)?;
+        Ok(Response::new(pb::GetMigrationResponse {
+            migration: migration.as_ref().map(migration_to_pb),
+        }))
+    }
+
+    async fn migrations(
+        &self,
+        _: Request<pb::MigrationsRequest>,
+    ) -> Result<Response<pb::MigrationsResponse>, Status> {
+        let migrations = self.store.migrations().await.map_err(status)?;
+        Ok(Response::new(pb::MigrationsResponse {
+            migrations: migrations.iter().map(migration_to_pb).collect(),
+        }))
+    }
+
+    async fn delete_migration(
+        &self,
+        req: Request<pb::DeleteMigrationRequest>,
+    ) -> Result<Response<pb::DeleteMigrationResponse>, Status> {
+        let req = req.into_inner();
+        self.store
+            .delete_migration(req.id, req.expected)
+            .await
+            .map_err(status)?;
+        Ok(Response::new(pb::DeleteMigrationResponse {}))
     }
 }
 
