@@ -6,6 +6,7 @@
 //! hash partition. Decoding checks every length against the input, so
 //! corrupt bytes give [`MapError::Decode`], never a panic.
 
+use crate::wire::{Reader, WireError, Writer};
 use crate::{
     Epoch, Keyspace, KeyspaceId, MapChange, MapError, MapVersion, NodeId, NodeInfo, NodeState,
     PartitionId, PartitionMap, PartitionRecord, PartitionState, Routing,
@@ -17,7 +18,7 @@ const MAGIC_CHANGES: u8 = 0x43; // 'C'
 
 /// Encodes a whole map.
 pub fn encode_map(map: &PartitionMap) -> Vec<u8> {
-    let mut w = Writer(Vec::with_capacity(64 + map.partitions.len() * 24));
+    let mut w = Writer::with_capacity(64 + map.partitions.len() * 24);
     w.u8(MAGIC_MAP);
     w.var(map.version.0);
     w.var(map.next_partition_id.0);
@@ -27,12 +28,12 @@ pub fn encode_map(map: &PartitionMap) -> Vec<u8> {
     map.nodes.values().for_each(|n| w.node(n));
     w.var(map.partitions.len() as u64);
     map.partitions.values().for_each(|p| w.partition(p));
-    w.0
+    w.into_inner()
 }
 
 /// Decodes a map encoded by [`encode_map`]; the result is indexed but not validated.
 pub fn decode_map(bytes: &[u8]) -> Result<PartitionMap, MapError> {
-    let mut r = Reader(bytes);
+    let mut r = Reader::new(bytes);
     r.expect(MAGIC_MAP)?;
     let version = MapVersion(r.var()?);
     let next = PartitionId(r.var()?);
@@ -47,7 +48,7 @@ pub fn decode_map(bytes: &[u8]) -> Result<PartitionMap, MapError> {
 
 /// Encodes a list of changes.
 pub fn encode_changes(changes: &[MapChange]) -> Vec<u8> {
-    let mut w = Writer(Vec::new());
+    let mut w = Writer::default();
     w.u8(MAGIC_CHANGES);
     w.var(changes.len() as u64);
     for c in changes {
@@ -82,12 +83,12 @@ pub fn encode_changes(changes: &[MapChange]) -> Vec<u8> {
             }
         }
     }
-    w.0
+    w.into_inner()
 }
 
 /// Decodes a list of changes encoded by [`encode_changes`].
 pub fn decode_changes(bytes: &[u8]) -> Result<Vec<MapChange>, MapError> {
-    let mut r = Reader(bytes);
+    let mut r = Reader::new(bytes);
     r.expect(MAGIC_CHANGES)?;
     let changes = r.list(|r| {
         Ok(match r.u8()? {
@@ -113,23 +114,20 @@ pub fn decode_changes(bytes: &[u8]) -> Result<Vec<MapChange>, MapError> {
     Ok(changes)
 }
 
-struct Writer(Vec<u8>);
+impl From<WireError> for MapError {
+    fn from(e: WireError) -> Self {
+        MapError::Decode(e.0)
+    }
+}
 
-impl Writer {
-    fn u8(&mut self, b: u8) {
-        self.0.push(b);
-    }
-    fn var(&mut self, mut v: u64) {
-        while v >= 0x80 {
-            self.0.push((v as u8) | 0x80);
-            v >>= 7;
-        }
-        self.0.push(v as u8);
-    }
-    fn bytes(&mut self, b: &[u8]) {
-        self.var(b.len() as u64);
-        self.0.extend_from_slice(b);
-    }
+/// The map's record encodings on top of the shared wire primitives.
+trait MapWrite {
+    fn keyspace(&mut self, k: &Keyspace);
+    fn node(&mut self, n: &NodeInfo);
+    fn partition(&mut self, p: &PartitionRecord);
+}
+
+impl MapWrite for Writer {
     fn keyspace(&mut self, k: &Keyspace) {
         self.var(k.id.0 as u64);
         self.bytes(k.name.as_bytes());
@@ -168,44 +166,22 @@ impl Writer {
     }
 }
 
-struct Reader<'a>(&'a [u8]);
+trait MapRead {
+    fn expect(&mut self, magic: u8) -> Result<(), MapError>;
+    fn list<T>(
+        &mut self,
+        item: impl FnMut(&mut Self) -> Result<T, MapError>,
+    ) -> Result<Vec<T>, MapError>;
+    fn keyspace(&mut self) -> Result<Keyspace, MapError>;
+    fn node(&mut self) -> Result<NodeInfo, MapError>;
+    fn partition(&mut self) -> Result<PartitionRecord, MapError>;
+}
 
-impl Reader<'_> {
-    fn u8(&mut self) -> Result<u8, MapError> {
-        let (&b, rest) = self.0.split_first().ok_or(MapError::Decode("truncated"))?;
-        self.0 = rest;
-        Ok(b)
-    }
+impl MapRead for Reader<'_> {
     fn expect(&mut self, magic: u8) -> Result<(), MapError> {
         (self.u8()? == magic)
             .then_some(())
             .ok_or(MapError::Decode("bad magic"))
-    }
-    fn var(&mut self) -> Result<u64, MapError> {
-        let mut v = 0u64;
-        for shift in (0..64).step_by(7) {
-            let b = self.u8()?;
-            v |= ((b & 0x7f) as u64) << shift;
-            if b & 0x80 == 0 {
-                return Ok(v);
-            }
-        }
-        Err(MapError::Decode("varint too long"))
-    }
-    fn u32(&mut self) -> Result<u32, MapError> {
-        u32::try_from(self.var()?).map_err(|_| MapError::Decode("u32 out of range"))
-    }
-    fn bytes(&mut self) -> Result<Bytes, MapError> {
-        let len = usize::try_from(self.var()?).map_err(|_| MapError::Decode("length"))?;
-        if len > self.0.len() {
-            return Err(MapError::Decode("truncated bytes"));
-        }
-        let (b, rest) = self.0.split_at(len);
-        self.0 = rest;
-        Ok(Bytes::copy_from_slice(b))
-    }
-    fn string(&mut self) -> Result<String, MapError> {
-        String::from_utf8(self.bytes()?.to_vec()).map_err(|_| MapError::Decode("utf-8"))
     }
     fn list<T>(
         &mut self,
@@ -213,16 +189,10 @@ impl Reader<'_> {
     ) -> Result<Vec<T>, MapError> {
         let n = self.var()?;
         // Every item takes at least one byte: refuse counts the input cannot hold.
-        if n > self.0.len() as u64 {
+        if n > self.remaining() as u64 {
             return Err(MapError::Decode("count exceeds input"));
         }
         (0..n).map(|_| item(self)).collect()
-    }
-    fn finish(&self) -> Result<(), MapError> {
-        self.0
-            .is_empty()
-            .then_some(())
-            .ok_or(MapError::Decode("trailing bytes"))
     }
     fn keyspace(&mut self) -> Result<Keyspace, MapError> {
         let id = KeyspaceId(self.u32()?);
@@ -253,14 +223,14 @@ impl Reader<'_> {
     fn partition(&mut self) -> Result<PartitionRecord, MapError> {
         let id = PartitionId(self.var()?);
         let keyspace = KeyspaceId(self.u32()?);
-        let start = self.bytes()?;
+        let start = Bytes::copy_from_slice(self.bytes()?);
         let end = match self.u8()? {
             0 => None,
-            1 => Some(self.bytes()?),
+            1 => Some(Bytes::copy_from_slice(self.bytes()?)),
             _ => return Err(MapError::Decode("end tag")),
         };
         let owner = NodeId(self.var()?);
-        let replicas = self.list(|r| r.var().map(NodeId))?;
+        let replicas = self.list(|r| Ok(NodeId(r.var()?)))?;
         let epoch = Epoch(self.var()?);
         let state = match self.u8()? {
             0 => PartitionState::Active,

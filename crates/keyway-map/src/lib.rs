@@ -20,6 +20,7 @@
 //! - `map.rs`: [`PartitionMap`]: lookup, validation, bootstrap.
 //! - `change.rs`: [`MapChange`] and [`OwnershipCondition`], applying changes.
 //! - `codec.rs`: the compact binary encoding of maps and changes.
+//! - `wire.rs`: varint wire primitives shared with other compact encodings.
 //! - `error.rs`: [`MapError`].
 
 mod change;
@@ -30,6 +31,7 @@ mod keyspace;
 mod map;
 mod partition;
 mod slot;
+pub mod wire;
 
 pub use change::{MapChange, OwnershipCondition};
 pub use codec::{decode_changes, decode_map, encode_changes, encode_map};

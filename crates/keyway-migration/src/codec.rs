@@ -12,6 +12,7 @@
 
 use crate::event::{Actor, RangeDigest};
 use crate::record::{AbortReason, MigrationId, MigrationRecord, MigrationState};
+use keyway_map::wire::{Reader, WireError, Writer};
 use keyway_map::{Epoch, MapChange, NodeId, decode_changes, encode_changes};
 
 const MAGIC: u8 = b'M';
@@ -25,7 +26,7 @@ pub struct DecodeError(pub &'static str);
 impl MigrationRecord {
     /// The compact binary form (see the module docs).
     pub fn encode(&self) -> Vec<u8> {
-        let mut w = Writer(Vec::with_capacity(64));
+        let mut w = Writer::with_capacity(64);
         w.u8(MAGIC);
         w.u8(FORMAT);
         w.var(self.id.0);
@@ -54,12 +55,12 @@ impl MigrationRecord {
                 w.reason(reason);
             }
         }
-        w.0
+        w.into_inner()
     }
 
     /// Decodes what [`MigrationRecord::encode`] produced.
     pub fn decode(bytes: &[u8]) -> Result<MigrationRecord, DecodeError> {
-        let mut r = Reader(bytes);
+        let mut r = Reader::new(bytes);
         if r.u8()? != MAGIC {
             return Err(DecodeError("bad magic"));
         }
@@ -67,7 +68,7 @@ impl MigrationRecord {
             return Err(DecodeError("unknown format version"));
         }
         let id = MigrationId(r.var()?);
-        let partition = match decode_changes(&r.bytes()?)
+        let partition = match decode_changes(r.bytes()?)
             .map_err(|_| DecodeError("partition row"))?
             .as_slice()
         {
@@ -102,39 +103,23 @@ impl MigrationRecord {
                 _ => return Err(DecodeError("option tag")),
             },
         };
-        if !r.0.is_empty() {
-            return Err(DecodeError("trailing bytes"));
-        }
+        r.finish()?;
         Ok(record)
     }
 }
 
-struct Writer(Vec<u8>);
+impl From<WireError> for DecodeError {
+    fn from(e: WireError) -> Self {
+        DecodeError(e.0)
+    }
+}
 
-impl Writer {
-    fn u8(&mut self, b: u8) {
-        self.0.push(b);
-    }
-    fn var(&mut self, mut v: u64) {
-        while v >= 0x80 {
-            self.0.push((v as u8) | 0x80);
-            v >>= 7;
-        }
-        self.0.push(v as u8);
-    }
-    fn opt(&mut self, v: Option<u64>) {
-        match v {
-            None => self.u8(0),
-            Some(v) => {
-                self.u8(1);
-                self.var(v);
-            }
-        }
-    }
-    fn bytes(&mut self, b: &[u8]) {
-        self.var(b.len() as u64);
-        self.0.extend_from_slice(b);
-    }
+trait RecordWrite {
+    fn digest(&mut self, d: &RangeDigest);
+    fn reason(&mut self, reason: &AbortReason);
+}
+
+impl RecordWrite for Writer {
     fn digest(&mut self, d: &RangeDigest) {
         self.var(d.keys);
         self.var(d.bytes);
@@ -188,44 +173,13 @@ impl Writer {
     }
 }
 
-struct Reader<'a>(&'a [u8]);
+trait RecordRead {
+    fn state(&mut self) -> Result<MigrationState, DecodeError>;
+    fn digest(&mut self) -> Result<RangeDigest, DecodeError>;
+    fn reason(&mut self) -> Result<AbortReason, DecodeError>;
+}
 
-impl Reader<'_> {
-    fn u8(&mut self) -> Result<u8, DecodeError> {
-        let (&b, rest) = self.0.split_first().ok_or(DecodeError("truncated"))?;
-        self.0 = rest;
-        Ok(b)
-    }
-    fn var(&mut self) -> Result<u64, DecodeError> {
-        let mut v = 0u64;
-        for shift in (0..64).step_by(7) {
-            let b = self.u8()?;
-            v |= ((b & 0x7f) as u64) << shift;
-            if b & 0x80 == 0 {
-                return Ok(v);
-            }
-        }
-        Err(DecodeError("varint too long"))
-    }
-    fn opt(&mut self) -> Result<Option<u64>, DecodeError> {
-        match self.u8()? {
-            0 => Ok(None),
-            1 => self.var().map(Some),
-            _ => Err(DecodeError("option tag")),
-        }
-    }
-    fn bytes(&mut self) -> Result<Vec<u8>, DecodeError> {
-        let len = usize::try_from(self.var()?).map_err(|_| DecodeError("length"))?;
-        if len > self.0.len() {
-            return Err(DecodeError("truncated bytes"));
-        }
-        let (b, rest) = self.0.split_at(len);
-        self.0 = rest;
-        Ok(b.to_vec())
-    }
-    fn string(&mut self) -> Result<String, DecodeError> {
-        String::from_utf8(self.bytes()?).map_err(|_| DecodeError("utf-8"))
-    }
+impl RecordRead for Reader<'_> {
     fn state(&mut self) -> Result<MigrationState, DecodeError> {
         MigrationState::from_code(self.u8()?).ok_or(DecodeError("state tag"))
     }
