@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{Proc, Resp, free_port_block, redis_cli};
+use common::{Proc, Resp, free_port_block, redis_cli, spawn_servers};
 use keyway_manager::{FencingGate, Verdict};
 use keyway_map::{
     DEFAULT_KEYSPACE, Epoch, MapChange, NodeId, OwnershipCondition, PartitionRecord, key_hash_slot,
@@ -64,30 +64,14 @@ fn start(dir: &Path, etcd_url: Option<String>) -> Cluster {
             (Some(meta), format!("keyway://{meta_addr}"), vec![])
         }
     };
-    let ports = vec![base + 1, base + 2];
-    let servers = ports
-        .iter()
-        .enumerate()
-        .map(|(i, port)| {
-            let mut args: Vec<String> = vec![
-                "server".into(),
-                "--meta".into(),
-                meta_url.clone(),
-                "--listen".into(),
-                format!("127.0.0.1:{port}"),
-                "--admin-listen".into(),
-                format!("127.0.0.1:{}", base + 3 + i as u16),
-                "--data".into(),
-                dir.join(format!("n{i}")).display().to_string(),
-                "--lease-ttl-ms".into(),
-                LEASE_TTL_MS.to_string(),
-                "--lease-margin-ms".into(),
-                LEASE_MARGIN_MS.to_string(),
-            ];
-            args.extend(bootstrap.iter().cloned());
-            Proc::spawn(&args, "serving")
-        })
-        .collect();
+    let mut extra = vec![
+        "--lease-ttl-ms".to_string(),
+        LEASE_TTL_MS.to_string(),
+        "--lease-margin-ms".into(),
+        LEASE_MARGIN_MS.to_string(),
+    ];
+    extra.extend(bootstrap);
+    let (ports, servers) = spawn_servers(&meta_url, 2, base + 1, dir, &extra);
     let cluster = Cluster {
         meta,
         servers,

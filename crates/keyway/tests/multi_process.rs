@@ -4,38 +4,9 @@
 
 mod common;
 
-use common::{Proc, free_port_block, redis_cli, run};
+use common::{Proc, free_port_block, redis_cli, run, spawn_servers};
 use std::process::Command;
 use std::time::{Duration, Instant};
-
-fn servers(
-    meta_url: &str,
-    base: u16,
-    dir: &std::path::Path,
-    extra: &[&str],
-) -> (Vec<u16>, Vec<Proc>) {
-    let ports: Vec<u16> = (1..=3).map(|i| base + i).collect();
-    let procs = ports
-        .iter()
-        .enumerate()
-        .map(|(i, port)| {
-            let mut args: Vec<String> = vec![
-                "server".into(),
-                "--meta".into(),
-                meta_url.into(),
-                "--listen".into(),
-                format!("127.0.0.1:{port}"),
-                "--admin-listen".into(),
-                format!("127.0.0.1:{}", base + 4 + i as u16),
-                "--data".into(),
-                dir.join(format!("n{i}")).display().to_string(),
-            ];
-            args.extend(extra.iter().map(|s| s.to_string()));
-            Proc::spawn(&args, "serving")
-        })
-        .collect();
-    (ports, procs)
-}
 
 /// Waits for the map, then runs the README's redis-cli checks and a redis-py round trip.
 fn check_cluster(ports: &[u16], dir: &std::path::Path) {
@@ -90,7 +61,13 @@ fn keyway_meta_and_three_keyway_servers_form_a_cluster() {
         .map(String::from),
         "keyway meta listening",
     );
-    let (ports, _servers) = servers(&format!("keyway://{meta_addr}"), base, dir.path(), &[]);
+    let (ports, _servers) = spawn_servers(
+        &format!("keyway://{meta_addr}"),
+        3,
+        base + 1,
+        dir.path(),
+        &[],
+    );
     check_cluster(&ports, dir.path());
 }
 
@@ -100,11 +77,13 @@ fn three_keyway_servers_on_etcd_form_a_cluster() {
         .expect("etcd starts (run scripts/setup.sh to install it)");
     let dir = tempfile::tempdir().unwrap();
     let base = free_port_block(7);
-    let (ports, _servers) = servers(
+    let bootstrap = ["--bootstrap-nodes".to_string(), "3".into()];
+    let (ports, _servers) = spawn_servers(
         &etcd.url("/keyway/multi"),
-        base,
+        3,
+        base + 1,
         dir.path(),
-        &["--bootstrap-nodes", "3"],
+        &bootstrap,
     );
     check_cluster(&ports, dir.path());
 }

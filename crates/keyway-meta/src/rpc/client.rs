@@ -159,27 +159,12 @@ impl MetaStore for RemoteMeta {
         let streaming = self
             .call("Watch", |mut c| async move { c.watch(req).await })
             .await?;
-        let addr = self.addr.clone();
-        let stream = futures::stream::unfold(Some(streaming), move |state| {
-            let addr = addr.clone();
-            async move {
-                let mut streaming = state?;
-                match streaming.message().await {
-                    Ok(Some(update)) => match update_from_pb(update) {
-                        Ok(u) => Some((Ok(u), Some(streaming))),
-                        Err(e) => Some((Err(e), None)),
-                    },
-                    Ok(None) => Some((
-                        Err(MetaError::Unavailable(format!(
-                            "metadata server {addr} ended the watch"
-                        ))),
-                        None,
-                    )),
-                    Err(status) => Some((Err(error_from_status(&status)), None)),
-                }
-            }
-        });
-        Ok(stream.boxed())
+        Ok(server_stream(
+            streaming,
+            self.addr.clone(),
+            "watch",
+            update_from_pb,
+        ))
     }
 
     async fn commit(&self, txn: MapTxn) -> Result<MapVersion, MetaError> {
@@ -319,26 +304,12 @@ impl MetaStore for RemoteMeta {
         let streaming = self
             .call("Observe", |mut c| async move { c.observe(req).await })
             .await?;
-        let addr = self.addr.clone();
-        let stream = futures::stream::unfold(Some(streaming), move |state| {
-            let addr = addr.clone();
-            async move {
-                let mut streaming = state?;
-                match streaming.message().await {
-                    Ok(Some(resp)) => {
-                        Some((Ok(resp.leader.map(leadership_from_pb)), Some(streaming)))
-                    }
-                    Ok(None) => Some((
-                        Err(MetaError::Unavailable(format!(
-                            "metadata server {addr} ended the observation"
-                        ))),
-                        None,
-                    )),
-                    Err(status) => Some((Err(error_from_status(&status)), None)),
-                }
-            }
-        });
-        Ok(stream.boxed())
+        Ok(server_stream(
+            streaming,
+            self.addr.clone(),
+            "observation",
+            |resp: pb::LeaderResponse| Ok(resp.leader.map(leadership_from_pb)),
+        ))
     }
 
     async fn resign(&self, leadership: &Leadership) -> Result<(), MetaError> {
@@ -408,4 +379,39 @@ impl MetaStore for RemoteMeta {
         .await?;
         Ok(())
     }
+}
+
+/// Turns a gRPC server stream into our item stream: each message converted
+/// by `convert`; the end of the stream or a transport error is one final
+/// `Unavailable` (or the error the server sent), after which it ends.
+fn server_stream<M, T>(
+    streaming: tonic::Streaming<M>,
+    addr: String,
+    what: &'static str,
+    convert: fn(M) -> Result<T, MetaError>,
+) -> std::pin::Pin<Box<dyn futures::Stream<Item = Result<T, MetaError>> + Send>>
+where
+    M: Send + 'static,
+    T: Send + 'static,
+{
+    futures::stream::unfold(Some(streaming), move |state| {
+        let addr = addr.clone();
+        async move {
+            let mut streaming = state?;
+            match streaming.message().await {
+                Ok(Some(message)) => match convert(message) {
+                    Ok(item) => Some((Ok(item), Some(streaming))),
+                    Err(e) => Some((Err(e), None)),
+                },
+                Ok(None) => Some((
+                    Err(MetaError::Unavailable(format!(
+                        "metadata server {addr} ended the {what}"
+                    ))),
+                    None,
+                )),
+                Err(status) => Some((Err(error_from_status(&status)), None)),
+            }
+        }
+    })
+    .boxed()
 }

@@ -216,6 +216,39 @@ impl Drop for Proc {
     }
 }
 
+/// Spawns `count` `keyway server` processes on `meta_url`: node i listens on
+/// `first_port + i`, its admin port on `first_port + count + i`, its data in
+/// `dir/n<i>`; `extra` flags go to every server. Returns the RESP ports.
+pub fn spawn_servers(
+    meta_url: &str,
+    count: u16,
+    first_port: u16,
+    dir: &Path,
+    extra: &[String],
+) -> (Vec<u16>, Vec<Proc>) {
+    let ports: Vec<u16> = (0..count).map(|i| first_port + i).collect();
+    let procs = ports
+        .iter()
+        .enumerate()
+        .map(|(i, port)| {
+            let mut args: Vec<String> = vec![
+                "server".into(),
+                "--meta".into(),
+                meta_url.into(),
+                "--listen".into(),
+                format!("127.0.0.1:{port}"),
+                "--admin-listen".into(),
+                format!("127.0.0.1:{}", first_port + count + i as u16),
+                "--data".into(),
+                dir.join(format!("n{i}")).display().to_string(),
+            ];
+            args.extend(extra.iter().cloned());
+            Proc::spawn(&args, "serving")
+        })
+        .collect();
+    (ports, procs)
+}
+
 /// A blocking RESP connection for tests.
 pub struct Resp {
     pub stream: TcpStream,
