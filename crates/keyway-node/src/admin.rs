@@ -25,7 +25,14 @@ pub async fn serve(
         .route("/status", get(status))
         .with_state(shared.clone());
     // The migration data plane (`Peer` gRPC, h2c) shares this port.
-    let app = crate::peer::merge_routes(app, shared.engine.clone());
+    let service = crate::peer::PeerService::for_node(
+        shared.engine.clone(),
+        crate::peer::NodeRoles {
+            migrations: shared.migrations.clone(),
+            routing: shared.routing.clone(),
+        },
+    );
+    let app = crate::peer::merge_routes(app, service);
     let stop = async move {
         let _ = shutdown.changed().await;
     };

@@ -98,6 +98,17 @@ pub struct NodeConfig {
     pub requirepass: Option<String>,
     /// Open SCAN cursors remembered per node (oldest forgotten first).
     pub max_scan_cursors: usize,
+    /// Longest a request is held behind a migration cutover fence before it
+    /// is answered with an error (the manager's fence timeout is far shorter).
+    pub max_hold_ms: u64,
+    /// Migration source: a dual write waiting longer than this for the
+    /// target fails the migration's push (the migration then aborts).
+    pub migration_dual_ack_timeout_ms: u64,
+    /// Migration source: a target failing every call for this long fails the push.
+    pub migration_target_retry_timeout_ms: u64,
+    /// Migration source: how long a fence waits for the target to hold every
+    /// accepted write before the fence call fails.
+    pub migration_fence_drain_timeout_ms: u64,
 }
 
 impl Default for NodeConfig {
@@ -121,6 +132,10 @@ impl Default for NodeConfig {
             max_value_bytes: 512 * 1024 * 1024,
             requirepass: None,
             max_scan_cursors: 10_000,
+            max_hold_ms: 30_000,
+            migration_dual_ack_timeout_ms: 5_000,
+            migration_target_retry_timeout_ms: 10_000,
+            migration_fence_drain_timeout_ms: 5_000,
         }
     }
 }
@@ -138,6 +153,19 @@ impl NodeConfig {
             ("max_clients", self.max_clients as u64),
             ("max_value_bytes", self.max_value_bytes as u64),
             ("max_scan_cursors", self.max_scan_cursors as u64),
+            ("max_hold_ms", self.max_hold_ms),
+            (
+                "migration_dual_ack_timeout_ms",
+                self.migration_dual_ack_timeout_ms,
+            ),
+            (
+                "migration_target_retry_timeout_ms",
+                self.migration_target_retry_timeout_ms,
+            ),
+            (
+                "migration_fence_drain_timeout_ms",
+                self.migration_fence_drain_timeout_ms,
+            ),
         ];
         if let Some((name, _)) = positive.iter().find(|(_, v)| *v == 0) {
             return Err(format!("{name} must be greater than 0"));
@@ -166,6 +194,18 @@ impl NodeConfig {
             return Err(format!("announce address '{addr}' must be host:port"));
         }
         Ok(())
+    }
+
+    /// The migration source role's limits.
+    pub fn role_limits(&self) -> crate::migrate::RoleLimits {
+        use std::time::Duration;
+        crate::migrate::RoleLimits {
+            push: crate::migrate::PushLimits {
+                dual_ack_timeout: Duration::from_millis(self.migration_dual_ack_timeout_ms),
+                target_retry_timeout: Duration::from_millis(self.migration_target_retry_timeout_ms),
+            },
+            fence_drain_timeout: Duration::from_millis(self.migration_fence_drain_timeout_ms),
+        }
     }
 
     /// The RESP protocol limits derived from this configuration.

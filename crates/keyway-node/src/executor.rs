@@ -14,34 +14,121 @@
 //!    them: a reply, even to a read, is never sent before every write it
 //!    could have observed is durable. With `always` the thread fsyncs after
 //!    each write; `periodic` and `none` release at once.
+//! 4. Migration hooks ([`Follow`]). A task for a partition in its cutover
+//!    fence is *parked* on its thread, not answered: the thread re-runs its
+//!    parked tasks, in arrival order, before any new task once the routing
+//!    view changed (a lifted fence, a new map), so a held request either runs
+//!    or gets its redirect, never an error, and never overtakes a request for
+//!    the same slot. A task held past `max_hold` is answered with an error.
+//!    A dual-written write's released reply is handed to its push, which
+//!    sends it once the target has the write.
 
 use crate::config::Durability;
 use crate::metrics::Metrics;
 use keyway_resp::Frame;
 use keyway_storage::Engine;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc as std_mpsc;
 use std::sync::{Arc, Mutex, RwLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, watch};
 
-/// What a task produced: the reply, and whether it changed the engine.
+/// What a task produced: the reply, whether it changed the engine, and
+/// what to do with the reply.
 pub struct TaskOutput {
     pub reply: Frame,
     pub wrote: bool,
+    pub follow: Follow,
+}
+
+impl TaskOutput {
+    /// A reply released the usual way.
+    pub fn reply(reply: Frame, wrote: bool) -> Self {
+        TaskOutput {
+            reply,
+            wrote,
+            follow: Follow::Release,
+        }
+    }
+}
+
+/// Takes over a released reply (and the channel to answer it on).
+pub type Deferral = Box<dyn FnOnce(oneshot::Sender<Frame>, Frame) + Send>;
+
+/// What happens to a task's reply.
+pub enum Follow {
+    /// Send it once durable (the group-commit rule).
+    Release,
+    /// Send nothing: run this task instead, on this thread, once the
+    /// routing view changed (a request held by a migration fence).
+    Park(Task),
+    /// Once durable, hand it to this instead of sending it (a dual write
+    /// waiting for the migration target).
+    Defer(Deferral),
 }
 
 /// Work run on an executor thread with the engine at hand.
 pub type Task = Box<dyn FnOnce(&dyn Engine) -> TaskOutput + Send>;
 
-struct Job {
+enum Job {
+    Run {
+        task: Task,
+        reply: oneshot::Sender<Frame>,
+        since: Instant,
+    },
+    /// Re-check parked tasks (the routing view changed, or time passed).
+    Wake,
+}
+
+struct Parked {
     task: Task,
     reply: oneshot::Sender<Frame>,
+    since: Instant,
+}
+
+struct Released {
+    reply: oneshot::Sender<Frame>,
+    frame: Frame,
+    since: Instant,
+    defer: Option<Deferral>,
 }
 
 struct Group {
-    replies: Vec<(oneshot::Sender<Frame>, Frame)>,
+    replies: Vec<Released>,
     needs_sync: bool,
+}
+
+/// What an executor thread needs besides its queue.
+struct ShardContext {
+    durability: Durability,
+    max_group: usize,
+    max_hold: Duration,
+    changes: watch::Receiver<u64>,
+    latency: Arc<LatencyGauge>,
+}
+
+/// Recent foreground latency (enqueue to release), an exponentially
+/// weighted moving average in microseconds. Read by migration throttling.
+#[derive(Default)]
+pub struct LatencyGauge(AtomicU64);
+
+impl LatencyGauge {
+    /// Weight of a new sample: 1/`EWMA_WEIGHT`.
+    const EWMA_WEIGHT: u64 = 16;
+
+    pub fn observe(&self, sample: Duration) {
+        let us = sample.as_micros().min(u64::MAX as u128) as u64;
+        let _ = self
+            .0
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |old| {
+                Some(old - old / Self::EWMA_WEIGHT + us / Self::EWMA_WEIGHT)
+            });
+    }
+
+    pub fn micros(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
 }
 
 /// Handle to the executor threads.
@@ -49,6 +136,17 @@ pub struct Executor {
     /// Emptied at shutdown: that closes the queues and ends the threads.
     shards: RwLock<Vec<mpsc::Sender<Job>>>,
     threads: Mutex<Vec<JoinHandle<()>>>,
+    latency: Arc<LatencyGauge>,
+}
+
+/// Settings of [`Executor::start`].
+pub struct ExecutorConfig {
+    pub threads: usize,
+    pub durability: Durability,
+    pub periodic_sync_ms: u64,
+    pub max_group_commands: usize,
+    /// The longest a task may stay parked behind a fence.
+    pub max_hold: Duration,
 }
 
 /// How many tasks may wait for one executor before senders are held back.
@@ -57,24 +155,34 @@ const SHARD_QUEUE_DEPTH: usize = 4096;
 impl Executor {
     /// Starts `threads` executor threads plus, for `group` and `periodic`
     /// durability, the syncer thread.
+    /// `changes` fires when the routing view changes (parked tasks re-run).
     pub fn start(
         engine: Arc<dyn Engine>,
-        threads: usize,
-        durability: Durability,
-        periodic_sync_ms: u64,
-        max_group_commands: usize,
+        config: ExecutorConfig,
+        changes: watch::Receiver<u64>,
         metrics: Arc<Metrics>,
     ) -> Self {
+        let ExecutorConfig {
+            threads,
+            durability,
+            periodic_sync_ms,
+            max_group_commands,
+            max_hold,
+        } = config;
         assert!(threads > 0 && max_group_commands > 0);
+        let latency = Arc::new(LatencyGauge::default());
         let mut handles = Vec::new();
         let (group_tx, group_rx) = std_mpsc::channel::<Group>();
         let syncer = {
             let engine = engine.clone();
             let metrics = metrics.clone();
+            let latency = latency.clone();
             let period = Duration::from_millis(periodic_sync_ms.max(1));
             std::thread::Builder::new()
                 .name("kw-syncer".into())
-                .spawn(move || syncer_loop(&*engine, durability, period, group_rx, &metrics))
+                .spawn(move || {
+                    syncer_loop(&*engine, durability, period, group_rx, &metrics, &latency)
+                })
                 .expect("spawn syncer thread")
         };
         handles.push(syncer);
@@ -84,18 +192,16 @@ impl Executor {
             let engine = engine.clone();
             let group_tx = group_tx.clone();
             let metrics = metrics.clone();
+            let ctx = ShardContext {
+                durability,
+                max_group: max_group_commands,
+                max_hold,
+                changes: changes.clone(),
+                latency: latency.clone(),
+            };
             let handle = std::thread::Builder::new()
                 .name(format!("kw-exec-{i}"))
-                .spawn(move || {
-                    shard_loop(
-                        &*engine,
-                        durability,
-                        max_group_commands,
-                        rx,
-                        group_tx,
-                        &metrics,
-                    )
-                })
+                .spawn(move || shard_loop(&*engine, ctx, rx, group_tx, &metrics))
                 .expect("spawn executor thread");
             shards.push(tx);
             handles.push(handle);
@@ -103,6 +209,22 @@ impl Executor {
         Executor {
             shards: RwLock::new(shards),
             threads: Mutex::new(handles),
+            latency,
+        }
+    }
+
+    /// Recent foreground latency (enqueue to reply release).
+    pub fn latency(&self) -> &Arc<LatencyGauge> {
+        &self.latency
+    }
+
+    /// Makes every thread re-check its parked tasks (after a routing change,
+    /// and periodically so held tasks time out). A full queue is skipped: its
+    /// thread wakes anyway.
+    pub fn wake(&self) {
+        let shards = self.shards.read().unwrap_or_else(|e| e.into_inner());
+        for shard in shards.iter() {
+            let _ = shard.try_send(Job::Wake);
         }
     }
 
@@ -126,7 +248,11 @@ impl Executor {
             shards[slot as usize % shards.len()].clone()
         };
         shard
-            .send(Job { task, reply: tx })
+            .send(Job::Run {
+                task,
+                reply: tx,
+                since: Instant::now(),
+            })
             .await
             .map_err(|_| shutting_down())?;
         Ok(rx)
@@ -152,12 +278,12 @@ fn shutting_down() -> Frame {
 
 fn shard_loop(
     engine: &dyn Engine,
-    durability: Durability,
-    max_group: usize,
+    mut ctx: ShardContext,
     mut rx: mpsc::Receiver<Job>,
     group_tx: std_mpsc::Sender<Group>,
     metrics: &Metrics,
 ) {
+    let mut parked: Vec<Parked> = Vec::new();
     while let Some(first) = rx.blocking_recv() {
         let mut group = Group {
             replies: Vec::with_capacity(16),
@@ -165,28 +291,106 @@ fn shard_loop(
         };
         let mut next = Some(first);
         while let Some(job) = next {
-            let mut out = (job.task)(engine);
-            metrics.commands.inc();
-            if out.wrote && durability == Durability::Always && !sync_now(engine, metrics) {
-                out.reply = fsync_failed();
+            let wake = matches!(job, Job::Wake);
+            // A changed view first re-runs what is parked, in order, so a
+            // held request never falls behind a later one for its slot.
+            if !parked.is_empty() && (wake || ctx.changes.has_changed().unwrap_or(false)) {
+                ctx.changes.mark_unchanged();
+                for p in std::mem::take(&mut parked) {
+                    if p.since.elapsed() > ctx.max_hold {
+                        metrics.held_expired.inc();
+                        group.replies.push(Released {
+                            reply: p.reply,
+                            frame: held_too_long(ctx.max_hold),
+                            since: p.since,
+                            defer: None,
+                        });
+                    } else {
+                        run(
+                            engine,
+                            &ctx,
+                            p.task,
+                            p.reply,
+                            p.since,
+                            &mut group,
+                            &mut parked,
+                            metrics,
+                        );
+                    }
+                }
             }
-            group.needs_sync |= out.wrote;
-            group.replies.push((job.reply, out.reply));
-            next = if group.replies.len() < max_group {
+            if let Job::Run { task, reply, since } = job {
+                if parked.is_empty() {
+                    ctx.changes.mark_unchanged();
+                }
+                run(
+                    engine,
+                    &ctx,
+                    task,
+                    reply,
+                    since,
+                    &mut group,
+                    &mut parked,
+                    metrics,
+                );
+            }
+            next = if group.replies.len() < ctx.max_group {
                 rx.try_recv().ok()
             } else {
                 None
             };
         }
-        match durability {
+        match ctx.durability {
             Durability::Group => {
                 if group_tx.send(group).is_err() {
                     return;
                 }
             }
-            _ => release(group.replies),
+            _ => release(group.replies, &ctx.latency),
         }
     }
+}
+
+/// Runs one task and files its reply (or parks it).
+#[allow(clippy::too_many_arguments)]
+fn run(
+    engine: &dyn Engine,
+    ctx: &ShardContext,
+    task: Task,
+    reply: oneshot::Sender<Frame>,
+    since: Instant,
+    group: &mut Group,
+    parked: &mut Vec<Parked>,
+    metrics: &Metrics,
+) {
+    let mut out = task(engine);
+    metrics.commands.inc();
+    let defer = match out.follow {
+        Follow::Release => None,
+        Follow::Defer(f) => Some(f),
+        Follow::Park(task) => {
+            metrics.held.inc();
+            parked.push(Parked { task, reply, since });
+            return;
+        }
+    };
+    if out.wrote && ctx.durability == Durability::Always && !sync_now(engine, metrics) {
+        out.reply = fsync_failed();
+    }
+    group.needs_sync |= out.wrote;
+    group.replies.push(Released {
+        reply,
+        frame: out.reply,
+        since,
+        defer,
+    });
+}
+
+fn held_too_long(max_hold: Duration) -> Frame {
+    Frame::Error(format!(
+        "CLUSTERDOWN request held {} ms behind a migration fence; retry",
+        max_hold.as_millis()
+    ))
 }
 
 fn syncer_loop(
@@ -195,6 +399,7 @@ fn syncer_loop(
     period: Duration,
     rx: std_mpsc::Receiver<Group>,
     metrics: &Metrics,
+    latency: &LatencyGauge,
 ) {
     let mut last_sync = Instant::now();
     loop {
@@ -222,13 +427,13 @@ fn syncer_loop(
                 group
                     .replies
                     .iter_mut()
-                    .for_each(|(_, frame)| *frame = fsync_failed());
+                    .for_each(|r| r.frame = fsync_failed());
             }
         }
         metrics
             .group_commit_size
             .observe(groups.iter().map(|g| g.replies.len()).sum::<usize>() as f64);
-        groups.into_iter().for_each(|g| release(g.replies));
+        groups.into_iter().for_each(|g| release(g.replies, latency));
         if durability == Durability::Periodic && last_sync.elapsed() >= period {
             sync_now(engine, metrics);
             last_sync = Instant::now();
@@ -256,8 +461,14 @@ fn fsync_failed() -> Frame {
     Frame::Error("ERR storage fsync failed; the write may not be durable".into())
 }
 
-fn release(replies: Vec<(oneshot::Sender<Frame>, Frame)>) {
-    for (tx, frame) in replies {
-        let _ = tx.send(frame);
+fn release(replies: Vec<Released>, latency: &LatencyGauge) {
+    for r in replies {
+        latency.observe(r.since.elapsed());
+        match r.defer {
+            Some(defer) => defer(r.reply, r.frame),
+            None => {
+                let _ = r.reply.send(r.frame);
+            }
+        }
     }
 }

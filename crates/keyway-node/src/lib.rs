@@ -27,6 +27,8 @@
 //! - `admin.rs`: the admin HTTP port: `/metrics`, `/map`, `/status`, and the `Peer` gRPC service.
 //! - `peer/`: the migration data plane: the `Peer` gRPC service (snapshot chunks,
 //!   change log, digest, foreign apply, range drop) and its client, `copy_range`, `catch_up`.
+//! - `migrate/`: the migration source role: the push to the target (copy,
+//!   catch-up, dual writes), the cutover fence, fences recovered at start.
 //! - `metrics.rs`: Prometheus metrics.
 //! - `clock.rs`: the clock trait (wall and monotonic time), for simulation.
 
@@ -40,6 +42,7 @@ pub mod db;
 pub mod executor;
 pub mod lease;
 pub mod metrics;
+pub mod migrate;
 pub mod node_cmd;
 pub mod peer;
 pub mod routing;

@@ -32,6 +32,22 @@ pub struct Metrics {
     pub partitions_owned: Gauge,
     pub lease_remaining_ms: Gauge,
     pub lease_renewal_failures: Counter,
+    /// Requests parked behind a migration fence (each park counted).
+    pub held: Counter,
+    /// Parked requests answered with an error after `max_hold_ms`.
+    pub held_expired: Counter,
+    /// Snapshot bytes this node pushed to migration targets.
+    pub migration_copied_bytes: Counter,
+    /// Change records this node forwarded to migration targets.
+    pub migration_forwarded_records: Counter,
+    /// Times a snapshot copy backed off for foreground latency.
+    pub migration_backoffs: Counter,
+    /// Migrations this node is the source of (pushes running).
+    pub migration_pushes: Gauge,
+    /// Largest lag (source seq − target-acknowledged seq) over running pushes.
+    pub migration_lag_records: Gauge,
+    /// Time a dual write waited for the target's acknowledgement.
+    pub migration_dual_wait_seconds: Histogram,
 }
 
 impl Default for Metrics {
@@ -56,6 +72,14 @@ impl Metrics {
             partitions_owned: Gauge::default(),
             lease_remaining_ms: Gauge::default(),
             lease_renewal_failures: Counter::default(),
+            held: Counter::default(),
+            held_expired: Counter::default(),
+            migration_copied_bytes: Counter::default(),
+            migration_forwarded_records: Counter::default(),
+            migration_backoffs: Counter::default(),
+            migration_pushes: Gauge::default(),
+            migration_lag_records: Gauge::default(),
+            migration_dual_wait_seconds: Histogram::new(exponential_buckets(0.000_05, 2.0, 16)),
         };
         {
             let mut r = m.registry.lock().expect("fresh mutex");
@@ -118,6 +142,46 @@ impl Metrics {
                 "lease_renewal_failures",
                 "Lease renewals that failed",
                 m.lease_renewal_failures.clone(),
+            );
+            r.register(
+                "held_requests",
+                "Requests parked behind a migration cutover fence",
+                m.held.clone(),
+            );
+            r.register(
+                "held_expired",
+                "Parked requests answered with an error after max_hold_ms",
+                m.held_expired.clone(),
+            );
+            r.register(
+                "migration_copied_bytes",
+                "Snapshot bytes pushed to migration targets",
+                m.migration_copied_bytes.clone(),
+            );
+            r.register(
+                "migration_forwarded_records",
+                "Change records forwarded to migration targets (catch-up and dual writes)",
+                m.migration_forwarded_records.clone(),
+            );
+            r.register(
+                "migration_backoffs",
+                "Snapshot copy back-offs for foreground latency",
+                m.migration_backoffs.clone(),
+            );
+            r.register(
+                "migration_pushes",
+                "Migrations this node is the source of",
+                m.migration_pushes.clone(),
+            );
+            r.register(
+                "migration_lag_records",
+                "Largest change-log lag of a running push",
+                m.migration_lag_records.clone(),
+            );
+            r.register(
+                "migration_dual_wait_seconds",
+                "Wait of a dual write for the target's acknowledgement",
+                m.migration_dual_wait_seconds.clone(),
             );
         }
         m

@@ -9,7 +9,7 @@ use crate::cluster_cmd;
 use crate::cmd::table::arity_error;
 use crate::cmd::{self, Command};
 use crate::db::{Db, DbLimits};
-use crate::executor::{Task, TaskOutput};
+use crate::executor::{Follow, Task, TaskOutput};
 use crate::routing::Rejection;
 use crate::server::Shared;
 use crate::session::Session;
@@ -407,6 +407,8 @@ async fn data_command(
 
 /// The task run on the storage thread: check ownership, execute, apply the
 /// command's mutations in one batch — all under the routing read guard.
+/// A request for a fenced partition is parked (held, then re-run); a write
+/// to a dual-written partition hands its reply to the migration's push.
 fn storage_task(
     shared: Arc<Shared>,
     command: Command,
@@ -415,13 +417,21 @@ fn storage_task(
 ) -> Task {
     Box::new(move |engine| {
         let guard = shared.routing.read();
-        if let Err(rejection) = guard.admit_slot(shared.keyspace.id, slot, expected) {
-            shared.metrics.rejected(rejection_kind(&rejection));
-            return TaskOutput {
-                reply: rejection.to_frame(),
-                wrote: false,
-            };
-        }
+        let partition = match guard.admit_slot(shared.keyspace.id, slot, expected) {
+            Ok(p) => p.id,
+            Err(Rejection::Fenced { .. }) => {
+                drop(guard);
+                return TaskOutput {
+                    reply: Frame::Null,
+                    wrote: false,
+                    follow: Follow::Park(storage_task(shared, command, slot, expected)),
+                };
+            }
+            Err(rejection) => {
+                shared.metrics.rejected(rejection_kind(&rejection));
+                return TaskOutput::reply(rejection.to_frame(), false);
+            }
+        };
         let limits = DbLimits {
             max_value_bytes: shared.config.max_value_bytes,
         };
@@ -432,13 +442,22 @@ fn storage_task(
         };
         let mutations = db.into_mutations();
         if mutations.is_empty() {
-            return TaskOutput {
-                reply,
-                wrote: false,
-            };
+            return TaskOutput::reply(reply, false);
         }
         match engine.apply(&mutations) {
-            Ok(_) => TaskOutput { reply, wrote: true },
+            Ok(seq) => match guard.dual(partition) {
+                Some(push) => {
+                    let push = push.clone();
+                    TaskOutput {
+                        reply,
+                        wrote: true,
+                        follow: Follow::Defer(Box::new(move |tx, frame| {
+                            push.defer(seq, tx, frame)
+                        })),
+                    }
+                }
+                None => TaskOutput::reply(reply, true),
+            },
             Err(e) => storage_failure(e),
         }
     })
@@ -446,10 +465,7 @@ fn storage_task(
 
 fn storage_failure(e: keyway_storage::StorageError) -> TaskOutput {
     tracing::error!(%e, "storage error");
-    TaskOutput {
-        reply: Frame::Error(format!("ERR storage error: {e}")),
-        wrote: false,
-    }
+    TaskOutput::reply(Frame::Error(format!("ERR storage error: {e}")), false)
 }
 
 fn rejection_kind(r: &Rejection) -> &'static str {
@@ -458,5 +474,6 @@ fn rejection_kind(r: &Rejection) -> &'static str {
         Rejection::StaleEpoch { .. } => "stale_epoch",
         Rejection::Unserved => "unserved",
         Rejection::LeaseLapsed => "lease_lapsed",
+        Rejection::Fenced { .. } => "fenced",
     }
 }

@@ -12,13 +12,16 @@
 //! range, owner and epoch as this node knows them.
 
 use crate::clock::Clock;
+use crate::migrate::Push;
 use keyway_map::{
     Epoch, KeyspaceId, MapError, NodeId, PartitionId, PartitionMap, PartitionRecord, to_hex,
 };
 use keyway_resp::Frame;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock, RwLockReadGuard};
 use std::time::Instant;
+use tokio::sync::watch;
 
 /// Why a request was not admitted. Each variant becomes one error reply.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -36,6 +39,10 @@ pub enum Rejection {
     /// This node's lease has lapsed (or it has not re-read the map since):
     /// it serves nothing until it has renewed and refreshed (invariant 4).
     LeaseLapsed,
+    /// The partition is fenced for a migration's cutover. Single-slot
+    /// commands are *held* (parked until the fence lifts or the map moves the
+    /// partition away) and never see this; other paths answer it.
+    Fenced { partition: PartitionId },
 }
 
 impl Rejection {
@@ -63,6 +70,9 @@ impl Rejection {
             Rejection::LeaseLapsed => {
                 Frame::Error("CLUSTERDOWN The cluster is down (node lease lapsed)".into())
             }
+            Rejection::Fenced { partition } => Frame::Error(format!(
+                "CLUSTERDOWN partition {partition} is in its migration cutover; retry"
+            )),
         }
     }
 }
@@ -75,13 +85,26 @@ pub struct Routing {
     base: Instant,
     /// Lease deadline as nanoseconds after `base`; 0 = no valid lease.
     lease_deadline_ns: AtomicU64,
-    view: RwLock<Arc<PartitionMap>>,
+    view: RwLock<View>,
+    /// Bumped after every change that may let a held request proceed (a new
+    /// map, a lifted fence).
+    changes: watch::Sender<u64>,
+}
+
+/// What the ownership check reads, all under one lock: the map and this
+/// node's migration roles for partitions it owns.
+struct View {
+    map: Arc<PartitionMap>,
+    /// Partitions in their cutover: requests are held.
+    fenced: BTreeSet<PartitionId>,
+    /// Partitions being dual-written: each write's reply waits for the target.
+    dual: BTreeMap<PartitionId, Arc<Push>>,
 }
 
 /// A read guard over the map: hold it from the check to the effect.
 pub struct RoutingGuard<'a> {
     routing: &'a Routing,
-    map: RwLockReadGuard<'a, Arc<PartitionMap>>,
+    map: RwLockReadGuard<'a, View>,
 }
 
 impl Routing {
@@ -92,8 +115,66 @@ impl Routing {
             clock,
             base,
             lease_deadline_ns: AtomicU64::new(0),
-            view: RwLock::new(Arc::new(PartitionMap::new())),
+            view: RwLock::new(View {
+                map: Arc::new(PartitionMap::new()),
+                fenced: BTreeSet::new(),
+                dual: BTreeMap::new(),
+            }),
+            changes: watch::channel(0).0,
         }
+    }
+
+    /// Fires after every change that may let a held request proceed.
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
+        self.changes.subscribe()
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, View> {
+        self.view.write().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn bump(&self) {
+        self.changes.send_modify(|n| *n += 1);
+    }
+
+    /// Fences `partition` (true) or lifts its fence (false). Taking the write
+    /// side waits for every in-flight command holding the read side, so on
+    /// return no request admitted before the fence is still running: its
+    /// effect is in the engine (the drain of invariant 2).
+    pub fn set_fenced(&self, partition: PartitionId, fenced: bool) {
+        let mut view = self.write();
+        if fenced {
+            view.fenced.insert(partition);
+        } else {
+            view.fenced.remove(&partition);
+        }
+        drop(view);
+        if !fenced {
+            self.bump();
+        }
+    }
+
+    /// Whether `partition` is fenced.
+    pub fn is_fenced(&self, partition: PartitionId) -> bool {
+        self.read().map.fenced.contains(&partition)
+    }
+
+    /// Starts (`Some`) or stops (`None`) dual-writing `partition` through
+    /// `push`. Runs `at` under the write side, so every write admitted after
+    /// it returns is dual-written: pass a closure reading the engine's last
+    /// seq to learn the seq after which that holds.
+    pub fn set_dual<T>(
+        &self,
+        partition: PartitionId,
+        push: Option<Arc<Push>>,
+        at: impl FnOnce() -> T,
+    ) -> T {
+        let mut view = self.write();
+        match push {
+            Some(push) => view.dual.insert(partition, push),
+            None => view.dual.remove(&partition),
+        };
+        at()
     }
 
     pub fn node_id(&self) -> NodeId {
@@ -110,22 +191,24 @@ impl Routing {
 
     /// The current map (a cheap clone of an `Arc`).
     pub fn map(&self) -> Arc<PartitionMap> {
-        self.read().map.clone()
+        self.read().map.map.clone()
     }
 
     /// Installs a newer map after validating it (the applying half of the
     /// map invariant check). Waits for in-flight commands holding the read side.
     pub fn install(&self, map: PartitionMap) -> Result<(), MapError> {
         map.validate()?;
-        let mut view = self.view.write().unwrap_or_else(|e| e.into_inner());
-        if map.version < view.version {
+        let mut view = self.write();
+        if map.version < view.map.version {
             return Err(MapError::VersionNotIncreasing {
-                have: view.version.0,
+                have: view.map.version.0,
                 got: map.version.0,
             });
         }
-        assert_epochs_never_fall(&view, &map);
-        *view = Arc::new(map);
+        assert_epochs_never_fall(&view.map, &map);
+        view.map = Arc::new(map);
+        drop(view);
+        self.bump();
         Ok(())
     }
 
@@ -182,7 +265,12 @@ fn assert_epochs_never_fall(old: &PartitionMap, new: &PartitionMap) {
 
 impl RoutingGuard<'_> {
     pub fn map(&self) -> &PartitionMap {
-        &self.map
+        &self.map.map
+    }
+
+    /// The push dual-writing `partition`, if it is being dual-written.
+    pub fn dual(&self, partition: PartitionId) -> Option<&Arc<Push>> {
+        self.map.dual.get(&partition)
     }
 
     /// Admits a request for hash `slot` of keyspace `ks` (or, with `expected`,
@@ -209,7 +297,11 @@ impl RoutingGuard<'_> {
         if !self.routing.lease_valid() {
             return Err(Rejection::LeaseLapsed);
         }
-        let p = self.map.locate(ks, local_key).ok_or(Rejection::Unserved)?;
+        let p = self
+            .map
+            .map
+            .locate(ks, local_key)
+            .ok_or(Rejection::Unserved)?;
         if let Some((pid, epoch)) = expected
             && (pid != p.id || epoch != p.epoch)
         {
@@ -224,6 +316,9 @@ impl RoutingGuard<'_> {
                 },
             });
         }
+        if self.map.fenced.contains(&p.id) {
+            return Err(Rejection::Fenced { partition: p.id });
+        }
         Ok(p)
     }
 
@@ -236,6 +331,7 @@ impl RoutingGuard<'_> {
 
     fn addr_of(&self, node: NodeId) -> String {
         self.map
+            .map
             .nodes
             .get(&node)
             .map(|n| n.resp_addr.clone())

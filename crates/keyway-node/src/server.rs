@@ -8,8 +8,9 @@
 
 use crate::clock::{Clock, SystemClock};
 use crate::config::{EngineKind, NodeConfig};
-use crate::executor::Executor;
+use crate::executor::{Executor, ExecutorConfig};
 use crate::metrics::Metrics;
+use crate::migrate::Migrations;
 use crate::routing::Routing;
 use crate::scan::ScanCursors;
 use keyway_map::{DEFAULT_KEYSPACE, Keyspace, NodeId, Routing as KeyRouting};
@@ -56,6 +57,8 @@ pub struct Shared {
     pub routing: Arc<Routing>,
     pub engine: Arc<dyn Engine>,
     pub executor: Executor,
+    /// The migrations this node is the source of.
+    pub migrations: Arc<Migrations>,
     pub metrics: Arc<Metrics>,
     pub clock: Arc<dyn Clock>,
     pub meta: Arc<dyn MetaStore>,
@@ -67,6 +70,26 @@ pub struct Shared {
     pub next_client_id: AtomicU64,
     pub clients: AtomicUsize,
     pub started: Instant,
+}
+
+/// How often a fence recovered at start re-reads its migration record.
+const RECOVERED_FENCE_POLL: Duration = Duration::from_millis(250);
+/// How often held requests are re-checked even without a routing change
+/// (so they time out).
+const HELD_RECHECK: Duration = Duration::from_millis(500);
+
+/// Wakes the storage threads' held requests on every routing change (and
+/// periodically).
+async fn wake_held(shared: Arc<Shared>, mut shutdown: watch::Receiver<bool>) {
+    let mut changes = shared.routing.subscribe();
+    loop {
+        tokio::select! {
+            r = changes.changed() => if r.is_err() { return },
+            _ = tokio::time::sleep(HELD_RECHECK) => {}
+            _ = shutdown.changed() => return,
+        }
+        shared.executor.wake();
+    }
 }
 
 /// A running node.
@@ -110,12 +133,23 @@ impl Node {
         let routing = Arc::new(Routing::new(me, clock.clone()));
         let executor = Executor::start(
             engine.clone(),
-            config.executor_threads,
-            config.durability,
-            config.periodic_sync_ms,
-            config.max_group_commands,
+            ExecutorConfig {
+                threads: config.executor_threads,
+                durability: config.durability,
+                periodic_sync_ms: config.periodic_sync_ms,
+                max_group_commands: config.max_group_commands,
+                max_hold: Duration::from_millis(config.max_hold_ms),
+            },
+            routing.subscribe(),
             metrics.clone(),
         );
+        let migrations = Arc::new(Migrations::new(
+            engine.clone(),
+            routing.clone(),
+            metrics.clone(),
+            executor.latency().clone(),
+            config.role_limits(),
+        ));
         let shared = Arc::new(Shared {
             scan_cursors: Mutex::new(ScanCursors::new(config.max_scan_cursors)),
             lease_id: Mutex::new(None),
@@ -126,6 +160,7 @@ impl Node {
             routing,
             engine,
             executor,
+            migrations,
             metrics,
             clock,
             meta,
@@ -141,6 +176,14 @@ impl Node {
         let mut tasks = JoinSet::new();
         crate::lease::start(&shared, &mut tasks, shutdown_rx.clone()).await;
         crate::watcher::start(&shared, &mut tasks, shutdown_rx.clone()).await;
+        crate::migrate::recover_fences(&shared.migrations, &*shared.meta).await?;
+        tasks.spawn(crate::migrate::watch_recovered_fences(
+            shared.migrations.clone(),
+            shared.meta.clone(),
+            RECOVERED_FENCE_POLL,
+            shutdown_rx.clone(),
+        ));
+        tasks.spawn(wake_held(shared.clone(), shutdown_rx.clone()));
         tasks.spawn(crate::admin::serve(
             shared.clone(),
             admin_listener,

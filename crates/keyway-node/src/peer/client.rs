@@ -33,6 +33,10 @@ pub enum PeerError {
     /// The request was malformed or out of bounds (a bug in the caller).
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
+    /// The peer does not know the thing asked about (e.g. a migration id it
+    /// lost in a restart).
+    #[error("not found at peer: {0}")]
+    NotFound(String),
     /// Anything else the peer reported (storage failure, corrupt answer, ...).
     #[error("peer error: {0}")]
     Remote(String),
@@ -53,6 +57,7 @@ impl PeerError {
                 }
             }
             Code::InvalidArgument => PeerError::InvalidArgument(status.message().to_string()),
+            Code::NotFound => PeerError::NotFound(status.message().to_string()),
             Code::Unavailable | Code::DeadlineExceeded | Code::Cancelled | Code::Unknown => {
                 PeerError::Unavailable(format!("{:?}: {}", status.code(), status.message()))
             }
@@ -211,7 +216,12 @@ impl PeerClient {
     }
 
     /// Runs one call under the deadline, mapping every failure to a `PeerError`.
-    async fn call<Req, T, F, Fut>(&self, what: &str, msg: Req, f: F) -> Result<T, PeerError>
+    pub(super) async fn call<Req, T, F, Fut>(
+        &self,
+        what: &str,
+        msg: Req,
+        f: F,
+    ) -> Result<T, PeerError>
     where
         F: FnOnce(PbClient<Channel>, tonic::Request<Req>) -> Fut,
         Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
@@ -336,8 +346,19 @@ impl PeerClient {
     /// and idempotent; returns the peer's own last seq afterwards. At most
     /// [`super::MAX_APPLY_RECORDS`] records per call.
     pub async fn apply_foreign(&self, records: &[ChangeRecord]) -> Result<Seq, PeerError> {
+        self.apply_foreign_with(records, false).await
+    }
+
+    /// [`PeerClient::apply_foreign`], and with `sync` the peer fsyncs before
+    /// answering: an `Ok` means the records survive a crash of the peer.
+    pub async fn apply_foreign_with(
+        &self,
+        records: &[ChangeRecord],
+        sync: bool,
+    ) -> Result<Seq, PeerError> {
         let msg = pb::ApplyForeignRequest {
             records: records.iter().map(|r| Bytes::from(r.encode())).collect(),
+            sync,
         };
         let r = self
             .call("ApplyForeign", msg, |mut c, r| async move {

@@ -63,13 +63,15 @@
 //! Every engine call runs under `tokio::task::spawn_blocking`.
 
 pub mod client;
+pub mod control;
 pub mod server;
 
 pub use client::{
     ChangesChunk, CopyChunk, CopyReport, PeerClient, PeerError, PeerOptions, SnapshotChunk,
     SnapshotEntry, catch_up, copy_range,
 };
-pub use server::{PeerService, merge_routes, serve_engine};
+pub use control::{PartitionView, PushSpec, PushStatus, Throttle};
+pub use server::{NodeRoles, PeerService, merge_routes, serve_engine};
 
 /// Code generated from `proto/peer.proto` by `build.rs` (protox + tonic-prost-build).
 #[allow(clippy::all, clippy::pedantic, missing_docs, rustdoc::all)]

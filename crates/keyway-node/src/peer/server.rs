@@ -18,10 +18,26 @@ use std::sync::Arc;
 use tokio::net::TcpListener;
 use tonic::{Code, Request, Response, Status};
 
+use crate::migrate::{Migrations, RoleError};
+use crate::peer::PushSpec;
+use crate::routing::Routing;
+use keyway_map::PartitionId;
+
 /// The `Peer` gRPC service over one engine. Cheap to clone.
 #[derive(Clone)]
 pub struct PeerService {
     engine: Arc<dyn Engine>,
+    /// The node's migration roles and routing view (`None` when serving a
+    /// bare engine: the `Migrate*` and `PartitionView` calls are then
+    /// `UNIMPLEMENTED`).
+    node: Option<NodeRoles>,
+}
+
+/// What the role calls need of a running node.
+#[derive(Clone)]
+pub struct NodeRoles {
+    pub migrations: Arc<Migrations>,
+    pub routing: Arc<Routing>,
 }
 
 impl std::fmt::Debug for PeerService {
@@ -33,7 +49,21 @@ impl std::fmt::Debug for PeerService {
 impl PeerService {
     /// A service answering from `engine`.
     pub fn new(engine: Arc<dyn Engine>) -> Self {
-        PeerService { engine }
+        PeerService { engine, node: None }
+    }
+
+    /// A service for a running node: data calls and the migration roles.
+    pub fn for_node(engine: Arc<dyn Engine>, node: NodeRoles) -> Self {
+        PeerService {
+            engine,
+            node: Some(node),
+        }
+    }
+
+    fn node(&self) -> Result<&NodeRoles, Status> {
+        self.node
+            .as_ref()
+            .ok_or_else(|| Status::unimplemented("this server has no migration roles"))
     }
 
     /// The tonic server wrapping this service, with our message-size limits.
@@ -60,9 +90,9 @@ impl PeerService {
 /// Adds the `Peer` service over `engine` to `router` (the admin HTTP router):
 /// gRPC requests (`/keyway.peer.v1.Peer/*`) go to the service, everything
 /// else to the router's own routes. `router` must have no fallback.
-pub fn merge_routes(router: axum::Router, engine: Arc<dyn Engine>) -> axum::Router {
+pub fn merge_routes(router: axum::Router, service: PeerService) -> axum::Router {
     tonic::service::Routes::from(router)
-        .add_service(PeerService::new(engine).into_server())
+        .add_service(service.into_server())
         .prepare()
         .into_axum_router()
 }
@@ -74,7 +104,7 @@ pub async fn serve_engine(
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    let app = merge_routes(axum::Router::new(), engine);
+    let app = merge_routes(axum::Router::new(), PeerService::new(engine));
     axum::serve(listener, app)
         .with_graceful_shutdown(shutdown)
         .await
@@ -100,6 +130,29 @@ pub(crate) fn status_from_storage(err: StorageError) -> Status {
             Status::invalid_argument(err.to_string())
         }
         _ => Status::internal(err.to_string()),
+    }
+}
+
+fn status_from_role(err: RoleError) -> Status {
+    match err {
+        RoleError::Unknown(_) => Status::not_found(err.to_string()),
+        RoleError::Refused(_) | RoleError::Failed(_) => {
+            Status::failed_precondition(err.to_string())
+        }
+    }
+}
+
+fn status_to_pb(s: crate::peer::PushStatus) -> pb::MigrateStatusResponse {
+    pb::MigrateStatusResponse {
+        copied_bytes: s.copied_bytes,
+        copied_keys: s.copied_keys,
+        copy_done: s.copy_done,
+        acked_seq: s.acked_seq,
+        head_seq: s.head_seq,
+        dual: s.dual,
+        fenced: s.fenced,
+        error: s.error.unwrap_or_default(),
+        backoffs: s.backoffs,
     }
 }
 
@@ -268,11 +321,109 @@ impl peer_server::Peer for PeerService {
         }))
     }
 
+    async fn migrate_start(
+        &self,
+        req: Request<pb::MigrateStartRequest>,
+    ) -> Result<Response<pb::MigrateStatusResponse>, Status> {
+        let node = self.node()?;
+        let r = req.into_inner();
+        if r.target.is_empty() {
+            return Err(Status::invalid_argument("target is required"));
+        }
+        let spec = PushSpec {
+            id: r.id,
+            partition: PartitionId(r.partition),
+            range: range_from_pb(r.range)?,
+            target: r.target,
+            copy: r.copy,
+            after_seq: r.after_seq,
+            throttle: crate::peer::Throttle {
+                max_bytes_per_sec: r.max_bytes_per_sec,
+                backoff_latency_us: r.backoff_latency_us,
+                chunk_bytes: r.chunk_bytes,
+            },
+        };
+        let status = node.migrations.start(spec).map_err(status_from_role)?;
+        Ok(Response::new(status_to_pb(status)))
+    }
+
+    async fn migrate_status(
+        &self,
+        req: Request<pb::MigrateIdRequest>,
+    ) -> Result<Response<pb::MigrateStatusResponse>, Status> {
+        let id = req.into_inner().id;
+        let status = self
+            .node()?
+            .migrations
+            .status(id)
+            .map_err(status_from_role)?;
+        Ok(Response::new(status_to_pb(status)))
+    }
+
+    async fn migrate_dual(
+        &self,
+        req: Request<pb::MigrateToggleRequest>,
+    ) -> Result<Response<pb::MigrateDualResponse>, Status> {
+        let r = req.into_inner();
+        let at_seq = self
+            .node()?
+            .migrations
+            .dual(r.id, r.on)
+            .map_err(status_from_role)?;
+        Ok(Response::new(pb::MigrateDualResponse { at_seq }))
+    }
+
+    async fn migrate_fence(
+        &self,
+        req: Request<pb::MigrateToggleRequest>,
+    ) -> Result<Response<pb::MigrateFenceResponse>, Status> {
+        let r = req.into_inner();
+        let seq = self
+            .node()?
+            .migrations
+            .fence(r.id, r.on)
+            .await
+            .map_err(status_from_role)?;
+        Ok(Response::new(pb::MigrateFenceResponse { seq }))
+    }
+
+    async fn migrate_stop(
+        &self,
+        req: Request<pb::MigrateIdRequest>,
+    ) -> Result<Response<pb::MigrateStopResponse>, Status> {
+        self.node()?.migrations.stop(req.into_inner().id);
+        Ok(Response::new(pb::MigrateStopResponse {}))
+    }
+
+    async fn partition_view(
+        &self,
+        req: Request<pb::PartitionViewRequest>,
+    ) -> Result<Response<pb::PartitionViewResponse>, Status> {
+        let pid = PartitionId(req.into_inner().partition);
+        let map = self.node()?.routing.map();
+        let resp = match map.partitions.get(&pid) {
+            Some(p) => pb::PartitionViewResponse {
+                found: true,
+                owner: p.owner.0,
+                epoch: p.epoch.0,
+                map_version: map.version.0,
+            },
+            None => pb::PartitionViewResponse {
+                found: false,
+                map_version: map.version.0,
+                ..Default::default()
+            },
+        };
+        Ok(Response::new(resp))
+    }
+
     async fn apply_foreign(
         &self,
         req: Request<pb::ApplyForeignRequest>,
     ) -> Result<Response<pb::ApplyForeignResponse>, Status> {
-        let raw = req.into_inner().records;
+        let req = req.into_inner();
+        let sync = req.sync;
+        let raw = req.records;
         if raw.len() > MAX_APPLY_RECORDS {
             return Err(Status::invalid_argument(format!(
                 "{} records in one ApplyForeign, at most {MAX_APPLY_RECORDS}",
@@ -287,7 +438,15 @@ impl peer_server::Peer for PeerService {
                     .map_err(|e| Status::invalid_argument(format!("record {i}: {e}")))
             })
             .collect::<Result<Vec<_>, _>>()?;
-        let last_seq = self.blocking(move |e| e.apply_foreign(&records)).await?;
+        let last_seq = self
+            .blocking(move |e| {
+                let seq = e.apply_foreign(&records)?;
+                if sync {
+                    e.sync()?;
+                }
+                Ok(seq)
+            })
+            .await?;
         Ok(Response::new(pb::ApplyForeignResponse { last_seq }))
     }
 

@@ -1,0 +1,317 @@
+//! This node's part in live migrations: the source role.
+//!
+//! The manager drives each migration (`keyway-manager`, over the
+//! `keyway-migration` state machine) and asks the source, through the `Peer`
+//! service's `Migrate*` calls, to:
+//! - **start** a [`Push`] (copy the snapshot, then stream the change log to
+//!   the target, see `push.rs`);
+//! - turn **dual** writing on: the partition's writes are acknowledged only
+//!   once the target has them ([`crate::routing::RoutingGuard::dual`]);
+//! - **fence** the partition: requests for it are held (parked on their
+//!   storage thread, see `crate::executor`) — never refused, never `ASK` or
+//!   `TRYAGAIN` — until the flip moves the partition away (they then get
+//!   `-MOVED`) or the fence lifts (they run);
+//! - **stop**.
+//!
+//! The target needs no role: it receives `ApplyForeign` calls and starts
+//! serving when its map says it owns the partition.
+//!
+//! All of this is volatile. A source that restarts forgets its pushes (the
+//! manager sees `NOT_FOUND` and aborts), but a fence must outlive a crash: if
+//! the source restarted during `CUTOVER` and served the range again, a flip
+//! that commits afterwards would lose those writes. So at start a node reads
+//! the migration records and fences every partition it is the source of in a
+//! `CUTOVER` record ([`recover_fences`]), until the record leaves `CUTOVER`.
+
+mod push;
+
+pub use push::{Push, PushLimits, PushPlan};
+
+use crate::executor::LatencyGauge;
+use crate::metrics::Metrics;
+use crate::peer::{PeerClient, PushSpec, PushStatus};
+use crate::routing::Routing;
+use keyway_map::PartitionId;
+use keyway_meta::MetaStore;
+use keyway_migration::{MigrationRecord, MigrationState};
+use keyway_storage::{Engine, Seq};
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// Why a role call failed.
+#[derive(thiserror::Error, Debug, Clone, PartialEq, Eq)]
+pub enum RoleError {
+    /// This node has no push for the id (it restarted, or it was stopped).
+    #[error("no migration {0} on this node")]
+    Unknown(u64),
+    /// The call does not fit this node's state (e.g. it does not own the partition).
+    #[error("{0}")]
+    Refused(String),
+    /// The push failed or the target did not keep up in time.
+    #[error("{0}")]
+    Failed(String),
+}
+
+/// Limits of the source role, from the node configuration.
+#[derive(Clone, Copy, Debug)]
+pub struct RoleLimits {
+    pub push: PushLimits,
+    /// How long a fence waits for the target to hold every accepted write.
+    pub fence_drain_timeout: Duration,
+}
+
+/// The migrations this node is the source of.
+pub struct Migrations {
+    engine: Arc<dyn Engine>,
+    routing: Arc<Routing>,
+    metrics: Arc<Metrics>,
+    latency: Arc<LatencyGauge>,
+    limits: RoleLimits,
+    pushes: Mutex<BTreeMap<u64, Arc<Push>>>,
+    /// Fences set at start from `CUTOVER` records (migration id → partition).
+    recovered: Mutex<BTreeMap<u64, PartitionId>>,
+}
+
+impl Migrations {
+    pub fn new(
+        engine: Arc<dyn Engine>,
+        routing: Arc<Routing>,
+        metrics: Arc<Metrics>,
+        latency: Arc<LatencyGauge>,
+        limits: RoleLimits,
+    ) -> Self {
+        Migrations {
+            engine,
+            routing,
+            metrics,
+            latency,
+            limits,
+            pushes: Mutex::new(BTreeMap::new()),
+            recovered: Mutex::new(BTreeMap::new()),
+        }
+    }
+
+    fn push(&self, id: u64) -> Result<Arc<Push>, RoleError> {
+        self.pushes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&id)
+            .cloned()
+            .ok_or(RoleError::Unknown(id))
+    }
+
+    /// Starts push `spec.id` (a repeat for a running id only reports).
+    pub fn start(&self, spec: PushSpec) -> Result<PushStatus, RoleError> {
+        if let Ok(push) = self.push(spec.id) {
+            return Ok(self.status_of(&push));
+        }
+        let map = self.routing.map();
+        let me = self.routing.node_id();
+        let owned = map
+            .partitions
+            .get(&spec.partition)
+            .is_some_and(|p| p.owner == me);
+        if !owned {
+            return Err(RoleError::Refused(format!(
+                "this node does not own partition {} (map version {})",
+                spec.partition, map.version
+            )));
+        }
+        let target = PeerClient::connect(&spec.target)
+            .map_err(|e| RoleError::Refused(format!("target address: {e}")))?;
+        let plan = PushPlan {
+            id: spec.id,
+            partition: spec.partition,
+            range: spec.range,
+            copy: spec.copy,
+            after_seq: spec.after_seq,
+            throttle: spec.throttle,
+        };
+        let push = Push::new(
+            plan,
+            target,
+            self.engine.clone(),
+            self.metrics.clone(),
+            self.latency.clone(),
+            self.limits.push,
+        );
+        let mut pushes = self.pushes.lock().unwrap_or_else(|e| e.into_inner());
+        let push = pushes
+            .entry(spec.id)
+            .or_insert_with(|| {
+                tokio::spawn(push.clone().run());
+                push
+            })
+            .clone();
+        self.metrics.migration_pushes.set(pushes.len() as i64);
+        drop(pushes);
+        tracing::info!(migration = spec.id, partition = %spec.partition, target = %spec.target,
+            copy = spec.copy, after_seq = spec.after_seq, "migration push started");
+        Ok(self.status_of(&push))
+    }
+
+    /// Progress of push `id`.
+    pub fn status(&self, id: u64) -> Result<PushStatus, RoleError> {
+        let push = self.push(id)?;
+        let status = self.status_of(&push);
+        self.metrics
+            .migration_lag_records
+            .set(status.head_seq.saturating_sub(status.acked_seq) as i64);
+        Ok(status)
+    }
+
+    fn status_of(&self, push: &Push) -> PushStatus {
+        push.status(self.routing.is_fenced(push.plan.partition))
+    }
+
+    /// Dual writing on or off; returns the seq after which every write of
+    /// the partition is dual-written.
+    pub fn dual(&self, id: u64, on: bool) -> Result<Seq, RoleError> {
+        let push = match (self.push(id), on) {
+            (Ok(push), _) => push,
+            (Err(_), false) => return Ok(self.engine.last_seq()),
+            (Err(e), true) => return Err(e),
+        };
+        if let Some(e) = push.error() {
+            return Err(RoleError::Failed(e));
+        }
+        let engine = self.engine.clone();
+        let pid = push.plan.partition;
+        push.dual.store(on, std::sync::atomic::Ordering::Release);
+        let at = self
+            .routing
+            .set_dual(pid, on.then(|| push.clone()), || engine.last_seq());
+        tracing::info!(migration = id, partition = %pid, on, at_seq = at, "dual writing");
+        Ok(at)
+    }
+
+    /// Fence on: hold the partition's requests, drain in-flight writes, and
+    /// answer once the target has every write accepted (the seq then).
+    /// Fence off: held requests run again. Off also lifts a fence recovered
+    /// at start for `id`.
+    pub async fn fence(&self, id: u64, on: bool) -> Result<Seq, RoleError> {
+        if !on {
+            if let Some(pid) = self.take_recovered(id) {
+                self.routing.set_fenced(pid, false);
+            }
+            if let Ok(push) = self.push(id) {
+                self.routing.set_fenced(push.plan.partition, false);
+            }
+            return Ok(self.engine.last_seq());
+        }
+        let push = self.push(id)?;
+        if let Some(e) = push.error() {
+            return Err(RoleError::Failed(e));
+        }
+        // Taking the fence waits for every request admitted before it: their
+        // writes are in the engine, at or below `head`.
+        self.routing.set_fenced(push.plan.partition, true);
+        let head = self.engine.last_seq();
+        push.wait_acked(head, self.limits.fence_drain_timeout)
+            .await
+            .map_err(RoleError::Failed)?;
+        tracing::info!(migration = id, partition = %push.plan.partition, seq = head, "source fenced");
+        Ok(head)
+    }
+
+    /// Stops push `id`: dual writing off, fence lifted, stream ended.
+    pub fn stop(&self, id: u64) {
+        if let Some(pid) = self.take_recovered(id) {
+            self.routing.set_fenced(pid, false);
+        }
+        let push = {
+            let mut pushes = self.pushes.lock().unwrap_or_else(|e| e.into_inner());
+            let push = pushes.remove(&id);
+            self.metrics.migration_pushes.set(pushes.len() as i64);
+            push
+        };
+        if let Some(push) = push {
+            let pid = push.plan.partition;
+            self.routing.set_dual(pid, None, || ());
+            self.routing.set_fenced(pid, false);
+            push.stop();
+            tracing::info!(migration = id, partition = %pid, "migration push stopped");
+        }
+    }
+
+    fn take_recovered(&self, id: u64) -> Option<PartitionId> {
+        self.recovered
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&id)
+    }
+
+    /// Ids of fences recovered at start that are still in place.
+    pub fn recovered_fences(&self) -> Vec<(u64, PartitionId)> {
+        self.recovered
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .map(|(id, pid)| (*id, *pid))
+            .collect()
+    }
+}
+
+/// At start: fences every partition this node is the source of in a
+/// `CUTOVER` record whose flip is not known to be done (see the module
+/// docs). Returns how many.
+pub async fn recover_fences(
+    migrations: &Migrations,
+    meta: &dyn MetaStore,
+) -> Result<usize, keyway_meta::MetaError> {
+    let me = migrations.routing.node_id();
+    let mut fenced = 0;
+    for stored in meta.migrations().await? {
+        let Ok(rec) = MigrationRecord::decode(&stored.record) else {
+            tracing::warn!(id = stored.id, "undecodable migration record; ignored");
+            continue;
+        };
+        if in_cutover_from(&rec, me) {
+            migrations.routing.set_fenced(rec.partition_id(), true);
+            migrations
+                .recovered
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(stored.id, rec.partition_id());
+            tracing::warn!(migration = stored.id, partition = %rec.partition_id(),
+                "restarted during a migration cutover: partition fenced until the record leaves CUTOVER");
+            fenced += 1;
+        }
+    }
+    Ok(fenced)
+}
+
+fn in_cutover_from(rec: &MigrationRecord, me: keyway_map::NodeId) -> bool {
+    rec.state == MigrationState::Cutover && rec.source() == me && !rec.flipped()
+}
+
+/// Lifts recovered fences whose record left `CUTOVER` (polls the store
+/// every `every` while any is in place).
+pub async fn watch_recovered_fences(
+    migrations: Arc<Migrations>,
+    meta: Arc<dyn MetaStore>,
+    every: Duration,
+    mut shutdown: tokio::sync::watch::Receiver<bool>,
+) {
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(every) => {}
+            _ = shutdown.changed() => return,
+        }
+        let me = migrations.routing.node_id();
+        for (id, pid) in migrations.recovered_fences() {
+            let still = match meta.get_migration(id).await {
+                Ok(Some(s)) => MigrationRecord::decode(&s.record)
+                    .map(|r| in_cutover_from(&r, me))
+                    .unwrap_or(false),
+                Ok(None) => false,
+                Err(_) => true, // store unreachable: keep the fence
+            };
+            if !still && migrations.take_recovered(id).is_some() {
+                migrations.routing.set_fenced(pid, false);
+                tracing::info!(migration = id, partition = %pid, "recovered fence lifted");
+            }
+        }
+    }
+}

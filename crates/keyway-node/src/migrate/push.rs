@@ -1,0 +1,522 @@
+//! [`Push`]: one migration's data stream from this node (the source) to the
+//! target.
+//!
+//! Process overview:
+//! 1. **Clean the target** (only when copying): drop whatever an earlier,
+//!    aborted attempt left of the range there, so the copy starts empty.
+//! 2. **COPYING**: page through the range in chunks (each from its own
+//!    short-lived engine snapshot; a long-open snapshot would pin old
+//!    versions) and apply each chunk at the target as foreign `Put`s with the
+//!    chunk's seq as version, fsynced. Throttled: at most
+//!    `max_bytes_per_sec`, and backing off while this node's foreground
+//!    latency is above `backoff_latency_us` (seed 003).
+//! 3. **CATCHUP / DUAL**: replay this node's change log for the range after
+//!    S (the snapshot seq), in order, applied at the target and fsynced;
+//!    `acked_seq` advances to the last examined seq. This runs until the push
+//!    is stopped: in `DUAL` it is what carries each new write to the target.
+//! 4. **Dual writes**: a write in a dual-written partition hands its reply to
+//!    [`Push::defer`]; the reply is released once `acked_seq` passes the
+//!    write's seq, i.e. once the target has it durably. A reply that waits
+//!    longer than `dual_ack_timeout` fails the push (the migration must then
+//!    abort) and is released: the write is durable here, at the owner.
+//!
+//! Why the replay after S converges onto the snapshot is explained in
+//! `crate::peer` (fuzzy snapshot plus replay from the first chunk's seq;
+//! versions make every repeat harmless).
+
+use crate::executor::LatencyGauge;
+use crate::metrics::Metrics;
+use crate::peer::{PeerClient, PeerError, PushStatus, Throttle};
+use bytes::Bytes;
+use keyway_map::PartitionId;
+use keyway_resp::Frame;
+use keyway_storage::{ChangeRecord, Engine, KeyRange, Mutation, Seq, StorageError};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::sync::{Notify, oneshot, watch};
+
+/// Entries per copy chunk at most.
+const COPY_CHUNK_ENTRIES: usize = 1_000;
+/// Change records examined per catch-up read at most.
+const STREAM_BATCH_RECORDS: usize = 5_000;
+/// Encoded change-record bytes per catch-up apply at most.
+const STREAM_BATCH_BYTES: usize = 4 * 1024 * 1024;
+/// Entries per target-cleaning call.
+const CLEAN_CHUNK_ENTRIES: usize = 10_000;
+/// How often an idle stream looks for records nobody announced.
+const IDLE_POLL: Duration = Duration::from_millis(10);
+/// Longest single back-off of the copy for foreground latency.
+const MAX_BACKOFF: Duration = Duration::from_secs(1);
+/// Back-offs in a row after which one chunk is copied anyway (progress).
+const MAX_BACKOFFS_IN_A_ROW: u32 = 8;
+
+/// Limits of a push, from the node configuration.
+#[derive(Clone, Copy, Debug)]
+pub struct PushLimits {
+    /// A dual write waiting longer than this for the target fails the push.
+    pub dual_ack_timeout: Duration,
+    /// A target failing every apply for this long fails the push.
+    pub target_retry_timeout: Duration,
+}
+
+/// What the push was asked to do (see `MigrateStart` in `peer.proto`).
+#[derive(Clone, Debug)]
+pub struct PushPlan {
+    pub id: u64,
+    pub partition: PartitionId,
+    pub range: KeyRange,
+    pub copy: bool,
+    pub after_seq: Seq,
+    pub throttle: Throttle,
+}
+
+struct Waiter {
+    seq: Seq,
+    reply: oneshot::Sender<Frame>,
+    frame: Frame,
+    since: Instant,
+}
+
+/// One running push; see the module docs.
+pub struct Push {
+    pub plan: PushPlan,
+    target: PeerClient,
+    engine: Arc<dyn Engine>,
+    metrics: Arc<Metrics>,
+    latency: Arc<LatencyGauge>,
+    limits: PushLimits,
+    copied_bytes: AtomicU64,
+    copied_keys: AtomicU64,
+    copy_done: AtomicBool,
+    backoffs: AtomicU64,
+    acked: watch::Sender<Seq>,
+    error: Mutex<Option<String>>,
+    waiters: Mutex<Vec<Waiter>>,
+    wake: Notify,
+    stopped: AtomicBool,
+    pub(crate) dual: AtomicBool,
+}
+
+impl Push {
+    pub fn new(
+        plan: PushPlan,
+        target: PeerClient,
+        engine: Arc<dyn Engine>,
+        metrics: Arc<Metrics>,
+        latency: Arc<LatencyGauge>,
+        limits: PushLimits,
+    ) -> Arc<Push> {
+        let after = plan.after_seq;
+        Arc::new(Push {
+            copy_done: AtomicBool::new(!plan.copy),
+            plan,
+            target,
+            engine,
+            metrics,
+            latency,
+            limits,
+            copied_bytes: AtomicU64::new(0),
+            copied_keys: AtomicU64::new(0),
+            backoffs: AtomicU64::new(0),
+            acked: watch::channel(after).0,
+            error: Mutex::new(None),
+            waiters: Mutex::new(Vec::new()),
+            wake: Notify::new(),
+            stopped: AtomicBool::new(false),
+            dual: AtomicBool::new(false),
+        })
+    }
+
+    /// The progress report `MigrateStatus` answers with.
+    pub fn status(&self, fenced: bool) -> PushStatus {
+        PushStatus {
+            copied_bytes: self.copied_bytes.load(Ordering::Relaxed),
+            copied_keys: self.copied_keys.load(Ordering::Relaxed),
+            copy_done: self.copy_done.load(Ordering::Acquire),
+            acked_seq: *self.acked.borrow(),
+            head_seq: self.engine.last_seq(),
+            dual: self.dual.load(Ordering::Acquire),
+            fenced,
+            error: self.error(),
+            backoffs: self.backoffs.load(Ordering::Relaxed),
+        }
+    }
+
+    pub fn error(&self) -> Option<String> {
+        self.error.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Every record of the range with seq <= this is at the target.
+    pub fn acked_seq(&self) -> Seq {
+        *self.acked.borrow()
+    }
+
+    /// Takes over the released reply of a write with seq `seq`: sent once the
+    /// target has the write (or at once if it already has it, or the push failed).
+    pub fn defer(&self, seq: Seq, reply: oneshot::Sender<Frame>, frame: Frame) {
+        if self.acked_seq() >= seq || self.error.lock().is_ok_and(|e| e.is_some()) {
+            let _ = reply.send(frame);
+            return;
+        }
+        self.waiters
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(Waiter {
+                seq,
+                reply,
+                frame,
+                since: Instant::now(),
+            });
+        self.wake.notify_one();
+        // The stream may have advanced between the check and the push.
+        self.release_acked(self.acked_seq());
+    }
+
+    /// Waits until the target has every record up to `seq`; `Err` if the push
+    /// failed or `timeout` passed first.
+    pub async fn wait_acked(&self, seq: Seq, timeout: Duration) -> Result<(), String> {
+        let mut rx = self.acked.subscribe();
+        self.wake.notify_one();
+        let wait = async {
+            loop {
+                if let Some(e) = self.error() {
+                    return Err(e);
+                }
+                if *rx.borrow_and_update() >= seq {
+                    return Ok(());
+                }
+                // The stream also wakes this on failure (it bumps `acked`).
+                if rx.changed().await.is_err() {
+                    return Err("push ended".to_string());
+                }
+            }
+        };
+        match tokio::time::timeout(timeout, wait).await {
+            Ok(r) => r,
+            Err(_) => Err(format!(
+                "the target did not acknowledge seq {seq} within {} ms",
+                timeout.as_millis()
+            )),
+        }
+    }
+
+    /// Ends the push; pending dual replies are released (the writes are
+    /// durable here).
+    pub fn stop(&self) {
+        self.stopped.store(true, Ordering::Release);
+        self.wake.notify_one();
+        self.release_all();
+    }
+
+    fn stopped(&self) -> bool {
+        self.stopped.load(Ordering::Acquire)
+    }
+
+    /// Marks the push failed for good and releases every waiting reply.
+    fn fail(&self, why: String) {
+        tracing::warn!(migration = self.plan.id, %why, "migration push failed");
+        *self.error.lock().unwrap_or_else(|e| e.into_inner()) = Some(why);
+        self.release_all();
+        self.acked.send_modify(|_| {});
+    }
+
+    fn release_all(&self) {
+        let waiters = std::mem::take(&mut *self.waiters.lock().unwrap_or_else(|e| e.into_inner()));
+        for w in waiters {
+            let _ = w.reply.send(w.frame);
+        }
+    }
+
+    fn release_acked(&self, acked: Seq) {
+        let ready: Vec<Waiter> = {
+            let mut waiters = self.waiters.lock().unwrap_or_else(|e| e.into_inner());
+            let (ready, wait) = std::mem::take(&mut *waiters)
+                .into_iter()
+                .partition(|w| w.seq <= acked);
+            *waiters = wait;
+            ready
+        };
+        for w in ready {
+            self.metrics
+                .migration_dual_wait_seconds
+                .observe(w.since.elapsed().as_secs_f64());
+            let _ = w.reply.send(w.frame);
+        }
+    }
+
+    /// The oldest dual reply has waited too long: the target is not keeping up.
+    fn dual_overdue(&self) -> bool {
+        self.waiters
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .any(|w| w.since.elapsed() > self.limits.dual_ack_timeout)
+    }
+
+    /// The push's task: copy (if asked), then stream until stopped.
+    pub async fn run(self: Arc<Self>) {
+        if self.plan.copy {
+            match self.copy().await {
+                Ok(()) => self.copy_done.store(true, Ordering::Release),
+                Err(e) => return self.fail(e),
+            }
+        }
+        if let Err(e) = self.stream().await {
+            self.fail(e);
+        }
+    }
+
+    async fn copy(&self) -> Result<(), String> {
+        self.clean_target().await?;
+        let started = Instant::now();
+        let mut after: Option<Bytes> = None;
+        let mut in_a_row = 0u32;
+        loop {
+            if self.stopped() {
+                return Err("stopped".into());
+            }
+            if let Some(pause) = self.backoff(&mut in_a_row) {
+                tokio::time::sleep(pause).await;
+                continue;
+            }
+            let engine = self.engine.clone();
+            let range = self.plan.range.clone();
+            let max_bytes = chunk_bytes(&self.plan.throttle);
+            let cursor = after.clone();
+            let chunk = blocking(move || read_chunk(&*engine, &range, cursor, max_bytes)).await?;
+            if !chunk.records.is_empty() {
+                self.apply(&chunk.records).await?;
+            }
+            let total = self.copied_bytes.fetch_add(chunk.bytes, Ordering::Relaxed) + chunk.bytes;
+            self.copied_keys
+                .fetch_add(chunk.records.len() as u64, Ordering::Relaxed);
+            self.metrics.migration_copied_bytes.inc_by(chunk.bytes);
+            match chunk.next {
+                Some(next) => after = Some(next),
+                None => return Ok(()),
+            }
+            if let Some(wait) = rate_wait(&self.plan.throttle, total, started.elapsed()) {
+                tokio::time::sleep(wait).await;
+            }
+        }
+    }
+
+    /// How long to back off before the next chunk, if at all.
+    fn backoff(&self, in_a_row: &mut u32) -> Option<Duration> {
+        let limit = self.plan.throttle.backoff_latency_us;
+        if limit == 0 || self.latency.micros() <= limit || *in_a_row >= MAX_BACKOFFS_IN_A_ROW {
+            *in_a_row = 0;
+            return None;
+        }
+        *in_a_row += 1;
+        self.backoffs.fetch_add(1, Ordering::Relaxed);
+        self.metrics.migration_backoffs.inc();
+        Some((Duration::from_millis(10) * 2u32.pow(*in_a_row)).min(MAX_BACKOFF))
+    }
+
+    async fn clean_target(&self) -> Result<(), String> {
+        loop {
+            let deleted = self
+                .retry(|| {
+                    self.target
+                        .drop_range_chunk(&self.plan.range, CLEAN_CHUNK_ENTRIES)
+                })
+                .await?;
+            if deleted == 0 {
+                return Ok(());
+            }
+        }
+    }
+
+    async fn stream(&self) -> Result<(), String> {
+        loop {
+            if self.stopped() {
+                return Ok(());
+            }
+            let acked = self.acked_seq();
+            if self.dual_overdue() {
+                return Err(format!(
+                    "a dual write waited more than {} ms for the target",
+                    self.limits.dual_ack_timeout.as_millis()
+                ));
+            }
+            if acked >= self.engine.last_seq() {
+                let _ = tokio::time::timeout(IDLE_POLL, self.wake.notified()).await;
+                continue;
+            }
+            let engine = self.engine.clone();
+            let range = self.plan.range.clone();
+            let (records, examined) =
+                blocking(move || read_changes(&*engine, &range, acked)).await?;
+            if !records.is_empty() {
+                self.apply(&records).await?;
+                self.metrics
+                    .migration_forwarded_records
+                    .inc_by(records.len() as u64);
+            }
+            self.acked.send_replace(examined);
+            self.release_acked(examined);
+        }
+    }
+
+    /// Applies `records` at the target, fsynced, retrying transient failures.
+    async fn apply(&self, records: &[ChangeRecord]) -> Result<(), String> {
+        self.retry(|| self.target.apply_foreign_with(records, true))
+            .await
+            .map(|_| ())
+    }
+
+    /// Retries `call` while it fails as unavailable, for at most
+    /// `target_retry_timeout`; other errors fail at once.
+    async fn retry<T, F, Fut>(&self, mut call: F) -> Result<T, String>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, PeerError>>,
+    {
+        let started = Instant::now();
+        let mut pause = Duration::from_millis(20);
+        loop {
+            match call().await {
+                Ok(v) => return Ok(v),
+                Err(PeerError::Unavailable(e))
+                    if started.elapsed() < self.limits.target_retry_timeout
+                        && !self.stopped()
+                        && !self.dual_overdue() =>
+                {
+                    tracing::debug!(migration = self.plan.id, %e, "target unavailable; retrying");
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(Duration::from_millis(500));
+                }
+                Err(e) => return Err(format!("target {}: {e}", self.target.addr())),
+            }
+        }
+    }
+}
+
+/// Payload bytes per copy chunk.
+fn chunk_bytes(t: &Throttle) -> u64 {
+    match t.chunk_bytes {
+        0 => Throttle::default().chunk_bytes,
+        n => n.min(crate::peer::MAX_CHUNK_BYTES),
+    }
+}
+
+/// How long to wait so that `copied` bytes after `elapsed` stay under the cap.
+pub(crate) fn rate_wait(t: &Throttle, copied: u64, elapsed: Duration) -> Option<Duration> {
+    if t.max_bytes_per_sec == 0 {
+        return None;
+    }
+    let due = Duration::from_secs_f64(copied as f64 / t.max_bytes_per_sec as f64);
+    due.checked_sub(elapsed).filter(|d| !d.is_zero())
+}
+
+struct CopyChunk {
+    records: Vec<ChangeRecord>,
+    next: Option<Bytes>,
+    bytes: u64,
+}
+
+/// One copy chunk: foreign `Put`s versioned with the seq of the engine
+/// snapshot they were read from (`as_of`, see `crate::peer`).
+fn read_chunk(
+    engine: &dyn Engine,
+    range: &KeyRange,
+    after: Option<Bytes>,
+    max_bytes: u64,
+) -> Result<CopyChunk, StorageError> {
+    let chunk = engine.scan(range, after.as_deref(), COPY_CHUNK_ENTRIES)?;
+    let mut records = Vec::with_capacity(chunk.entries.len());
+    let mut bytes = 0u64;
+    let mut next = chunk.next;
+    for (key, value) in chunk.entries {
+        let size = (key.len() + value.data.len()) as u64;
+        if !records.is_empty() && bytes + size > max_bytes {
+            // Resume after the last key taken.
+            next = records
+                .last()
+                .map(|r: &ChangeRecord| r.mutation.key().clone());
+            break;
+        }
+        bytes += size;
+        records.push(ChangeRecord {
+            seq: chunk.seq,
+            mutation: Mutation::Put {
+                key,
+                kind: value.kind,
+                expire_at_ms: value.expire_at_ms,
+                data: value.data,
+            },
+        });
+    }
+    Ok(CopyChunk {
+        records,
+        next,
+        bytes,
+    })
+}
+
+/// This node's change records for `range` after `after` (one bounded read),
+/// and the last seq examined.
+fn read_changes(
+    engine: &dyn Engine,
+    range: &KeyRange,
+    after: Seq,
+) -> Result<(Vec<ChangeRecord>, Seq), StorageError> {
+    let all = engine.changes_since(after, STREAM_BATCH_RECORDS)?;
+    let mut examined = after;
+    let mut bytes = 0usize;
+    let mut out = Vec::new();
+    for r in all {
+        if range.contains(r.mutation.key()) {
+            let size = r.mutation.key().len() + mutation_data_len(&r.mutation);
+            if !out.is_empty() && bytes + size > STREAM_BATCH_BYTES {
+                break;
+            }
+            bytes += size;
+            out.push(r.clone());
+        }
+        examined = r.seq;
+    }
+    Ok((out, examined))
+}
+
+fn mutation_data_len(m: &Mutation) -> usize {
+    match m {
+        Mutation::Put { data, .. } => data.len(),
+        _ => 0,
+    }
+}
+
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, StorageError> + Send + 'static,
+) -> Result<T, String> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| format!("engine task failed: {e}"))?
+        .map_err(|e| format!("source storage: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_rate_cap_paces_the_copy() {
+        let t = Throttle {
+            max_bytes_per_sec: 1_000,
+            backoff_latency_us: 0,
+            chunk_bytes: 0,
+        };
+        assert_eq!(
+            rate_wait(&t, 500, Duration::from_millis(100)),
+            Some(Duration::from_millis(400))
+        );
+        assert_eq!(rate_wait(&t, 500, Duration::from_millis(600)), None);
+        let unlimited = Throttle {
+            max_bytes_per_sec: 0,
+            ..t
+        };
+        assert_eq!(rate_wait(&unlimited, u64::MAX, Duration::ZERO), None);
+    }
+}

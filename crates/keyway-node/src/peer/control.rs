@@ -1,0 +1,184 @@
+//! The migration-role calls of [`PeerClient`]: what the manager asks of a
+//! migration's source (start the push, dual-write, fence, stop) and of any
+//! node (its view of a partition). See `proto/peer.proto` for the contract;
+//! every call is keyed by migration id and safe to repeat, and
+//! [`PeerError::NotFound`] means the node lost (or never had) the
+//! migration's volatile state.
+
+use super::client::{PeerClient, PeerError};
+use super::pb;
+use keyway_map::{Epoch, MapVersion, NodeId, PartitionId};
+use keyway_storage::{KeyRange, Seq};
+
+/// What [`PeerClient::migrate_start`] asks the source to do.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PushSpec {
+    pub id: u64,
+    pub partition: PartitionId,
+    /// The partition's storage range on the source.
+    pub range: KeyRange,
+    /// The target's admin address.
+    pub target: String,
+    /// Copy the snapshot first (`COPYING`); false = change log only.
+    pub copy: bool,
+    /// Stream change records with seq > `after_seq`.
+    pub after_seq: Seq,
+    pub throttle: Throttle,
+}
+
+/// How fast the source may copy a snapshot (seed 003: throttling is not optional).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Throttle {
+    /// Snapshot bytes per second; 0 = unlimited.
+    pub max_bytes_per_sec: u64,
+    /// Back off while the source's recent foreground latency exceeds this
+    /// many microseconds; 0 = never.
+    pub backoff_latency_us: u64,
+    /// Payload bytes per snapshot chunk; 0 = the node's default.
+    pub chunk_bytes: u64,
+}
+
+impl Default for Throttle {
+    /// 64 MiB/s, back off above 20 ms of foreground latency, 256 KiB chunks.
+    fn default() -> Self {
+        Throttle {
+            max_bytes_per_sec: 64 * 1024 * 1024,
+            backoff_latency_us: 20_000,
+            chunk_bytes: 256 * 1024,
+        }
+    }
+}
+
+/// The source's report on one push.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PushStatus {
+    pub copied_bytes: u64,
+    pub copied_keys: u64,
+    pub copy_done: bool,
+    /// Every record of the range with seq <= `acked_seq` is applied (and
+    /// fsynced) at the target.
+    pub acked_seq: Seq,
+    /// The source's last assigned seq.
+    pub head_seq: Seq,
+    pub dual: bool,
+    pub fenced: bool,
+    /// The push failed for good: the migration must abort.
+    pub error: Option<String>,
+    /// Times the copy backed off for foreground latency.
+    pub backoffs: u64,
+}
+
+impl From<pb::MigrateStatusResponse> for PushStatus {
+    fn from(r: pb::MigrateStatusResponse) -> Self {
+        PushStatus {
+            copied_bytes: r.copied_bytes,
+            copied_keys: r.copied_keys,
+            copy_done: r.copy_done,
+            acked_seq: r.acked_seq,
+            head_seq: r.head_seq,
+            dual: r.dual,
+            fenced: r.fenced,
+            error: (!r.error.is_empty()).then_some(r.error),
+            backoffs: r.backoffs,
+        }
+    }
+}
+
+/// A node's installed view of one partition.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PartitionView {
+    pub owner: NodeId,
+    pub epoch: Epoch,
+    pub map_version: MapVersion,
+}
+
+impl PeerClient {
+    /// Source: start (or keep) pushing the range to the target.
+    pub async fn migrate_start(&self, spec: &PushSpec) -> Result<PushStatus, PeerError> {
+        let msg = pb::MigrateStartRequest {
+            id: spec.id,
+            partition: spec.partition.0,
+            range: Some(pb::KeyRange {
+                start: spec.range.start.clone(),
+                end: spec.range.end.clone(),
+            }),
+            target: spec.target.clone(),
+            copy: spec.copy,
+            after_seq: spec.after_seq,
+            max_bytes_per_sec: spec.throttle.max_bytes_per_sec,
+            backoff_latency_us: spec.throttle.backoff_latency_us,
+            chunk_bytes: spec.throttle.chunk_bytes,
+        };
+        let r = self
+            .call("MigrateStart", msg, |mut c, r| async move {
+                c.migrate_start(r).await
+            })
+            .await?;
+        Ok(r.into())
+    }
+
+    /// Source: progress of push `id`.
+    pub async fn migrate_status(&self, id: u64) -> Result<PushStatus, PeerError> {
+        let msg = pb::MigrateIdRequest { id };
+        let r = self
+            .call("MigrateStatus", msg, |mut c, r| async move {
+                c.migrate_status(r).await
+            })
+            .await?;
+        Ok(r.into())
+    }
+
+    /// Source: dual-write on/off; returns the seq after which every write is
+    /// dual-written.
+    pub async fn migrate_dual(&self, id: u64, on: bool) -> Result<Seq, PeerError> {
+        let msg = pb::MigrateToggleRequest { id, on };
+        let r = self
+            .call("MigrateDual", msg, |mut c, r| async move {
+                c.migrate_dual(r).await
+            })
+            .await?;
+        Ok(r.at_seq)
+    }
+
+    /// Source: fence on/off; with `on`, answers once in-flight writes are
+    /// drained and applied at the target, with the source's seq then.
+    pub async fn migrate_fence(&self, id: u64, on: bool) -> Result<Seq, PeerError> {
+        let msg = pb::MigrateToggleRequest { id, on };
+        let r = self
+            .call("MigrateFence", msg, |mut c, r| async move {
+                c.migrate_fence(r).await
+            })
+            .await?;
+        Ok(r.seq)
+    }
+
+    /// Source: stop push `id` (no-op for an unknown id).
+    pub async fn migrate_stop(&self, id: u64) -> Result<(), PeerError> {
+        let msg = pb::MigrateIdRequest { id };
+        self.call("MigrateStop", msg, |mut c, r| async move {
+            c.migrate_stop(r).await
+        })
+        .await?;
+        Ok(())
+    }
+
+    /// The partition as the peer's installed map has it (`None`: unknown there).
+    pub async fn partition_view(
+        &self,
+        partition: PartitionId,
+    ) -> Result<Option<PartitionView>, PeerError> {
+        let msg = pb::PartitionViewRequest {
+            partition: partition.0,
+        };
+        let r = self
+            .call("PartitionView", msg, |mut c, r| async move {
+                c.partition_view(r).await
+            })
+            .await?;
+        Ok(r.found.then_some(PartitionView {
+            owner: NodeId(r.owner),
+            epoch: Epoch(r.epoch),
+            map_version: MapVersion(r.map_version),
+        }))
+    }
+}

@@ -1,0 +1,281 @@
+//! The source's migration roles, driven by hand over the `Peer` RPCs (the
+//! manager's driver is tested elsewhere): the push copies and keeps the target
+//! caught up, dual writes are at the target when acknowledged, a fenced
+//! partition holds requests — they get `-MOVED` once the flip is installed,
+//! or run once the fence lifts — and never see an error.
+
+mod common;
+
+use common::Resp;
+use keyway_cluster::{ClusterSpec, LocalCluster};
+use keyway_map::{
+    DEFAULT_KEYSPACE, Epoch, MapChange, NodeId, OwnershipCondition, PartitionRecord, key_hash_slot,
+};
+use keyway_meta::MapTxn;
+use keyway_node::peer::{PeerClient, PushSpec, Throttle};
+use keyway_resp::Frame;
+use keyway_storage::KeyRange;
+use std::time::Duration;
+
+const WAIT: Duration = Duration::from_secs(20);
+
+/// Polls `probe` until it holds or `within` passes; true if it held.
+async fn wait_until<F, Fut>(within: Duration, mut probe: F) -> bool
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + within;
+    while tokio::time::Instant::now() < deadline {
+        if probe().await {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    false
+}
+
+struct Setup {
+    cluster: LocalCluster,
+    partition: PartitionRecord,
+    source: PeerClient,
+    target: PeerClient,
+    target_id: NodeId,
+    source_port: u16,
+    range: KeyRange,
+    /// Keys of `partition`.
+    keys: Vec<String>,
+}
+
+async fn setup(dir: &std::path::Path) -> Setup {
+    let mut spec = ClusterSpec::ephemeral(2, dir.to_path_buf());
+    spec.node.lease_ttl_ms = 60_000;
+    let cluster = LocalCluster::start(spec).await.expect("cluster starts");
+    cluster.wait_serving(WAIT).await.unwrap();
+    let map = cluster.map().await.unwrap();
+    let partition = map
+        .locate_slot(DEFAULT_KEYSPACE, key_hash_slot(b"k0"))
+        .unwrap()
+        .clone();
+    let keys: Vec<String> = (0..20_000)
+        .map(|i| format!("k{i}"))
+        .filter(|k| partition.contains_slot_of(k))
+        .take(300)
+        .collect();
+    let admin = |id: NodeId| map.nodes[&id].admin_addr.clone();
+    let target_id = *map.nodes.keys().find(|n| **n != partition.owner).unwrap();
+    let source_port: u16 = map.nodes[&partition.owner]
+        .resp_addr
+        .rsplit_once(':')
+        .unwrap()
+        .1
+        .parse()
+        .unwrap();
+    let (start, end) = partition.storage_bounds();
+    Setup {
+        source: PeerClient::connect(&admin(partition.owner)).unwrap(),
+        target: PeerClient::connect(&admin(target_id)).unwrap(),
+        target_id,
+        source_port,
+        range: KeyRange::new(start, end),
+        keys,
+        partition,
+        cluster,
+    }
+}
+
+trait SlotOf {
+    fn contains_slot_of(&self, key: &str) -> bool;
+}
+
+impl SlotOf for PartitionRecord {
+    fn contains_slot_of(&self, key: &str) -> bool {
+        let (first, last) = self.slot_span();
+        (first..=last).contains(&key_hash_slot(key.as_bytes()))
+    }
+}
+
+fn ok(frame: Frame) {
+    assert_eq!(frame, Frame::Simple("OK".into()));
+}
+
+/// Starts a push and waits until the target holds the snapshot and is caught up.
+async fn push_caught_up(s: &Setup, id: u64) {
+    let after_seq = s.source.last_seq().await.unwrap();
+    s.source
+        .migrate_start(&PushSpec {
+            id,
+            partition: s.partition.id,
+            range: s.range.clone(),
+            target: s.target.addr().to_string(),
+            copy: true,
+            after_seq,
+            throttle: Throttle::default(),
+        })
+        .await
+        .unwrap();
+    assert!(
+        wait_until(WAIT, || async {
+            let st = s.source.migrate_status(id).await.unwrap();
+            assert_eq!(st.error, None);
+            st.copy_done && st.acked_seq >= st.head_seq
+        })
+        .await,
+        "push catches up"
+    );
+}
+
+async fn held_count(c: &LocalCluster, index: usize) -> String {
+    let metrics = c.node(index).unwrap().shared().metrics.encode();
+    metrics
+        .lines()
+        .find(|l| l.starts_with("keyway_held_requests_total"))
+        .unwrap_or("")
+        .to_string()
+}
+
+fn source_index(s: &Setup) -> usize {
+    (0..s.cluster.len())
+        .find(|i| s.cluster.node(*i).map(|n| n.id()) == Some(s.partition.owner))
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn dual_writes_are_at_the_target_when_acknowledged_and_a_held_write_gets_moved_after_the_flip()
+ {
+    let dir = tempfile::tempdir().unwrap();
+    let s = setup(dir.path()).await;
+    let port = s.source_port;
+    let keys = s.keys.clone();
+    tokio::task::spawn_blocking(move || {
+        let mut c = Resp::connect(port);
+        for k in &keys {
+            ok(c.cmd(&["SET", k, "copied"]));
+        }
+    })
+    .await
+    .unwrap();
+
+    push_caught_up(&s, 7).await;
+    let (src, _) = s.source.digest(&s.range).await.unwrap();
+    let (tgt, _) = s.target.digest(&s.range).await.unwrap();
+    assert_eq!(src, tgt, "the copy plus catch-up equals the source");
+    assert_eq!(src.keys, 300);
+
+    // Dual: after each acknowledged write (no write in flight), the target
+    // already holds it: the digests agree at every step.
+    s.source.migrate_dual(7, true).await.unwrap();
+    for (i, k) in s.keys.iter().take(20).enumerate() {
+        let port = s.source_port;
+        let k2 = k.clone();
+        tokio::task::spawn_blocking(move || ok(Resp::connect(port).cmd(&["SET", &k2, "dual"])))
+            .await
+            .unwrap();
+        let (src, _) = s.source.digest(&s.range).await.unwrap();
+        let (tgt, _) = s.target.digest(&s.range).await.unwrap();
+        assert_eq!(
+            src, tgt,
+            "write {i} ({k}) was acknowledged before the target had it"
+        );
+    }
+
+    // Fence: a write is held (no reply, no error) ...
+    let before = held_count(&s.cluster, source_index(&s)).await;
+    s.source.migrate_fence(7, true).await.unwrap();
+    let port = s.source_port;
+    let key = s.keys[0].clone();
+    let held = tokio::task::spawn_blocking(move || Resp::connect(port).cmd(&["SET", &key, "held"]));
+    let idx = source_index(&s);
+    assert!(
+        wait_until(WAIT, || async {
+            held_count(&s.cluster, idx).await != before
+        })
+        .await,
+        "the write is parked"
+    );
+    assert!(!held.is_finished());
+
+    // ... until the flip is installed: then it is redirected to the target.
+    let p = &s.partition;
+    s.cluster
+        .meta()
+        .commit(MapTxn {
+            conditions: vec![OwnershipCondition {
+                partition: p.id,
+                expected: Some((p.owner, p.epoch)),
+            }],
+            changes: vec![MapChange::UpsertPartition(PartitionRecord {
+                owner: s.target_id,
+                epoch: Epoch(p.epoch.0 + 1),
+                ..p.clone()
+            })],
+        })
+        .await
+        .unwrap();
+    let reply = held.await.unwrap();
+    let Frame::Error(e) = &reply else {
+        panic!("expected a redirect, got {reply:?}")
+    };
+    assert!(e.starts_with("MOVED "), "{e}");
+    let target_port: u16 = e.rsplit_once(':').unwrap().1.parse().unwrap();
+    let key = s.keys[0].clone();
+    let value = tokio::task::spawn_blocking(move || {
+        let mut c = Resp::connect(target_port);
+        let v = c.cmd(&["GET", &key]);
+        ok(c.cmd(&["SET", &key, "after"]));
+        v
+    })
+    .await
+    .unwrap();
+    assert_eq!(
+        value,
+        Frame::Bulk("dual".into()),
+        "the target serves the dual-written value"
+    );
+    s.source.migrate_stop(7).await.unwrap();
+    s.cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_lifted_fence_runs_the_held_requests_and_a_stopped_push_is_not_found() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = setup(dir.path()).await;
+    push_caught_up(&s, 9).await;
+    let idx = source_index(&s);
+    let before = held_count(&s.cluster, idx).await;
+    s.source.migrate_fence(9, true).await.unwrap();
+    let port = s.source_port;
+    let key = s.keys[1].clone();
+    let held = tokio::task::spawn_blocking(move || {
+        let mut c = Resp::connect(port);
+        // A pipeline of two writes on one slot: both held, run in order.
+        c.send_raw(
+            format!(
+                "*3\r\n$3\r\nSET\r\n${}\r\n{key}\r\n$1\r\n1\r\n*2\r\n$4\r\nINCR\r\n${}\r\n{key}\r\n",
+                key.len(),
+                key.len()
+            )
+            .as_bytes(),
+        )
+        .unwrap();
+        (c.read_reply().unwrap(), c.read_reply().unwrap())
+    });
+    assert!(
+        wait_until(WAIT, || async {
+            held_count(&s.cluster, idx).await != before
+        })
+        .await
+    );
+    assert!(!held.is_finished());
+    s.source.migrate_fence(9, false).await.unwrap();
+    assert_eq!(
+        held.await.unwrap(),
+        (Frame::Simple("OK".into()), Frame::Integer(2))
+    );
+    s.source.migrate_stop(9).await.unwrap();
+    assert!(matches!(
+        s.source.migrate_status(9).await,
+        Err(keyway_node::peer::PeerError::NotFound(_))
+    ));
+    s.cluster.shutdown().await;
+}
