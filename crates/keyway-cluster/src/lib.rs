@@ -1,5 +1,6 @@
 //! A whole Keyway cluster in one process: an embedded metadata store served
-//! over RPC, plus N nodes. `keyway dev` runs one for people; the tests run
+//! over RPC, N nodes, and (unless turned off) a manager that drives
+//! migrations. `keyway dev` runs one for people; the tests run
 //! many, starting, stopping and restarting nodes at will.
 //!
 //! This crate owns process wiring only: it never decides ownership (the
@@ -8,6 +9,7 @@
 //! # Layout
 //! - `lib.rs`: [`ClusterSpec`], [`LocalCluster`].
 
+use keyway_manager::{DriverConfig, Manager, SeatConfig};
 use keyway_map::{NodeId, PartitionMap};
 use keyway_meta::{EmbeddedMeta, EmbeddedOptions, MetaError, MetaStore};
 use keyway_node::{Node, NodeConfig, NodeError};
@@ -56,6 +58,28 @@ pub struct ClusterSpec {
     pub partitions_per_node: u16,
     /// Template for every node's configuration (listen, data_dir are overridden).
     pub node: NodeConfig,
+    /// Run a manager (leader-elected seat plus migration driver) in-process.
+    pub manager: Option<ManagerSpec>,
+}
+
+/// The in-process manager of a [`LocalCluster`].
+#[derive(Clone, Debug)]
+pub struct ManagerSpec {
+    /// Its admin HTTP address (`/status`, `/metrics`, `/migrations`); port 0 = ephemeral.
+    pub admin_listen: SocketAddr,
+    /// Seat lease TTL.
+    pub lease_ttl_ms: u64,
+    pub driver: DriverConfig,
+}
+
+impl Default for ManagerSpec {
+    fn default() -> Self {
+        ManagerSpec {
+            admin_listen: "127.0.0.1:0".parse().expect("literal"),
+            lease_ttl_ms: 3_000,
+            driver: DriverConfig::default(),
+        }
+    }
 }
 
 impl Default for ClusterSpec {
@@ -69,6 +93,7 @@ impl Default for ClusterSpec {
             data_dir: PathBuf::from("./keyway-data"),
             partitions_per_node: 4,
             node: NodeConfig::default(),
+            manager: Some(ManagerSpec::default()),
         }
     }
 }
@@ -105,6 +130,12 @@ impl ClusterSpec {
                 return Err(format!("{name} range {first}+{} exceeds 65535", self.nodes));
             }
         }
+        if let Some(m) = &self.manager {
+            m.driver.validate().map_err(|e| e.to_string())?;
+            if !(100..=keyway_meta::MAX_LEASE_TTL_MS).contains(&m.lease_ttl_ms) {
+                return Err("manager lease_ttl_ms out of range".into());
+            }
+        }
         self.node.validate()
     }
 }
@@ -118,6 +149,7 @@ pub struct LocalCluster {
     meta_task: Option<tokio::task::JoinHandle<()>>,
     configs: Vec<NodeConfig>,
     nodes: Vec<Option<Node>>,
+    manager: Option<Manager>,
 }
 
 impl LocalCluster {
@@ -144,6 +176,7 @@ impl LocalCluster {
             meta_stop,
             meta_task,
             configs,
+            manager: None,
         };
         for i in 0..cluster.spec.nodes {
             cluster.start_node(i).await?;
@@ -153,7 +186,31 @@ impl LocalCluster {
             .bootstrap_if_empty(cluster.spec.nodes, cluster.spec.partitions_per_node)
             .await?;
         cluster.wait_serving(Duration::from_secs(30)).await?;
+        if let Some(m) = cluster.spec.manager.clone() {
+            cluster.start_manager(&m).await?;
+        }
         Ok(cluster)
+    }
+
+    async fn start_manager(&mut self, m: &ManagerSpec) -> Result<(), ClusterError> {
+        let seat = SeatConfig::new(
+            format!("local-{}", std::process::id()),
+            Duration::from_millis(m.lease_ttl_ms),
+        );
+        let manager =
+            Manager::start_with(self.meta.clone(), seat, m.admin_listen, m.driver.clone())
+                .await
+                .map_err(|source| ClusterError::Bind {
+                    addr: m.admin_listen,
+                    source,
+                })?;
+        self.manager = Some(manager);
+        Ok(())
+    }
+
+    /// The in-process manager, if the spec asked for one.
+    pub fn manager(&self) -> Option<&Manager> {
+        self.manager.as_ref()
     }
 
     /// What other processes take as `--meta`: `keyway://host:port` for the
@@ -279,8 +336,11 @@ impl LocalCluster {
             .collect()
     }
 
-    /// Stops every node, then the metadata store.
+    /// Stops the manager, every node, then the metadata store.
     pub async fn shutdown(mut self) {
+        if let Some(manager) = self.manager.take() {
+            manager.shutdown().await;
+        }
         for i in 0..self.nodes.len() {
             let _ = self.stop_node(i).await;
         }

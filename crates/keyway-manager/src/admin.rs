@@ -1,11 +1,13 @@
-//! The admin HTTP port: `/status` (this manager at a glance, JSON) and
-//! `/metrics` (Prometheus text).
+//! The admin HTTP port: `/status` (this manager at a glance, JSON),
+//! `/migrations` (every migration record, JSON) and `/metrics` (Prometheus
+//! text).
 
+use crate::driver::DriverView;
 use crate::metrics::Metrics;
 use crate::seat::SeatView;
 use axum::Router;
 use axum::extract::State;
-use axum::http::header;
+use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Json};
 use axum::routing::get;
 use serde::Serialize;
@@ -17,19 +19,26 @@ use tokio::sync::watch;
 struct Admin {
     seat: SeatView,
     metrics: Arc<Metrics>,
+    migrations: DriverView,
 }
 
 /// Serves the admin routes until `shutdown` turns true.
 pub async fn serve(
     seat: SeatView,
     metrics: Arc<Metrics>,
+    migrations: DriverView,
     listener: TcpListener,
     mut shutdown: watch::Receiver<bool>,
 ) {
     let app = Router::new()
         .route("/status", get(status))
+        .route("/migrations", get(migrations_json))
         .route("/metrics", get(metrics_text))
-        .with_state(Admin { seat, metrics });
+        .with_state(Admin {
+            seat,
+            metrics,
+            migrations,
+        });
     let stop = async move {
         while !*shutdown.borrow_and_update() {
             if shutdown.changed().await.is_err() {
@@ -65,6 +74,20 @@ async fn status(State(admin): State<Admin>) -> impl IntoResponse {
         leader: admin.seat.leader(),
         lease_remaining_ms: admin.seat.lease_remaining().as_millis() as u64,
     })
+}
+
+/// `/migrations`: every stored migration record (see
+/// [`crate::driver::MigrationSummary`]), ordered by id; 503 when the
+/// metadata store cannot be read.
+async fn migrations_json(State(admin): State<Admin>) -> axum::response::Response {
+    match admin.migrations.migrations().await {
+        Ok(list) => Json(list).into_response(),
+        Err(err) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(serde_json::json!({ "error": err.to_string() })),
+        )
+            .into_response(),
+    }
 }
 
 async fn metrics_text(State(admin): State<Admin>) -> impl IntoResponse {

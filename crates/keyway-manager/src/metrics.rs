@@ -8,6 +8,7 @@ use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 use std::sync::Mutex;
 
@@ -16,6 +17,17 @@ use std::sync::Mutex;
 pub struct ReasonLabel {
     pub reason: &'static str,
 }
+
+/// How a migration ended (`done` or `aborted`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OutcomeLabel {
+    pub outcome: &'static str,
+}
+
+/// Buckets of the cutover write pause histogram, in milliseconds.
+pub const PAUSE_BUCKETS_MS: [f64; 13] = [
+    1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0, 2000.0, 5000.0, 10000.0,
+];
 
 /// Every metric a manager exports.
 pub struct Metrics {
@@ -27,6 +39,20 @@ pub struct Metrics {
     pub campaign_errors: Counter,
     pub lease_renewal_failures: Counter,
     pub lease_remaining_ms: Gauge,
+    /// Migrations this manager started (`PENDING` → `COPYING` persisted).
+    pub migrations_started: Counter,
+    /// Migrations this manager saw to their end, by outcome.
+    pub migrations_finished: Family<OutcomeLabel, Counter>,
+    /// Non-terminal migrations this manager drives.
+    pub migrations_active: Gauge,
+    /// Snapshot bytes still to copy, summed over the active migrations.
+    pub migration_bytes_remaining: Gauge,
+    /// Snapshot copy rate over the last poll, bytes/s, summed.
+    pub migration_copy_rate: Gauge,
+    /// Largest catch-up lag (change-log records) among the active migrations.
+    pub migration_catchup_lag: Gauge,
+    /// The measured cutover write pause per migration, milliseconds.
+    pub cutover_pause_ms: Histogram,
 }
 
 impl Default for Metrics {
@@ -45,6 +71,13 @@ impl Metrics {
             campaign_errors: Counter::default(),
             lease_renewal_failures: Counter::default(),
             lease_remaining_ms: Gauge::default(),
+            migrations_started: Counter::default(),
+            migrations_finished: Family::default(),
+            migrations_active: Gauge::default(),
+            migration_bytes_remaining: Gauge::default(),
+            migration_copy_rate: Gauge::default(),
+            migration_catchup_lag: Gauge::default(),
+            cutover_pause_ms: Histogram::new(PAUSE_BUCKETS_MS),
         };
         {
             let mut r = m.registry.lock().expect("fresh mutex");
@@ -78,6 +111,41 @@ impl Metrics {
                 "Milliseconds left on this manager's session lease, by its own clock",
                 m.lease_remaining_ms.clone(),
             );
+            r.register(
+                "migrations_started",
+                "Migrations this manager started",
+                m.migrations_started.clone(),
+            );
+            r.register(
+                "migrations_finished",
+                "Migrations this manager drove to their end, by outcome (done, aborted)",
+                m.migrations_finished.clone(),
+            );
+            r.register(
+                "migrations_active",
+                "Non-terminal migrations this manager drives",
+                m.migrations_active.clone(),
+            );
+            r.register(
+                "migration_bytes_remaining",
+                "Snapshot bytes still to copy, summed over the active migrations",
+                m.migration_bytes_remaining.clone(),
+            );
+            r.register(
+                "migration_copy_rate_bytes_per_second",
+                "Snapshot copy rate over the last status poll, summed over the active migrations",
+                m.migration_copy_rate.clone(),
+            );
+            r.register(
+                "migration_catchup_lag_records",
+                "Largest catch-up lag (source change-log records) among the active migrations",
+                m.migration_catchup_lag.clone(),
+            );
+            r.register(
+                "migration_cutover_pause_ms",
+                "Measured cutover write pause per migration (fence asked to target serving), ms",
+                m.cutover_pause_ms.clone(),
+            );
         }
         m
     }
@@ -85,6 +153,13 @@ impl Metrics {
     /// Counts one step-down for `reason`.
     pub fn stepped_down(&self, reason: &'static str) {
         self.step_downs.get_or_create(&ReasonLabel { reason }).inc();
+    }
+
+    /// Counts one finished migration (`done` or `aborted`).
+    pub fn migration_finished(&self, outcome: &'static str) {
+        self.migrations_finished
+            .get_or_create(&OutcomeLabel { outcome })
+            .inc();
     }
 
     /// The Prometheus text exposition of every metric.

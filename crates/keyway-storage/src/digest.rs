@@ -44,6 +44,9 @@ impl RangeDigest {
     };
 }
 
+/// Tag of an absent key in [`Digester::add_absent`].
+const ABSENT_TAG: u8 = 0xFF;
+
 /// Incremental builder of a [`RangeDigest`]; feed entries in key order.
 pub struct Digester {
     crc: Digest<'static, u64>,
@@ -83,6 +86,22 @@ impl Digester {
         self.crc.update(&value.data);
         self.keys += 1;
         self.bytes += (key.len() + value.data.len()) as u64;
+    }
+
+    /// Adds a key that holds no value (for digests over a list of keys,
+    /// where absence must count): `key_len u32 BE | key | 0xFF`. Not counted
+    /// in `keys` or `bytes`; `0xFF` is no value kind's tag.
+    pub fn add_absent(&mut self, key: &[u8]) {
+        self.crc.update(&(key.len() as u32).to_be_bytes());
+        self.crc.update(key);
+        self.crc.update(&[ABSENT_TAG]);
+    }
+
+    /// Adds the bytes of another digest (to chain digests of parts).
+    pub fn add_digest(&mut self, part: &RangeDigest) {
+        self.crc.update(&part.keys.to_be_bytes());
+        self.crc.update(&part.bytes.to_be_bytes());
+        self.crc.update(&part.digest.to_be_bytes());
     }
 
     /// The digest of everything added.

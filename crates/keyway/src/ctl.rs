@@ -1,8 +1,8 @@
 //! `keyway ctl`: read the cluster's control-plane state from the metadata store.
 //!
 //! Every subcommand prints a table for people, or JSON with `--json` for
-//! scripts. It only reads; operations that change the map (move, split,
-//! drain) arrive with the manager's work.
+//! scripts. `move` and `abort` (in `ctl_move.rs`) request migrations; the
+//! leader manager carries them out.
 
 use keyway_map::{NodeId, PartitionMap, to_hex};
 use keyway_meta::MetaStore;
@@ -31,6 +31,13 @@ enum CtlCommand {
     Leases,
     /// Who holds the manager seat.
     Manager,
+    /// Move a partition (or the partitions of a slot range) to another node,
+    /// live; shows progress until done unless `--detach`.
+    Move(crate::ctl_move::MoveArgs),
+    /// Running and recent migrations: state, bytes, duration, cutover pause.
+    Migrations,
+    /// Abort a migration that has not reached its flip (the source stays owner).
+    Abort(crate::ctl_move::AbortArgs),
 }
 
 pub async fn run(args: CtlArgs) -> anyhow::Result<()> {
@@ -40,10 +47,13 @@ pub async fn run(args: CtlArgs) -> anyhow::Result<()> {
         CtlCommand::Map => map(&*meta, args.json).await,
         CtlCommand::Leases => leases(&*meta, args.json).await,
         CtlCommand::Manager => manager(&*meta, args.json).await,
+        CtlCommand::Move(m) => crate::ctl_move::move_cmd(&*meta, m, args.json).await,
+        CtlCommand::Migrations => crate::ctl_move::migrations_cmd(&*meta, args.json).await,
+        CtlCommand::Abort(a) => crate::ctl_move::abort_cmd(&*meta, a).await,
     }
 }
 
-fn print_json(value: &impl Serialize) -> anyhow::Result<()> {
+pub(crate) fn print_json(value: &impl Serialize) -> anyhow::Result<()> {
     println!("{}", serde_json::to_string_pretty(value)?);
     Ok(())
 }

@@ -1,7 +1,8 @@
 //! `keyway dev`: a whole cluster in one process.
 
+use crate::migration_flags::MigrationFlags;
 use crate::server_cmd::NodeFlags;
-use keyway_cluster::{ClusterSpec, LocalCluster};
+use keyway_cluster::{ClusterSpec, LocalCluster, ManagerSpec};
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 
@@ -32,8 +33,16 @@ pub struct DevArgs {
     /// Partitions per node when the cluster is first created.
     #[arg(long, default_value_t = 4)]
     partitions_per_node: u16,
+    /// Do not run the in-process manager (no migrations are driven).
+    #[arg(long)]
+    no_manager: bool,
+    /// Admin HTTP port of the in-process manager (`/status`, `/metrics`, `/migrations`); 0 picks a free port.
+    #[arg(long, default_value_t = 8000)]
+    manager_admin_port: u16,
     #[command(flatten)]
     node: NodeFlags,
+    #[command(flatten)]
+    migration: MigrationFlags,
 }
 
 pub async fn run(args: DevArgs) -> anyhow::Result<()> {
@@ -46,6 +55,15 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         data_dir: args.data.clone(),
         partitions_per_node: args.partitions_per_node,
         node: args.node.to_config()?,
+        manager: (!args.no_manager)
+            .then(|| -> anyhow::Result<ManagerSpec> {
+                Ok(ManagerSpec {
+                    admin_listen: SocketAddr::new(args.host, args.manager_admin_port),
+                    driver: args.migration.to_config()?,
+                    ..ManagerSpec::default()
+                })
+            })
+            .transpose()?,
     };
     let cluster = LocalCluster::start(spec).await?;
     let map = cluster.map().await?;
@@ -65,6 +83,9 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
                 node.admin_addr()
             );
         }
+    }
+    if let Some(m) = cluster.manager() {
+        println!("  manager          admin http://{}", m.admin_addr());
     }
     println!("  data             {}", args.data.display());
     if let Some(Some(first)) = cluster.resp_addrs().first() {

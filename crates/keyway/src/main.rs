@@ -6,9 +6,11 @@
 //! - `keyway manager`: the partition manager (leader-elected).
 
 mod ctl;
+mod ctl_move;
 mod dev;
 mod manager_cmd;
 mod meta_cmd;
+mod migration_flags;
 mod server_cmd;
 
 use clap::{Parser, Subcommand};

@@ -14,7 +14,7 @@ use keyway_map::{
 use keyway_meta::MapTxn;
 use keyway_node::peer::{PeerClient, PushSpec, Throttle};
 use keyway_resp::Frame;
-use keyway_storage::KeyRange;
+use keyway_storage::{ChangeRecord, KeyRange, Mutation};
 use std::time::Duration;
 
 const WAIT: Duration = Duration::from_secs(20);
@@ -194,6 +194,38 @@ async fn dual_writes_are_at_the_target_when_acknowledged_and_a_held_write_gets_m
         "the write is parked"
     );
     assert!(!held.is_finished());
+
+    // At the fence the digests agree, read incrementally: only the 20 keys
+    // written since the checkpoint taken after the copy.
+    let d = s.source.migrate_digest(7).await.unwrap();
+    assert!(d.incremental);
+    assert_eq!(d.source, d.target);
+    assert_eq!(d.delta_keys, 20);
+    // A key of the target that differs is caught.
+    let chunk = s
+        .target
+        .snapshot_chunk(&s.range, None, 1_000, 1 << 20)
+        .await
+        .unwrap();
+    let victim = chunk
+        .entries
+        .iter()
+        .find(|e| e.key.ends_with(s.keys[1].as_bytes()))
+        .unwrap();
+    s.target
+        .apply_foreign(&[ChangeRecord {
+            seq: u64::MAX / 2,
+            mutation: Mutation::Delete {
+                key: victim.key.clone(),
+            },
+        }])
+        .await
+        .unwrap();
+    let d = s.source.migrate_digest(7).await.unwrap();
+    assert_ne!(
+        d.source, d.target,
+        "a lost key on the target goes unnoticed"
+    );
 
     // ... until the flip is installed: then it is redirected to the target.
     let p = &s.partition;

@@ -23,9 +23,11 @@
 //! the migration records and fences every partition it is the source of in a
 //! `CUTOVER` record ([`recover_fences`]), until the record leaves `CUTOVER`.
 
+mod digest;
 mod push;
 
-pub use push::{Push, PushLimits, PushPlan};
+pub use digest::{KEYS_PER_DIGEST, keys_digest};
+pub use push::{Checkpoint, Push, PushLimits, PushPlan};
 
 use crate::executor::LatencyGauge;
 use crate::metrics::Metrics;
@@ -213,6 +215,24 @@ impl Migrations {
             .map_err(RoleError::Failed)?;
         tracing::info!(migration = id, partition = %push.plan.partition, seq = head, "source fenced");
         Ok(head)
+    }
+
+    /// Both sides' digests of the range at the fence (see `digest.rs`).
+    /// Refused unless the partition is fenced.
+    pub async fn fence_digests(&self, id: u64) -> Result<crate::peer::FenceDigests, RoleError> {
+        let push = self.push(id)?;
+        if !self.routing.is_fenced(push.plan.partition) {
+            return Err(RoleError::Refused(format!(
+                "migration {id}: digests are compared only while the source is fenced"
+            )));
+        }
+        let head = self.engine.last_seq();
+        push.wait_acked(head, self.limits.fence_drain_timeout)
+            .await
+            .map_err(RoleError::Failed)?;
+        digest::fence_digests(&self.engine, &push, head)
+            .await
+            .map_err(RoleError::Failed)
     }
 
     /// Stops push `id`: dual writing off, fence lifted, stream ended.

@@ -30,7 +30,7 @@ use crate::peer::{PeerClient, PeerError, PushStatus, Throttle};
 use bytes::Bytes;
 use keyway_map::PartitionId;
 use keyway_resp::Frame;
-use keyway_storage::{ChangeRecord, Engine, KeyRange, Mutation, Seq, StorageError};
+use keyway_storage::{ChangeRecord, Engine, KeyRange, Mutation, RangeDigest, Seq, StorageError};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -71,6 +71,17 @@ pub struct PushPlan {
     pub throttle: Throttle,
 }
 
+/// The range verified equal on both sides at one source seq (or found to
+/// differ): taken right after the copy, it lets the fence-time digest read
+/// only the keys written since (see [`crate::migrate::Migrations::fence_digests`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Checkpoint {
+    /// Every source record of the range with seq <= this is in both digests.
+    pub seq: Seq,
+    pub source: RangeDigest,
+    pub target: RangeDigest,
+}
+
 struct Waiter {
     seq: Seq,
     reply: oneshot::Sender<Frame>,
@@ -91,6 +102,7 @@ pub struct Push {
     copy_done: AtomicBool,
     backoffs: AtomicU64,
     acked: watch::Sender<Seq>,
+    checkpoint: Mutex<Option<Checkpoint>>,
     error: Mutex<Option<String>>,
     waiters: Mutex<Vec<Waiter>>,
     wake: Notify,
@@ -120,6 +132,7 @@ impl Push {
             copied_keys: AtomicU64::new(0),
             backoffs: AtomicU64::new(0),
             acked: watch::channel(after).0,
+            checkpoint: Mutex::new(None),
             error: Mutex::new(None),
             waiters: Mutex::new(Vec::new()),
             wake: Notify::new(),
@@ -140,7 +153,18 @@ impl Push {
             fenced,
             error: self.error(),
             backoffs: self.backoffs.load(Ordering::Relaxed),
+            checkpoint_seq: self.checkpoint().map(|c| c.seq).unwrap_or(0),
         }
+    }
+
+    /// The checkpoint, once taken.
+    pub fn checkpoint(&self) -> Option<Checkpoint> {
+        *self.checkpoint.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The target's peer client.
+    pub fn target(&self) -> &PeerClient {
+        &self.target
     }
 
     pub fn error(&self) -> Option<String> {
@@ -258,9 +282,13 @@ impl Push {
     pub async fn run(self: Arc<Self>) {
         if self.plan.copy {
             match self.copy().await {
-                Ok(()) => self.copy_done.store(true, Ordering::Release),
+                Ok(()) => {}
                 Err(e) => return self.fail(e),
             }
+            if let Err(e) = self.take_checkpoint().await {
+                return self.fail(e);
+            }
+            self.copy_done.store(true, Ordering::Release);
         }
         if let Err(e) = self.stream().await {
             self.fail(e);
@@ -329,35 +357,76 @@ impl Push {
         }
     }
 
+    /// Digests the range here at one snapshot (seq Y), streams exactly the
+    /// records up to Y, then digests the target, whose range changes only
+    /// through this push: both digests describe the range at Y. Runs before
+    /// dual writing, so pausing the stream for the target's scan holds up no
+    /// client. A mismatch is kept and reported at the fence (the migration
+    /// then aborts on it).
+    async fn take_checkpoint(&self) -> Result<(), String> {
+        let engine = self.engine.clone();
+        let range = self.plan.range.clone();
+        let (source, seq) = blocking(move || engine.digest(&range)).await?;
+        while self.acked_seq() < seq {
+            if self.stopped() {
+                return Err("stopped".into());
+            }
+            self.step(seq).await?;
+        }
+        let (target, _) = self.retry(|| self.target.digest(&self.plan.range)).await?;
+        if source != target {
+            tracing::warn!(
+                migration = self.plan.id,
+                seq,
+                ?source,
+                ?target,
+                "checkpoint digests differ"
+            );
+        }
+        *self.checkpoint.lock().unwrap_or_else(|e| e.into_inner()) = Some(Checkpoint {
+            seq,
+            source,
+            target,
+        });
+        Ok(())
+    }
+
     async fn stream(&self) -> Result<(), String> {
         loop {
             if self.stopped() {
                 return Ok(());
             }
-            let acked = self.acked_seq();
             if self.dual_overdue() {
                 return Err(format!(
                     "a dual write waited more than {} ms for the target",
                     self.limits.dual_ack_timeout.as_millis()
                 ));
             }
-            if acked >= self.engine.last_seq() {
+            if self.acked_seq() >= self.engine.last_seq() {
                 let _ = tokio::time::timeout(IDLE_POLL, self.wake.notified()).await;
                 continue;
             }
-            let engine = self.engine.clone();
-            let range = self.plan.range.clone();
-            let (records, examined) =
-                blocking(move || read_changes(&*engine, &range, acked)).await?;
-            if !records.is_empty() {
-                self.apply(&records).await?;
-                self.metrics
-                    .migration_forwarded_records
-                    .inc_by(records.len() as u64);
-            }
-            self.acked.send_replace(examined);
-            self.release_acked(examined);
+            self.step(Seq::MAX).await?;
         }
+    }
+
+    /// Forwards one batch of the range's records after `acked_seq`, none
+    /// after `upto`, and advances `acked_seq`.
+    async fn step(&self, upto: Seq) -> Result<(), String> {
+        let acked = self.acked_seq();
+        let engine = self.engine.clone();
+        let range = self.plan.range.clone();
+        let (records, examined) =
+            blocking(move || read_changes(&*engine, &range, acked, upto)).await?;
+        if !records.is_empty() {
+            self.apply(&records).await?;
+            self.metrics
+                .migration_forwarded_records
+                .inc_by(records.len() as u64);
+        }
+        self.acked.send_replace(examined);
+        self.release_acked(examined);
+        Ok(())
     }
 
     /// Applies `records` at the target, fsynced, retrying transient failures.
@@ -456,18 +525,22 @@ fn read_chunk(
     })
 }
 
-/// This node's change records for `range` after `after` (one bounded read),
-/// and the last seq examined.
+/// This node's change records for `range` after `after` and up to `upto`
+/// (one bounded read), and the last seq examined.
 fn read_changes(
     engine: &dyn Engine,
     range: &KeyRange,
     after: Seq,
+    upto: Seq,
 ) -> Result<(Vec<ChangeRecord>, Seq), StorageError> {
     let all = engine.changes_since(after, STREAM_BATCH_RECORDS)?;
     let mut examined = after;
     let mut bytes = 0usize;
     let mut out = Vec::new();
     for r in all {
+        if r.seq > upto {
+            break;
+        }
         if range.contains(r.mutation.key()) {
             let size = r.mutation.key().len() + mutation_data_len(&r.mutation);
             if !out.is_empty() && bytes + size > STREAM_BATCH_BYTES {
@@ -488,7 +561,7 @@ fn mutation_data_len(m: &Mutation) -> usize {
     }
 }
 
-async fn blocking<T: Send + 'static>(
+pub(crate) async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> Result<T, StorageError> + Send + 'static,
 ) -> Result<T, String> {
     tokio::task::spawn_blocking(f)

@@ -7,8 +7,9 @@
 
 use super::client::{PeerClient, PeerError};
 use super::pb;
+use bytes::Bytes;
 use keyway_map::{Epoch, MapVersion, NodeId, PartitionId};
-use keyway_storage::{KeyRange, Seq};
+use keyway_storage::{KeyRange, RangeDigest, Seq};
 
 /// What [`PeerClient::migrate_start`] asks the source to do.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -66,6 +67,38 @@ pub struct PushStatus {
     pub error: Option<String>,
     /// Times the copy backed off for foreground latency.
     pub backoffs: u64,
+    /// Source seq of the verified checkpoint (0 = none yet).
+    pub checkpoint_seq: Seq,
+}
+
+/// What [`PeerClient::migrate_digest`] reports: both sides' digests of the
+/// range at the fence.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FenceDigests {
+    pub source: RangeDigest,
+    pub target: RangeDigest,
+    /// Checkpoint plus the keys written since (false: full range scans).
+    pub incremental: bool,
+    /// Keys read on each side beyond the checkpoint.
+    pub delta_keys: u64,
+}
+
+pub(crate) fn digest_from_pb(d: Option<pb::DigestResponse>) -> RangeDigest {
+    let d = d.unwrap_or_default();
+    RangeDigest {
+        keys: d.keys,
+        bytes: d.bytes,
+        digest: d.digest,
+    }
+}
+
+pub(crate) fn digest_to_pb(d: RangeDigest) -> pb::DigestResponse {
+    pb::DigestResponse {
+        keys: d.keys,
+        bytes: d.bytes,
+        digest: d.digest,
+        seq: 0,
+    }
 }
 
 impl From<pb::MigrateStatusResponse> for PushStatus {
@@ -80,6 +113,7 @@ impl From<pb::MigrateStatusResponse> for PushStatus {
             fenced: r.fenced,
             error: (!r.error.is_empty()).then_some(r.error),
             backoffs: r.backoffs,
+            checkpoint_seq: r.checkpoint_seq,
         }
     }
 }
@@ -160,6 +194,35 @@ impl PeerClient {
         })
         .await?;
         Ok(())
+    }
+
+    /// Source, while fenced: both sides' digests of the range.
+    pub async fn migrate_digest(&self, id: u64) -> Result<FenceDigests, PeerError> {
+        let msg = pb::MigrateIdRequest { id };
+        let r = self
+            .call("MigrateDigest", msg, |mut c, r| async move {
+                c.migrate_digest(r).await
+            })
+            .await?;
+        Ok(FenceDigests {
+            source: digest_from_pb(r.source),
+            target: digest_from_pb(r.target),
+            incremental: r.incremental,
+            delta_keys: r.delta_keys,
+        })
+    }
+
+    /// The peer's digest over `keys`, in order (absent keys count).
+    pub async fn keys_digest(&self, keys: &[Bytes]) -> Result<RangeDigest, PeerError> {
+        let msg = pb::KeysDigestRequest {
+            keys: keys.to_vec(),
+        };
+        let r = self
+            .call("KeysDigest", msg, |mut c, r| async move {
+                c.keys_digest(r).await
+            })
+            .await?;
+        Ok(digest_from_pb(Some(r)))
     }
 
     /// The partition as the peer's installed map has it (`None`: unknown there).

@@ -70,7 +70,7 @@ pub use client::{
     ChangesChunk, CopyChunk, CopyReport, PeerClient, PeerError, PeerOptions, SnapshotChunk,
     SnapshotEntry, catch_up, copy_range,
 };
-pub use control::{PartitionView, PushSpec, PushStatus, Throttle};
+pub use control::{FenceDigests, PartitionView, PushSpec, PushStatus, Throttle};
 pub use server::{NodeRoles, PeerService, merge_routes, serve_engine};
 
 /// Code generated from `proto/peer.proto` by `build.rs` (protox + tonic-prost-build).

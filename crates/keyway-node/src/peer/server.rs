@@ -20,6 +20,7 @@ use tonic::{Code, Request, Response, Status};
 
 use crate::migrate::{Migrations, RoleError};
 use crate::peer::PushSpec;
+use crate::peer::control::digest_to_pb;
 use crate::routing::Routing;
 use keyway_map::PartitionId;
 
@@ -153,6 +154,7 @@ fn status_to_pb(s: crate::peer::PushStatus) -> pb::MigrateStatusResponse {
         fenced: s.fenced,
         error: s.error.unwrap_or_default(),
         backoffs: s.backoffs,
+        checkpoint_seq: s.checkpoint_seq,
     }
 }
 
@@ -393,6 +395,43 @@ impl peer_server::Peer for PeerService {
     ) -> Result<Response<pb::MigrateStopResponse>, Status> {
         self.node()?.migrations.stop(req.into_inner().id);
         Ok(Response::new(pb::MigrateStopResponse {}))
+    }
+
+    async fn migrate_digest(
+        &self,
+        req: Request<pb::MigrateIdRequest>,
+    ) -> Result<Response<pb::MigrateDigestResponse>, Status> {
+        let id = req.into_inner().id;
+        let d = self
+            .node()?
+            .migrations
+            .fence_digests(id)
+            .await
+            .map_err(status_from_role)?;
+        Ok(Response::new(pb::MigrateDigestResponse {
+            source: Some(digest_to_pb(d.source)),
+            target: Some(digest_to_pb(d.target)),
+            incremental: d.incremental,
+            delta_keys: d.delta_keys,
+        }))
+    }
+
+    async fn keys_digest(
+        &self,
+        req: Request<pb::KeysDigestRequest>,
+    ) -> Result<Response<pb::DigestResponse>, Status> {
+        let keys = req.into_inner().keys;
+        if keys.len() > crate::migrate::KEYS_PER_DIGEST {
+            return Err(Status::invalid_argument(format!(
+                "{} keys in one KeysDigest, at most {}",
+                keys.len(),
+                crate::migrate::KEYS_PER_DIGEST
+            )));
+        }
+        let d = self
+            .blocking(move |e| crate::migrate::keys_digest(e, &keys))
+            .await?;
+        Ok(Response::new(digest_to_pb(d)))
     }
 
     async fn partition_view(

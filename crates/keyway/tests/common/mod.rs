@@ -38,7 +38,7 @@ pub fn free_port_block(count: usize) -> u16 {
 impl DevCluster {
     /// Starts `keyway dev` with `nodes` nodes in `data`, waiting until it says it is up.
     pub fn start(nodes: usize, data: &Path, extra: &[&str]) -> DevCluster {
-        let base = free_port_block(2 * nodes + 1);
+        let base = free_port_block(2 * nodes + 2);
         Self::start_on(nodes, data, base, extra)
     }
 
@@ -54,6 +54,10 @@ impl DevCluster {
                 &admin_port.to_string(),
             ])
             .args(["--meta-port", &meta_port.to_string()])
+            .args([
+                "--manager-admin-port",
+                &(admin_port + nodes as u16).to_string(),
+            ])
             .arg("--data")
             .arg(data)
             .args(extra)

@@ -1,0 +1,437 @@
+//! How the driver carries out each [`Command`]: the store and node calls,
+//! and the event each outcome is reported as.
+//!
+//! Failure rules: a failed `Persist` halts the batch and reloads; a node
+//! error goes through [`Task::failed`] (before the flip request it aborts the
+//! migration, after it the machine re-issues on `Tick`, during a revert the
+//! revert is retried); an unreachable node is retried a few times first.
+
+use super::PeerAddr;
+use super::now_ms;
+use super::run::{Step, Task};
+use keyway_map::{Epoch, MapChange, NodeId, OwnershipCondition, PartitionRecord};
+use keyway_meta::{MapTxn, MetaError};
+use keyway_migration::{Actor, Command, Event, MigrationRecord, MigrationState, RangeDigest};
+use keyway_node::peer::{PeerError, PushSpec};
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// Attempts of a node call that finds the node unreachable before the
+/// failure counts.
+const UNAVAILABLE_ATTEMPTS: u32 = 3;
+
+fn convert(d: keyway_storage::RangeDigest) -> RangeDigest {
+    RangeDigest {
+        keys: d.keys,
+        bytes: d.bytes,
+        digest: d.digest,
+    }
+}
+
+impl Task {
+    pub(super) async fn execute(&mut self, command: Command) -> Step {
+        match command {
+            Command::Persist(rec) => self.persist(rec).await,
+            Command::TakeSnapshot => self.take_snapshot().await,
+            Command::StartCopy { from_seq } => self.start_push(true, from_seq).await,
+            Command::StartCatchup { after_seq } => self.start_push(false, after_seq).await,
+            Command::EnableDual => self.toggle(Toggle::Dual, true).await,
+            Command::DisableDual => self.toggle(Toggle::Dual, false).await,
+            Command::FenceSource => self.toggle(Toggle::Fence, true).await,
+            Command::UnfenceSource => self.toggle(Toggle::Fence, false).await,
+            Command::ComputeDigests => self.digests().await,
+            Command::CommitFlip {
+                condition,
+                new_record,
+            } => self.commit_flip(condition, new_record).await,
+            Command::AwaitTargetServing { epoch } => self.await_target(epoch).await,
+            Command::DropTargetCopy => self.drop_target_copy().await,
+            Command::StartGrace { ms } => {
+                self.grace_at = Some(Instant::now() + Duration::from_millis(ms));
+                Step::Done
+            }
+            Command::DropSourceRange { moved_to, epoch } => {
+                self.drop_source_range(moved_to, epoch).await
+            }
+            Command::RecordPause { ms } => {
+                self.shared.metrics.cutover_pause_ms.observe(ms as f64);
+                Step::Done
+            }
+            Command::Finish => Step::Finish,
+        }
+    }
+
+    /// The node playing `who` and its admin address (from the map). `Err`
+    /// is the step to take instead: an unregistered node failed; an
+    /// unreadable registry (the store, not the node) halts the batch and
+    /// reloads at the next poll.
+    pub(super) async fn peer(&mut self, who: Actor) -> Result<PeerAddr, Step> {
+        let node = match who {
+            Actor::Source => self.record().source(),
+            Actor::Target => self.record().target,
+            Actor::Manager => unreachable!("the manager is not a node"),
+        };
+        if let Some(addr) = self.addrs.get(&node) {
+            return Ok(PeerAddr {
+                node,
+                admin_addr: addr.clone(),
+            });
+        }
+        let map = match self.shared.meta.get_map().await {
+            Ok(map) => map,
+            Err(err) => {
+                tracing::debug!(migration = self.id(), %err, "cannot read the node registry");
+                self.need_reload = true;
+                return Err(Step::Halt);
+            }
+        };
+        let Some(info) = map.nodes.get(&node) else {
+            let err = PeerError::Remote(format!("node {node} is not registered"));
+            return Err(self.failed(who, "resolve", err));
+        };
+        self.addrs.insert(node, info.admin_addr.clone());
+        Ok(PeerAddr {
+            node,
+            admin_addr: info.admin_addr.clone(),
+        })
+    }
+
+    /// Runs a node call, retrying an unreachable node a few times.
+    async fn call<T, F, Fut>(&self, mut f: F) -> Result<T, PeerError>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, PeerError>>,
+    {
+        let mut attempt = 1;
+        loop {
+            match f().await {
+                Err(PeerError::Unavailable(detail))
+                    if attempt < UNAVAILABLE_ATTEMPTS && self.leads() =>
+                {
+                    tracing::debug!(migration = self.id(), %detail, attempt, "node unreachable; retrying");
+                    attempt += 1;
+                    tokio::time::sleep(self.shared.config.poll()).await;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    async fn persist(&mut self, rec: MigrationRecord) -> Step {
+        let expected = rec.generation - 1;
+        let result = self
+            .shared
+            .meta
+            .put_migration(rec.id.0, Some(expected), rec.generation, rec.encode())
+            .await;
+        match result {
+            Ok(()) => {
+                // Records are created at generation 1 (PENDING): generation 2
+                // in COPYING is `Started` taking effect.
+                if rec.state == MigrationState::Copying && rec.generation == 2 {
+                    self.shared.metrics.migrations_started.inc();
+                }
+                Step::Done
+            }
+            Err(err) => {
+                let level_conflict = matches!(err, MetaError::MigrationConflict { .. });
+                tracing::warn!(
+                    migration = %rec.id, generation = rec.generation, %err, conflict = level_conflict,
+                    "persisting the migration record failed; reloading"
+                );
+                self.need_reload = true;
+                Step::Halt
+            }
+        }
+    }
+
+    async fn take_snapshot(&mut self) -> Step {
+        let source = match self.peer(Actor::Source).await {
+            Ok(p) => p,
+            Err(step) => return step,
+        };
+        let peers = self.shared.peers.clone();
+        let seq = match self.call(|| peers.last_seq(&source)).await {
+            Ok(seq) => seq,
+            Err(e) => return self.failed(Actor::Source, "LastSeq", e),
+        };
+        let range = self.range.clone();
+        match self.call(|| peers.range_stats(&source, &range)).await {
+            Ok((_keys, bytes)) => Step::Report(Event::SnapshotTaken {
+                seq,
+                total_bytes: bytes,
+            }),
+            Err(e) => self.failed(Actor::Source, "RangeStats", e),
+        }
+    }
+
+    /// `StartCopy` (`copy`) or `StartCatchup`: the source pushes to the
+    /// target; progress comes from polling its status.
+    async fn start_push(&mut self, copy: bool, after_seq: u64) -> Step {
+        let source = match self.peer(Actor::Source).await {
+            Ok(p) => p,
+            Err(step) => return step,
+        };
+        let target = match self.peer(Actor::Target).await {
+            Ok(p) => p,
+            Err(step) => return step,
+        };
+        let spec = PushSpec {
+            id: self.id(),
+            partition: self.record().partition_id(),
+            range: self.range.clone(),
+            target: target.admin_addr,
+            copy,
+            after_seq,
+            throttle: self.shared.config.throttle,
+        };
+        let peers = self.shared.peers.clone();
+        match self.call(|| peers.migrate_start(&source, &spec)).await {
+            Ok(_) => {
+                self.push_started = true;
+                self.last_copy = None;
+                Step::Done
+            }
+            Err(e) => self.failed(Actor::Source, "MigrateStart", e),
+        }
+    }
+
+    /// Dual-writing or the fence on the source, on or off. Turning off is a
+    /// revert step: a source that lost the migration (`NotFound`) has
+    /// nothing left to undo.
+    async fn toggle(&mut self, what: Toggle, on: bool) -> Step {
+        let source = match self.peer(Actor::Source).await {
+            Ok(p) => p,
+            Err(step) => return step,
+        };
+        let (peers, id) = (self.shared.peers.clone(), self.id());
+        // The pause starts when the fence is asked for (measured, never
+        // under-reported).
+        let asked_at = now_ms();
+        let result = match what {
+            Toggle::Dual => self.call(|| peers.migrate_dual(&source, id, on)).await,
+            Toggle::Fence => self.call(|| peers.migrate_fence(&source, id, on)).await,
+        };
+        match (result, what, on) {
+            (Ok(at_seq), Toggle::Dual, true) => Step::Report(Event::DualEnabled { at_seq }),
+            (Ok(_), Toggle::Fence, true) => Step::Report(Event::SourceFenced { now: asked_at }),
+            (Ok(_), _, false) | (Err(PeerError::NotFound(_)), _, false) => Step::Done,
+            (Err(e), Toggle::Dual, _) => self.failed(Actor::Source, "MigrateDual", e),
+            (Err(e), Toggle::Fence, _) => self.failed(Actor::Source, "MigrateFence", e),
+        }
+    }
+
+    /// Both digests come from the fenced source, which reads the target's
+    /// side itself: incrementally since the push's checkpoint, so the cost
+    /// (inside the write pause) follows the writes since the checkpoint, not
+    /// the partition's size. A failure of either side is the source's report.
+    async fn digests(&mut self) -> Step {
+        let node = match self.peer(Actor::Source).await {
+            Ok(p) => p,
+            Err(step) => return step,
+        };
+        let (peers, id) = (self.shared.peers.clone(), self.id());
+        match self.call(|| peers.migrate_digest(&node, id)).await {
+            Ok(d) => {
+                tracing::debug!(
+                    migration = id,
+                    incremental = d.incremental,
+                    delta_keys = d.delta_keys,
+                    "fence digests"
+                );
+                Step::Report(Event::Digests {
+                    source: convert(d.source),
+                    target: convert(d.target),
+                })
+            }
+            Err(e) => self.failed(Actor::Source, "MigrateDigest", e),
+        }
+    }
+
+    /// The flip: one CAS on (source, e) writing the row (target, e + 1).
+    async fn commit_flip(
+        &mut self,
+        condition: OwnershipCondition,
+        new_record: PartitionRecord,
+    ) -> Step {
+        let partition = condition.partition;
+        let txn = MapTxn {
+            conditions: vec![condition],
+            changes: vec![MapChange::UpsertPartition(new_record)],
+        };
+        match self.shared.meta.commit(txn).await {
+            Ok(version) => {
+                tracing::info!(migration = self.id(), %partition, %version, "flip committed");
+                Step::Report(Event::FlipCommitted { now: now_ms() })
+            }
+            Err(MetaError::Conflict { current, .. }) => {
+                let fresh = match self.shared.meta.get_map().await {
+                    Ok(map) => map.partitions.get(&partition).map(|p| (p.owner, p.epoch)),
+                    Err(_) => current,
+                };
+                tracing::warn!(migration = self.id(), %partition, current = ?fresh, "flip conflict");
+                Step::Report(Event::FlipConflict { current: fresh })
+            }
+            Err(MetaError::Unavailable(detail)) => {
+                tracing::warn!(migration = self.id(), %detail, "flip outcome unknown; will re-send");
+                Step::Report(Event::FlipUnavailable)
+            }
+            Err(err) => {
+                // Not a condition failure, so not provably "never applied":
+                // the machine re-sends the identical CAS.
+                tracing::error!(migration = self.id(), %err, "flip refused; will re-send");
+                Step::Report(Event::FlipUnavailable)
+            }
+        }
+    }
+
+    /// Polls the target's view of the partition until it serves it at
+    /// `epoch`, for at most the retry interval (the machine re-issues).
+    async fn await_target(&mut self, epoch: Epoch) -> Step {
+        let target = match self.peer(Actor::Target).await {
+            Ok(p) => p,
+            Err(step) => return step,
+        };
+        let (pid, owner) = (self.record().partition_id(), self.record().target);
+        let done = self
+            .wait_view(&target, |v| v.owner == owner && v.epoch >= epoch)
+            .await;
+        match done {
+            Some(true) => Step::Report(Event::TargetServing { now: now_ms() }),
+            _ => {
+                tracing::debug!(migration = self.id(), partition = %pid, "target not serving yet");
+                Step::Done
+            }
+        }
+    }
+
+    /// Polls `node`'s view of the partition until `ok` holds, for at most the
+    /// retry interval. `Some(true)`: it held; `Some(false)`: timed out;
+    /// `None`: leadership lost.
+    async fn wait_view(
+        &self,
+        node: &PeerAddr,
+        ok: impl Fn(&keyway_node::peer::PartitionView) -> bool,
+    ) -> Option<bool> {
+        let pid = self.record().partition_id();
+        let deadline = Instant::now() + self.shared.config.retry();
+        loop {
+            if !self.leads() {
+                return None;
+            }
+            match self.shared.peers.partition_view(node, pid).await {
+                Ok(Some(view)) if ok(&view) => return Some(true),
+                Ok(_) => {}
+                Err(err) => tracing::debug!(migration = self.id(), %err, "partition view"),
+            }
+            let poll = self.shared.config.poll();
+            if Instant::now() + poll >= deadline {
+                return Some(false);
+            }
+            tokio::time::sleep(poll).await;
+        }
+    }
+
+    /// Deletes the range at `node` chunk by chunk, pausing between chunks.
+    /// `Ok(false)`: leadership lost on the way.
+    async fn drop_range(&self, node: &PeerAddr) -> Result<bool, PeerError> {
+        let (peers, range) = (self.shared.peers.clone(), self.range.clone());
+        let chunk = self.shared.config.drop_chunk_entries;
+        let pause = Duration::from_millis(self.shared.config.drop_pause_ms);
+        loop {
+            if !self.leads() {
+                return Ok(false);
+            }
+            let deleted = self
+                .call(|| peers.drop_range_chunk(node, &range, chunk))
+                .await?;
+            if deleted == 0 {
+                return Ok(true);
+            }
+            tokio::time::sleep(pause).await;
+        }
+    }
+
+    /// Abort: stop the push, then delete the target's partial copy.
+    async fn drop_target_copy(&mut self) -> Step {
+        let source = match self.peer(Actor::Source).await {
+            Ok(p) => p,
+            Err(step) => return step,
+        };
+        let (peers, id) = (self.shared.peers.clone(), self.id());
+        match self.call(|| peers.migrate_stop(&source, id)).await {
+            Ok(()) | Err(PeerError::NotFound(_)) => {}
+            Err(e) => return self.failed(Actor::Source, "MigrateStop", e),
+        }
+        // Never delete a copy the target owns: only the map says who owns.
+        let (pid, target_id) = (self.record().partition_id(), self.record().target);
+        match self.shared.meta.get_map().await {
+            Ok(map) => {
+                if map
+                    .partitions
+                    .get(&pid)
+                    .is_some_and(|p| p.owner == target_id)
+                {
+                    tracing::error!(
+                        migration = id, partition = %pid,
+                        "the target owns the partition; not dropping its copy"
+                    );
+                    return Step::Done;
+                }
+            }
+            Err(e) => {
+                let e = PeerError::Unavailable(format!("reading the map: {e}"));
+                return self.failed(Actor::Manager, "map check", e);
+            }
+        }
+        let target = match self.peer(Actor::Target).await {
+            Ok(p) => p,
+            Err(step) => return step,
+        };
+        match self.drop_range(&target).await {
+            Ok(true) => Step::Done,
+            Ok(false) => Step::Halt,
+            Err(e) => self.failed(Actor::Target, "DropRangeChunk", e),
+        }
+    }
+
+    /// Cleanup: once the source installed the flipped map (it answers with
+    /// a redirect, never "not found"), stop the push and drop the range.
+    async fn drop_source_range(&mut self, moved_to: NodeId, epoch: Epoch) -> Step {
+        let source = match self.peer(Actor::Source).await {
+            Ok(p) => p,
+            Err(step) => return step,
+        };
+        let source_id = source.node;
+        let installed = self
+            .wait_view(&source, |v| v.owner != source_id && v.epoch >= epoch)
+            .await;
+        match installed {
+            Some(true) => {}
+            Some(false) => {
+                tracing::debug!(
+                    migration = self.id(), %moved_to,
+                    "source has not installed the flipped map yet"
+                );
+                return Step::Done;
+            }
+            None => return Step::Halt,
+        }
+        let (peers, id) = (self.shared.peers.clone(), self.id());
+        match self.call(|| peers.migrate_stop(&source, id)).await {
+            Ok(()) | Err(PeerError::NotFound(_)) => {}
+            Err(e) => return self.failed(Actor::Source, "MigrateStop", e),
+        }
+        match self.drop_range(&source).await {
+            Ok(true) => Step::Report(Event::SourceDropped),
+            Ok(false) => Step::Halt,
+            Err(e) => self.failed(Actor::Source, "DropRangeChunk", e),
+        }
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Toggle {
+    Dual,
+    Fence,
+}

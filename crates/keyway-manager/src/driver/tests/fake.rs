@@ -1,0 +1,359 @@
+//! In-memory nodes for the driver tests: each node is a `BTreeMap` of keys
+//! with a change-log seq; a push copies the source's range into the target
+//! (lazily, on status polls). Every node "installed" the latest map: a
+//! partition view reads the metadata store. Faults are switched at run time.
+
+use crate::driver::{MigrationPeers, PeerAddr};
+use bytes::Bytes;
+use keyway_map::{NodeId, PartitionId};
+use keyway_meta::{EmbeddedMeta, MetaStore};
+use keyway_node::peer::{FenceDigests, PartitionView, PeerError, PushSpec, PushStatus};
+use keyway_storage::{KeyRange, RangeDigest, Seq};
+use std::collections::BTreeMap;
+use std::hash::{Hash, Hasher};
+use std::sync::{Arc, Mutex};
+
+/// What goes wrong, switchable while a migration runs.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Faults {
+    /// The copy stops half-way (never done) until cleared.
+    pub hold_copy: bool,
+    /// The target silently loses this key when it is copied.
+    pub lose_on_target: Option<Bytes>,
+    /// The source answers `NotFound` to every `migrate_*` call (it restarted).
+    pub lose_migration: bool,
+}
+
+#[derive(Debug)]
+struct Push {
+    range: KeyRange,
+    target: NodeId,
+    /// Keys still to copy (empty once the snapshot is copied).
+    pending: Option<Vec<Bytes>>,
+    copied_bytes: u64,
+    dual: bool,
+    fenced: bool,
+}
+
+#[derive(Debug, Default)]
+struct Node {
+    data: BTreeMap<Bytes, Bytes>,
+    seq: Seq,
+    pushes: BTreeMap<u64, Push>,
+}
+
+#[derive(Default)]
+struct State {
+    nodes: BTreeMap<NodeId, Node>,
+    addrs: BTreeMap<String, NodeId>,
+    faults: Faults,
+    /// Every call, e.g. `n1 fence 3 off`.
+    log: Vec<String>,
+}
+
+pub(crate) struct FakeCluster {
+    meta: Arc<EmbeddedMeta>,
+    state: Mutex<State>,
+}
+
+/// The fake's range digest: keys, bytes, and a hash of the entries.
+fn digest_of(data: &BTreeMap<Bytes, Bytes>, range: &KeyRange) -> RangeDigest {
+    let mut d = RangeDigest {
+        keys: 0,
+        bytes: 0,
+        digest: 0,
+    };
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    for (k, v) in in_range(data, range) {
+        d.keys += 1;
+        d.bytes += size(k, v);
+        (k, v).hash(&mut h);
+    }
+    d.digest = h.finish();
+    d
+}
+
+fn in_range<'a>(
+    data: &'a BTreeMap<Bytes, Bytes>,
+    range: &'a KeyRange,
+) -> impl Iterator<Item = (&'a Bytes, &'a Bytes)> {
+    data.iter().filter(|(k, _)| range.contains(k))
+}
+
+fn size(k: &Bytes, v: &Bytes) -> u64 {
+    (k.len() + v.len()) as u64
+}
+
+impl FakeCluster {
+    pub(crate) fn new(meta: Arc<EmbeddedMeta>, nodes: &[(NodeId, &str)]) -> Arc<Self> {
+        let mut state = State::default();
+        for (id, addr) in nodes {
+            state.nodes.insert(*id, Node::default());
+            state.addrs.insert(addr.to_string(), *id);
+        }
+        Arc::new(FakeCluster {
+            meta,
+            state: Mutex::new(state),
+        })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap()
+    }
+
+    pub(crate) fn set_faults(&self, faults: Faults) {
+        self.lock().faults = faults;
+    }
+
+    /// A foreground write at `node` (forwarded to a target that dual-writes
+    /// or already caught up on a push covering the key).
+    pub(crate) fn write(&self, node: NodeId, key: &[u8], value: &[u8]) {
+        let mut st = self.lock();
+        let (key, value) = (Bytes::copy_from_slice(key), Bytes::copy_from_slice(value));
+        let n = st.nodes.get_mut(&node).unwrap();
+        n.seq += 1;
+        n.data.insert(key.clone(), value.clone());
+        let forward: Vec<NodeId> = n
+            .pushes
+            .values()
+            .filter(|p| p.range.contains(&key) && (p.dual || p.pending.is_none()))
+            .map(|p| p.target)
+            .collect();
+        for target in forward {
+            let t = st.nodes.get_mut(&target).unwrap();
+            t.seq += 1;
+            t.data.insert(key.clone(), value.clone());
+        }
+    }
+
+    /// The entries of `range` at `node`.
+    pub(crate) fn entries(&self, node: NodeId, range: &KeyRange) -> Vec<(Bytes, Bytes)> {
+        let st = self.lock();
+        in_range(&st.nodes[&node].data, range)
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
+    }
+
+    /// Every key at `node`.
+    pub(crate) fn len(&self, node: NodeId) -> usize {
+        self.lock().nodes[&node].data.len()
+    }
+
+    /// Pushes `node` is running.
+    pub(crate) fn pushes(&self, node: NodeId) -> usize {
+        self.lock().nodes[&node].pushes.len()
+    }
+
+    pub(crate) fn log(&self) -> Vec<String> {
+        self.lock().log.clone()
+    }
+
+    fn note(st: &mut State, node: &PeerAddr, what: String) {
+        st.log.push(format!("n{} {what}", node.node.0));
+    }
+
+    /// Copies (part of) the snapshot of push `id` at `source`.
+    fn advance_copy(st: &mut State, source: NodeId, id: u64) {
+        let faults = st.faults.clone();
+        let src = st.nodes.get_mut(&source).unwrap();
+        let Some(push) = src.pushes.get_mut(&id) else {
+            return;
+        };
+        let Some(pending) = push.pending.as_mut() else {
+            return;
+        };
+        let take = match (faults.hold_copy, push.copied_bytes > 0) {
+            (false, _) => pending.len(),
+            // Half of the snapshot, then nothing more.
+            (true, false) => pending.len().div_ceil(2),
+            (true, true) => 0,
+        };
+        let keys: Vec<Bytes> = pending.drain(..take).collect();
+        let done = pending.is_empty() && !faults.hold_copy;
+        let mut copied = Vec::new();
+        for k in keys {
+            if let Some(v) = src.data.get(&k) {
+                push.copied_bytes += size(&k, v);
+                copied.push((k.clone(), v.clone()));
+            }
+        }
+        if done {
+            push.pending = None;
+        }
+        let target = push.target;
+        let t = st.nodes.get_mut(&target).unwrap();
+        for (k, v) in copied {
+            if faults.lose_on_target.as_ref() != Some(&k) {
+                t.seq += 1;
+                t.data.insert(k, v);
+            }
+        }
+    }
+
+    fn status(node: &Node, id: u64) -> Result<PushStatus, PeerError> {
+        let push = node
+            .pushes
+            .get(&id)
+            .ok_or_else(|| PeerError::NotFound(format!("migration {id}")))?;
+        Ok(PushStatus {
+            copied_bytes: push.copied_bytes,
+            copied_keys: 0,
+            copy_done: push.pending.is_none(),
+            acked_seq: node.seq,
+            head_seq: node.seq,
+            dual: push.dual,
+            fenced: push.fenced,
+            ..PushStatus::default()
+        })
+    }
+
+    /// The source's push `id`, or `NotFound` (also when it "lost" it).
+    fn push_of<'a>(st: &'a mut State, node: &PeerAddr, id: u64) -> Result<&'a mut Push, PeerError> {
+        let lost = st.faults.lose_migration;
+        st.nodes
+            .get_mut(&node.node)
+            .unwrap()
+            .pushes
+            .get_mut(&id)
+            .filter(|_| !lost)
+            .ok_or_else(|| PeerError::NotFound(format!("migration {id}")))
+    }
+}
+
+#[async_trait::async_trait]
+impl MigrationPeers for FakeCluster {
+    async fn last_seq(&self, node: &PeerAddr) -> Result<Seq, PeerError> {
+        Ok(self.lock().nodes[&node.node].seq)
+    }
+
+    async fn range_stats(
+        &self,
+        node: &PeerAddr,
+        range: &KeyRange,
+    ) -> Result<(u64, u64), PeerError> {
+        let st = self.lock();
+        let entries: Vec<_> = in_range(&st.nodes[&node.node].data, range).collect();
+        let bytes = entries.iter().map(|(k, v)| size(k, v)).sum();
+        Ok((entries.len() as u64, bytes))
+    }
+
+    async fn drop_range_chunk(
+        &self,
+        node: &PeerAddr,
+        range: &KeyRange,
+        limit: usize,
+    ) -> Result<u64, PeerError> {
+        let mut st = self.lock();
+        Self::note(&mut st, node, "drop".into());
+        let n = st.nodes.get_mut(&node.node).unwrap();
+        let doomed: Vec<Bytes> = in_range(&n.data, range)
+            .map(|(k, _)| k.clone())
+            .take(limit)
+            .collect();
+        for k in &doomed {
+            n.data.remove(k);
+        }
+        Ok(doomed.len() as u64)
+    }
+
+    async fn migrate_start(
+        &self,
+        node: &PeerAddr,
+        spec: &PushSpec,
+    ) -> Result<PushStatus, PeerError> {
+        let mut st = self.lock();
+        Self::note(
+            &mut st,
+            node,
+            format!("start {} copy={}", spec.id, spec.copy),
+        );
+        let target = *st
+            .addrs
+            .get(&spec.target)
+            .ok_or_else(|| PeerError::InvalidArgument(format!("no node at {}", spec.target)))?;
+        let n = st.nodes.get_mut(&node.node).unwrap();
+        if !n.pushes.contains_key(&spec.id) {
+            let pending = spec.copy.then(|| {
+                in_range(&n.data, &spec.range)
+                    .map(|(k, _)| k.clone())
+                    .collect()
+            });
+            let push = Push {
+                range: spec.range.clone(),
+                target,
+                pending,
+                copied_bytes: 0,
+                dual: false,
+                fenced: false,
+            };
+            n.pushes.insert(spec.id, push);
+        }
+        Self::status(n, spec.id)
+    }
+
+    async fn migrate_status(&self, node: &PeerAddr, id: u64) -> Result<PushStatus, PeerError> {
+        let mut st = self.lock();
+        Self::push_of(&mut st, node, id)?;
+        Self::advance_copy(&mut st, node.node, id);
+        Self::status(&st.nodes[&node.node], id)
+    }
+
+    async fn migrate_dual(&self, node: &PeerAddr, id: u64, on: bool) -> Result<Seq, PeerError> {
+        let mut st = self.lock();
+        Self::note(
+            &mut st,
+            node,
+            format!("dual {id} {}", if on { "on" } else { "off" }),
+        );
+        Self::push_of(&mut st, node, id)?.dual = on;
+        Ok(st.nodes[&node.node].seq)
+    }
+
+    async fn migrate_fence(&self, node: &PeerAddr, id: u64, on: bool) -> Result<Seq, PeerError> {
+        let mut st = self.lock();
+        Self::note(
+            &mut st,
+            node,
+            format!("fence {id} {}", if on { "on" } else { "off" }),
+        );
+        Self::push_of(&mut st, node, id)?.fenced = on;
+        Ok(st.nodes[&node.node].seq)
+    }
+
+    async fn migrate_stop(&self, node: &PeerAddr, id: u64) -> Result<(), PeerError> {
+        let mut st = self.lock();
+        Self::note(&mut st, node, format!("stop {id}"));
+        st.nodes.get_mut(&node.node).unwrap().pushes.remove(&id);
+        Ok(())
+    }
+
+    async fn migrate_digest(&self, node: &PeerAddr, id: u64) -> Result<FenceDigests, PeerError> {
+        let mut st = self.lock();
+        Self::note(&mut st, node, "digest".into());
+        let push = Self::push_of(&mut st, node, id)?;
+        let (range, target) = (push.range.clone(), push.target);
+        Ok(FenceDigests {
+            source: digest_of(&st.nodes[&node.node].data, &range),
+            target: digest_of(&st.nodes[&target].data, &range),
+            incremental: false,
+            delta_keys: 0,
+        })
+    }
+
+    async fn partition_view(
+        &self,
+        _node: &PeerAddr,
+        partition: PartitionId,
+    ) -> Result<Option<PartitionView>, PeerError> {
+        let map = self
+            .meta
+            .get_map()
+            .await
+            .map_err(|e| PeerError::Unavailable(e.to_string()))?;
+        Ok(map.partitions.get(&partition).map(|p| PartitionView {
+            owner: p.owner,
+            epoch: p.epoch,
+            map_version: map.version,
+        }))
+    }
+}

@@ -1,0 +1,305 @@
+//! `keyway ctl move | migrations | abort`: live partition migrations.
+//!
+//! `move` writes a `PENDING` migration record per partition (the leader
+//! manager's driver carries it out) and, with `--wait` (the default), follows
+//! each with a progress bar fed by the record and by the source's push
+//! status (state, bytes copied of the snapshot, rate, ETA, catch-up lag).
+//! `--detach` returns once the records exist.
+
+use crate::ctl::print_json;
+use indicatif::{ProgressBar, ProgressStyle};
+use keyway_manager::{request_abort, request_move};
+use keyway_map::{DEFAULT_KEYSPACE, NodeId, PartitionId, PartitionMap};
+use keyway_meta::MetaStore;
+use keyway_migration::{MigrationId, MigrationRecord, MigrationState};
+use keyway_node::peer::PeerClient;
+use serde::Serialize;
+use std::time::{Duration, Instant};
+
+/// How often `move --wait` refreshes.
+const POLL: Duration = Duration::from_millis(200);
+
+#[derive(clap::Args)]
+pub struct MoveArgs {
+    /// A partition id, or an inclusive slot range such as `0-1000` that must
+    /// start and end on partition boundaries (every partition in it moves).
+    what: String,
+    /// The target: a node id as `CLUSTER MYID` prints it, or its `host:port`.
+    #[arg(long)]
+    to: String,
+    /// Follow each move until it ends (the default).
+    #[arg(long, conflicts_with = "detach")]
+    wait: bool,
+    /// Return once the moves are requested.
+    #[arg(long)]
+    detach: bool,
+    /// Give up waiting after this many seconds (the moves continue).
+    #[arg(long, default_value_t = 3600)]
+    timeout_secs: u64,
+}
+
+#[derive(clap::Args)]
+pub struct AbortArgs {
+    /// The migration id (`keyway ctl migrations` lists them).
+    id: u64,
+}
+
+pub async fn move_cmd(meta: &dyn MetaStore, args: MoveArgs, json: bool) -> anyhow::Result<()> {
+    let map = meta.get_map().await?;
+    let target = resolve_node(&map, &args.to)?;
+    let partitions = resolve_partitions(&map, &args.what)?;
+    let mut ids = Vec::new();
+    for pid in &partitions {
+        if map.partitions[pid].owner == target {
+            eprintln!("partition {pid} is already on {target}; skipped");
+            continue;
+        }
+        let rec = request_move(meta, *pid, target).await?;
+        eprintln!(
+            "migration {} requested: partition {pid} {} -> {target}",
+            rec.id,
+            rec.source()
+        );
+        ids.push(rec.id);
+    }
+    if args.detach || ids.is_empty() {
+        if json {
+            print_json(&ids.iter().map(|i| i.0).collect::<Vec<_>>())?;
+        }
+        return Ok(());
+    }
+    let deadline = Instant::now() + Duration::from_secs(args.timeout_secs);
+    let mut rows = Vec::new();
+    let mut failed = 0;
+    for id in ids {
+        let rec = follow(meta, id, deadline).await?;
+        failed += usize::from(rec.state != MigrationState::Done);
+        rows.push(Row::new(&rec));
+    }
+    if json {
+        print_json(&rows)?;
+    }
+    anyhow::ensure!(failed == 0, "{failed} move(s) did not complete");
+    Ok(())
+}
+
+/// Follows one migration with a progress bar until it ends (or the deadline).
+async fn follow(
+    meta: &dyn MetaStore,
+    id: MigrationId,
+    deadline: Instant,
+) -> anyhow::Result<MigrationRecord> {
+    let bar = ProgressBar::new(0);
+    bar.set_style(
+        ProgressStyle::with_template(
+            "{prefix} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec} eta {eta} {msg}",
+        )?
+        .progress_chars("=> "),
+    );
+    bar.set_prefix(format!("migration {id}"));
+    let mut source: Option<PeerClient> = None;
+    loop {
+        let rec = load(meta, id).await?;
+        if source.is_none() {
+            let map = meta.get_map().await?;
+            source = map
+                .nodes
+                .get(&rec.source())
+                .and_then(|n| PeerClient::connect(&n.admin_addr).ok());
+        }
+        let push = match &source {
+            Some(s) if !rec.state.is_terminal() => s.migrate_status(rec.id.0).await.ok(),
+            _ => None,
+        };
+        bar.set_length(rec.total_bytes.max(1));
+        let copied = push
+            .as_ref()
+            .map(|p| p.copied_bytes)
+            .unwrap_or(rec.copied_bytes);
+        bar.set_position(copied.min(rec.total_bytes));
+        let lag = push
+            .as_ref()
+            .map(|p| p.head_seq.saturating_sub(p.acked_seq));
+        bar.set_message(format!(
+            "{}{}",
+            rec.state,
+            lag.map(|l| format!(" lag {l}")).unwrap_or_default()
+        ));
+        if rec.state.is_terminal() {
+            bar.finish_and_clear();
+            println!("{}", outcome_line(&rec));
+            return Ok(rec);
+        }
+        if Instant::now() >= deadline {
+            bar.abandon();
+            anyhow::bail!("migration {id} still in {} at the timeout", rec.state);
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+fn outcome_line(rec: &MigrationRecord) -> String {
+    let took = rec.state_entered_at_ms.saturating_sub(rec.started_at_ms);
+    match rec.state {
+        MigrationState::Done => format!(
+            "migration {} DONE: partition {} moved {} -> {} at epoch {} in {took} ms, {} bytes, cutover pause {} ms",
+            rec.id,
+            rec.partition_id(),
+            rec.source(),
+            rec.target,
+            rec.flipped_epoch(),
+            rec.total_bytes,
+            rec.pause_ms.map(|p| p.to_string()).unwrap_or("?".into())
+        ),
+        _ => format!(
+            "migration {} {}: partition {} stays on {} ({})",
+            rec.id,
+            rec.state,
+            rec.partition_id(),
+            rec.source(),
+            rec.abort_reason
+                .as_ref()
+                .map(|r| format!("{r:?}"))
+                .unwrap_or_default()
+        ),
+    }
+}
+
+async fn load(meta: &dyn MetaStore, id: MigrationId) -> anyhow::Result<MigrationRecord> {
+    let stored = meta
+        .get_migration(id.0)
+        .await?
+        .ok_or_else(|| anyhow::anyhow!("migration {id} not found"))?;
+    Ok(MigrationRecord::decode(&stored.record)?)
+}
+
+/// `abc...` (40 hex digits, as CLUSTER MYID prints it) or `host:port` (RESP or admin).
+fn resolve_node(map: &PartitionMap, text: &str) -> anyhow::Result<NodeId> {
+    let found = if text.contains(':') {
+        map.nodes
+            .values()
+            .find(|n| n.resp_addr == text || n.admin_addr == text)
+            .map(|n| n.id)
+    } else {
+        NodeId::parse(text).filter(|id| map.nodes.contains_key(id))
+    };
+    found.ok_or_else(|| {
+        anyhow::anyhow!(
+            "no node '{text}' in the map (give a node id as CLUSTER MYID prints it, or host:port; `keyway ctl nodes` lists them)"
+        )
+    })
+}
+
+/// A partition id, or an inclusive slot range aligned to partition boundaries.
+fn resolve_partitions(map: &PartitionMap, text: &str) -> anyhow::Result<Vec<PartitionId>> {
+    let Some((a, b)) = text.split_once('-') else {
+        let id: u64 = text
+            .parse()
+            .map_err(|_| anyhow::anyhow!("'{text}' is neither a partition id nor a slot range"))?;
+        anyhow::ensure!(
+            map.partitions.contains_key(&PartitionId(id)),
+            "partition {id} is not in the map"
+        );
+        return Ok(vec![PartitionId(id)]);
+    };
+    let (first, last): (u16, u16) = (a.trim().parse()?, b.trim().parse()?);
+    anyhow::ensure!(
+        first <= last && last < keyway_map::SLOT_COUNT,
+        "slot range {first}-{last} must satisfy first <= last < 16384"
+    );
+    let mut out = Vec::new();
+    for p in map.keyspace_partitions(DEFAULT_KEYSPACE) {
+        let (pf, pl) = p.slot_span();
+        if pl < first || pf > last {
+            continue;
+        }
+        anyhow::ensure!(
+            pf >= first && pl <= last,
+            "slot range {first}-{last} cuts partition {} (slots {pf}-{pl}); moves are whole partitions",
+            p.id
+        );
+        out.push(p.id);
+    }
+    Ok(out)
+}
+
+pub async fn abort_cmd(meta: &dyn MetaStore, args: AbortArgs) -> anyhow::Result<()> {
+    let rec = request_abort(meta, MigrationId(args.id)).await?;
+    println!(
+        "migration {} aborted from {}: partition {} stays on {} (the manager reverts the source and drops the target's copy)",
+        rec.id,
+        rec.aborted_from.map(|s| s.name()).unwrap_or("?"),
+        rec.partition_id(),
+        rec.source()
+    );
+    Ok(())
+}
+
+/// One migration as `keyway ctl migrations` prints it.
+#[derive(Serialize)]
+struct Row {
+    id: u64,
+    state: &'static str,
+    partition: u64,
+    source: String,
+    target: String,
+    copied_bytes: u64,
+    total_bytes: u64,
+    duration_ms: Option<u64>,
+    pause_ms: Option<u64>,
+    abort_reason: Option<String>,
+}
+
+impl Row {
+    fn new(r: &MigrationRecord) -> Row {
+        Row {
+            id: r.id.0,
+            state: r.state.name(),
+            partition: r.partition_id().0,
+            source: r.source().to_string(),
+            target: r.target.to_string(),
+            copied_bytes: r.copied_bytes,
+            total_bytes: r.total_bytes,
+            duration_ms: r
+                .state
+                .is_terminal()
+                .then(|| r.state_entered_at_ms.saturating_sub(r.started_at_ms)),
+            pause_ms: r.pause_ms,
+            abort_reason: r.abort_reason.as_ref().map(|a| format!("{a:?}")),
+        }
+    }
+}
+
+pub async fn migrations_cmd(meta: &dyn MetaStore, json: bool) -> anyhow::Result<()> {
+    let mut rows = Vec::new();
+    for stored in meta.migrations().await? {
+        match MigrationRecord::decode(&stored.record) {
+            Ok(rec) => rows.push(Row::new(&rec)),
+            Err(e) => eprintln!("migration {}: unreadable record: {e}", stored.id),
+        }
+    }
+    if json {
+        return print_json(&rows);
+    }
+    println!(
+        "{:>5}  {:<8}  {:>9}  {:<12}  {:<12}  {:>21}  {:>9}  {:>8}  REASON",
+        "ID", "STATE", "PARTITION", "SOURCE", "TARGET", "COPIED/TOTAL", "DURATION", "PAUSE"
+    );
+    let short = |s: &str| s.chars().take(12).collect::<String>();
+    let ms = |v: Option<u64>| v.map(|v| format!("{v}ms")).unwrap_or_else(|| "-".into());
+    for r in rows {
+        println!(
+            "{:>5}  {:<8}  {:>9}  {:<12}  {:<12}  {:>21}  {:>9}  {:>8}  {}",
+            r.id,
+            r.state,
+            r.partition,
+            short(&r.source),
+            short(&r.target),
+            format!("{}/{}", r.copied_bytes, r.total_bytes),
+            ms(r.duration_ms),
+            ms(r.pause_ms),
+            r.abort_reason.unwrap_or_default()
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,41 @@
+//! Flags for the migration driver, shared by `keyway manager` and `keyway dev`.
+
+use keyway_manager::DriverConfig;
+
+#[derive(clap::Args, Clone, Debug)]
+pub struct MigrationFlags {
+    /// Snapshot copy cap per migration, bytes per second (0 = unlimited).
+    #[arg(long, default_value_t = 64 * 1024 * 1024)]
+    pub migration_max_bytes_per_sec: u64,
+    /// The copy backs off while the source's foreground latency (moving
+    /// average, microseconds) is above this (0 = never).
+    #[arg(long, default_value_t = 20_000)]
+    pub migration_backoff_latency_us: u64,
+    /// CATCHUP → DUAL once the target is within this many change records.
+    #[arg(long, default_value_t = 1_000)]
+    pub migration_catchup_lag_threshold: u64,
+    /// A migration making no progress for this long before the flip aborts.
+    #[arg(long, default_value_t = 60_000)]
+    pub migration_stuck_timeout_ms: u64,
+    /// The longest the source may stay fenced before the flip (bounds the write pause).
+    #[arg(long, default_value_t = 5_000)]
+    pub migration_fence_timeout_ms: u64,
+    /// How long the source keeps a moved range before dropping it.
+    #[arg(long, default_value_t = 30_000)]
+    pub migration_cleanup_grace_ms: u64,
+}
+
+impl MigrationFlags {
+    /// The driver configuration; invalid combinations are refused here, at start.
+    pub fn to_config(&self) -> anyhow::Result<DriverConfig> {
+        let mut c = DriverConfig::default();
+        c.throttle.max_bytes_per_sec = self.migration_max_bytes_per_sec;
+        c.throttle.backoff_latency_us = self.migration_backoff_latency_us;
+        c.migration.catchup_lag_threshold = self.migration_catchup_lag_threshold;
+        c.migration.stuck_timeout_ms = self.migration_stuck_timeout_ms;
+        c.migration.fence_timeout_ms = self.migration_fence_timeout_ms;
+        c.migration.cleanup_grace_ms = self.migration_cleanup_grace_ms;
+        c.validate()?;
+        Ok(c)
+    }
+}
