@@ -72,8 +72,8 @@ pub struct Shared {
     pub started: Instant,
 }
 
-/// How often a fence recovered at start re-reads its migration record.
-const RECOVERED_FENCE_POLL: Duration = Duration::from_millis(250);
+/// How often migration roles are checked against their durable records.
+const FENCE_RECHECK: Duration = Duration::from_millis(250);
 /// How often held requests are re-checked even without a routing change
 /// (so they time out).
 const HELD_RECHECK: Duration = Duration::from_millis(500);
@@ -177,10 +177,10 @@ impl Node {
         crate::lease::start(&shared, &mut tasks, shutdown_rx.clone()).await;
         crate::watcher::start(&shared, &mut tasks, shutdown_rx.clone()).await;
         crate::migrate::recover_fences(&shared.migrations, &*shared.meta).await?;
-        tasks.spawn(crate::migrate::watch_recovered_fences(
+        tasks.spawn(crate::migrate::watch_fences(
             shared.migrations.clone(),
             shared.meta.clone(),
-            RECOVERED_FENCE_POLL,
+            FENCE_RECHECK,
             shutdown_rx.clone(),
         ));
         tasks.spawn(wake_held(shared.clone(), shutdown_rx.clone()));

@@ -50,6 +50,8 @@ struct Setup {
 async fn setup(dir: &std::path::Path) -> Setup {
     let mut spec = ClusterSpec::ephemeral(2, dir.to_path_buf());
     spec.node.lease_ttl_ms = 60_000;
+    // These tests play the manager's part themselves.
+    spec.manager = None;
     let cluster = LocalCluster::start(spec).await.expect("cluster starts");
     cluster.wait_serving(WAIT).await.unwrap();
     let map = cluster.map().await.unwrap();
@@ -309,5 +311,44 @@ async fn a_lifted_fence_runs_the_held_requests_and_a_stopped_push_is_not_found()
         s.source.migrate_status(9).await,
         Err(keyway_node::peer::PeerError::NotFound(_))
     ));
+    s.cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_fence_does_not_outlive_its_migration_when_no_manager_is_left_to_lift_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = setup(dir.path()).await;
+    let meta = s.cluster.meta().clone();
+    let rec = keyway_manager::request_move(&*meta, s.partition.id, s.target_id)
+        .await
+        .unwrap();
+    let id = rec.id.0;
+    push_caught_up(&s, id).await;
+    let idx = source_index(&s);
+    let before = held_count(&s.cluster, idx).await;
+    s.source.migrate_fence(id, true).await.unwrap();
+    let port = s.source_port;
+    let key = s.keys[2].clone();
+    let held = tokio::task::spawn_blocking(move || Resp::connect(port).cmd(&["SET", &key, "v"]));
+    assert!(
+        wait_until(WAIT, || async {
+            held_count(&s.cluster, idx).await != before
+        })
+        .await
+    );
+    assert!(!held.is_finished());
+    // An operator aborts while no manager runs: the source notices the
+    // ABORTED record by itself, stops the push and lifts the fence.
+    keyway_manager::request_abort(&*meta, rec.id).await.unwrap();
+    assert_eq!(held.await.unwrap(), Frame::Simple("OK".into()));
+    assert!(
+        wait_until(WAIT, || async {
+            matches!(
+                s.source.migrate_status(id).await,
+                Err(keyway_node::peer::PeerError::NotFound(_))
+            )
+        })
+        .await
+    );
     s.cluster.shutdown().await;
 }

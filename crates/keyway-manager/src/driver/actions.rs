@@ -19,6 +19,9 @@ use tokio::time::Instant;
 /// Attempts of a node call that finds the node unreachable before the
 /// failure counts.
 const UNAVAILABLE_ATTEMPTS: u32 = 3;
+/// How often a node's view of the partition is polled while waiting for it
+/// to install the flip (the wait is part of the cutover pause).
+const VIEW_POLL: Duration = Duration::from_millis(2);
 
 fn convert(d: keyway_storage::RangeDigest) -> RangeDigest {
     RangeDigest {
@@ -324,7 +327,8 @@ impl Task {
                 Ok(_) => {}
                 Err(err) => tracing::debug!(migration = self.id(), %err, "partition view"),
             }
-            let poll = self.shared.config.poll();
+            // Short: the target-serving wait is inside the write pause.
+            let poll = VIEW_POLL;
             if Instant::now() + poll >= deadline {
                 return Some(false);
             }

@@ -255,6 +255,28 @@ impl Migrations {
         }
     }
 
+    /// Whether a fence for `partition` may go, given its migration record:
+    /// not while the record is in `CUTOVER` with the flip not known to be
+    /// done, and after the flip only once this node's installed map has
+    /// moved the partition away (else it would serve at the old epoch).
+    fn may_lift(&self, rec: Option<&MigrationRecord>, partition: PartitionId) -> bool {
+        let Some(rec) = rec else {
+            return true;
+        };
+        let flipped =
+            rec.flipped() || matches!(rec.state, MigrationState::Cleanup | MigrationState::Done);
+        if flipped {
+            let me = self.routing.node_id();
+            return self
+                .routing
+                .map()
+                .partitions
+                .get(&partition)
+                .is_some_and(|p| p.owner != me);
+        }
+        rec.state != MigrationState::Cutover
+    }
+
     fn take_recovered(&self, id: u64) -> Option<PartitionId> {
         self.recovered
             .lock()
@@ -306,9 +328,17 @@ fn in_cutover_from(rec: &MigrationRecord, me: keyway_map::NodeId) -> bool {
     rec.state == MigrationState::Cutover && rec.source() == me && !rec.flipped()
 }
 
-/// Lifts recovered fences whose record left `CUTOVER` (polls the store
-/// every `every` while any is in place).
-pub async fn watch_recovered_fences(
+/// Keeps this node's migration roles in line with the durable records, so
+/// no fence or push outlives its migration even when no manager is left to
+/// end it (e.g. an operator aborted while the manager was down): every
+/// `every`, while anything is in place,
+/// - a fence recovered at start is lifted once its record left `CUTOVER`;
+/// - a push whose record is over (`DONE`, `ABORTED`) is stopped (dual
+///   writing off, fence lifted) — after a flip only once this node's map
+///   has moved the partition away.
+///
+/// A store that cannot be read changes nothing.
+pub async fn watch_fences(
     migrations: Arc<Migrations>,
     meta: Arc<dyn MetaStore>,
     every: Duration,
@@ -319,19 +349,45 @@ pub async fn watch_recovered_fences(
             _ = tokio::time::sleep(every) => {}
             _ = shutdown.changed() => return,
         }
-        let me = migrations.routing.node_id();
         for (id, pid) in migrations.recovered_fences() {
-            let still = match meta.get_migration(id).await {
-                Ok(Some(s)) => MigrationRecord::decode(&s.record)
-                    .map(|r| in_cutover_from(&r, me))
-                    .unwrap_or(false),
-                Ok(None) => false,
-                Err(_) => true, // store unreachable: keep the fence
+            let Some(rec) = record(&*meta, id).await else {
+                continue;
             };
-            if !still && migrations.take_recovered(id).is_some() {
+            if migrations.may_lift(rec.as_ref(), pid) && migrations.take_recovered(id).is_some() {
                 migrations.routing.set_fenced(pid, false);
                 tracing::info!(migration = id, partition = %pid, "recovered fence lifted");
             }
         }
+        let pushes: Vec<(u64, PartitionId)> = migrations
+            .pushes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .map(|(id, p)| (*id, p.plan.partition))
+            .collect();
+        for (id, pid) in pushes {
+            let Some(rec) = record(&*meta, id).await else {
+                continue;
+            };
+            // No record: a push started by hand (tools, tests); left alone.
+            let over = rec.as_ref().is_some_and(|r| r.state.is_terminal());
+            if over && migrations.may_lift(rec.as_ref(), pid) {
+                tracing::info!(
+                    migration = id,
+                    "migration over in the store: stopping its push"
+                );
+                migrations.stop(id);
+            }
+        }
+    }
+}
+
+/// The decoded record of `id`: `Some(None)` when there is none (or it does
+/// not decode), `None` when the store could not be read.
+async fn record(meta: &dyn MetaStore, id: u64) -> Option<Option<MigrationRecord>> {
+    match meta.get_migration(id).await {
+        Ok(Some(s)) => Some(MigrationRecord::decode(&s.record).ok()),
+        Ok(None) => Some(None),
+        Err(_) => None,
     }
 }
