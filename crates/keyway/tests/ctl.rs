@@ -1,5 +1,6 @@
-//! `keyway ctl` reads nodes, the map, leases and the manager seat from the
-//! metadata store, as a table and as JSON.
+//! `keyway ctl` reads nodes, the map, leases, the manager seat and the
+//! migrations from the metadata store, as a table and as JSON, and refuses
+//! bad move requests with the reason.
 
 mod common;
 
@@ -44,5 +45,40 @@ fn ctl_shows_nodes_map_leases_and_the_manager_seat() {
         serde_json::from_str(&ctl(port, &["leases", "--json"])).unwrap();
     assert_eq!(leases.len(), 3);
 
-    assert!(ctl(port, &["manager"]).contains("manager seat empty"));
+    // `keyway dev` runs a manager in-process.
+    let seat = ctl(port, &["manager"]);
+    assert!(seat.contains("manager seat held by local-"), "{seat}");
+
+    let none: Vec<serde_json::Value> =
+        serde_json::from_str(&ctl(port, &["migrations", "--json"])).unwrap();
+    assert!(none.is_empty());
+    // Bad move requests are refused with the reason, and nothing is recorded.
+    let target = format!("127.0.0.1:{}", cluster.ports()[1]);
+    for (what, why) in [
+        ("999", "partition 999 is not in the map"),
+        ("0-100", "cuts partition 1 (slots 0-1364)"),
+        ("banana", "neither a partition id nor a slot range"),
+    ] {
+        let err = ctl_fails(port, &["move", what, "--to", &target]);
+        assert!(err.contains(why), "{what}: {err}");
+    }
+    let err = ctl_fails(port, &["move", "1", "--to", "127.0.0.1:1"]);
+    assert!(err.contains("no node '127.0.0.1:1'"), "{err}");
+    let err = ctl_fails(port, &["abort", "42"]);
+    assert!(err.contains("migration 42 not found"), "{err}");
+    let none: Vec<serde_json::Value> =
+        serde_json::from_str(&ctl(port, &["migrations", "--json"])).unwrap();
+    assert!(none.is_empty());
+}
+
+/// Runs a `ctl` command that must fail; returns its stderr.
+fn ctl_fails(meta_port: u16, args: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_keyway"))
+        .args(["ctl", "--meta", &format!("keyway://127.0.0.1:{meta_port}")])
+        .args(args)
+        .env("KEYWAY_LOG", "warn")
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "{args:?} succeeded");
+    String::from_utf8_lossy(&out.stderr).into_owned()
 }
