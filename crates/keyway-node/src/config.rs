@@ -109,6 +109,10 @@ pub struct NodeConfig {
     /// Migration source: how long a fence waits for the target to hold every
     /// accepted write before the fence call fails.
     pub migration_fence_drain_timeout_ms: u64,
+    /// Migration source: at the fence the target is asked to hold requests
+    /// for the partition (instead of redirecting them back here) until it
+    /// has installed the flip, for at most this long.
+    pub migration_incoming_hold_ms: u64,
 }
 
 impl Default for NodeConfig {
@@ -136,6 +140,7 @@ impl Default for NodeConfig {
             migration_dual_ack_timeout_ms: 5_000,
             migration_target_retry_timeout_ms: 10_000,
             migration_fence_drain_timeout_ms: 5_000,
+            migration_incoming_hold_ms: 10_000,
         }
     }
 }
@@ -165,6 +170,10 @@ impl NodeConfig {
             (
                 "migration_fence_drain_timeout_ms",
                 self.migration_fence_drain_timeout_ms,
+            ),
+            (
+                "migration_incoming_hold_ms",
+                self.migration_incoming_hold_ms,
             ),
         ];
         if let Some((name, _)) = positive.iter().find(|(_, v)| *v == 0) {
@@ -205,6 +214,7 @@ impl NodeConfig {
                 target_retry_timeout: Duration::from_millis(self.migration_target_retry_timeout_ms),
             },
             fence_drain_timeout: Duration::from_millis(self.migration_fence_drain_timeout_ms),
+            incoming_hold: Duration::from_millis(self.migration_incoming_hold_ms),
         }
     }
 

@@ -20,7 +20,7 @@ use keyway_resp::Frame;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock, RwLockReadGuard};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
 /// Why a request was not admitted. Each variant becomes one error reply.
@@ -99,6 +99,11 @@ struct View {
     fenced: BTreeSet<PartitionId>,
     /// Partitions being dual-written: each write's reply waits for the target.
     dual: BTreeMap<PartitionId, Arc<Push>>,
+    /// Partitions this node is about to receive (it is the target of their
+    /// fenced migration): while the map still shows them at this epoch under
+    /// another owner, requests are held, not redirected back to the source.
+    /// Each lapses at its deadline (monotonic ns after `base`).
+    incoming: BTreeMap<PartitionId, (Epoch, u64)>,
 }
 
 /// A read guard over the map: hold it from the check to the effect.
@@ -119,6 +124,7 @@ impl Routing {
                 map: Arc::new(PartitionMap::new()),
                 fenced: BTreeSet::new(),
                 dual: BTreeMap::new(),
+                incoming: BTreeMap::new(),
             }),
             changes: watch::channel(0).0,
         }
@@ -152,6 +158,31 @@ impl Routing {
         if !fenced {
             self.bump();
         }
+    }
+
+    /// Holds requests for `partition` while the map shows it at `epoch`
+    /// under another owner, for at most `hold` from now (`None` lifts it).
+    pub fn set_incoming(&self, partition: PartitionId, hold: Option<(Epoch, Duration)>) {
+        let mut view = self.write();
+        match hold {
+            Some((epoch, hold)) => {
+                let ns = self.ns_since_base(self.clock.now() + hold);
+                view.incoming.insert(partition, (epoch, ns));
+            }
+            None => {
+                view.incoming.remove(&partition);
+            }
+        }
+        drop(view);
+        self.bump();
+    }
+
+    fn ns_since_base(&self, t: Instant) -> u64 {
+        t.saturating_duration_since(self.base).as_nanos().max(1) as u64
+    }
+
+    fn now_ns(&self) -> u64 {
+        self.ns_since_base(self.clock.now())
     }
 
     /// Whether `partition` is fenced.
@@ -206,6 +237,9 @@ impl Routing {
             });
         }
         assert_epochs_never_fall(&view.map, &map);
+        // An incoming hold ends once the map moved past its epoch.
+        view.incoming
+            .retain(|pid, (epoch, _)| map.partitions.get(pid).is_some_and(|p| p.epoch == *epoch));
         view.map = Arc::new(map);
         drop(view);
         self.bump();
@@ -214,11 +248,8 @@ impl Routing {
 
     /// Sets the lease deadline (a monotonic instant).
     pub fn set_lease_deadline(&self, deadline: Instant) {
-        let ns = deadline
-            .saturating_duration_since(self.base)
-            .as_nanos()
-            .max(1) as u64;
-        self.lease_deadline_ns.store(ns, Ordering::SeqCst);
+        self.lease_deadline_ns
+            .store(self.ns_since_base(deadline), Ordering::SeqCst);
     }
 
     /// Drops the lease: the node stops serving at once.
@@ -229,24 +260,13 @@ impl Routing {
     /// Whether the lease is valid now.
     pub fn lease_valid(&self) -> bool {
         let deadline = self.lease_deadline_ns.load(Ordering::SeqCst);
-        deadline != 0
-            && (self
-                .clock
-                .now()
-                .saturating_duration_since(self.base)
-                .as_nanos() as u64)
-                < deadline
+        deadline != 0 && self.now_ns() < deadline
     }
 
     /// Milliseconds of lease left (0 when lapsed).
     pub fn lease_remaining_ms(&self) -> u64 {
         let deadline = self.lease_deadline_ns.load(Ordering::SeqCst);
-        let now = self
-            .clock
-            .now()
-            .saturating_duration_since(self.base)
-            .as_nanos() as u64;
-        deadline.saturating_sub(now) / 1_000_000
+        deadline.saturating_sub(self.now_ns()) / 1_000_000
     }
 }
 
@@ -302,6 +322,9 @@ impl RoutingGuard<'_> {
             .map
             .locate(ks, local_key)
             .ok_or(Rejection::Unserved)?;
+        if p.owner != self.routing.me && self.incoming(p) {
+            return Err(Rejection::Fenced { partition: p.id });
+        }
         if let Some((pid, epoch)) = expected
             && (pid != p.id || epoch != p.epoch)
         {
@@ -320,6 +343,14 @@ impl RoutingGuard<'_> {
             return Err(Rejection::Fenced { partition: p.id });
         }
         Ok(p)
+    }
+
+    /// This node is about to receive `p` (its map still shows the old row).
+    fn incoming(&self, p: &PartitionRecord) -> bool {
+        self.map
+            .incoming
+            .get(&p.id)
+            .is_some_and(|(epoch, deadline)| *epoch == p.epoch && self.routing.now_ns() < *deadline)
     }
 
     fn stale(&self, p: &PartitionRecord) -> Rejection {

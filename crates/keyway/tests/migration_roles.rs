@@ -229,6 +229,35 @@ async fn dual_writes_are_at_the_target_when_acknowledged_and_a_held_write_gets_m
         "a lost key on the target goes unnoticed"
     );
 
+    // A client sent to the target early (before it has the flip) is held
+    // there too, not redirected back to the source.
+    let target_idx = (0..s.cluster.len())
+        .find(|i| s.cluster.node(*i).map(|n| n.id()) == Some(s.target_id))
+        .unwrap();
+    let target_port: u16 = s
+        .cluster
+        .node(target_idx)
+        .unwrap()
+        .resp_addr()
+        .rsplit_once(':')
+        .unwrap()
+        .1
+        .parse()
+        .unwrap();
+    let before_t = held_count(&s.cluster, target_idx).await;
+    let key3 = s.keys[3].clone();
+    let early = tokio::task::spawn_blocking(move || {
+        Resp::connect(target_port).cmd(&["SET", &key3, "early"])
+    });
+    assert!(
+        wait_until(WAIT, || async {
+            held_count(&s.cluster, target_idx).await != before_t
+        })
+        .await,
+        "the early request is held at the target"
+    );
+    assert!(!early.is_finished());
+
     // ... until the flip is installed: then it is redirected to the target.
     let p = &s.partition;
     s.cluster
@@ -265,6 +294,11 @@ async fn dual_writes_are_at_the_target_when_acknowledged_and_a_held_write_gets_m
         value,
         Frame::Bulk("dual".into()),
         "the target serves the dual-written value"
+    );
+    assert_eq!(
+        early.await.unwrap(),
+        Frame::Simple("OK".into()),
+        "the early request ran at the target"
     );
     s.source.migrate_stop(7).await.unwrap();
     s.cluster.shutdown().await;

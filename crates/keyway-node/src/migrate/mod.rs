@@ -61,6 +61,8 @@ pub struct RoleLimits {
     pub push: PushLimits,
     /// How long a fence waits for the target to hold every accepted write.
     pub fence_drain_timeout: Duration,
+    /// How long the target holds the partition's requests after the fence.
+    pub incoming_hold: Duration,
 }
 
 /// The migrations this node is the source of.
@@ -199,6 +201,7 @@ impl Migrations {
             }
             if let Ok(push) = self.push(id) {
                 self.routing.set_fenced(push.plan.partition, false);
+                Self::lift_incoming(&push);
             }
             return Ok(self.engine.last_seq());
         }
@@ -213,8 +216,38 @@ impl Migrations {
         push.wait_acked(head, self.limits.fence_drain_timeout)
             .await
             .map_err(RoleError::Failed)?;
-        tracing::info!(migration = id, partition = %push.plan.partition, seq = head, "source fenced");
+        // The target holds the partition's requests until it has the flip,
+        // so a client this node redirects after the flip is not sent back.
+        let pid = push.plan.partition;
+        let epoch = self
+            .routing
+            .map()
+            .partitions
+            .get(&pid)
+            .map(|p| p.epoch)
+            .ok_or_else(|| RoleError::Refused(format!("partition {pid} left the map")))?;
+        push.target()
+            .migrate_incoming(pid, epoch, true, self.limits.incoming_hold)
+            .await
+            .map_err(|e| RoleError::Failed(format!("target incoming hold: {e}")))?;
+        tracing::info!(migration = id, partition = %pid, seq = head, "source fenced");
         Ok(head)
+    }
+
+    /// Lifts the target's incoming hold (best effort, in the background: it
+    /// also lapses by itself).
+    fn lift_incoming(push: &Arc<Push>) {
+        let push = push.clone();
+        tokio::spawn(async move {
+            let pid = push.plan.partition;
+            if let Err(e) = push
+                .target()
+                .migrate_incoming(pid, keyway_map::Epoch(0), false, Duration::ZERO)
+                .await
+            {
+                tracing::debug!(partition = %pid, %e, "could not lift the target's incoming hold");
+            }
+        });
     }
 
     /// Both sides' digests of the range at the fence (see `digest.rs`).
@@ -250,6 +283,7 @@ impl Migrations {
             let pid = push.plan.partition;
             self.routing.set_dual(pid, None, || ());
             self.routing.set_fenced(pid, false);
+            Self::lift_incoming(&push);
             push.stop();
             tracing::info!(migration = id, partition = %pid, "migration push stopped");
         }

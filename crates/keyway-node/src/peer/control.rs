@@ -225,6 +225,28 @@ impl PeerClient {
         Ok(digest_from_pb(Some(r)))
     }
 
+    /// Target: hold requests for `partition` while its map shows it at
+    /// `epoch` under another owner, for at most `hold` (`on: false` lifts).
+    pub async fn migrate_incoming(
+        &self,
+        partition: PartitionId,
+        epoch: Epoch,
+        on: bool,
+        hold: std::time::Duration,
+    ) -> Result<(), PeerError> {
+        let msg = pb::MigrateIncomingRequest {
+            partition: partition.0,
+            epoch: epoch.0,
+            on,
+            hold_ms: hold.as_millis() as u64,
+        };
+        self.call("MigrateIncoming", msg, |mut c, r| async move {
+            c.migrate_incoming(r).await
+        })
+        .await?;
+        Ok(())
+    }
+
     /// The partition as the peer's installed map has it (`None`: unknown there).
     pub async fn partition_view(
         &self,

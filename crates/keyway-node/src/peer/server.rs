@@ -134,6 +134,9 @@ pub(crate) fn status_from_storage(err: StorageError) -> Status {
     }
 }
 
+/// Longest incoming hold a source may ask for.
+const MAX_INCOMING_HOLD_MS: u64 = 60_000;
+
 fn status_from_role(err: RoleError) -> Status {
     match err {
         RoleError::Unknown(_) => Status::not_found(err.to_string()),
@@ -432,6 +435,21 @@ impl peer_server::Peer for PeerService {
             .blocking(move |e| crate::migrate::keys_digest(e, &keys))
             .await?;
         Ok(Response::new(digest_to_pb(d)))
+    }
+
+    async fn migrate_incoming(
+        &self,
+        req: Request<pb::MigrateIncomingRequest>,
+    ) -> Result<Response<pb::MigrateStopResponse>, Status> {
+        let r = req.into_inner();
+        let routing = &self.node()?.routing;
+        let pid = PartitionId(r.partition);
+        let hold = r.on.then(|| {
+            let hold = std::time::Duration::from_millis(r.hold_ms.min(MAX_INCOMING_HOLD_MS));
+            (keyway_map::Epoch(r.epoch), hold)
+        });
+        routing.set_incoming(pid, hold);
+        Ok(Response::new(pb::MigrateStopResponse {}))
     }
 
     async fn partition_view(
