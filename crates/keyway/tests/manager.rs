@@ -6,9 +6,8 @@
 
 mod common;
 
-use common::{Proc, free_port_block};
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
+use common::{Proc, free_port_block, http_get};
+use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -127,24 +126,6 @@ impl Drop for Manager {
     fn drop(&mut self) {
         self.kill9();
     }
-}
-
-/// A plain HTTP/1.1 GET; the body, or `None` if nothing answers.
-fn http_get(port: u16, path: &str) -> Option<String> {
-    let mut stream = TcpStream::connect(("127.0.0.1", port)).ok()?;
-    stream
-        .set_read_timeout(Some(Duration::from_secs(5)))
-        .unwrap();
-    write!(
-        stream,
-        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
-    )
-    .ok()?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response).ok()?;
-    let (head, body) = response.split_once("\r\n\r\n")?;
-    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
-    Some(body.to_string())
 }
 
 /// Polls every manager's `/status` (the believed leader last, so a `true`

@@ -4,6 +4,7 @@
 //! with what every node's admin endpoint says about the slot.
 
 use crate::REDIRECT_PATIENCE;
+use crate::common::http_get;
 use bytes::{Bytes, BytesMut};
 use keyway_map::{DEFAULT_KEYSPACE, PartitionMap, key_hash_slot};
 use keyway_resp::{Frame, Limits, Protocol, ResponseParser, encode};
@@ -205,23 +206,6 @@ impl Router {
             .collect::<Vec<_>>()
             .join("; ")
     }
-}
-
-/// A plain HTTP/1.1 GET; the body, or `None` if nothing answers.
-fn http_get(port: u16, path: &str) -> Option<String> {
-    let mut stream = TcpStream::connect(("127.0.0.1", port)).ok()?;
-    stream
-        .set_read_timeout(Some(Duration::from_secs(5)))
-        .unwrap();
-    write!(
-        stream,
-        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
-    )
-    .ok()?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response).ok()?;
-    let (_, body) = response.split_once("\r\n\r\n")?;
-    Some(body.to_string())
 }
 
 /// Now as `HH:MM:SS.mmm` UTC, to line up with the processes' logs.
