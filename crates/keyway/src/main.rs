@@ -4,7 +4,9 @@
 //! - `keyway meta`: the embedded metadata store, served over RPC.
 //! - `keyway server`: one storage node.
 //! - `keyway manager`: the partition manager (leader-elected).
+//! - `keyway bench migrate`: live partition moves under load, measured.
 
+mod bench_migrate;
 mod ctl;
 mod ctl_move;
 mod dev;
@@ -46,6 +48,8 @@ enum Command {
     Manager(manager_cmd::ManagerArgs),
     /// Inspect the cluster: nodes, map, leases, manager seat.
     Ctl(ctl::CtlArgs),
+    /// Benchmarks against an in-process cluster: `keyway bench migrate`.
+    Bench(bench_migrate::BenchArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -64,6 +68,7 @@ fn main() -> anyhow::Result<()> {
             Command::Server(args) => server_cmd::run(args).await,
             Command::Manager(args) => manager_cmd::run(args).await,
             Command::Ctl(args) => ctl::run(args).await,
+            Command::Bench(args) => bench_migrate::run(args).await,
         }
     })
 }
