@@ -30,6 +30,7 @@ pub async fn serve(
         crate::peer::NodeRoles {
             migrations: shared.migrations.clone(),
             routing: shared.routing.clone(),
+            latency: shared.executor.latency().clone(),
         },
     );
     let app = crate::peer::merge_routes(app, service);

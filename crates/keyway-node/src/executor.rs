@@ -108,26 +108,60 @@ struct ShardContext {
     latency: Arc<LatencyGauge>,
 }
 
-/// Recent foreground latency (enqueue to release), an exponentially
-/// weighted moving average in microseconds. Read by migration throttling.
-#[derive(Default)]
-pub struct LatencyGauge(AtomicU64);
+/// Recent foreground latency (enqueue to reply release): the slowest reply
+/// of the current and the previous window of [`LatencyGauge::WINDOW_MS`].
+/// Read by migration throttling, which must react to tail latency (an
+/// average hides the spikes a copy causes).
+pub struct LatencyGauge {
+    base: Instant,
+    window: AtomicU64,
+    current_us: AtomicU64,
+    previous_us: AtomicU64,
+}
+
+impl Default for LatencyGauge {
+    fn default() -> Self {
+        LatencyGauge {
+            base: Instant::now(),
+            window: AtomicU64::new(0),
+            current_us: AtomicU64::new(0),
+            previous_us: AtomicU64::new(0),
+        }
+    }
+}
 
 impl LatencyGauge {
-    /// Weight of a new sample: 1/`EWMA_WEIGHT`.
-    const EWMA_WEIGHT: u64 = 16;
+    /// Length of one window.
+    pub const WINDOW_MS: u64 = 100;
+
+    fn window_now(&self) -> u64 {
+        self.base.elapsed().as_millis() as u64 / Self::WINDOW_MS
+    }
 
     pub fn observe(&self, sample: Duration) {
         let us = sample.as_micros().min(u64::MAX as u128) as u64;
-        let _ = self
-            .0
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |old| {
-                Some(old - old / Self::EWMA_WEIGHT + us / Self::EWMA_WEIGHT)
-            });
+        let now = self.window_now();
+        let seen = self.window.load(Ordering::Relaxed);
+        if seen != now && self.window.swap(now, Ordering::Relaxed) != now {
+            let last = self.current_us.swap(0, Ordering::Relaxed);
+            let previous = if seen + 1 == now { last } else { 0 };
+            self.previous_us.store(previous, Ordering::Relaxed);
+        }
+        self.current_us.fetch_max(us, Ordering::Relaxed);
     }
 
-    pub fn micros(&self) -> u64 {
-        self.0.load(Ordering::Relaxed)
+    /// The slowest reply released in the last one or two windows (0 when
+    /// nothing was released lately).
+    pub fn recent_max_micros(&self) -> u64 {
+        let now = self.window_now();
+        let seen = self.window.load(Ordering::Relaxed);
+        let current = self.current_us.load(Ordering::Relaxed);
+        let previous = self.previous_us.load(Ordering::Relaxed);
+        match now.saturating_sub(seen) {
+            0 => current.max(previous),
+            1 => current,
+            _ => 0,
+        }
     }
 }
 

@@ -7,9 +7,9 @@ pub struct MigrationFlags {
     /// Snapshot copy cap per migration, bytes per second (0 = unlimited).
     #[arg(long, default_value_t = 64 * 1024 * 1024)]
     pub migration_max_bytes_per_sec: u64,
-    /// The copy backs off while the source's foreground latency (moving
-    /// average, microseconds) is above this (0 = never).
-    #[arg(long, default_value_t = 20_000)]
+    /// The copy backs off while the slowest recent reply (last 100-200 ms) on
+    /// the source or the target took longer than this, microseconds (0 = never).
+    #[arg(long, default_value_t = 50_000)]
     pub migration_backoff_latency_us: u64,
     /// CATCHUP → DUAL once the target is within this many change records.
     #[arg(long, default_value_t = 1_000)]

@@ -8,8 +8,8 @@
 //!    short-lived engine snapshot; a long-open snapshot would pin old
 //!    versions) and apply each chunk at the target as foreign `Put`s with the
 //!    chunk's seq as version, fsynced. Throttled: at most
-//!    `max_bytes_per_sec`, and backing off while this node's foreground
-//!    latency is above `backoff_latency_us` (seed 003).
+//!    `max_bytes_per_sec`, and backing off while the slowest recent reply on
+//!    this node or the target took longer than `backoff_latency_us` (seed 003).
 //! 3. **CATCHUP / DUAL**: replay this node's change log for the range after
 //!    S (the snapshot seq), in order, applied at the target and fsynced;
 //!    `acked_seq` advances to the last examined seq. This runs until the push
@@ -37,7 +37,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::{Notify, oneshot, watch};
 
 /// Entries per copy chunk at most.
-const COPY_CHUNK_ENTRIES: usize = 1_000;
+const COPY_CHUNK_ENTRIES: usize = 4_000;
 /// Change records examined per catch-up read at most.
 const STREAM_BATCH_RECORDS: usize = 5_000;
 /// Encoded change-record bytes per catch-up apply at most.
@@ -101,6 +101,8 @@ pub struct Push {
     copied_keys: AtomicU64,
     copy_done: AtomicBool,
     backoffs: AtomicU64,
+    /// The target's recent foreground latency, from its last copy answer.
+    target_latency_us: AtomicU64,
     acked: watch::Sender<Seq>,
     checkpoint: Mutex<Option<Checkpoint>>,
     error: Mutex<Option<String>>,
@@ -131,6 +133,7 @@ impl Push {
             copied_bytes: AtomicU64::new(0),
             copied_keys: AtomicU64::new(0),
             backoffs: AtomicU64::new(0),
+            target_latency_us: AtomicU64::new(0),
             acked: watch::channel(after).0,
             checkpoint: Mutex::new(None),
             error: Mutex::new(None),
@@ -295,11 +298,16 @@ impl Push {
         }
     }
 
+    /// Copies the snapshot: reading the next chunk here overlaps applying
+    /// the previous one at the target. Chunks are applied without an fsync
+    /// each; one fsync at the end makes the whole copy durable before the
+    /// checkpoint (a target that crashed meanwhile shows up there as a
+    /// digest mismatch, and the migration aborts).
     async fn copy(&self) -> Result<(), String> {
         self.clean_target().await?;
         let started = Instant::now();
-        let mut after: Option<Bytes> = None;
         let mut in_a_row = 0u32;
+        let mut chunk = self.read_copy_chunk(None).await?;
         loop {
             if self.stopped() {
                 return Err("stopped".into());
@@ -308,32 +316,61 @@ impl Push {
                 tokio::time::sleep(pause).await;
                 continue;
             }
-            let engine = self.engine.clone();
-            let range = self.plan.range.clone();
-            let max_bytes = chunk_bytes(&self.plan.throttle);
-            let cursor = after.clone();
-            let chunk = blocking(move || read_chunk(&*engine, &range, cursor, max_bytes)).await?;
-            if !chunk.records.is_empty() {
-                self.apply(&chunk.records).await?;
-            }
+            let next = chunk.next.clone();
+            let (applied, read) = tokio::join!(self.apply_copy(&chunk.records), async {
+                match next {
+                    Some(after) => Some(self.read_copy_chunk(Some(after)).await),
+                    None => None,
+                }
+            });
+            applied?;
             let total = self.copied_bytes.fetch_add(chunk.bytes, Ordering::Relaxed) + chunk.bytes;
             self.copied_keys
                 .fetch_add(chunk.records.len() as u64, Ordering::Relaxed);
             self.metrics.migration_copied_bytes.inc_by(chunk.bytes);
-            match chunk.next {
-                Some(next) => after = Some(next),
-                None => return Ok(()),
-            }
+            chunk = match read {
+                Some(next) => next?,
+                None => break,
+            };
             if let Some(wait) = rate_wait(&self.plan.throttle, total, started.elapsed()) {
                 tokio::time::sleep(wait).await;
             }
         }
+        // The one fsync of the copy.
+        self.retry(|| self.target.apply_foreign_with(&[], true))
+            .await
+            .map(|_| ())
+    }
+
+    async fn read_copy_chunk(&self, after: Option<Bytes>) -> Result<CopyChunk, String> {
+        let engine = self.engine.clone();
+        let range = self.plan.range.clone();
+        let max_bytes = chunk_bytes(&self.plan.throttle);
+        blocking(move || read_chunk(&*engine, &range, after, max_bytes)).await
+    }
+
+    async fn apply_copy(&self, records: &[ChangeRecord]) -> Result<(), String> {
+        if records.is_empty() {
+            return Ok(());
+        }
+        let (_, target_latency_us) = self
+            .retry(|| self.target.apply_foreign_report(records, false))
+            .await?;
+        self.target_latency_us
+            .store(target_latency_us, Ordering::Relaxed);
+        Ok(())
     }
 
     /// How long to back off before the next chunk, if at all.
     fn backoff(&self, in_a_row: &mut u32) -> Option<Duration> {
         let limit = self.plan.throttle.backoff_latency_us;
-        if limit == 0 || self.latency.micros() <= limit || *in_a_row >= MAX_BACKOFFS_IN_A_ROW {
+        // Both sides' tail: the copy loads the source's reads and the
+        // target's writes.
+        let recent = self
+            .latency
+            .recent_max_micros()
+            .max(self.target_latency_us.load(Ordering::Relaxed));
+        if limit == 0 || recent <= limit || *in_a_row >= MAX_BACKOFFS_IN_A_ROW {
             *in_a_row = 0;
             return None;
         }

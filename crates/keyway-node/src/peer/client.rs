@@ -356,6 +356,16 @@ impl PeerClient {
         records: &[ChangeRecord],
         sync: bool,
     ) -> Result<Seq, PeerError> {
+        Ok(self.apply_foreign_report(records, sync).await?.0)
+    }
+
+    /// [`PeerClient::apply_foreign_with`], also returning the peer's recent
+    /// foreground latency in microseconds (0 = unknown).
+    pub async fn apply_foreign_report(
+        &self,
+        records: &[ChangeRecord],
+        sync: bool,
+    ) -> Result<(Seq, u64), PeerError> {
         let msg = pb::ApplyForeignRequest {
             records: records.iter().map(|r| Bytes::from(r.encode())).collect(),
             sync,
@@ -365,7 +375,7 @@ impl PeerClient {
                 c.apply_foreign(r).await
             })
             .await?;
-        Ok(r.last_seq)
+        Ok((r.last_seq, r.recent_latency_us))
     }
 
     /// Deletes up to `limit` entries of `range` at the peer (no change

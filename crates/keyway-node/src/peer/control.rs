@@ -32,20 +32,20 @@ pub struct PushSpec {
 pub struct Throttle {
     /// Snapshot bytes per second; 0 = unlimited.
     pub max_bytes_per_sec: u64,
-    /// Back off while the source's recent foreground latency exceeds this
-    /// many microseconds; 0 = never.
+    /// Back off while the slowest recent reply on the source or the target
+    /// (last 100-200 ms) took longer than this many microseconds; 0 = never.
     pub backoff_latency_us: u64,
     /// Payload bytes per snapshot chunk; 0 = the node's default.
     pub chunk_bytes: u64,
 }
 
 impl Default for Throttle {
-    /// 64 MiB/s, back off above 20 ms of foreground latency, 256 KiB chunks.
+    /// 64 MiB/s, back off above 50 ms of foreground tail latency, 1 MiB chunks.
     fn default() -> Self {
         Throttle {
             max_bytes_per_sec: 64 * 1024 * 1024,
-            backoff_latency_us: 20_000,
-            chunk_bytes: 256 * 1024,
+            backoff_latency_us: 50_000,
+            chunk_bytes: 1024 * 1024,
         }
     }
 }

@@ -39,6 +39,8 @@ pub struct PeerService {
 pub struct NodeRoles {
     pub migrations: Arc<Migrations>,
     pub routing: Arc<Routing>,
+    /// The node's foreground latency (reported to a copying source).
+    pub latency: Arc<crate::executor::LatencyGauge>,
 }
 
 impl std::fmt::Debug for PeerService {
@@ -133,6 +135,9 @@ pub(crate) fn status_from_storage(err: StorageError) -> Status {
         _ => Status::internal(err.to_string()),
     }
 }
+
+/// Records per engine call when applying a large `ApplyForeign`.
+const APPLY_SUB_BATCH: usize = 128;
 
 /// Longest incoming hold a source may ask for.
 const MAX_INCOMING_HOLD_MS: u64 = 60_000;
@@ -495,16 +500,28 @@ impl peer_server::Peer for PeerService {
                     .map_err(|e| Status::invalid_argument(format!("record {i}: {e}")))
             })
             .collect::<Result<Vec<_>, _>>()?;
+        // Sub-batches: each takes the engine's write lock on its own, so a
+        // large copy chunk never holds foreground writes up for long.
         let last_seq = self
             .blocking(move |e| {
-                let seq = e.apply_foreign(&records)?;
+                let mut seq = e.last_seq();
+                for part in records.chunks(APPLY_SUB_BATCH) {
+                    seq = e.apply_foreign(part)?;
+                }
                 if sync {
                     e.sync()?;
                 }
                 Ok(seq)
             })
             .await?;
-        Ok(Response::new(pb::ApplyForeignResponse { last_seq }))
+        let recent_latency_us = self
+            .node
+            .as_ref()
+            .map_or(0, |n| n.latency.recent_max_micros());
+        Ok(Response::new(pb::ApplyForeignResponse {
+            last_seq,
+            recent_latency_us,
+        }))
     }
 
     async fn drop_range_chunk(
