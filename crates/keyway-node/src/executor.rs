@@ -506,3 +506,17 @@ fn release(replies: Vec<Released>, latency: &LatencyGauge) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_latency_gauge_reports_the_slowest_recent_reply() {
+        let g = LatencyGauge::default();
+        assert_eq!(g.recent_max_micros(), 0);
+        g.observe(Duration::from_millis(5));
+        g.observe(Duration::from_micros(300));
+        assert!(g.recent_max_micros() >= 5_000, "{}", g.recent_max_micros());
+    }
+}
