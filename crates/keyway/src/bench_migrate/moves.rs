@@ -171,8 +171,11 @@ pub(super) async fn move_all(
     let mut moves = Vec::new();
     let mut problems = Vec::new();
     let node_ids: Vec<NodeId> = map.nodes.keys().copied().collect();
-    'sizes: for l in loaded {
-        for m in 0..args.moves {
+    // Round-robin over the sizes (size A, size B, size A, ...), so anything
+    // that drifts during the run (store size, machine load) affects every
+    // size alike and cannot pass for an effect of the partition's size.
+    'sizes: for m in 0..args.moves {
+        for l in loaded {
             let now_map = meta.get_map().await?;
             let owner = now_map.partitions[&PartitionId(l.partition)].owner;
             let at = node_ids.iter().position(|n| *n == owner).unwrap_or(0);
