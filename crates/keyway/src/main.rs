@@ -4,7 +4,9 @@
 //! - `keyway meta`: the embedded metadata store, served over RPC.
 //! - `keyway server`: one storage node.
 //! - `keyway manager`: the partition manager (leader-elected).
+//! - `keyway ctl`: inspect the cluster; request and abort live moves.
 //! - `keyway bench migrate`: live partition moves under load, measured.
+//! - `keyway sim`: the placement schemes' moved fraction and balance.
 
 mod bench_migrate;
 mod ctl;
@@ -14,6 +16,7 @@ mod manager_cmd;
 mod meta_cmd;
 mod migration_flags;
 mod server_cmd;
+mod sim;
 
 use clap::{Parser, Subcommand};
 
@@ -50,6 +53,8 @@ enum Command {
     Ctl(ctl::CtlArgs),
     /// Benchmarks against an in-process cluster: `keyway bench migrate`.
     Bench(bench_migrate::BenchArgs),
+    /// Compare placement schemes (seed 004): keys moved on a join and balance.
+    Sim(sim::SimArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -69,6 +74,7 @@ fn main() -> anyhow::Result<()> {
             Command::Manager(args) => manager_cmd::run(args).await,
             Command::Ctl(args) => ctl::run(args).await,
             Command::Bench(args) => bench_migrate::run(args).await,
+            Command::Sim(args) => sim::run(args).await,
         }
     })
 }
