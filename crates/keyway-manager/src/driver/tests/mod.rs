@@ -2,6 +2,7 @@
 //! in-memory nodes ([`fake::FakeCluster`]).
 
 mod fake;
+mod outage;
 
 use super::*;
 use crate::seat::{Seat, SeatConfig};
@@ -130,10 +131,16 @@ impl Env {
         }
     }
 
-    fn start_driver(mut self) -> Env {
+    fn start_driver(self) -> Env {
+        let meta = self.meta.clone();
+        self.start_driver_on(meta)
+    }
+
+    /// Starts the driver on `meta` (the seat keeps the embedded store).
+    fn start_driver_on(mut self, meta: Arc<dyn MetaStore>) -> Env {
         let seat = self.seat.as_ref().unwrap().view();
         self.driver = Some(Driver::start_with_peers(
-            self.meta.clone(),
+            meta,
             seat,
             self.fake.clone(),
             config(),

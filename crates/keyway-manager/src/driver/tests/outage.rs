@@ -1,0 +1,170 @@
+//! The metadata store unreachable at the flip: the flip CAS is re-sent, the
+//! source stays the owner until one applies, and a CAS that applied although
+//! its answer was lost is recognised as ours (never applied twice, never
+//! undone).
+
+use super::*;
+use keyway_map::{MapVersion, NodeId, PartitionMap};
+use keyway_meta::{LeaseId, LeaseInfo, MapTxn, MapUpdate, MapWatch, StoredMigration};
+use std::sync::atomic::{AtomicU32, Ordering};
+
+/// How a [`FlakyMeta`] answers the next flip commits.
+#[derive(Clone, Copy)]
+enum Outage {
+    /// Refuses without applying: the store is down.
+    Down,
+    /// Applies, then loses the answer: the outcome is in doubt.
+    AnswerLost,
+}
+
+/// The embedded store, except that the next `failures` commits fail as
+/// `Unavailable` (the way an unreachable store answers).
+struct FlakyMeta {
+    inner: Arc<EmbeddedMeta>,
+    failures: AtomicU32,
+    mode: Outage,
+    /// Commits that failed, for the assertions.
+    failed: AtomicU32,
+    /// The owner each failed commit saw in the store right after it failed.
+    owners_seen: std::sync::Mutex<Vec<NodeId>>,
+    partition: PartitionId,
+}
+
+#[async_trait::async_trait]
+impl MetaStore for FlakyMeta {
+    async fn get_map(&self) -> Result<PartitionMap, MetaError> {
+        self.inner.get_map().await
+    }
+    async fn changes_since(&self, since: MapVersion) -> Result<MapUpdate, MetaError> {
+        self.inner.changes_since(since).await
+    }
+    async fn watch(&self, since: MapVersion) -> Result<MapWatch, MetaError> {
+        self.inner.watch(since).await
+    }
+    async fn commit(&self, txn: MapTxn) -> Result<MapVersion, MetaError> {
+        let fail = self
+            .failures
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok();
+        if !fail {
+            return self.inner.commit(txn).await;
+        }
+        if matches!(self.mode, Outage::AnswerLost) {
+            self.inner.commit(txn).await?;
+        }
+        self.failed.fetch_add(1, Ordering::SeqCst);
+        let map = self.inner.get_map().await?;
+        self.owners_seen
+            .lock()
+            .unwrap()
+            .push(map.partitions[&self.partition].owner);
+        Err(MetaError::Unavailable("injected: store unreachable".into()))
+    }
+    async fn register_node(
+        &self,
+        id: Option<NodeId>,
+        resp_addr: String,
+        admin_addr: String,
+    ) -> Result<NodeId, MetaError> {
+        self.inner.register_node(id, resp_addr, admin_addr).await
+    }
+    async fn grant_lease(&self, node: NodeId, ttl_ms: u64) -> Result<LeaseId, MetaError> {
+        self.inner.grant_lease(node, ttl_ms).await
+    }
+    async fn keep_alive(&self, lease: LeaseId) -> Result<u64, MetaError> {
+        self.inner.keep_alive(lease).await
+    }
+    async fn revoke_lease(&self, lease: LeaseId) -> Result<(), MetaError> {
+        self.inner.revoke_lease(lease).await
+    }
+    async fn leases(&self) -> Result<Vec<LeaseInfo>, MetaError> {
+        self.inner.leases().await
+    }
+    async fn allocate_migration_id(&self) -> Result<u64, MetaError> {
+        self.inner.allocate_migration_id().await
+    }
+    async fn put_migration(
+        &self,
+        id: u64,
+        expected: Option<u64>,
+        generation: u64,
+        record: Vec<u8>,
+    ) -> Result<(), MetaError> {
+        self.inner
+            .put_migration(id, expected, generation, record)
+            .await
+    }
+    async fn get_migration(&self, id: u64) -> Result<Option<StoredMigration>, MetaError> {
+        self.inner.get_migration(id).await
+    }
+    async fn migrations(&self) -> Result<Vec<StoredMigration>, MetaError> {
+        self.inner.migrations().await
+    }
+    async fn delete_migration(&self, id: u64, expected: u64) -> Result<(), MetaError> {
+        self.inner.delete_migration(id, expected).await
+    }
+    async fn bootstrap_if_empty(
+        &self,
+        min_nodes: usize,
+        partitions_per_node: u16,
+    ) -> Result<bool, MetaError> {
+        self.inner
+            .bootstrap_if_empty(min_nodes, partitions_per_node)
+            .await
+    }
+}
+
+async fn flip_through(mode: Outage) -> (Env, Arc<FlakyMeta>, MigrationRecord) {
+    let env = Env::without_driver(Faults::default()).await;
+    let flaky = Arc::new(FlakyMeta {
+        inner: env.meta.clone(),
+        failures: AtomicU32::new(3),
+        mode,
+        failed: AtomicU32::new(0),
+        owners_seen: std::sync::Mutex::new(Vec::new()),
+        partition: env.partition.id,
+    });
+    let env = env.start_driver_on(flaky.clone());
+    let rec = env.request().await;
+    let done = env.finished(rec.id).await;
+    (env, flaky, done)
+}
+
+#[tokio::test]
+async fn an_unreachable_store_at_the_flip_leaves_the_source_owner_until_the_flip_applies() {
+    let (env, flaky, done) = flip_through(Outage::Down).await;
+    assert_eq!(
+        flaky.failed.load(Ordering::SeqCst),
+        3,
+        "three flips refused"
+    );
+    assert_eq!(
+        *flaky.owners_seen.lock().unwrap(),
+        vec![env.source; 3],
+        "while the store was down the source stayed the owner"
+    );
+    assert_eq!(done.state, MigrationState::Done);
+    assert_eq!(
+        env.owner().await,
+        (env.target, Epoch(env.partition.epoch.0 + 1)),
+        "the re-sent flip applied once"
+    );
+    assert_eq!(env.fake.entries(env.target, &env.range), env.seeded());
+}
+
+#[tokio::test]
+async fn a_flip_whose_answer_was_lost_is_recognised_as_applied() {
+    let (env, flaky, done) = flip_through(Outage::AnswerLost).await;
+    assert_eq!(flaky.failed.load(Ordering::SeqCst), 1, "one answer lost");
+    assert_eq!(
+        *flaky.owners_seen.lock().unwrap(),
+        vec![env.target],
+        "the lost answer hid an applied flip"
+    );
+    assert_eq!(done.state, MigrationState::Done, "{:?}", done.abort_reason);
+    assert_eq!(
+        env.owner().await,
+        (env.target, Epoch(env.partition.epoch.0 + 1)),
+        "applied once, not undone"
+    );
+}
