@@ -37,12 +37,28 @@ pub async fn serve(
     let stop = async move {
         let _ = shutdown.changed().await;
     };
-    if let Err(err) = axum::serve(listener, app)
+    if let Err(err) = axum::serve(nodelay(listener), app)
         .with_graceful_shutdown(stop)
         .await
     {
         tracing::error!(%err, "admin HTTP server failed");
     }
+}
+
+/// `listener` with `TCP_NODELAY` on every accepted connection. HTTP/2 (the
+/// `Peer` gRPC service) writes a reply as several small frames; with Nagle's
+/// algorithm the second waits for the peer's delayed ACK, up to 40 ms, on
+/// every call — measured here as 40 ms added to each migration's cutover
+/// pause (the wait for the target's view) before this was set.
+pub fn nodelay(
+    listener: tokio::net::TcpListener,
+) -> impl axum::serve::Listener<Io = tokio::net::TcpStream, Addr = std::net::SocketAddr> {
+    use axum::serve::ListenerExt;
+    listener.tap_io(|tcp| {
+        if let Err(err) = tcp.set_nodelay(true) {
+            tracing::debug!(%err, "cannot set TCP_NODELAY");
+        }
+    })
 }
 
 async fn metrics(State(shared): State<Arc<Shared>>) -> impl IntoResponse {

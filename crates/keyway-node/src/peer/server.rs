@@ -108,7 +108,7 @@ pub async fn serve_engine(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let app = merge_routes(axum::Router::new(), PeerService::new(engine));
-    axum::serve(listener, app)
+    axum::serve(crate::admin::nodelay(listener), app)
         .with_graceful_shutdown(shutdown)
         .await
 }
