@@ -26,7 +26,8 @@
 //! - `watcher.rs`: keeps the map fresh from the metadata store.
 //! - `admin.rs`: the admin HTTP port: `/metrics`, `/map`, `/status`, and the `Peer` gRPC service.
 //! - `peer/`: the migration data plane: the `Peer` gRPC service (snapshot chunks,
-//!   change log, digest, foreign apply, range drop) and its client, `copy_range`, `catch_up`.
+//!   change log, digest, foreign apply, range drop, the `Migrate*` role calls) and its
+//!   client; `copy_range`/`catch_up` copy a range from outside (tests, tools).
 //! - `migrate/`: the migration source role: the push to the target (copy,
 //!   catch-up, dual writes), the cutover fence, fences recovered at start.
 //! - `metrics.rs`: Prometheus metrics.

@@ -1,6 +1,6 @@
 //! The node's view of the partition map, its lease, and the ownership check.
 //!
-//! [`Routing::admit`] is the one place a request is checked against
+//! [`RoutingGuard::admit`] is the one place a request is checked against
 //! ownership, epoch and lease. Executors call it while holding the read side
 //! of the view's lock and keep holding it until the command's effect is in
 //! the engine (invariant 2: check and effect together); installing a new map

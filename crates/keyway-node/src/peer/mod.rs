@@ -3,11 +3,17 @@
 //! its **admin port** (merged into the admin HTTP router, see
 //! [`server::merge_routes`]), and [`client::PeerClient`], its typed client.
 //!
-//! This module only moves data and runs storage operations; it checks no
-//! ownership and keeps no migration state. The migration state machine
-//! (`keyway-migration`) and the manager decide *what* to call and *when*.
+//! The service checks no ownership. Its `Migrate*` calls hand over to the
+//! node's migration roles (`crate::migrate`), which hold the volatile
+//! migration state; the manager decides *what* to call and *when*.
 //!
-//! # Process overview (one migration of range R from source S to target T)
+//! A live migration's copy and catch-up run **inside the source**
+//! (`crate::migrate::push`, reading its own engine and applying at the target
+//! with `ApplyForeign`). [`client::copy_range`] and [`client::catch_up`] do
+//! the same from outside, over `Snapshot` and `Changes`; today only tests and
+//! tools use them (they carry the convergence tests below).
+//!
+//! # Process overview (copying range R from source S to target T from outside)
 //!
 //! 1. **Clean target.** `drop_range_chunk(R)` on T until it returns 0, so no
 //!    leftovers of an earlier (aborted) attempt survive.
@@ -19,8 +25,8 @@
 //!    returned seq until the lag (`head_seq - last_seq`) is small. A
 //!    [`client::PeerError::LogTruncated`] means S already dropped records the
 //!    copy needs: start over at step 1.
-//! 4. **DUAL / CUTOVER.** (The node's write path, not this module.) At the
-//!    fence, a last `catch_up` and `Digest(R)` on both sides gate the flip.
+//! 4. **DUAL / CUTOVER.** (The node's write path, `crate::migrate`.) At the
+//!    fence the source compares digests of R on both sides (`MigrateDigest`).
 //! 5. **CLEANUP.** `drop_range_chunk(R)` on S until it returns 0.
 //!
 //! # Why a fuzzy snapshot plus replay from the first chunk's seq converges

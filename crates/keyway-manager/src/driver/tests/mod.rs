@@ -149,6 +149,24 @@ impl Env {
         self
     }
 
+    /// A move stuck in `COPYING` with part of the snapshot at the target.
+    async fn mid_copy() -> (Env, MigrationId) {
+        let env = Env::new(Faults {
+            hold_copy: true,
+            ..Faults::default()
+        })
+        .await;
+        let id = env.request().await.id;
+        let e = &env;
+        eventually("a partial copy at the target", || async move {
+            let rec = e.record(id).await;
+            let copied = e.fake.entries(e.target, &e.range).len();
+            (rec.state == MigrationState::Copying && copied > 0 && copied < KEYS).then_some(())
+        })
+        .await;
+        (env, id)
+    }
+
     async fn request(&self) -> MigrationRecord {
         request_move(&*self.meta, self.partition.id, self.target)
             .await
@@ -296,20 +314,7 @@ async fn a_digest_mismatch_aborts_unfences_and_leaves_the_source_owner() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_operator_abort_during_copying_drops_the_target_copy() {
-    let env = Env::new(Faults {
-        hold_copy: true,
-        ..Faults::default()
-    })
-    .await;
-    let id = env.request().await.id;
-    // Part of the snapshot has reached the target.
-    let e = &env;
-    eventually("a partial copy at the target", || async move {
-        let rec = e.record(id).await;
-        let copied = e.fake.entries(e.target, &e.range).len();
-        (rec.state == MigrationState::Copying && copied > 0 && copied < KEYS).then_some(())
-    })
-    .await;
+    let (env, id) = Env::mid_copy().await;
     let asked = Instant::now();
     let aborted = request_abort(&*env.meta, id).await.unwrap();
     assert_eq!(aborted.state, MigrationState::Aborted);
@@ -345,17 +350,7 @@ async fn an_operator_abort_during_copying_drops_the_target_copy() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_source_that_lost_the_migration_aborts_it() {
-    let env = Env::new(Faults {
-        hold_copy: true,
-        ..Faults::default()
-    })
-    .await;
-    let id = env.request().await.id;
-    let e = &env;
-    eventually("a partial copy at the target", || async move {
-        (!e.fake.entries(e.target, &e.range).is_empty()).then_some(())
-    })
-    .await;
+    let (env, id) = Env::mid_copy().await;
     env.fake.set_faults(Faults {
         hold_copy: true,
         lose_migration: true,
@@ -406,17 +401,7 @@ async fn a_new_driver_resumes_a_migration_from_its_record() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lost_seat_stops_the_tasks_and_the_next_term_recovers_them() {
-    let env = Env::new(Faults {
-        hold_copy: true,
-        ..Faults::default()
-    })
-    .await;
-    let id = env.request().await.id;
-    let e = &env;
-    eventually("a partial copy at the target", || async move {
-        (!e.fake.entries(e.target, &e.range).is_empty()).then_some(())
-    })
-    .await;
+    let (env, id) = Env::mid_copy().await;
     let seat = env.seat.as_ref().unwrap();
     let first = seat.leading().unwrap();
     env.meta.revoke_lease(first.lease).await.unwrap();
