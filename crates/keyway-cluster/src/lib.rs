@@ -9,7 +9,7 @@
 //! # Layout
 //! - `lib.rs`: [`ClusterSpec`], [`LocalCluster`].
 
-use keyway_manager::{DriverConfig, Manager, SeatConfig};
+use keyway_manager::{Manager, ManagerConfig, SeatConfig};
 use keyway_map::{NodeId, PartitionMap};
 use keyway_meta::{EmbeddedMeta, EmbeddedOptions, MetaError, MetaStore};
 use keyway_node::{Node, NodeConfig, NodeError};
@@ -69,7 +69,7 @@ pub struct ManagerSpec {
     pub admin_listen: SocketAddr,
     /// Seat lease TTL.
     pub lease_ttl_ms: u64,
-    pub driver: DriverConfig,
+    pub config: ManagerConfig,
 }
 
 impl Default for ManagerSpec {
@@ -77,7 +77,7 @@ impl Default for ManagerSpec {
         ManagerSpec {
             admin_listen: "127.0.0.1:0".parse().expect("literal"),
             lease_ttl_ms: 3_000,
-            driver: DriverConfig::default(),
+            config: ManagerConfig::default(),
         }
     }
 }
@@ -131,7 +131,7 @@ impl ClusterSpec {
             }
         }
         if let Some(m) = &self.manager {
-            m.driver.validate().map_err(|e| e.to_string())?;
+            m.config.validate()?;
             if !(100..=keyway_meta::MAX_LEASE_TTL_MS).contains(&m.lease_ttl_ms) {
                 return Err("manager lease_ttl_ms out of range".into());
             }
@@ -198,7 +198,7 @@ impl LocalCluster {
             Duration::from_millis(m.lease_ttl_ms),
         );
         let manager =
-            Manager::start_with(self.meta.clone(), seat, m.admin_listen, m.driver.clone())
+            Manager::start_with(self.meta.clone(), seat, m.admin_listen, m.config.clone())
                 .await
                 .map_err(|source| ClusterError::Bind {
                     addr: m.admin_listen,

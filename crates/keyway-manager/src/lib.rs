@@ -32,6 +32,7 @@ pub mod driver;
 pub mod fencing;
 pub mod metrics;
 pub mod seat;
+pub mod stats;
 
 pub use driver::{
     Driver, DriverConfig, DriverError, DriverView, MigrationPeers, MigrationSummary, PeerAddr,
@@ -40,12 +41,27 @@ pub use driver::{
 pub use fencing::{FencingGate, Verdict};
 pub use metrics::Metrics;
 pub use seat::{MANAGER_ELECTION, Seat, SeatConfig, SeatState, SeatView};
+pub use stats::{ClusterLoad, HotKey, PartitionLoad, StatsSource};
 
 use keyway_meta::MetaStore;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
+
+/// Everything a manager is configured with, one part per duty.
+#[derive(Clone, Debug, Default)]
+pub struct ManagerConfig {
+    /// The migration driver.
+    pub driver: DriverConfig,
+}
+
+impl ManagerConfig {
+    /// Checks every part; the error names the first bad setting.
+    pub fn validate(&self) -> Result<(), String> {
+        self.driver.validate().map_err(|e| e.to_string())
+    }
+}
 
 /// A running manager: the seat, the migration driver and the admin port.
 pub struct Manager {
@@ -58,26 +74,27 @@ pub struct Manager {
 
 impl Manager {
     /// Binds the admin port, starts campaigning and the migration driver
-    /// (default [`DriverConfig`]).
+    /// (default [`ManagerConfig`]).
     pub async fn start(
         meta: Arc<dyn MetaStore>,
         seat: SeatConfig,
         admin_listen: SocketAddr,
     ) -> std::io::Result<Manager> {
-        Self::start_with(meta, seat, admin_listen, DriverConfig::default()).await
+        Self::start_with(meta, seat, admin_listen, ManagerConfig::default()).await
     }
 
-    /// [`Manager::start`] with a driver configuration (refused with
-    /// `InvalidInput` if it fails [`DriverConfig::validate`]).
+    /// [`Manager::start`] with a configuration (refused with `InvalidInput`
+    /// if it fails [`ManagerConfig::validate`]).
     pub async fn start_with(
         meta: Arc<dyn MetaStore>,
         seat: SeatConfig,
         admin_listen: SocketAddr,
-        driver: DriverConfig,
+        config: ManagerConfig,
     ) -> std::io::Result<Manager> {
-        driver
+        config
             .validate()
             .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+        let ManagerConfig { driver } = config;
         let listener = tokio::net::TcpListener::bind(admin_listen).await?;
         let admin_addr = listener.local_addr()?;
         let metrics = Arc::new(Metrics::new());

@@ -1,6 +1,6 @@
 //! `keyway dev`: a whole cluster in one process.
 
-use crate::migration_flags::MigrationFlags;
+use crate::manager_flags::ManagerFlags;
 use crate::server_cmd::NodeFlags;
 use keyway_cluster::{ClusterSpec, LocalCluster, ManagerSpec};
 use std::net::{IpAddr, SocketAddr};
@@ -42,7 +42,7 @@ pub struct DevArgs {
     #[command(flatten)]
     node: NodeFlags,
     #[command(flatten)]
-    migration: MigrationFlags,
+    manager: ManagerFlags,
 }
 
 pub async fn run(args: DevArgs) -> anyhow::Result<()> {
@@ -59,7 +59,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
             .then(|| -> anyhow::Result<ManagerSpec> {
                 Ok(ManagerSpec {
                     admin_listen: SocketAddr::new(args.host, args.manager_admin_port),
-                    driver: args.migration.to_config()?,
+                    config: args.manager.to_config()?,
                     ..ManagerSpec::default()
                 })
             })

@@ -13,8 +13,8 @@ mod ctl;
 mod ctl_move;
 mod dev;
 mod manager_cmd;
+mod manager_flags;
 mod meta_cmd;
-mod migration_flags;
 mod server_cmd;
 mod sim;
 

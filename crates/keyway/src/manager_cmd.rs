@@ -23,7 +23,7 @@ pub struct ManagerArgs {
     #[arg(long, default_value = "127.0.0.1:8090")]
     admin_listen: SocketAddr,
     #[command(flatten)]
-    migration: crate::migration_flags::MigrationFlags,
+    manager: crate::manager_flags::ManagerFlags,
 }
 
 pub async fn run(args: ManagerArgs) -> anyhow::Result<()> {
@@ -36,8 +36,8 @@ pub async fn run(args: ManagerArgs) -> anyhow::Result<()> {
     anyhow::ensure!(!name.is_empty(), "--name must not be empty");
     let meta = keyway_meta::connect(&args.meta).await?;
     let config = SeatConfig::new(name.clone(), Duration::from_millis(args.lease_ttl_ms));
-    let driver = args.migration.to_config()?;
-    let manager = Manager::start_with(meta, config, args.admin_listen, driver).await?;
+    let manager_config = args.manager.to_config()?;
+    let manager = Manager::start_with(meta, config, args.admin_listen, manager_config).await?;
     tracing::info!(%name, admin = %manager.admin_addr(), "keyway manager started");
     let mut states = manager.seat().subscribe();
     let printer = tokio::spawn(async move {

@@ -35,7 +35,7 @@ mod report;
 mod resp;
 
 use keyway_cluster::{ClusterSpec, LocalCluster, ManagerSpec};
-use keyway_manager::DriverConfig;
+use keyway_manager::{DriverConfig, ManagerConfig};
 use keyway_map::{DEFAULT_KEYSPACE, NodeId, PartitionId};
 use keyway_node::{Durability, NodeConfig};
 use load::Load;
@@ -238,7 +238,10 @@ async fn migrate(args: MigrateArgs) -> anyhow::Result<()> {
         partitions_per_node: args.partitions_per_node,
         node,
         manager: Some(ManagerSpec {
-            driver,
+            config: ManagerConfig {
+                driver,
+                ..ManagerConfig::default()
+            },
             ..ManagerSpec::default()
         }),
         ..ClusterSpec::ephemeral(args.nodes, dir.clone())

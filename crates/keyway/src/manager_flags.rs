@@ -1,6 +1,24 @@
-//! Flags for the migration driver, shared by `keyway manager` and `keyway dev`.
+//! The manager's flags, shared by `keyway manager` and `keyway dev`: one
+//! flattened group per duty (migrations here; each later duty adds its own).
 
-use keyway_manager::DriverConfig;
+use keyway_manager::{DriverConfig, ManagerConfig};
+
+#[derive(clap::Args, Clone, Debug)]
+pub struct ManagerFlags {
+    #[command(flatten)]
+    pub migration: MigrationFlags,
+}
+
+impl ManagerFlags {
+    /// The manager configuration; invalid settings are refused here, at start.
+    pub fn to_config(&self) -> anyhow::Result<ManagerConfig> {
+        let config = ManagerConfig {
+            driver: self.migration.to_config()?,
+        };
+        config.validate().map_err(anyhow::Error::msg)?;
+        Ok(config)
+    }
+}
 
 #[derive(clap::Args, Clone, Debug)]
 pub struct MigrationFlags {
