@@ -1,7 +1,8 @@
 //! The admin HTTP port: `/status` (this manager at a glance, JSON),
-//! `/migrations` (every migration record, JSON) and `/metrics` (Prometheus
-//! text).
+//! `/migrations` (every migration record, JSON), `/decisions` (the recent
+//! decisions of the manager's duties, JSON) and `/metrics` (Prometheus text).
 
+use crate::decisions::DecisionLog;
 use crate::driver::DriverView;
 use crate::metrics::Metrics;
 use crate::seat::SeatView;
@@ -20,6 +21,7 @@ struct Admin {
     seat: SeatView,
     metrics: Arc<Metrics>,
     migrations: DriverView,
+    decisions: DecisionLog,
 }
 
 /// Serves the admin routes until `shutdown` turns true.
@@ -27,17 +29,20 @@ pub async fn serve(
     seat: SeatView,
     metrics: Arc<Metrics>,
     migrations: DriverView,
+    decisions: DecisionLog,
     listener: TcpListener,
     mut shutdown: watch::Receiver<bool>,
 ) {
     let app = Router::new()
         .route("/status", get(status))
         .route("/migrations", get(migrations_json))
+        .route("/decisions", get(decisions_json))
         .route("/metrics", get(metrics_text))
         .with_state(Admin {
             seat,
             metrics,
             migrations,
+            decisions,
         });
     let stop = async move {
         while !*shutdown.borrow_and_update() {
@@ -88,6 +93,11 @@ async fn migrations_json(State(admin): State<Admin>) -> axum::response::Response
         )
             .into_response(),
     }
+}
+
+/// `/decisions`: the kept decisions (see [`crate::decisions::Decision`]), oldest first.
+async fn decisions_json(State(admin): State<Admin>) -> impl IntoResponse {
+    Json(admin.decisions.recent())
 }
 
 async fn metrics_text(State(admin): State<Admin>) -> impl IntoResponse {

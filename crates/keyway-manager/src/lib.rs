@@ -28,12 +28,14 @@
 //! - `metrics.rs`: [`Metrics`].
 
 pub mod admin;
+pub mod decisions;
 pub mod driver;
 pub mod fencing;
 pub mod metrics;
 pub mod seat;
 pub mod stats;
 
+pub use decisions::{Decision, DecisionLog};
 pub use driver::{
     Driver, DriverConfig, DriverError, DriverView, MigrationPeers, MigrationSummary, PeerAddr,
     RpcPeers, request_abort, request_move,
@@ -41,7 +43,7 @@ pub use driver::{
 pub use fencing::{FencingGate, Verdict};
 pub use metrics::Metrics;
 pub use seat::{MANAGER_ELECTION, Seat, SeatConfig, SeatState, SeatView};
-pub use stats::{ClusterLoad, HotKey, PartitionLoad, StatsSource};
+pub use stats::{ClusterLoad, HotKey, LoadSnapshot, PartitionLoad, StatsSource};
 
 use keyway_meta::MetaStore;
 use std::net::SocketAddr;
@@ -98,6 +100,7 @@ impl Manager {
         let listener = tokio::net::TcpListener::bind(admin_listen).await?;
         let admin_addr = listener.local_addr()?;
         let metrics = Arc::new(Metrics::new());
+        let decisions = DecisionLog::new(&metrics);
         let seat = Seat::start(meta.clone(), seat, metrics.clone());
         let driver = Driver::start(meta, seat.view(), driver, metrics.clone());
         let (admin_stop, stop_rx) = watch::channel(false);
@@ -105,6 +108,7 @@ impl Manager {
             seat.view(),
             metrics,
             driver.view(),
+            decisions.clone(),
             listener,
             stop_rx,
         ));

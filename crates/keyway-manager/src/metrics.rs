@@ -150,6 +150,20 @@ impl Metrics {
         m
     }
 
+    /// Registers a metric of another duty's own (each duty keeps its
+    /// metrics in its own file and registers them here once, at start).
+    pub fn register(
+        &self,
+        name: &str,
+        help: &str,
+        metric: impl prometheus_client::registry::Metric,
+    ) {
+        self.registry
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .register(name, help, metric);
+    }
+
     /// Counts one step-down for `reason`.
     pub fn stepped_down(&self, reason: &'static str) {
         self.step_downs.get_or_create(&ReasonLabel { reason }).inc();

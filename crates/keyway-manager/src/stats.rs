@@ -7,7 +7,8 @@
 use bytes::Bytes;
 use keyway_map::{Epoch, NodeId, PartitionId, PartitionMap};
 use std::collections::BTreeMap;
-use std::time::Duration;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 /// One sampled key and its estimated request rate.
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
@@ -61,6 +62,15 @@ pub struct ClusterLoad {
     pub partitions: BTreeMap<PartitionId, PartitionLoad>,
     /// Nodes that did not answer this round (their partitions are absent).
     pub unreachable: Vec<NodeId>,
+}
+
+/// One round of the load monitor: the map it asked under and the answers.
+/// Published on a `watch` channel; consumers decide from the latest.
+#[derive(Clone, Debug)]
+pub struct LoadSnapshot {
+    pub map: Arc<PartitionMap>,
+    pub load: ClusterLoad,
+    pub taken_at: Instant,
 }
 
 /// Gathers a [`ClusterLoad`] from the nodes of `map`. Real: one RPC per node;
