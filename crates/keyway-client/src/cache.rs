@@ -80,6 +80,8 @@ pub fn patch(cache: &RwLock<Arc<PartitionMap>>, moved: KwMoved) {
         resp_addr: moved.owner_addr.clone(),
         admin_addr: String::new(),
         state: NodeState::Up,
+        weight: keyway_map::DEFAULT_NODE_WEIGHT,
+        draining: false,
     });
     if let Some(node) = map.nodes.get_mut(&fresh.owner) {
         node.resp_addr = moved.owner_addr;

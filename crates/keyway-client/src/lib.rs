@@ -14,14 +14,18 @@
 //! - `lib.rs`: [`Client`], [`ClientError`].
 //! - `conn.rs`: one RESP connection (request, reply).
 //! - `cache.rs`: the cached map and patching it from a rejection.
+//! - `kw.rs`: the keyspace commands (`kw_get`, `kw_set`, `kw_del`,
+//!   `kw_scan`), routed by keyspace and key through the same cache.
 
 mod cache;
 mod conn;
+mod kw;
 
 pub use cache::{KwMoved, parse_kwmoved};
+pub use kw::KwScanPage;
 
 use bytes::Bytes;
-use keyway_map::{DEFAULT_KEYSPACE, PartitionMap, key_hash_slot};
+use keyway_map::{DEFAULT_KEYSPACE, PartitionMap, PartitionRecord, key_hash_slot};
 use keyway_resp::Frame;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};
@@ -45,6 +49,8 @@ pub enum ClientError {
     TooManyRedirects(usize),
     #[error("no partition covers the key (map not loaded?)")]
     Unrouted,
+    #[error("unknown keyspace '{0}'")]
+    UnknownKeyspace(String),
 }
 
 /// Client settings.
@@ -170,14 +176,35 @@ impl Client {
     pub async fn command(&self, args: &[&[u8]]) -> Result<Frame, ClientError> {
         let key = args.get(1).ok_or(ClientError::Unrouted)?;
         let slot = key_hash_slot(key);
+        self.send_routed(
+            |map| map.locate_slot(DEFAULT_KEYSPACE, slot).cloned(),
+            |p| {
+                let mut req = vec![
+                    Bytes::from_static(b"KW.AT"),
+                    Bytes::from(p.id.0.to_string()),
+                    Bytes::from(p.epoch.0.to_string()),
+                ];
+                req.extend(args.iter().map(|a| Bytes::copy_from_slice(a)));
+                req
+            },
+        )
+        .await
+    }
+
+    /// Sends the request `build` makes for the partition `locate` finds in
+    /// the cached map to that partition's owner, following rejections
+    /// (`-KWMOVED` patches the cache, `-MOVED` and `-CLUSTERDOWN` reload it).
+    async fn send_routed(
+        &self,
+        locate: impl Fn(&PartitionMap) -> Option<PartitionRecord>,
+        build: impl Fn(&PartitionRecord) -> Vec<Bytes>,
+    ) -> Result<Frame, ClientError> {
         for _ in 0..=self.config.max_redirects {
-            let (pid, epoch, addr) = {
+            let (p, addr) = {
                 let map = self.map();
-                let p = map.locate_slot(DEFAULT_KEYSPACE, slot);
-                match p.and_then(|p| {
-                    map.nodes
-                        .get(&p.owner)
-                        .map(|n| (p.id, p.epoch, n.resp_addr.clone()))
+                match locate(&map).and_then(|p| {
+                    let addr = map.nodes.get(&p.owner)?.resp_addr.clone();
+                    Some((p, addr))
                 }) {
                     Some(route) => route,
                     None => {
@@ -186,12 +213,7 @@ impl Client {
                     }
                 }
             };
-            let mut req = vec![
-                Bytes::from_static(b"KW.AT"),
-                Bytes::from(pid.0.to_string()),
-                Bytes::from(epoch.0.to_string()),
-            ];
-            req.extend(args.iter().map(|a| Bytes::copy_from_slice(a)));
+            let req = build(&p);
             self.stats
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())

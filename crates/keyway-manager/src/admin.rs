@@ -1,6 +1,7 @@
 //! The admin HTTP port: `/status` (this manager at a glance, JSON),
 //! `/migrations` (every migration record, JSON), `/decisions` (the recent
-//! decisions of the manager's duties, JSON) and `/metrics` (Prometheus text).
+//! decisions of the manager's duties, JSON), `/load` (the latest load round,
+//! JSON) and `/metrics` (Prometheus text).
 
 use crate::decisions::DecisionLog;
 use crate::driver::DriverView;
@@ -22,6 +23,7 @@ struct Admin {
     metrics: Arc<Metrics>,
     migrations: DriverView,
     decisions: DecisionLog,
+    load: crate::monitor::LoadReceiver,
 }
 
 /// Serves the admin routes until `shutdown` turns true.
@@ -30,6 +32,7 @@ pub async fn serve(
     metrics: Arc<Metrics>,
     migrations: DriverView,
     decisions: DecisionLog,
+    load: crate::monitor::LoadReceiver,
     listener: TcpListener,
     mut shutdown: watch::Receiver<bool>,
 ) {
@@ -37,12 +40,14 @@ pub async fn serve(
         .route("/status", get(status))
         .route("/migrations", get(migrations_json))
         .route("/decisions", get(decisions_json))
+        .route("/load", get(load_json))
         .route("/metrics", get(metrics_text))
         .with_state(Admin {
             seat,
             metrics,
             migrations,
             decisions,
+            load,
         });
     let stop = async move {
         while !*shutdown.borrow_and_update() {
@@ -98,6 +103,12 @@ async fn migrations_json(State(admin): State<Admin>) -> axum::response::Response
 /// `/decisions`: the kept decisions (see [`crate::decisions::Decision`]), oldest first.
 async fn decisions_json(State(admin): State<Admin>) -> impl IntoResponse {
     Json(admin.decisions.recent())
+}
+
+/// `/load`: the load monitor's latest round (see [`crate::monitor::LoadView`]);
+/// 503 while there is none.
+async fn load_json(State(admin): State<Admin>) -> axum::response::Response {
+    crate::monitor::load_response(&admin.load)
 }
 
 async fn metrics_text(State(admin): State<Admin>) -> impl IntoResponse {

@@ -1,12 +1,14 @@
-//! The Keyway manager: decides and drives moves (splits, merges and
-//! recovery later), off the request path, and leader-elected so that
+//! The Keyway manager: decides and drives moves, splits and merges
+//! (recovery later), off the request path, and leader-elected so that
 //! exactly one `keyway manager` acts at a time.
 //!
 //! [`Seat`] runs the election loop against the metadata store's leader
 //! election (`MetaStore::campaign` & co. on a session lease) and publishes
 //! [`SeatState`]; [`Driver`] carries out live partition migrations (the
-//! `keyway-migration` state machine) while the seat leads; [`Manager`] runs
-//! both and the admin HTTP port (`/status`, `/migrations`, `/metrics`).
+//! `keyway-migration` state machine) while the seat leads; [`Splitter`]
+//! splits big or hot partitions and merges cold neighbours from each load
+//! round; [`Manager`] runs them and the admin HTTP port (`/status`,
+//! `/migrations`, `/decisions`, `/metrics`).
 //! Whatever work the manager does as leader must check
 //! [`SeatView::leading`] before each step: it turns false at the lease
 //! deadline by this process's own clock, before the store can hand the seat
@@ -24,6 +26,28 @@
 //!   command as store and node calls; `peers.rs`: [`MigrationPeers`] (the
 //!   node calls, faked in the tests) and [`RpcPeers`] over `PeerClient`;
 //!   `tests/`: the driver against an embedded store and two in-memory nodes.
+//! - `keyspace.rs`: [`create_keyspace`] (placement and one guarded commit)
+//!   and listing keyspaces.
+//! - `stats.rs`: the load types ([`ClusterLoad`], [`PartitionLoad`]) and
+//!   [`StatsSource`]; `stats_rpc.rs`: [`RpcStats`], over the nodes'
+//!   `PartitionStats` RPC; `monitor.rs`: [`LoadMonitor`], the leader's
+//!   periodic load round published on a `watch` channel, the skew gauges and
+//!   `/load`.
+//! - `split/`: splits, one metadata CAS each. `mod.rs`: the process,
+//!   [`SplitAt`], [`SplitError`], [`SplitConfig`]; `plan.rs`: split points
+//!   and the transaction (pure); `apply.rs`: [`split_partition`] against the
+//!   store; `decide.rs`: the split policy (pure); `history.rs`: births, for
+//!   the cooldowns; `tests.rs`.
+//! - `merge/`: merges of cold neighbours. `mod.rs`: the process,
+//!   [`MergeConfig`], [`MergeError`], the transaction and
+//!   [`merge_partitions`]; `decide.rs`: the merge policy (pure); `tests.rs`.
+//! - `splitter.rs`: [`Splitter`], the loop that runs both policies on every
+//!   load snapshot while leading, records every decision, and its metrics.
+//! - `rebalance/`: the rebalancer. `mod.rs`: [`Rebalancer`] (the leader's
+//!   loop: node liveness, planning within the caps, `request_move`, the
+//!   decisions and metrics); `plan.rs`: the pure planner; `config.rs`:
+//!   [`RebalanceConfig`]; `nodes.rs`: Up/Down from the leases and the
+//!   operator's drain, weight and decommission; `tests.rs`, `loop_tests.rs`.
 //! - `admin.rs`: the admin HTTP routes.
 //! - `metrics.rs`: [`Metrics`].
 
@@ -31,9 +55,16 @@ pub mod admin;
 pub mod decisions;
 pub mod driver;
 pub mod fencing;
+pub mod keyspace;
+pub mod merge;
 pub mod metrics;
+pub mod monitor;
+pub mod rebalance;
 pub mod seat;
+pub mod split;
+pub mod splitter;
 pub mod stats;
+pub mod stats_rpc;
 
 pub use decisions::{Decision, DecisionLog};
 pub use driver::{
@@ -41,9 +72,16 @@ pub use driver::{
     RpcPeers, request_abort, request_move,
 };
 pub use fencing::{FencingGate, Verdict};
+pub use keyspace::{KeyspaceError, create_keyspace};
+pub use merge::{MergeConfig, MergeError, merge_partitions};
 pub use metrics::Metrics;
+pub use monitor::{LoadMonitor, LoadReceiver, MonitorConfig};
+pub use rebalance::{RebalanceConfig, Rebalancer};
 pub use seat::{MANAGER_ELECTION, Seat, SeatConfig, SeatState, SeatView};
+pub use split::{SplitAt, SplitConfig, SplitError, split_partition};
+pub use splitter::Splitter;
 pub use stats::{ClusterLoad, HotKey, LoadSnapshot, PartitionLoad, StatsSource};
+pub use stats_rpc::RpcStats;
 
 use keyway_meta::MetaStore;
 use std::net::SocketAddr;
@@ -56,12 +94,25 @@ use tokio::task::JoinHandle;
 pub struct ManagerConfig {
     /// The migration driver.
     pub driver: DriverConfig,
+    /// The load monitor (the nodes' statistics, gathered while leading).
+    pub monitor: MonitorConfig,
+    /// Automatic splits (the splitter).
+    pub split: SplitConfig,
+    /// Automatic merges of cold neighbours (the splitter).
+    pub merge: MergeConfig,
+    /// The rebalancer (moves, drains, node liveness).
+    pub rebalance: RebalanceConfig,
 }
 
 impl ManagerConfig {
     /// Checks every part; the error names the first bad setting.
     pub fn validate(&self) -> Result<(), String> {
-        self.driver.validate().map_err(|e| e.to_string())
+        self.driver.validate().map_err(|e| e.to_string())?;
+        self.monitor.validate()?;
+        self.split.validate()?;
+        self.merge.validate()?;
+        self.merge.validate_against(&self.split)?;
+        self.rebalance.validate()
     }
 }
 
@@ -69,6 +120,9 @@ impl ManagerConfig {
 pub struct Manager {
     seat: Seat,
     driver: Driver,
+    monitor: LoadMonitor,
+    splitter: Splitter,
+    rebalancer: Rebalancer,
     admin_addr: SocketAddr,
     admin_stop: watch::Sender<bool>,
     admin: JoinHandle<()>,
@@ -96,12 +150,42 @@ impl Manager {
         config
             .validate()
             .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
-        let ManagerConfig { driver } = config;
+        let ManagerConfig {
+            driver,
+            monitor,
+            split,
+            merge,
+            rebalance,
+        } = config;
         let listener = tokio::net::TcpListener::bind(admin_listen).await?;
         let admin_addr = listener.local_addr()?;
         let metrics = Arc::new(Metrics::new());
         let decisions = DecisionLog::new(&metrics);
         let seat = Seat::start(meta.clone(), seat, metrics.clone());
+        let monitor = LoadMonitor::start(
+            meta.clone(),
+            seat.view(),
+            Arc::new(RpcStats::new()),
+            monitor,
+            &metrics,
+        );
+        let splitter = Splitter::start(
+            meta.clone(),
+            seat.view(),
+            monitor.subscribe(),
+            split,
+            merge,
+            decisions.clone(),
+            &metrics,
+        );
+        let rebalancer = Rebalancer::start(
+            meta.clone(),
+            seat.view(),
+            rebalance,
+            monitor.subscribe(),
+            decisions.clone(),
+            &metrics,
+        );
         let driver = Driver::start(meta, seat.view(), driver, metrics.clone());
         let (admin_stop, stop_rx) = watch::channel(false);
         let admin = tokio::spawn(admin::serve(
@@ -109,12 +193,16 @@ impl Manager {
             metrics,
             driver.view(),
             decisions.clone(),
+            monitor.subscribe(),
             listener,
             stop_rx,
         ));
         Ok(Manager {
             seat,
             driver,
+            monitor,
+            splitter,
+            rebalancer,
             admin_addr,
             admin_stop,
             admin,
@@ -134,10 +222,18 @@ impl Manager {
         self.driver.view()
     }
 
-    /// Stops the migration driver, resigns (if leading), revokes the lease,
-    /// stops the admin port.
+    /// The load monitor's latest round (`None` while not leading).
+    pub fn load(&self) -> LoadReceiver {
+        self.monitor.subscribe()
+    }
+
+    /// Stops the migration driver and the load monitor, resigns (if
+    /// leading), revokes the lease, stops the admin port.
     pub async fn shutdown(self) {
+        self.splitter.shutdown().await;
+        self.rebalancer.shutdown().await;
         self.driver.shutdown().await;
+        self.monitor.shutdown().await;
         self.seat.shutdown().await;
         let _ = self.admin_stop.send(true);
         let _ = self.admin.await;

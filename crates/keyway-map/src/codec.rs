@@ -2,19 +2,29 @@
 //!
 //! Format (all integers LEB128 varints, byte strings length-prefixed):
 //! a map is `MAGIC, version, next_partition_id, keyspaces, nodes, partitions`;
-//! a change list is `MAGIC_CHANGES, count, change*`. Roughly 20 bytes per
-//! hash partition. Decoding checks every length against the input, so
+//! a change list is `MAGIC_CHANGES, count, change*`. A node is `id,
+//! resp_addr, admin_addr, tag[, weight]` (see `NODE_WEIGHTED`). Roughly 20
+//! bytes per hash partition. Decoding checks every length against the input, so
 //! corrupt bytes give [`MapError::Decode`], never a panic.
 
 use crate::wire::{Reader, WireError, Writer};
 use crate::{
-    Epoch, Keyspace, KeyspaceId, MapChange, MapError, MapVersion, NodeId, NodeInfo, NodeState,
-    PartitionId, PartitionMap, PartitionRecord, PartitionState, Routing,
+    DEFAULT_NODE_WEIGHT, Epoch, Keyspace, KeyspaceId, MapChange, MapError, MapVersion, NodeId,
+    NodeInfo, NodeState, PartitionId, PartitionMap, PartitionRecord, PartitionState, Routing,
 };
 use bytes::Bytes;
 
 const MAGIC_MAP: u8 = 0x4b; // 'K'
 const MAGIC_CHANGES: u8 = 0x43; // 'C'
+
+// A node record ends with one tag byte: the state in the low bits, then
+// flags. A node at the default weight and not draining encodes exactly as
+// before these fields existed (tag 0 or 1), so records written earlier
+// decode to weight 100, not draining; the weight follows the tag only when
+// `NODE_WEIGHTED` is set.
+const NODE_STATE_MASK: u8 = 0x0f;
+const NODE_DRAINING: u8 = 0x10;
+const NODE_WEIGHTED: u8 = 0x20;
 
 /// Encodes a whole map.
 pub fn encode_map(map: &PartitionMap) -> Vec<u8> {
@@ -140,10 +150,16 @@ impl MapWrite for Writer {
         self.var(n.id.0);
         self.bytes(n.resp_addr.as_bytes());
         self.bytes(n.admin_addr.as_bytes());
-        self.u8(match n.state {
+        let state = match n.state {
             NodeState::Up => 0,
             NodeState::Down => 1,
-        });
+        };
+        let weighted = n.weight != DEFAULT_NODE_WEIGHT;
+        let draining = if n.draining { NODE_DRAINING } else { 0 };
+        self.u8(state | draining | if weighted { NODE_WEIGHTED } else { 0 });
+        if weighted {
+            self.var(u64::from(n.weight));
+        }
     }
     fn partition(&mut self, p: &PartitionRecord) {
         self.var(p.id.0);
@@ -208,16 +224,27 @@ impl MapRead for Reader<'_> {
         let id = NodeId(self.var()?);
         let resp_addr = self.string()?;
         let admin_addr = self.string()?;
-        let state = match self.u8()? {
+        let tag = self.u8()?;
+        if tag & !(NODE_STATE_MASK | NODE_DRAINING | NODE_WEIGHTED) != 0 {
+            return Err(MapError::Decode("node state tag"));
+        }
+        let state = match tag & NODE_STATE_MASK {
             0 => NodeState::Up,
             1 => NodeState::Down,
             _ => return Err(MapError::Decode("node state tag")),
+        };
+        let weight = if tag & NODE_WEIGHTED != 0 {
+            u32::try_from(self.var()?).map_err(|_| MapError::Decode("node weight"))?
+        } else {
+            DEFAULT_NODE_WEIGHT
         };
         Ok(NodeInfo {
             id,
             resp_addr,
             admin_addr,
             state,
+            weight,
+            draining: tag & NODE_DRAINING != 0,
         })
     }
     fn partition(&mut self) -> Result<PartitionRecord, MapError> {
@@ -246,5 +273,93 @@ impl MapRead for Reader<'_> {
             epoch,
             state,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(state: NodeState, weight: u32, draining: bool) -> NodeInfo {
+        NodeInfo {
+            id: NodeId(7),
+            resp_addr: "10.0.0.7:6379".into(),
+            admin_addr: "10.0.0.7:8080".into(),
+            state,
+            weight,
+            draining,
+        }
+    }
+
+    /// A one-node change list as encoders before `weight` and `draining`
+    /// existed wrote it.
+    fn old_format(state_tag: u8) -> Vec<u8> {
+        let mut w = Writer::default();
+        w.u8(MAGIC_CHANGES);
+        w.var(1);
+        w.u8(3);
+        w.var(7);
+        w.bytes(b"10.0.0.7:6379");
+        w.bytes(b"10.0.0.7:8080");
+        w.u8(state_tag);
+        w.into_inner()
+    }
+
+    #[test]
+    fn records_without_weight_or_draining_still_decode() {
+        for (tag, state) in [(0, NodeState::Up), (1, NodeState::Down)] {
+            let decoded = decode_changes(&old_format(tag)).unwrap();
+            assert_eq!(
+                decoded,
+                vec![MapChange::UpsertNode(node(
+                    state,
+                    DEFAULT_NODE_WEIGHT,
+                    false
+                ))]
+            );
+        }
+    }
+
+    #[test]
+    fn a_default_node_encodes_as_before() {
+        let change = MapChange::UpsertNode(node(NodeState::Down, DEFAULT_NODE_WEIGHT, false));
+        assert_eq!(encode_changes(&[change]), old_format(1));
+    }
+
+    #[test]
+    fn weight_and_draining_round_trip() {
+        for state in [NodeState::Up, NodeState::Down] {
+            for weight in [1, 99, 100, 200, u32::MAX] {
+                for draining in [false, true] {
+                    let n = node(state, weight, draining);
+                    let changes = vec![MapChange::UpsertNode(n.clone())];
+                    assert_eq!(decode_changes(&encode_changes(&changes)).unwrap(), changes);
+                    let map = PartitionMap::from_parts(
+                        MapVersion(3),
+                        PartitionId(1),
+                        [],
+                        [n.clone()],
+                        [],
+                    );
+                    assert_eq!(decode_map(&encode_map(&map)).unwrap().nodes[&n.id], n);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn unknown_node_flags_and_oversized_weights_are_refused() {
+        let mut bad = old_format(0x40);
+        assert_eq!(
+            decode_changes(&bad),
+            Err(MapError::Decode("node state tag"))
+        );
+        bad = old_format(NODE_WEIGHTED);
+        bad.extend_from_slice(&[0xff, 0xff, 0xff, 0xff, 0x7f]);
+        assert_eq!(decode_changes(&bad), Err(MapError::Decode("node weight")));
+        assert!(
+            decode_changes(&old_format(NODE_WEIGHTED)).is_err(),
+            "weight missing"
+        );
     }
 }

@@ -39,5 +39,7 @@ pub use error::MapError;
 pub use ids::{Epoch, KeyspaceId, MapVersion, NodeId, PartitionId};
 pub use keyspace::{DEFAULT_KEYSPACE, Keyspace, Routing, keyspace_prefix, split_storage_key};
 pub use map::PartitionMap;
-pub use partition::{NodeInfo, NodeState, PartitionRecord, PartitionState, from_hex, to_hex};
+pub use partition::{
+    DEFAULT_NODE_WEIGHT, NodeInfo, NodeState, PartitionRecord, PartitionState, from_hex, to_hex,
+};
 pub use slot::{SLOT_COUNT, key_hash_slot, slot_bound};

@@ -77,6 +77,9 @@ pub enum NodeState {
     Down,
 }
 
+/// The weight of a node nobody set one for (see [`NodeInfo::weight`]).
+pub const DEFAULT_NODE_WEIGHT: u32 = 100;
+
 /// A registered node and where to reach it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NodeInfo {
@@ -85,7 +88,22 @@ pub struct NodeInfo {
     pub resp_addr: String,
     /// `host:port` of the admin HTTP listener.
     pub admin_addr: String,
+    /// Up or Down: whether the node holds a lease (the manager's leader
+    /// marks it; registration marks it Up).
     pub state: NodeState,
+    /// The node's share of the load relative to the others' (fair share of
+    /// node i = total × weight_i / Σ weight); set by operators, kept by
+    /// re-registration. Default [`DEFAULT_NODE_WEIGHT`].
+    #[serde(default = "default_weight")]
+    pub weight: u32,
+    /// Set by operators (`keyway ctl drain`): the rebalancer moves every
+    /// partition away and never moves one to it. Kept by re-registration.
+    #[serde(default)]
+    pub draining: bool,
+}
+
+fn default_weight() -> u32 {
+    DEFAULT_NODE_WEIGHT
 }
 
 impl NodeInfo {

@@ -13,6 +13,8 @@ fn nodes(n: u64) -> Vec<NodeInfo> {
             resp_addr: format!("127.0.0.1:{}", 7000 + i),
             admin_addr: format!("127.0.0.1:{}", 8000 + i),
             state: NodeState::Up,
+            weight: keyway_map::DEFAULT_NODE_WEIGHT,
+            draining: false,
         })
         .collect()
 }

@@ -539,11 +539,15 @@ impl MetaStore for EmbeddedMeta {
                 }
                 Some(id) => id,
             };
+            // Re-registration keeps what operators set (weight, draining).
+            let kept = state.map.nodes.get(&id);
             let node = NodeInfo {
                 id,
                 resp_addr,
                 admin_addr,
                 state: NodeState::Up,
+                weight: kept.map_or(keyway_map::DEFAULT_NODE_WEIGHT, |n| n.weight),
+                draining: kept.is_some_and(|n| n.draining),
             };
             let txn = MapTxn::unconditional(vec![MapChange::UpsertNode(node)]);
             let (map, entry) = Inner::prepare(&state, txn)?;

@@ -194,7 +194,7 @@ pub trait MetaStore: Send + Sync + 'static {
 
     /// Registers a node: with `id: None` allocates a new [`NodeId`] (1, 2, 3,
     /// ...; never reused); with `Some(id)` re-registers (updates addresses,
-    /// state Up), refusing an id this store never allocated with
+    /// state Up; keeps the weight and the draining flag), refusing an id this store never allocated with
     /// [`MetaError::InvalidArgument`]. Upserts the node record in the map
     /// (bumps the version). Returns the id.
     async fn register_node(
@@ -390,6 +390,8 @@ mod tests {
             resp_addr: format!("h:{id}"),
             admin_addr: String::new(),
             state: NodeState::Up,
+            weight: keyway_map::DEFAULT_NODE_WEIGHT,
+            draining: false,
         })
     }
 

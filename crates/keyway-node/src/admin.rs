@@ -1,5 +1,6 @@
 //! The admin HTTP port: `/metrics` (Prometheus text), `/map` (the node's
-//! partition map as JSON) and `/status` (this node at a glance, JSON), plus
+//! partition map as JSON), `/status` (this node at a glance, JSON) and
+//! `/hotkeys` (per owned partition, the sampled hot keys, JSON), plus
 //! the `Peer` gRPC service of [`crate::peer`] (migration data plane).
 
 use crate::server::Shared;
@@ -23,6 +24,7 @@ pub async fn serve(
         .route("/metrics", get(metrics))
         .route("/map", get(map))
         .route("/status", get(status))
+        .route("/hotkeys", get(hotkeys))
         .with_state(shared.clone());
     // The migration data plane (`Peer` gRPC, h2c) shares this port.
     let service = crate::peer::PeerService::for_node(
@@ -31,6 +33,7 @@ pub async fn serve(
             migrations: shared.migrations.clone(),
             routing: shared.routing.clone(),
             latency: shared.executor.latency().clone(),
+            stats: shared.stats.clone(),
         },
     );
     let app = crate::peer::merge_routes(app, service);
@@ -63,6 +66,7 @@ pub fn nodelay(
 
 async fn metrics(State(shared): State<Arc<Shared>>) -> impl IntoResponse {
     crate::watcher::publish_gauges(&shared);
+    shared.stats.publish_gauges();
     shared
         .metrics
         .lease_remaining_ms
@@ -74,6 +78,11 @@ async fn metrics(State(shared): State<Arc<Shared>>) -> impl IntoResponse {
         )],
         shared.metrics.encode(),
     )
+}
+
+/// `/hotkeys`: per owned partition, the sampled hot keys (see [`crate::stats`]).
+async fn hotkeys(State(shared): State<Arc<Shared>>) -> impl IntoResponse {
+    Json(shared.stats.hot_keys_view())
 }
 
 async fn map(State(shared): State<Arc<Shared>>) -> impl IntoResponse {

@@ -113,6 +113,35 @@ pub struct NodeConfig {
     /// for the partition (instead of redirecting them back here) until it
     /// has installed the flip, for at most this long.
     pub migration_incoming_hold_ms: u64,
+    /// `KW.SCAN`: the LIMIT used when the request names none.
+    pub kw_scan_default_limit: usize,
+    /// `KW.SCAN`: the largest LIMIT a request may ask for (larger is refused);
+    /// at most [`crate::kw::MAX_RANGE_SCAN_ENTRIES`].
+    pub kw_scan_max_limit: usize,
+    /// `KW.SCAN`: how long one call keeps re-locating its cursor (waiting for
+    /// a fence to lift, for maps to agree, for an unreachable owner) without
+    /// reading a key before it answers what it has, or an error.
+    pub kw_scan_reroute_timeout_ms: u64,
+    /// `KW.SCAN`: deadline of one `RangeScan` call to another node.
+    pub kw_scan_rpc_timeout_ms: u64,
+    /// Load statistics: the window request rates and hot keys are measured over.
+    pub stats_window_ms: u64,
+    /// Load statistics: about one request in this many is sampled for the
+    /// hot keys and the load split key (1 = every request).
+    pub stats_sample_every: u32,
+    /// Load statistics: hot keys reported per partition (space-saving top-k).
+    pub hot_keys_k: usize,
+    /// Load statistics: fewest sampled requests in the window for a load split key.
+    pub stats_split_min_samples: u64,
+    /// Load statistics: no load split key while the busiest key has a larger
+    /// share (0..=1) of a partition's sampled requests.
+    pub stats_dominant_key_share: f64,
+    /// Load statistics: how often each owned partition's size is rescanned
+    /// (a newly owned or resized partition is scanned at once).
+    pub stats_scan_interval_ms: u64,
+    /// Load statistics: entries read per chunk of a size scan (one short
+    /// engine snapshot each).
+    pub stats_scan_chunk_keys: usize,
 }
 
 impl Default for NodeConfig {
@@ -141,6 +170,17 @@ impl Default for NodeConfig {
             migration_target_retry_timeout_ms: 10_000,
             migration_fence_drain_timeout_ms: 5_000,
             migration_incoming_hold_ms: 10_000,
+            kw_scan_default_limit: 100,
+            kw_scan_max_limit: 10_000,
+            kw_scan_reroute_timeout_ms: 10_000,
+            kw_scan_rpc_timeout_ms: 5_000,
+            stats_window_ms: 10_000,
+            stats_sample_every: 16,
+            hot_keys_k: 16,
+            stats_split_min_samples: 64,
+            stats_dominant_key_share: 0.5,
+            stats_scan_interval_ms: 30_000,
+            stats_scan_chunk_keys: 1_000,
         }
     }
 }
@@ -175,12 +215,48 @@ impl NodeConfig {
                 "migration_incoming_hold_ms",
                 self.migration_incoming_hold_ms,
             ),
+            ("kw_scan_default_limit", self.kw_scan_default_limit as u64),
+            ("kw_scan_max_limit", self.kw_scan_max_limit as u64),
+            (
+                "kw_scan_reroute_timeout_ms",
+                self.kw_scan_reroute_timeout_ms,
+            ),
+            ("kw_scan_rpc_timeout_ms", self.kw_scan_rpc_timeout_ms),
+            ("stats_sample_every", u64::from(self.stats_sample_every)),
+            ("hot_keys_k", self.hot_keys_k as u64),
+            ("stats_split_min_samples", self.stats_split_min_samples),
+            ("stats_scan_interval_ms", self.stats_scan_interval_ms),
+            ("stats_scan_chunk_keys", self.stats_scan_chunk_keys as u64),
         ];
         if let Some((name, _)) = positive.iter().find(|(_, v)| *v == 0) {
             return Err(format!("{name} must be greater than 0"));
         }
         if self.executor_threads > 256 {
             return Err("executor_threads must be at most 256".into());
+        }
+        if self.kw_scan_max_limit > crate::kw::MAX_RANGE_SCAN_ENTRIES as usize {
+            return Err(format!(
+                "kw_scan_max_limit must be at most {}",
+                crate::kw::MAX_RANGE_SCAN_ENTRIES
+            ));
+        }
+        if self.kw_scan_default_limit > self.kw_scan_max_limit {
+            return Err(format!(
+                "kw_scan_default_limit ({}) must be at most kw_scan_max_limit ({})",
+                self.kw_scan_default_limit, self.kw_scan_max_limit
+            ));
+        }
+        if self.stats_window_ms < 100 {
+            return Err("stats_window_ms must be at least 100".into());
+        }
+        if self.hot_keys_k > 1024 {
+            return Err("hot_keys_k must be at most 1024".into());
+        }
+        if self.stats_scan_chunk_keys > 100_000 {
+            return Err("stats_scan_chunk_keys must be at most 100000".into());
+        }
+        if !(self.stats_dominant_key_share > 0.0 && self.stats_dominant_key_share <= 1.0) {
+            return Err("stats_dominant_key_share must be in (0, 1]".into());
         }
         if self.lease_margin_ms >= self.lease_ttl_ms {
             return Err(format!(
@@ -254,6 +330,30 @@ mod tests {
             ..NodeConfig::default()
         };
         assert!(c.validate().unwrap_err().contains("announce"));
+        let c = NodeConfig {
+            kw_scan_default_limit: 20_000,
+            ..NodeConfig::default()
+        };
+        assert!(c.validate().unwrap_err().contains("kw_scan_default_limit"));
+        let c = NodeConfig {
+            kw_scan_max_limit: 1_000_000,
+            ..NodeConfig::default()
+        };
+        assert!(c.validate().unwrap_err().contains("kw_scan_max_limit"));
+        let c = NodeConfig {
+            stats_dominant_key_share: 1.5,
+            ..NodeConfig::default()
+        };
+        assert!(
+            c.validate()
+                .unwrap_err()
+                .contains("stats_dominant_key_share")
+        );
+        let c = NodeConfig {
+            stats_window_ms: 10,
+            ..NodeConfig::default()
+        };
+        assert!(c.validate().unwrap_err().contains("stats_window_ms"));
         assert!("sometimes".parse::<Durability>().is_err());
         assert_eq!("group".parse::<Durability>(), Ok(Durability::Group));
     }

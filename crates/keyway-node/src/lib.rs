@@ -30,6 +30,12 @@
 //!   client; `copy_range`/`catch_up` copy a range from outside (tests, tools).
 //! - `migrate/`: the migration source role: the push to the target (copy,
 //!   catch-up, dual writes), the cutover fence, fences recovered at start.
+//! - `stats/`: per-partition load statistics: request rates, sampled hot keys
+//!   (space-saving top-k), the load and size split keys, the background size
+//!   scan; served by the `PartitionStats` Peer RPC and `/hotkeys`.
+//! - `kw/`: the keyspace commands `KW.GET`/`KW.SET`/`KW.DEL`/`KW.SCAN` (any
+//!   keyspace by name), the ordered cross-partition `KW.SCAN` walk and the
+//!   `RangeScan` Peer call it uses.
 //! - `metrics.rs`: Prometheus metrics.
 //! - `clock.rs`: the clock trait (wall and monotonic time), for simulation.
 
@@ -41,6 +47,7 @@ pub mod config;
 pub mod connection;
 pub mod db;
 pub mod executor;
+pub mod kw;
 pub mod lease;
 pub mod metrics;
 pub mod migrate;
@@ -50,6 +57,7 @@ pub mod routing;
 pub mod scan;
 pub mod server;
 pub mod session;
+pub mod stats;
 pub mod watcher;
 
 pub use config::{Durability, EngineKind, NodeConfig};

@@ -187,6 +187,20 @@ impl Metrics {
         m
     }
 
+    /// Registers a metric kept by another module (each keeps its own
+    /// metrics in its own file and registers them here once, at start).
+    pub fn register(
+        &self,
+        name: &str,
+        help: &str,
+        metric: impl prometheus_client::registry::Metric,
+    ) {
+        self.registry
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .register(name, help, metric);
+    }
+
     /// Counts one rejection of `kind`.
     pub fn rejected(&self, kind: &'static str) {
         self.rejections.get_or_create(&KindLabel { kind }).inc();

@@ -77,6 +77,7 @@ pub async fn dispatch(shared: &Arc<Shared>, session: &mut Session, args: Vec<Byt
         "SCAN" => crate::scan::scan(shared, &args).await.into(),
         "KW.AT" => kw_at(shared, args).await,
         "KW.MAP" => Frame::Bulk(Bytes::from(keyway_map::encode_map(&shared.routing.map()))).into(),
+        "KW.GET" | "KW.SET" | "KW.DEL" | "KW.SCAN" => crate::kw::dispatch(shared, &args).await,
         _ => match cmd::parse(&args) {
             Some(Ok(command)) => data_command(shared, command, None).await,
             Some(Err(frame)) => frame.into(),
@@ -432,6 +433,13 @@ fn storage_task(
                 return TaskOutput::reply(rejection.to_frame(), false);
             }
         };
+        // Load statistics: one request, by its first key.
+        if let Some(key) = command.keys().first() {
+            let write = command.is_write();
+            shared
+                .stats
+                .record_key(partition, &shared.keyspace, key, write);
+        }
         let limits = DbLimits {
             max_value_bytes: shared.config.max_value_bytes,
         };
@@ -440,35 +448,45 @@ fn storage_task(
             Ok(reply) => reply,
             Err(e) => return storage_failure(e),
         };
-        let mutations = db.into_mutations();
-        if mutations.is_empty() {
-            return TaskOutput::reply(reply, false);
-        }
-        match engine.apply(&mutations) {
-            Ok(seq) => match guard.dual(partition) {
-                Some(push) => {
-                    let push = push.clone();
-                    TaskOutput {
-                        reply,
-                        wrote: true,
-                        follow: Follow::Defer(Box::new(move |tx, frame| {
-                            push.defer(seq, tx, frame)
-                        })),
-                    }
-                }
-                None => TaskOutput::reply(reply, true),
-            },
-            Err(e) => storage_failure(e),
-        }
+        apply_and_reply(engine, &guard, partition, db.into_mutations(), reply)
     })
 }
 
-fn storage_failure(e: keyway_storage::StorageError) -> TaskOutput {
+/// The effect of an admitted command, still under the routing read guard:
+/// applies its mutations in one batch and releases the reply, or, for a
+/// dual-written partition, hands it to the migration's push.
+pub(crate) fn apply_and_reply(
+    engine: &dyn keyway_storage::Engine,
+    guard: &crate::routing::RoutingGuard<'_>,
+    partition: PartitionId,
+    mutations: Vec<keyway_storage::Mutation>,
+    reply: Frame,
+) -> TaskOutput {
+    if mutations.is_empty() {
+        return TaskOutput::reply(reply, false);
+    }
+    match engine.apply(&mutations) {
+        Ok(seq) => match guard.dual(partition) {
+            Some(push) => {
+                let push = push.clone();
+                TaskOutput {
+                    reply,
+                    wrote: true,
+                    follow: Follow::Defer(Box::new(move |tx, frame| push.defer(seq, tx, frame))),
+                }
+            }
+            None => TaskOutput::reply(reply, true),
+        },
+        Err(e) => storage_failure(e),
+    }
+}
+
+pub(crate) fn storage_failure(e: keyway_storage::StorageError) -> TaskOutput {
     tracing::error!(%e, "storage error");
     TaskOutput::reply(Frame::Error(format!("ERR storage error: {e}")), false)
 }
 
-fn rejection_kind(r: &Rejection) -> &'static str {
+pub(crate) fn rejection_kind(r: &Rejection) -> &'static str {
     match r {
         Rejection::Moved { .. } => "moved",
         Rejection::StaleEpoch { .. } => "stale_epoch",

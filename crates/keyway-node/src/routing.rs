@@ -212,6 +212,11 @@ impl Routing {
         self.me
     }
 
+    /// The node's wall clock in unix milliseconds (what key expiry is judged by).
+    pub fn unix_ms(&self) -> u64 {
+        self.clock.unix_ms()
+    }
+
     /// Takes the read side: checks made through the guard stay valid until it drops.
     pub fn read(&self) -> RoutingGuard<'_> {
         RoutingGuard {
@@ -306,6 +311,26 @@ impl RoutingGuard<'_> {
         self.admit(ks, &slot.to_be_bytes(), slot, expected)
     }
 
+    /// Admits a request for the keyspace-local routing key `local_key` of
+    /// keyspace `ks` (the `KW.*` commands): the rules of [`Self::admit_slot`]
+    /// (lease, fence, incoming hold, epoch), except that a node that does not
+    /// own the key's partition always answers with the partition's record
+    /// ([`Rejection::StaleEpoch`], `-KWMOVED`), since a range key has no slot.
+    pub fn admit_key(
+        &self,
+        ks: KeyspaceId,
+        local_key: &[u8],
+        expected: Option<(PartitionId, Epoch)>,
+    ) -> Result<&PartitionRecord, Rejection> {
+        match self.admit(ks, local_key, 0, expected) {
+            Err(Rejection::Moved { .. }) => match self.map.map.locate(ks, local_key) {
+                Some(p) => Err(self.stale(p)),
+                None => Err(Rejection::Unserved),
+            },
+            other => other,
+        }
+    }
+
     /// Admits a request for the keyspace-local routing key `local_key`.
     pub fn admit(
         &self,
@@ -384,6 +409,8 @@ mod tests {
                 resp_addr: format!("127.0.0.1:{}", 7000 + i),
                 admin_addr: String::new(),
                 state: NodeState::Up,
+                weight: keyway_map::DEFAULT_NODE_WEIGHT,
+                draining: false,
             })
             .collect()
     }

@@ -190,12 +190,14 @@ fn live(v: &Value, now_ms: u64) -> bool {
     v.expire_at_ms.is_none_or(|at| at > now_ms)
 }
 
-/// Keys stored in the partitions this node owns (expired keys not yet
-/// removed included, as Redis counts them).
+/// Keys stored in the default keyspace's partitions this node owns (expired
+/// keys not yet removed included, as Redis counts them). Other keyspaces
+/// (the `KW.*` commands') are not Redis's and are not counted.
 pub async fn count_owned_keys(shared: &Arc<Shared>) -> Result<u64, String> {
     let map = shared.routing.map();
     let ranges: Vec<KeyRange> = map
         .owned_by(shared.me)
+        .filter(|p| p.keyspace == DEFAULT_KEYSPACE)
         .map(|p| {
             let (start, end) = p.storage_bounds();
             KeyRange { start, end }

@@ -60,11 +60,15 @@ pub struct Shared {
     /// The migrations this node is the source of.
     pub migrations: Arc<Migrations>,
     pub metrics: Arc<Metrics>,
+    /// Per-partition load statistics (rates, hot keys, sizes, split keys).
+    pub stats: Arc<crate::stats::Stats>,
     pub clock: Arc<dyn Clock>,
     pub meta: Arc<dyn MetaStore>,
     /// The default (Redis) keyspace, `0`, hash routing.
     pub keyspace: Keyspace,
     pub scan_cursors: Mutex<ScanCursors>,
+    /// `Peer` clients for `KW.SCAN`'s `RangeScan` calls, by admin address.
+    pub kw_peers: crate::kw::PeerCache,
     /// The lease this node holds in the metadata store, if any.
     pub lease_id: Mutex<Option<keyway_meta::LeaseId>>,
     pub next_client_id: AtomicU64,
@@ -150,8 +154,20 @@ impl Node {
             executor.latency().clone(),
             config.role_limits(),
         ));
+        let stats = Arc::new(crate::stats::Stats::new(
+            me,
+            routing.clone(),
+            engine.clone(),
+            clock.clone(),
+            crate::stats::StatsConfig::from_node(&config),
+            &metrics,
+        ));
         let shared = Arc::new(Shared {
+            stats,
             scan_cursors: Mutex::new(ScanCursors::new(config.max_scan_cursors)),
+            kw_peers: crate::kw::PeerCache::new(Duration::from_millis(
+                config.kw_scan_rpc_timeout_ms,
+            )),
             lease_id: Mutex::new(None),
             config,
             me,
@@ -184,6 +200,7 @@ impl Node {
             shutdown_rx.clone(),
         ));
         tasks.spawn(wake_held(shared.clone(), shutdown_rx.clone()));
+        tasks.spawn(shared.stats.clone().run(shutdown_rx.clone()));
         tasks.spawn(crate::admin::serve(
             shared.clone(),
             admin_listener,

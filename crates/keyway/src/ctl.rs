@@ -38,6 +38,21 @@ enum CtlCommand {
     Migrations,
     /// Abort a migration that has not reached its flip (the source stays owner).
     Abort(crate::ctl_move::AbortArgs),
+    /// The busiest sampled keys per partition, asked of the nodes: partition, node, key, rate, share.
+    Hotkeys(crate::ctl_hotkeys::HotkeysArgs),
+    /// Keyspaces: `create NAME --routing range|hash [--partitions N]`, `list`.
+    Keyspace(crate::ctl_keyspace::KeyspaceArgs),
+    #[command(flatten)]
+    Split(crate::ctl_split::SplitCommand),
+    /// Mark a node draining: the rebalancer moves all its partitions away
+    /// (`--cancel` undoes it).
+    Drain(crate::ctl_rebalance::DrainArgs),
+    /// Remove a node that owns nothing from the map (drain it first).
+    Decommission(crate::ctl_rebalance::DecommissionArgs),
+    /// Node settings: `weight NODE W`.
+    Node(crate::ctl_rebalance::NodeArgs),
+    /// `--plan`: the moves the rebalancer would make, without making them.
+    Rebalance(crate::ctl_rebalance::RebalanceArgs),
 }
 
 pub async fn run(args: CtlArgs) -> anyhow::Result<()> {
@@ -50,6 +65,15 @@ pub async fn run(args: CtlArgs) -> anyhow::Result<()> {
         CtlCommand::Move(m) => crate::ctl_move::move_cmd(&*meta, m, args.json).await,
         CtlCommand::Migrations => crate::ctl_move::migrations_cmd(&*meta, args.json).await,
         CtlCommand::Abort(a) => crate::ctl_move::abort_cmd(&*meta, a).await,
+        CtlCommand::Hotkeys(h) => crate::ctl_hotkeys::hotkeys_cmd(&*meta, h, args.json).await,
+        CtlCommand::Keyspace(k) => crate::ctl_keyspace::keyspace_cmd(&*meta, k, args.json).await,
+        CtlCommand::Split(c) => crate::ctl_split::run(&*meta, c, args.json).await,
+        CtlCommand::Drain(d) => crate::ctl_rebalance::drain_cmd(&*meta, d, args.json).await,
+        CtlCommand::Decommission(d) => {
+            crate::ctl_rebalance::decommission_cmd(&*meta, d, args.json).await
+        }
+        CtlCommand::Node(n) => crate::ctl_rebalance::node_cmd(&*meta, n, args.json).await,
+        CtlCommand::Rebalance(r) => crate::ctl_rebalance::rebalance_cmd(&*meta, r, args.json).await,
     }
 }
 
@@ -64,6 +88,8 @@ struct NodeRow {
     resp_addr: String,
     admin_addr: String,
     state: keyway_map::NodeState,
+    weight: u32,
+    draining: bool,
     partitions: usize,
     lease_remaining_ms: Option<u64>,
 }
@@ -84,6 +110,8 @@ async fn nodes(meta: &dyn MetaStore, json: bool) -> anyhow::Result<()> {
             resp_addr: n.resp_addr.clone(),
             admin_addr: n.admin_addr.clone(),
             state: n.state,
+            weight: n.weight,
+            draining: n.draining,
             partitions: map.owned_by(n.id).count(),
             lease_remaining_ms: leases.get(&n.id).copied(),
         })
@@ -92,18 +120,21 @@ async fn nodes(meta: &dyn MetaStore, json: bool) -> anyhow::Result<()> {
         return print_json(&rows);
     }
     println!(
-        "{:<40}  {:<21}  {:<21}  {:<5}  {:>10}  {:>8}",
-        "NODE", "RESP", "ADMIN", "STATE", "PARTITIONS", "LEASE"
+        "{:<40}  {:<21}  {:<21}  {:<13}  {:>6}  {:>10}  {:>8}",
+        "NODE", "RESP", "ADMIN", "STATE", "WEIGHT", "PARTITIONS", "LEASE"
     );
     for r in rows {
         let lease = r
             .lease_remaining_ms
             .map(|ms| format!("{ms}ms"))
             .unwrap_or_else(|| "none".into());
-        let state = format!("{:?}", r.state).to_lowercase();
+        let mut state = format!("{:?}", r.state).to_lowercase();
+        if r.draining {
+            state.push_str(",draining");
+        }
         println!(
-            "{:<40}  {:<21}  {:<21}  {:<5}  {:>10}  {:>8}",
-            r.id, r.resp_addr, r.admin_addr, state, r.partitions, lease
+            "{:<40}  {:<21}  {:<21}  {:<13}  {:>6}  {:>10}  {:>8}",
+            r.id, r.resp_addr, r.admin_addr, state, r.weight, r.partitions, lease
         );
     }
     Ok(())

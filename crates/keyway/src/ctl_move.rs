@@ -174,7 +174,7 @@ async fn load(meta: &dyn MetaStore, id: MigrationId) -> anyhow::Result<Migration
 }
 
 /// `abc...` (40 hex digits, as CLUSTER MYID prints it) or `host:port` (RESP or admin).
-fn resolve_node(map: &PartitionMap, text: &str) -> anyhow::Result<NodeId> {
+pub(crate) fn resolve_node(map: &PartitionMap, text: &str) -> anyhow::Result<NodeId> {
     let found = if text.contains(':') {
         map.nodes
             .values()

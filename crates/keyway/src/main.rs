@@ -10,13 +10,20 @@
 
 mod bench_migrate;
 mod ctl;
+mod ctl_hotkeys;
+mod ctl_keyspace;
 mod ctl_move;
+mod ctl_rebalance;
+mod ctl_split;
 mod dev;
 mod manager_cmd;
 mod manager_flags;
 mod meta_cmd;
+mod monitor_flags;
+mod rebalance_flags;
 mod server_cmd;
 mod sim;
+mod split_flags;
 
 use clap::{Parser, Subcommand};
 

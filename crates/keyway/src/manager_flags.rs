@@ -7,6 +7,12 @@ use keyway_manager::{DriverConfig, ManagerConfig};
 pub struct ManagerFlags {
     #[command(flatten)]
     pub migration: MigrationFlags,
+    #[command(flatten)]
+    pub monitor: crate::monitor_flags::MonitorFlags,
+    #[command(flatten)]
+    pub split: crate::split_flags::SplitFlags,
+    #[command(flatten)]
+    pub rebalance: crate::rebalance_flags::RebalanceFlags,
 }
 
 impl ManagerFlags {
@@ -14,6 +20,10 @@ impl ManagerFlags {
     pub fn to_config(&self) -> anyhow::Result<ManagerConfig> {
         let config = ManagerConfig {
             driver: self.migration.to_config()?,
+            monitor: self.monitor.to_config()?,
+            split: self.split.split_config()?,
+            merge: self.split.merge_config()?,
+            rebalance: self.rebalance.to_config()?,
         };
         config.validate().map_err(anyhow::Error::msg)?;
         Ok(config)

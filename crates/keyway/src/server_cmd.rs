@@ -37,6 +37,18 @@ pub struct NodeFlags {
     /// Storage engine: fjall (default) or memory (tests only).
     #[arg(long)]
     engine: Option<EngineKind>,
+    /// Load statistics: window of the request rates and hot keys (default 10000).
+    #[arg(long)]
+    stats_window_ms: Option<u64>,
+    /// Load statistics: sample about one request in this many (default 16).
+    #[arg(long)]
+    stats_sample_every: Option<u32>,
+    /// Load statistics: hot keys reported per partition (default 16).
+    #[arg(long)]
+    hot_keys_k: Option<usize>,
+    /// Load statistics: rescan each owned partition's size this often (default 30000).
+    #[arg(long)]
+    stats_scan_interval_ms: Option<u64>,
 }
 
 impl NodeFlags {
@@ -62,7 +74,11 @@ impl NodeFlags {
             lease_margin_ms,
             max_clients,
             max_bulk_len_bytes,
-            engine
+            engine,
+            stats_window_ms,
+            stats_sample_every,
+            hot_keys_k,
+            stats_scan_interval_ms
         );
         if self.requirepass.is_some() {
             c.requirepass = self.requirepass.clone();

@@ -15,6 +15,10 @@ use std::time::Duration;
 async fn cluster(dir: &std::path::Path) -> LocalCluster {
     let mut spec = ClusterSpec::ephemeral(3, dir.to_path_buf());
     spec.node.lease_ttl_ms = 60_000;
+    // These tests hand partitions over by hand: no rebalancer meanwhile.
+    if let Some(m) = spec.manager.as_mut() {
+        m.config.rebalance.enabled = false;
+    }
     LocalCluster::start(spec).await.expect("cluster starts")
 }
 
@@ -230,6 +234,9 @@ async fn no_write_applies_with_authority_checked_before_a_map_install() {
     let dir = tempfile::tempdir().unwrap();
     let mut spec = ClusterSpec::ephemeral(2, dir.path().to_path_buf());
     spec.node.lease_ttl_ms = 60_000;
+    if let Some(m) = spec.manager.as_mut() {
+        m.config.rebalance.enabled = false;
+    }
     let c = LocalCluster::start(spec).await.unwrap();
     let node = c.node(0).unwrap();
     let shared = node.shared().clone();

@@ -13,6 +13,7 @@ use keyway_map::{Epoch, MapChange, NodeId, OwnershipCondition, PartitionRecord};
 use keyway_meta::{MapTxn, MetaError};
 use keyway_migration::{Actor, Command, Event, MigrationRecord, MigrationState, RangeDigest};
 use keyway_node::peer::{PeerError, PushSpec};
+use keyway_storage::KeyRange;
 use std::time::Duration;
 use tokio::time::Instant;
 
@@ -367,18 +368,20 @@ impl Task {
             Ok(()) | Err(PeerError::NotFound(_)) => {}
             Err(e) => return self.failed(Actor::Source, "MigrateStop", e),
         }
-        // Never delete a copy the target owns: only the map says who owns.
+        // Never delete a copy the target owns: only the map says who owns,
+        // and after a split or merge another id may cover part of the range.
         let (pid, target_id) = (self.record().partition_id(), self.record().target);
         match self.shared.meta.get_map().await {
             Ok(map) => {
-                if map
-                    .partitions
-                    .get(&pid)
-                    .is_some_and(|p| p.owner == target_id)
-                {
+                let owned = map.partitions.values().any(|p| {
+                    let (start, end) = p.storage_bounds();
+                    p.owner == target_id
+                        && super::ranges_overlap(&KeyRange::new(start, end), &self.range)
+                });
+                if owned {
                     tracing::error!(
                         migration = id, partition = %pid,
-                        "the target owns the partition; not dropping its copy"
+                        "the target owns (part of) the range; not dropping its copy"
                     );
                     return Step::Done;
                 }

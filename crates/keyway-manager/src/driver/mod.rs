@@ -10,7 +10,7 @@
 //! - [`Driver::start`] spawns the discovery loop. While the seat leads, every
 //!   `discover_interval_ms` it lists the stored migration records and spawns
 //!   one task per non-terminal record it does not drive yet (one per
-//!   partition at a time, oldest id first), feeding `Started` to a `PENDING`
+//!   partition range at a time, oldest id first), feeding `Started` to a `PENDING`
 //!   record and `Recovered` to any other. When the seat stops leading (or
 //!   leads under a new candidacy), every task is stopped; each task also
 //!   checks [`SeatView::leading`] (under the leadership it was started with)
@@ -166,6 +166,12 @@ pub(crate) fn now_ms() -> u64 {
 pub(crate) fn storage_range(rec: &MigrationRecord) -> KeyRange {
     let (start, end) = rec.partition.storage_bounds();
     KeyRange::new(start, end)
+}
+
+/// Whether two key ranges share a key.
+pub(crate) fn ranges_overlap(a: &KeyRange, b: &KeyRange) -> bool {
+    let below = |x: &KeyRange, y: &KeyRange| x.end.as_ref().is_none_or(|end| y.start < *end);
+    !a.is_empty() && !b.is_empty() && below(a, b) && below(b, a)
 }
 
 /// Decodes a stored record; the store's generation is authoritative.
@@ -449,7 +455,9 @@ impl Driver {
 }
 
 struct Running {
-    partition: PartitionId,
+    /// The partition's storage range: a split or merge can give another id
+    /// an overlapping range, and two tasks never work on one range at once.
+    range: KeyRange,
     handle: JoinHandle<()>,
 }
 
@@ -508,7 +516,7 @@ async fn discover(
             return;
         }
     };
-    let mut busy: HashSet<PartitionId> = running.values().map(|r| r.partition).collect();
+    let mut busy: Vec<KeyRange> = running.values().map(|r| r.range.clone()).collect();
     for s in &stored {
         let id = MigrationId(s.id);
         if running.contains_key(&id) || skip.contains(&s.id) {
@@ -535,9 +543,11 @@ async fn discover(
             skip.insert(s.id);
             continue;
         }
-        if !busy.insert(rec.partition_id()) {
+        let range = storage_range(rec);
+        if busy.iter().any(|b| ranges_overlap(b, &range)) {
             continue;
         }
+        busy.push(range.clone());
         let now = now_ms();
         let first = if rec.state == MigrationState::Pending {
             Event::Started { now }
@@ -548,10 +558,9 @@ async fn discover(
             migration = %id, state = %rec.state, partition = %rec.partition_id(),
             event = first.name(), "migration driver: driving migration"
         );
-        let partition = rec.partition_id();
         let task = run::Task::new(shared.clone(), leadership.clone(), machine);
         let handle = tokio::spawn(task.run(first));
-        running.insert(id, Running { partition, handle });
+        running.insert(id, Running { range, handle });
     }
 }
 

@@ -24,7 +24,8 @@ pub async fn starts_empty(f: &Fixture) {
 }
 
 /// Concurrent registrations get distinct ids 1..=n; re-registration keeps
-/// the id, updates addresses, marks the node Up and bumps the version; ids
+/// the id, updates addresses, marks the node Up (keeping its weight and
+/// draining flag) and bumps the version; ids
 /// are never reused, and ids never allocated are refused.
 pub async fn register_node_allocates_distinct_ids_and_reregistration_keeps_them(f: &Fixture) {
     let store = f.store.clone();
@@ -53,9 +54,12 @@ pub async fn register_node_allocates_distinct_ids_and_reregistration_keeps_them(
     assert_eq!(map.nodes.len(), 8);
     assert!(map.nodes.values().all(|n| n.state == NodeState::Up));
 
-    // Mark node 3 down, then re-register it with new addresses.
+    // Mark node 3 down (and weighted, draining), then re-register it with
+    // new addresses.
     let mut down = map.nodes[&NodeId(3)].clone();
     down.state = NodeState::Down;
+    down.weight = 250;
+    down.draining = true;
     store
         .commit(MapTxn::unconditional(vec![MapChange::UpsertNode(down)]))
         .await
@@ -74,6 +78,11 @@ pub async fn register_node_allocates_distinct_ids_and_reregistration_keeps_them(
         ("new:6379", "new:8080")
     );
     assert_eq!(n.state, NodeState::Up);
+    assert_eq!(
+        (n.weight, n.draining),
+        (250, true),
+        "re-registration keeps what operators set"
+    );
 
     // Removing a node does not free its id.
     store

@@ -266,6 +266,8 @@ mod tests {
             resp_addr: format!("127.0.0.1:{}", 7000 + id),
             admin_addr: format!("127.0.0.1:{}", 8000 + id),
             state: NodeState::Up,
+            weight: keyway_map::DEFAULT_NODE_WEIGHT,
+            draining: false,
         })
     }
 

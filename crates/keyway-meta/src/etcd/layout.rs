@@ -402,6 +402,8 @@ mod tests {
             resp_addr: "h:1".into(),
             admin_addr: "h:2".into(),
             state: NodeState::Up,
+            weight: keyway_map::DEFAULT_NODE_WEIGHT,
+            draining: false,
         };
         let part = PartitionRecord {
             id: PartitionId(5),

@@ -33,11 +33,15 @@ impl Inner {
                     }
                     Some(id) => id,
                 };
+                // Re-registration keeps what operators set (weight, draining).
+                let kept = snap.map.nodes.get(&id);
                 let node = NodeInfo {
                     id,
                     resp_addr: resp_addr.clone(),
                     admin_addr: admin_addr.clone(),
                     state: NodeState::Up,
+                    weight: kept.map_or(keyway_map::DEFAULT_NODE_WEIGHT, |n| n.weight),
+                    draining: kept.is_some_and(|n| n.draining),
                 };
                 Ok(Step::Commit {
                     txn: MapTxn::unconditional(vec![MapChange::UpsertNode(node)]),

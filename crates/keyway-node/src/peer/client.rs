@@ -406,6 +406,33 @@ impl PeerClient {
         Ok((r.keys, r.bytes))
     }
 
+    /// The load statistics of every partition the peer owns in its
+    /// installed map (see [`crate::stats`]).
+    pub async fn partition_stats(&self) -> Result<crate::stats::NodeReport, PeerError> {
+        let r = self
+            .call(
+                "PartitionStats",
+                pb::PartitionStatsRequest {},
+                |mut c, r| async move { c.partition_stats(r).await },
+            )
+            .await?;
+        Ok(crate::stats::wire::from_pb(r))
+    }
+
+    /// One `RangeScan` step (see [`crate::kw::rpc`]): entries of a partition
+    /// the peer owns at the request's epoch, or its refusal.
+    pub async fn range_scan(
+        &self,
+        req: pb::RangeScanRequest,
+    ) -> Result<pb::RangeScanResponse, PeerError> {
+        self.call(
+            "RangeScan",
+            req,
+            |mut c, r| async move { c.range_scan(r).await },
+        )
+        .await
+    }
+
     /// The peer's last assigned seq.
     pub async fn last_seq(&self) -> Result<Seq, PeerError> {
         let r = self

@@ -41,6 +41,8 @@ pub struct NodeRoles {
     pub routing: Arc<Routing>,
     /// The node's foreground latency (reported to a copying source).
     pub latency: Arc<crate::executor::LatencyGauge>,
+    /// The node's load statistics (`PartitionStats`).
+    pub stats: Arc<crate::stats::Stats>,
 }
 
 impl std::fmt::Debug for PeerService {
@@ -455,6 +457,24 @@ impl peer_server::Peer for PeerService {
         });
         routing.set_incoming(pid, hold);
         Ok(Response::new(pb::MigrateStopResponse {}))
+    }
+
+    async fn partition_stats(
+        &self,
+        _req: Request<pb::PartitionStatsRequest>,
+    ) -> Result<Response<pb::PartitionStatsResponse>, Status> {
+        let report = self.node()?.stats.report();
+        Ok(Response::new(crate::stats::wire::to_pb(&report)))
+    }
+
+    async fn range_scan(
+        &self,
+        req: Request<pb::RangeScanRequest>,
+    ) -> Result<Response<pb::RangeScanResponse>, Status> {
+        let routing = self.node()?.routing.clone();
+        let resp = crate::kw::rpc::serve_range_scan(routing, self.engine.clone(), req.into_inner())
+            .await?;
+        Ok(Response::new(resp))
     }
 
     async fn partition_view(

@@ -240,6 +240,11 @@ async fn migrate(args: MigrateArgs) -> anyhow::Result<()> {
         manager: Some(ManagerSpec {
             config: ManagerConfig {
                 driver,
+                // The benchmark's own moves only.
+                rebalance: keyway_manager::RebalanceConfig {
+                    enabled: false,
+                    ..Default::default()
+                },
                 ..ManagerConfig::default()
             },
             ..ManagerSpec::default()

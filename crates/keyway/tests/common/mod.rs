@@ -3,6 +3,8 @@
 
 #![allow(dead_code)]
 
+pub mod workload;
+
 use bytes::{Bytes, BytesMut};
 use keyway_resp::{Frame, Limits, Protocol, ResponseParser, encode};
 use std::io::{BufRead, BufReader, Read, Write};

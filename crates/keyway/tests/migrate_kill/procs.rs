@@ -192,6 +192,7 @@ impl Cluster {
                 &meta_url,
                 "--name",
                 "mgr",
+                "--no-rebalance",
                 "--admin-listen",
                 &format!("127.0.0.1:{}", base + 7),
                 "--lease-ttl-ms",

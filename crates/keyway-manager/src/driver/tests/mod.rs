@@ -3,6 +3,7 @@
 
 mod fake;
 mod outage;
+mod split_race;
 
 use super::*;
 use crate::seat::{Seat, SeatConfig};
@@ -510,6 +511,8 @@ async fn the_admin_port_lists_migrations_and_exports_their_metrics() {
         env.seat.as_ref().unwrap().view(),
         env.metrics.clone(),
         env.driver.as_ref().unwrap().view(),
+        crate::DecisionLog::new(&env.metrics),
+        watch::channel(None).1,
         listener,
         stop_rx,
     ));
