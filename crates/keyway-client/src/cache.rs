@@ -2,9 +2,10 @@
 //!
 //! A rejection names one partition as the node knows it: id, epoch, range,
 //! owner and the owner's address. Patching replaces every cached partition
-//! of that keyspace whose range overlaps it with a lower epoch (a split or
-//! merge changes ranges), and records the owner's address. The cache may
-//! have gaps afterwards; a lookup that finds none reloads the whole map.
+//! of that keyspace whose range overlaps it, if all of them have a lower
+//! epoch (a split or merge changes ranges), and records the owner's
+//! address. The cache may have gaps afterwards; a lookup that finds none
+//! refreshes the map.
 
 use bytes::Bytes;
 use keyway_map::{
@@ -12,6 +13,7 @@ use keyway_map::{
     PartitionState, from_hex,
 };
 use std::sync::{Arc, RwLock};
+use std::time::Instant;
 
 /// A parsed `-KWMOVED <partition> <epoch> <keyspace> <start> <end|-> <owner> <addr>`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -58,23 +60,31 @@ fn overlaps(a: &PartitionRecord, b: &PartitionRecord) -> bool {
     a.keyspace == b.keyspace && a_before_b_end && b_before_a_end
 }
 
-/// Applies a rejection to the cached map.
-pub fn patch(cache: &RwLock<Arc<PartitionMap>>, moved: KwMoved) {
-    let mut guard = cache.write().unwrap_or_else(|e| e.into_inner());
-    let mut map = (**guard).clone();
-    let fresh = moved.partition;
-    let stale: Vec<PartitionId> = map
+/// Applies a rejection to `map`: when every cached partition overlapping
+/// the rejection's range has a lower epoch, they are replaced by the
+/// rejection's record (a split or merge changes ranges) and the owner's
+/// address is recorded. Returns false, changing nothing, when the cache
+/// already knows something at least as new.
+pub fn patch_map(map: &mut PartitionMap, moved: &KwMoved) -> bool {
+    let fresh = &moved.partition;
+    let overlapping: Vec<&PartitionRecord> = map
         .partitions
         .values()
-        .filter(|p| overlaps(p, &fresh) && (p.epoch < fresh.epoch || p.id == fresh.id))
-        .map(|p| p.id)
+        .filter(|p| overlaps(p, fresh))
         .collect();
-    if stale.is_empty() && map.partitions.values().any(|p| overlaps(p, &fresh)) {
-        return; // the cache already knows something newer
+    let same_id = map.partitions.get(&fresh.id);
+    if overlapping
+        .iter()
+        .chain(same_id.iter())
+        .any(|p| p.epoch >= fresh.epoch)
+    {
+        return false;
     }
+    let stale: Vec<PartitionId> = overlapping.iter().map(|p| p.id).collect();
     for id in stale {
         map.partitions.remove(&id);
     }
+    map.partitions.remove(&fresh.id);
     map.nodes.entry(fresh.owner).or_insert_with(|| NodeInfo {
         id: fresh.owner,
         resp_addr: moved.owner_addr.clone(),
@@ -84,11 +94,127 @@ pub fn patch(cache: &RwLock<Arc<PartitionMap>>, moved: KwMoved) {
         draining: false,
     });
     if let Some(node) = map.nodes.get_mut(&fresh.owner) {
-        node.resp_addr = moved.owner_addr;
+        node.resp_addr = moved.owner_addr.clone();
     }
-    map.partitions.insert(fresh.id, fresh);
+    map.partitions.insert(fresh.id, fresh.clone());
     map.reindex();
-    *guard = Arc::new(map);
+    true
+}
+
+/// The client's cached map.
+///
+/// `base` is exactly a map some node had at `base.version` (the last
+/// refresh, or the warm cache file); deltas apply to it. `view` is what
+/// requests route by: `base` plus the rejections patched in since, which a
+/// refresh re-applies while they are still newer than what it brought.
+pub struct Cache {
+    state: RwLock<State>,
+}
+
+struct State {
+    base: Arc<PartitionMap>,
+    view: Arc<PartitionMap>,
+    /// Rejections patched in since `base`, one per partition id (newest).
+    patches: Vec<KwMoved>,
+    /// When a refresh last confirmed the whole cache (`None`: never).
+    resolved_at: Option<Instant>,
+    /// Bumped by every refresh: a caller that routed by an older generation
+    /// knows a refresh has happened since.
+    generation: u64,
+}
+
+/// What one request routes by.
+pub struct Snapshot {
+    pub view: Arc<PartitionMap>,
+    pub generation: u64,
+    pub resolved_at: Option<Instant>,
+}
+
+impl Default for Cache {
+    fn default() -> Self {
+        let empty = Arc::new(PartitionMap::new());
+        Cache {
+            state: RwLock::new(State {
+                base: empty.clone(),
+                view: empty,
+                patches: Vec::new(),
+                resolved_at: None,
+                generation: 0,
+            }),
+        }
+    }
+}
+
+impl Cache {
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, State> {
+        self.state.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, State> {
+        self.state.write().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn snapshot(&self) -> Snapshot {
+        let s = self.read();
+        Snapshot {
+            view: s.view.clone(),
+            generation: s.generation,
+            resolved_at: s.resolved_at,
+        }
+    }
+
+    /// The map requests route by.
+    pub fn view(&self) -> Arc<PartitionMap> {
+        self.read().view.clone()
+    }
+
+    /// The last map a node sent, unpatched.
+    pub fn base(&self) -> Arc<PartitionMap> {
+        self.read().base.clone()
+    }
+
+    pub fn generation(&self) -> u64 {
+        self.read().generation
+    }
+
+    /// Installs `base` as the refreshed map (`resolved`: when a refresh
+    /// confirmed it; `None` for a map loaded from the cache file), then
+    /// re-applies the patches that are still newer than it.
+    pub fn install(&self, base: PartitionMap, resolved: Option<Instant>) {
+        let base = Arc::new(base);
+        let mut s = self.write();
+        let mut view = (*base).clone();
+        s.patches.retain(|m| patch_map(&mut view, m));
+        s.view = if s.patches.is_empty() {
+            base.clone()
+        } else {
+            Arc::new(view)
+        };
+        s.base = base;
+        s.resolved_at = resolved.or(s.resolved_at);
+        s.generation += 1;
+    }
+
+    /// A refresh found the cache current (an empty delta).
+    pub fn confirm(&self, now: Instant) {
+        let mut s = self.write();
+        s.resolved_at = Some(now);
+        s.generation += 1;
+    }
+
+    /// Patches a rejection into the view; true if it changed anything.
+    pub fn patch(&self, moved: KwMoved) -> bool {
+        let mut s = self.write();
+        let mut view = (*s.view).clone();
+        if !patch_map(&mut view, &moved) {
+            return false;
+        }
+        s.view = Arc::new(view);
+        let id = moved.partition.id;
+        s.patches.retain(|m| m.partition.id != id);
+        s.patches.push(moved);
+        true
+    }
 }
 
 #[cfg(test)]
@@ -107,5 +233,65 @@ mod tests {
         assert_eq!(m.owner_addr, "127.0.0.1:7002");
         assert!(parse_kwmoved("KWMOVED x").is_none());
         assert!(parse_kwmoved("MOVED 1 a:1").is_none());
+    }
+
+    fn map() -> PartitionMap {
+        let nodes: Vec<NodeInfo> = (1..=2)
+            .map(|i| NodeInfo {
+                id: NodeId(i),
+                resp_addr: format!("127.0.0.1:{}", 7000 + i),
+                admin_addr: String::new(),
+                state: NodeState::Up,
+                weight: keyway_map::DEFAULT_NODE_WEIGHT,
+                draining: false,
+            })
+            .collect();
+        PartitionMap::bootstrap(&nodes, 2).unwrap()
+    }
+
+    fn moved(p: &PartitionRecord, epoch: u64, owner: u64) -> KwMoved {
+        KwMoved {
+            partition: PartitionRecord {
+                epoch: Epoch(epoch),
+                owner: NodeId(owner),
+                ..p.clone()
+            },
+            owner_addr: format!("127.0.0.1:{}", 7100 + owner),
+        }
+    }
+
+    #[test]
+    fn patches_only_apply_when_newer_and_survive_an_older_refresh() {
+        let base = map();
+        let p = base.partitions.values().next().unwrap().clone();
+        let cache = Cache::default();
+        cache.install(base.clone(), None);
+        // Same or lower epoch: nothing to do.
+        assert!(!cache.patch(moved(&p, p.epoch.0, 2)));
+        assert!(cache.patch(moved(&p, p.epoch.0 + 2, 2)));
+        assert!(!cache.patch(moved(&p, p.epoch.0 + 1, 1)), "never back");
+        let view = cache.view();
+        assert_eq!(view.partitions[&p.id].owner, NodeId(2));
+        assert_eq!(view.nodes[&NodeId(2)].resp_addr, "127.0.0.1:7102");
+        assert_eq!(cache.base().partitions[&p.id], p, "the base is unpatched");
+        // A refresh that does not know the move yet keeps the patch...
+        let generation = cache.generation();
+        cache.install(base.clone(), Some(Instant::now()));
+        assert_eq!(cache.generation(), generation + 1);
+        assert_eq!(cache.view().partitions[&p.id].epoch, Epoch(p.epoch.0 + 2));
+        // ...one that knows it (or later) drops it.
+        let mut newer = base.clone();
+        newer
+            .apply(
+                keyway_map::MapVersion(base.version.0 + 1),
+                &[keyway_map::MapChange::UpsertPartition(PartitionRecord {
+                    epoch: Epoch(p.epoch.0 + 3),
+                    ..p.clone()
+                })],
+            )
+            .unwrap();
+        cache.install(newer.clone(), Some(Instant::now()));
+        assert!(Arc::ptr_eq(&cache.view(), &cache.base()));
+        assert_eq!(*cache.view(), newer);
     }
 }

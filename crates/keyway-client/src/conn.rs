@@ -1,4 +1,5 @@
-//! One RESP connection: connect lazily, send a request, read one reply.
+//! One RESP connection: connect lazily, send a request (or a pipeline of
+//! them in one write), read one reply each.
 
 use crate::ClientError;
 use bytes::{Bytes, BytesMut};
@@ -30,17 +31,25 @@ impl Conn {
         self.parser = ResponseParser::new(Limits::default());
     }
 
-    pub async fn request(&mut self, args: &[Bytes]) -> Result<Frame, ClientError> {
-        let result = self.try_request(args).await;
+    /// Sends every request in one write, then reads one reply each, in order.
+    pub async fn pipeline<A: AsRef<[Bytes]>>(
+        &mut self,
+        requests: &[A],
+    ) -> Result<Vec<Frame>, ClientError> {
+        let result = self.try_pipeline(requests).await;
         if result.is_err() {
             self.reset();
         }
         result
     }
 
-    async fn try_request(&mut self, args: &[Bytes]) -> Result<Frame, ClientError> {
+    async fn try_pipeline<A: AsRef<[Bytes]>>(
+        &mut self,
+        requests: &[A],
+    ) -> Result<Vec<Frame>, ClientError> {
+        let addr = self.addr.clone();
         let io = |source| ClientError::Io {
-            addr: self.addr.clone(),
+            addr: addr.clone(),
             source,
         };
         if self.stream.is_none() {
@@ -49,23 +58,22 @@ impl Conn {
             self.stream = Some(stream);
         }
         let mut out = BytesMut::new();
-        encode(
-            &Frame::Array(args.iter().cloned().map(Frame::Bulk).collect()),
-            Protocol::Resp2,
-            &mut out,
-        );
-        let addr = self.addr.clone();
+        for args in requests {
+            encode(
+                &Frame::Array(args.as_ref().iter().cloned().map(Frame::Bulk).collect()),
+                Protocol::Resp2,
+                &mut out,
+            );
+        }
         let stream = self.stream.as_mut().expect("connected above");
-        stream
-            .write_all(&out)
-            .await
-            .map_err(|source| ClientError::Io {
-                addr: addr.clone(),
-                source,
-            })?;
-        loop {
+        stream.write_all(&out).await.map_err(io)?;
+        let mut replies = Vec::with_capacity(requests.len());
+        while replies.len() < requests.len() {
             match self.parser.parse(&mut self.buf) {
-                Ok(Some(frame)) => return Ok(frame),
+                Ok(Some(frame)) => {
+                    replies.push(frame);
+                    continue;
+                }
                 Ok(None) => {}
                 Err(e) => {
                     return Err(ClientError::Protocol {
@@ -74,19 +82,11 @@ impl Conn {
                     });
                 }
             }
-            let n = stream
-                .read_buf(&mut self.buf)
-                .await
-                .map_err(|source| ClientError::Io {
-                    addr: addr.clone(),
-                    source,
-                })?;
+            let n = stream.read_buf(&mut self.buf).await.map_err(io)?;
             if n == 0 {
-                return Err(ClientError::Io {
-                    addr,
-                    source: std::io::ErrorKind::UnexpectedEof.into(),
-                });
+                return Err(io(std::io::ErrorKind::UnexpectedEof.into()));
             }
         }
+        Ok(replies)
     }
 }

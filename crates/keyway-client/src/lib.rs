@@ -1,34 +1,77 @@
-//! Keyway's smart client, first version.
+//! Keyway's smart client.
 //!
-//! It loads the partition map from any node (`KW.MAP`), routes each command
-//! to the owner of its key's partition, and sends it in the epoch-carrying
-//! form `KW.AT <partition> <epoch> <command...>`. A node that does not own
-//! that partition at that epoch rejects it with the record it knows
-//! (`-KWMOVED`), which the client patches into its cache before retrying at
-//! once; a bounded number of retries, then an error.
+//! It caches the partition map, routes each command to the owner of its
+//! key's partition, and sends it in the epoch-carrying form
+//! `KW.AT <partition> <epoch> <command...>`. A node that does not own that
+//! partition at that epoch rejects it with the record it knows
+//! (`-KWMOVED <partition> <epoch> <keyspace> <start> <end> <owner> <addr>`).
+//! What the client does then is its [`Strategy`] (seed 000's three):
+//!
+//! | strategy | before sending | on a rejection |
+//! |---|---|---|
+//! | [`Strategy::Redirect`] | the cached owner | patch the one entry the rejection carries, retry |
+//! | [`Strategy::Lookup`] | resolve (`KW.MAP SINCE`) on a miss or once the cache is `lookup_ttl_ms` old | resolve again, retry (patch only when rate-limited) |
+//! | [`Strategy::Hybrid`] (default) | the cached owner | patch the entry (a higher epoch wins) and re-resolve the whole map by delta, retry |
+//!
+//! A refresh asks a node for `KW.MAP SINCE <cache version>`: the changes
+//! since (a delta, usually a few bytes per moved partition) or, when the
+//! node's history does not reach back that far, the whole map. So a hybrid
+//! client idle through fifty moves converges with one rejection and one
+//! small refresh; a redirect client needs one rejection per moved partition
+//! it touches. Refreshes are single-flight (concurrent callers wait for the
+//! one in flight) and rate-limited (`min_refresh_interval_ms`: a rejection
+//! inside it patches only). A cache miss always refreshes.
+//!
+//! The warm cache (`cache_file`) keeps the last refreshed map on disk, so a
+//! restarted client catches up by delta. [`Salted`] spreads one hot counter
+//! over `n` salted keys (writes spread, reads cost `n`).
+//!
+//! # Counters
+//! [`Client::stats`] returns [`ClientStats`] (atomic loads, cheap): requests
+//! and sends, rejections by kind, refreshes (full, delta, coalesced,
+//! suppressed), patches, extra round trips (sends after a request's first,
+//! plus every map request) and the map version lag (how many versions each
+//! refresh advanced the cache by). [`ClientStats::since`] gives the
+//! difference between two snapshots, which is what a benchmark reports.
 //!
 //! It owns nothing but its cache: it never decides ownership and never
 //! guesses where a key lives beyond what a map or a rejection told it.
 //!
 //! # Layout
-//! - `lib.rs`: [`Client`], [`ClientError`].
-//! - `conn.rs`: one RESP connection (request, reply).
-//! - `cache.rs`: the cached map and patching it from a rejection.
+//! - `lib.rs`: [`Client`], [`ClientConfig`], [`Strategy`], [`ClientError`];
+//!   the routed send loop and what each strategy does on a rejection.
+//! - `conn.rs`: one RESP connection (request, or a pipeline of requests).
+//! - `cache.rs`: the cached map (the last refreshed map plus patches) and
+//!   patching it from a rejection.
+//! - `refresh.rs`: `KW.MAP SINCE` refreshes: single flight, rate limit,
+//!   applying a delta.
+//! - `stats.rs`: [`ClientStats`] and its atomic counters.
+//! - `warm.rs`: the cache file (checksummed, atomic, throttled writes).
+//! - `salted.rs`: [`Salted`], the hot-key salting helper.
 //! - `kw.rs`: the keyspace commands (`kw_get`, `kw_set`, `kw_del`,
 //!   `kw_scan`), routed by keyspace and key through the same cache.
 
 mod cache;
 mod conn;
 mod kw;
+mod refresh;
+mod salted;
+mod stats;
+mod warm;
 
 pub use cache::{KwMoved, parse_kwmoved};
 pub use kw::KwScanPage;
+pub use salted::Salted;
+pub use stats::ClientStats;
 
 use bytes::Bytes;
 use keyway_map::{DEFAULT_KEYSPACE, PartitionMap, PartitionRecord, key_hash_slot};
 use keyway_resp::Frame;
+use stats::Counters;
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, RwLock};
+use std::path::PathBuf;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// Errors of the client API.
@@ -51,99 +94,230 @@ pub enum ClientError {
     Unrouted,
     #[error("unknown keyspace '{0}'")]
     UnknownKeyspace(String),
+    #[error("invalid client configuration: {0}")]
+    Config(String),
+}
+
+/// How the client keeps its cached map right (seed 000's three strategies).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Strategy {
+    /// Lookup first: before sending, resolve through a node's map endpoint
+    /// (`KW.MAP SINCE`, a delta) when the key's partition is not cached or
+    /// the cache is older than `lookup_ttl_ms`; on a rejection resolve again
+    /// (not patch) before retrying.
+    Lookup,
+    /// Send and redirect: send to the cached owner; on a rejection patch
+    /// exactly the one entry the rejection carries and retry. Converges one
+    /// rejection per moved partition it touches.
+    Redirect,
+    /// Cache, and on any rejection apply the rejection's record (a higher
+    /// epoch wins) and re-resolve the whole map as a delta since the cache's
+    /// version, so a client idle through many moves converges in one
+    /// refresh.
+    #[default]
+    Hybrid,
+}
+
+impl Strategy {
+    /// Every strategy, in the order benchmarks report them.
+    pub const ALL: [Strategy; 3] = [Strategy::Lookup, Strategy::Redirect, Strategy::Hybrid];
+
+    /// The lowercase name (`lookup`, `redirect`, `hybrid`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Strategy::Lookup => "lookup",
+            Strategy::Redirect => "redirect",
+            Strategy::Hybrid => "hybrid",
+        }
+    }
+}
+
+impl std::fmt::Display for Strategy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for Strategy {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        Strategy::ALL
+            .into_iter()
+            .find(|st| st.name().eq_ignore_ascii_case(s))
+            .ok_or_else(|| format!("unknown strategy '{s}' (expected lookup, redirect or hybrid)"))
+    }
 }
 
 /// Client settings.
 #[derive(Clone, Debug)]
 pub struct ClientConfig {
-    /// Most rejections followed for one command before giving up.
+    /// How the cache is kept right (default [`Strategy::Hybrid`]).
+    pub strategy: Strategy,
+    /// Most retries of one request (after rejections, connection errors or
+    /// cache misses) before giving up.
     pub max_redirects: usize,
     /// Timeout of one request.
     pub request_timeout_ms: u64,
+    /// [`Strategy::Lookup`]: the cache is resolved again before a request
+    /// once the last refresh is this old (a refresh confirms every entry).
+    pub lookup_ttl_ms: u64,
+    /// A refresh asked for by a rejection (or a connection error, or the
+    /// lookup TTL) within this long of the last refresh's start is skipped;
+    /// the rejection's record is patched in instead. Cache misses always
+    /// refresh. 0 = no limit (refreshes are still single-flight).
+    pub min_refresh_interval_ms: u64,
+    /// Pause before retrying after `-CLUSTERDOWN` (a lapsed lease, a slot
+    /// not served yet).
+    pub clusterdown_retry_ms: u64,
+    /// The warm cache: load the map saved here at connect (then refresh it
+    /// by delta), save it after refreshes. A missing or corrupt file is
+    /// ignored with a warning.
+    pub cache_file: Option<PathBuf>,
+    /// Fewest milliseconds between two saves of `cache_file` after refreshes.
+    pub cache_save_interval_ms: u64,
 }
 
 impl Default for ClientConfig {
     fn default() -> Self {
         ClientConfig {
+            strategy: Strategy::Hybrid,
             max_redirects: 5,
             request_timeout_ms: 5_000,
+            lookup_ttl_ms: 1_000,
+            min_refresh_interval_ms: 100,
+            clusterdown_retry_ms: 50,
+            cache_file: None,
+            cache_save_interval_ms: 1_000,
         }
     }
 }
 
-/// Counters a client keeps about its own routing.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct ClientStats {
-    pub requests: u64,
-    pub rejections: u64,
-    pub map_refreshes: u64,
+impl ClientConfig {
+    /// Checks the settings; the message names the one that is wrong.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.request_timeout_ms == 0 {
+            return Err("request_timeout_ms must be greater than 0".into());
+        }
+        if self.max_redirects > 1_000 {
+            return Err("max_redirects must be at most 1000".into());
+        }
+        if self.clusterdown_retry_ms > 60_000 {
+            return Err("clusterdown_retry_ms must be at most 60000".into());
+        }
+        if self
+            .cache_file
+            .as_ref()
+            .is_some_and(|p| p.file_name().is_none())
+        {
+            return Err("cache_file must name a file".into());
+        }
+        Ok(())
+    }
 }
 
 /// A routing client over a Keyway cluster.
 pub struct Client {
     seeds: Vec<String>,
     config: ClientConfig,
-    map: RwLock<Arc<PartitionMap>>,
+    cache: cache::Cache,
     conns: Mutex<HashMap<String, Arc<tokio::sync::Mutex<conn::Conn>>>>,
-    stats: Mutex<ClientStats>,
+    stats: stats::Counters,
+    gate: refresh::Gate,
+    warm: Option<warm::WarmFile>,
+}
+
+/// Why a reply is a rejection.
+enum Rejected<'a> {
+    KwMoved(&'a str),
+    Moved,
+    ClusterDown,
+}
+
+impl<'a> Rejected<'a> {
+    fn of(reply: &'a Frame) -> Option<Self> {
+        match reply {
+            Frame::Error(msg) if msg.starts_with("KWMOVED ") => Some(Rejected::KwMoved(msg)),
+            Frame::Error(msg) if msg.starts_with("MOVED ") => Some(Rejected::Moved),
+            Frame::Error(msg) if msg.starts_with("CLUSTERDOWN") => Some(Rejected::ClusterDown),
+            _ => None,
+        }
+    }
 }
 
 impl Client {
-    /// Connects to the first reachable seed and loads the map.
+    /// Connects: loads the warm cache file if configured (and usable), then
+    /// refreshes from the first reachable seed (by delta when a map was
+    /// loaded) and saves the file. With a loaded map, an unreachable cluster
+    /// is not an error; a cache file that cannot be read or written never is.
     pub async fn connect(seeds: &[&str], config: ClientConfig) -> Result<Client, ClientError> {
+        config.validate().map_err(ClientError::Config)?;
+        let warm = config
+            .cache_file
+            .clone()
+            .map(|path| warm::WarmFile::new(path, config.cache_save_interval_ms));
         let client = Client {
             seeds: seeds.iter().map(|s| s.to_string()).collect(),
             config,
-            map: RwLock::new(Arc::new(PartitionMap::new())),
+            cache: cache::Cache::default(),
             conns: Mutex::new(HashMap::new()),
-            stats: Mutex::new(ClientStats::default()),
+            stats: stats::Counters::default(),
+            gate: refresh::Gate::default(),
+            warm,
         };
-        client.refresh().await?;
+        let loaded = client
+            .warm
+            .as_ref()
+            .and_then(|w| warm::load(w.path()))
+            .map(|map| {
+                let version = map.version.0;
+                client.cache.install(map, None);
+                client.stats.map_version.store(version, Relaxed);
+            })
+            .is_some();
+        if let Err(e) = client.refresh().await {
+            if !loaded {
+                return Err(e);
+            }
+            tracing::warn!(%e, "cannot refresh the map; starting from the cache file's");
+        }
+        if let Err(e) = client.save_cache().await {
+            tracing::warn!(%e, "cannot save the map cache file; continuing without it");
+        }
         Ok(client)
     }
 
-    /// The cached map.
+    /// The settings this client runs with.
+    pub fn config(&self) -> &ClientConfig {
+        &self.config
+    }
+
+    /// The strategy this client runs with.
+    pub fn strategy(&self) -> Strategy {
+        self.config.strategy
+    }
+
+    /// The cached map requests route by (the last refresh plus the
+    /// rejections patched in since).
     pub fn map(&self) -> Arc<PartitionMap> {
-        self.map.read().unwrap_or_else(|e| e.into_inner()).clone()
+        self.cache.view()
     }
 
+    /// The routing counters (a handful of atomic loads).
     pub fn stats(&self) -> ClientStats {
-        *self.stats.lock().unwrap_or_else(|e| e.into_inner())
+        self.stats.snapshot()
     }
 
-    /// Reloads the whole map from the seeds, then from any known node.
-    pub async fn refresh(&self) -> Result<(), ClientError> {
-        self.stats
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .map_refreshes += 1;
-        let known: Vec<String> = self
-            .map()
-            .nodes
-            .values()
-            .map(|n| n.resp_addr.clone())
-            .collect();
-        let mut last_err = String::from("no seeds");
-        for addr in self.seeds.iter().chain(known.iter()) {
-            match self
-                .request(addr, vec![Bytes::from_static(b"KW.MAP")])
-                .await
-            {
-                Ok(Frame::Bulk(bytes)) => match keyway_map::decode_map(&bytes) {
-                    Ok(map) => {
-                        let mut cached = self.map.write().unwrap_or_else(|e| e.into_inner());
-                        if map.version >= cached.version {
-                            *cached = Arc::new(map);
-                        }
-                        return Ok(());
-                    }
-                    Err(e) => last_err = format!("{addr}: bad map: {e}"),
-                },
-                Ok(other) => last_err = format!("{addr}: unexpected reply {other:?}"),
-                Err(e) => last_err = e.to_string(),
-            }
-        }
-        Err(ClientError::Unreachable(last_err))
+    /// Saves the last refreshed map to `cache_file` now (no-op without one).
+    pub async fn save_cache(&self) -> Result<(), ClientError> {
+        let Some(warm) = &self.warm else {
+            return Ok(());
+        };
+        warm.save_now(self.cache.base())
+            .await
+            .map_err(|source| ClientError::Io {
+                addr: warm.path().display().to_string(),
+                source,
+            })
     }
 
     /// GET.
@@ -171,89 +345,152 @@ impl Client {
         }
     }
 
-    /// Runs a single-key data command (`args[1]` is the key) on its owner,
-    /// following rejections. Server errors other than rejections come back as frames.
+    /// INCRBY; the new value.
+    pub async fn incr_by(&self, key: &[u8], delta: i64) -> Result<i64, ClientError> {
+        let delta = delta.to_string();
+        match self.command(&[b"INCRBY", key, delta.as_bytes()]).await? {
+            Frame::Integer(n) => Ok(n),
+            Frame::Error(e) => Err(ClientError::Server(e)),
+            other => Err(ClientError::Server(format!("unexpected reply {other:?}"))),
+        }
+    }
+
+    /// Runs a data command (`args[1]` is the key; every key in one slot) on
+    /// its owner, following rejections per the strategy. Server errors
+    /// other than rejections come back as frames.
     pub async fn command(&self, args: &[&[u8]]) -> Result<Frame, ClientError> {
         let key = args.get(1).ok_or(ClientError::Unrouted)?;
         let slot = key_hash_slot(key);
         self.send_routed(
             |map| map.locate_slot(DEFAULT_KEYSPACE, slot).cloned(),
-            |p| {
-                let mut req = vec![
-                    Bytes::from_static(b"KW.AT"),
-                    Bytes::from(p.id.0.to_string()),
-                    Bytes::from(p.epoch.0.to_string()),
-                ];
-                req.extend(args.iter().map(|a| Bytes::copy_from_slice(a)));
-                req
-            },
+            |p| at_request(p, args),
         )
         .await
     }
 
+    /// The cache to route by; under [`Strategy::Lookup`] resolved first when
+    /// the last refresh is older than `lookup_ttl_ms`.
+    pub(crate) async fn route_snapshot(&self) -> cache::Snapshot {
+        let snap = self.cache.snapshot();
+        if self.config.strategy != Strategy::Lookup {
+            return snap;
+        }
+        let ttl = Duration::from_millis(self.config.lookup_ttl_ms);
+        if snap.resolved_at.is_some_and(|t| t.elapsed() < ttl) {
+            return snap;
+        }
+        if let Err(e) = self.refresh_from(snap.generation, true, None).await {
+            tracing::debug!(%e, "lookup: cannot resolve; routing by the cache");
+        }
+        self.cache.snapshot()
+    }
+
     /// Sends the request `build` makes for the partition `locate` finds in
-    /// the cached map to that partition's owner, following rejections
-    /// (`-KWMOVED` patches the cache, `-MOVED` and `-CLUSTERDOWN` reload it).
-    async fn send_routed(
+    /// the cache to that partition's owner, following rejections per the
+    /// strategy (see [`Strategy`]); a cache miss refreshes.
+    pub(crate) async fn send_routed(
         &self,
         locate: impl Fn(&PartitionMap) -> Option<PartitionRecord>,
         build: impl Fn(&PartitionRecord) -> Vec<Bytes>,
     ) -> Result<Frame, ClientError> {
+        Counters::inc(&self.stats.requests);
+        let mut sent = 0usize;
+        let mut last_err = None;
         for _ in 0..=self.config.max_redirects {
-            let (p, addr) = {
-                let map = self.map();
-                match locate(&map).and_then(|p| {
-                    let addr = map.nodes.get(&p.owner)?.resp_addr.clone();
-                    Some((p, addr))
-                }) {
-                    Some(route) => route,
-                    None => {
-                        self.refresh().await?;
-                        continue;
-                    }
-                }
+            let snap = self.route_snapshot().await;
+            let Some((p, addr)) = route(&snap.view, &locate) else {
+                self.refresh_from(snap.generation, false, None).await?;
+                last_err = Some(ClientError::Unrouted);
+                continue;
             };
-            let req = build(&p);
-            self.stats
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .requests += 1;
-            let reply = match self.request(&addr, req).await {
+            sent += 1;
+            Counters::inc(&self.stats.sends);
+            if sent > 1 {
+                Counters::inc(&self.stats.extra_round_trips);
+            }
+            let reply = match self.request(&addr, build(&p)).await {
                 Ok(reply) => reply,
-                Err(ClientError::Io { .. }) => {
+                Err(e @ ClientError::Io { .. }) => {
+                    Counters::inc(&self.stats.io_errors);
                     self.forget(&addr);
-                    self.refresh().await?;
+                    self.refresh_quietly(snap.generation, true, None).await;
+                    last_err = Some(e);
                     continue;
                 }
                 Err(e) => return Err(e),
             };
-            match &reply {
-                Frame::Error(msg) if msg.starts_with("KWMOVED ") => {
-                    self.stats
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .rejections += 1;
-                    match parse_kwmoved(msg) {
-                        Some(moved) => cache::patch(&self.map, moved),
-                        None => self.refresh().await?,
+            match Rejected::of(&reply) {
+                Some(rejected) => self.on_rejection(rejected, snap.generation, &addr).await,
+                None => return Ok(reply),
+            }
+            last_err = None;
+        }
+        Err(last_err.unwrap_or(ClientError::TooManyRedirects(self.config.max_redirects)))
+    }
+
+    /// Counts a rejection from `addr` of a request routed by cache
+    /// generation `seen`, and corrects the cache as the strategy says.
+    async fn on_rejection(&self, rejected: Rejected<'_>, seen: u64, addr: &str) {
+        let strategy = self.config.strategy;
+        match rejected {
+            Rejected::KwMoved(msg) => {
+                self.stats.rejected(&self.stats.rejections_kwmoved);
+                match (strategy, parse_kwmoved(msg)) {
+                    (_, None) => {
+                        self.refresh_quietly(seen, false, Some(addr)).await;
+                    }
+                    (Strategy::Redirect, Some(moved)) => self.patch(moved),
+                    (Strategy::Hybrid, Some(moved)) => {
+                        self.patch(moved);
+                        self.refresh_quietly(seen, true, Some(addr)).await;
+                    }
+                    (Strategy::Lookup, Some(moved)) => {
+                        if self.refresh_quietly(seen, true, Some(addr)).await
+                            == Some(refresh::Refresh::Suppressed)
+                        {
+                            self.patch(moved);
+                        }
                     }
                 }
-                Frame::Error(msg)
-                    if msg.starts_with("MOVED ") || msg.starts_with("CLUSTERDOWN") =>
-                {
-                    self.stats
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .rejections += 1;
-                    if msg.starts_with("CLUSTERDOWN") {
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                    }
-                    self.refresh().await?;
+            }
+            Rejected::Moved => {
+                // No epoch to patch from: every strategy re-resolves.
+                self.stats.rejected(&self.stats.rejections_moved);
+                let limited = strategy != Strategy::Redirect;
+                self.refresh_quietly(seen, limited, Some(addr)).await;
+            }
+            Rejected::ClusterDown => {
+                self.stats.rejected(&self.stats.rejections_clusterdown);
+                let pause = Duration::from_millis(self.config.clusterdown_retry_ms);
+                tokio::time::sleep(pause).await;
+                if strategy != Strategy::Redirect {
+                    self.refresh_quietly(seen, true, None).await;
                 }
-                _ => return Ok(reply),
             }
         }
-        Err(ClientError::TooManyRedirects(self.config.max_redirects))
+    }
+
+    /// A refresh whose failure is not the request's: the retry may still
+    /// succeed from the cache (or the rejection patched into it).
+    async fn refresh_quietly(
+        &self,
+        seen: u64,
+        limited: bool,
+        prefer: Option<&str>,
+    ) -> Option<refresh::Refresh> {
+        match self.refresh_from(seen, limited, prefer).await {
+            Ok(outcome) => Some(outcome),
+            Err(e) => {
+                tracing::debug!(%e, "map refresh failed; retrying from the cache");
+                None
+            }
+        }
+    }
+
+    fn patch(&self, moved: KwMoved) {
+        if self.cache.patch(moved) {
+            Counters::inc(&self.stats.patches);
+        }
     }
 
     fn forget(&self, addr: &str) {
@@ -263,17 +500,32 @@ impl Client {
             .remove(addr);
     }
 
+    fn conn(&self, addr: &str) -> Arc<tokio::sync::Mutex<conn::Conn>> {
+        let mut conns = self.conns.lock().unwrap_or_else(|e| e.into_inner());
+        conns
+            .entry(addr.to_string())
+            .or_insert_with(|| Arc::new(tokio::sync::Mutex::new(conn::Conn::new(addr))))
+            .clone()
+    }
+
     async fn request(&self, addr: &str, args: Vec<Bytes>) -> Result<Frame, ClientError> {
-        let conn = {
-            let mut conns = self.conns.lock().unwrap_or_else(|e| e.into_inner());
-            conns
-                .entry(addr.to_string())
-                .or_insert_with(|| Arc::new(tokio::sync::Mutex::new(conn::Conn::new(addr))))
-                .clone()
-        };
+        let mut replies = self.pipeline(addr, vec![args]).await?;
+        replies.pop().ok_or_else(|| ClientError::Protocol {
+            addr: addr.into(),
+            why: "no reply".into(),
+        })
+    }
+
+    /// Sends `requests` to `addr` in one write and reads their replies.
+    pub(crate) async fn pipeline(
+        &self,
+        addr: &str,
+        requests: Vec<Vec<Bytes>>,
+    ) -> Result<Vec<Frame>, ClientError> {
+        let conn = self.conn(addr);
         let mut conn = conn.lock().await;
         let timeout = Duration::from_millis(self.config.request_timeout_ms);
-        match tokio::time::timeout(timeout, conn.request(&args)).await {
+        match tokio::time::timeout(timeout, conn.pipeline(&requests)).await {
             Ok(result) => result,
             Err(_) => {
                 conn.reset();
@@ -283,5 +535,51 @@ impl Client {
                 })
             }
         }
+    }
+}
+
+/// The cached owner of the partition `locate` finds, and its address.
+fn route(
+    map: &PartitionMap,
+    locate: impl Fn(&PartitionMap) -> Option<PartitionRecord>,
+) -> Option<(PartitionRecord, String)> {
+    let p = locate(map)?;
+    let addr = map.nodes.get(&p.owner)?.resp_addr.clone();
+    Some((p, addr))
+}
+
+/// `KW.AT <partition> <epoch> <args...>`.
+pub(crate) fn at_request(p: &PartitionRecord, args: &[&[u8]]) -> Vec<Bytes> {
+    let mut req = Vec::with_capacity(args.len() + 3);
+    req.push(Bytes::from_static(b"KW.AT"));
+    req.push(Bytes::from(p.id.0.to_string()));
+    req.push(Bytes::from(p.epoch.0.to_string()));
+    req.extend(args.iter().map(|a| Bytes::copy_from_slice(a)));
+    req
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn strategies_parse_and_bad_settings_are_named() {
+        for s in Strategy::ALL {
+            assert_eq!(s.name().parse::<Strategy>(), Ok(s));
+        }
+        assert_eq!("HYBRID".parse::<Strategy>(), Ok(Strategy::Hybrid));
+        assert!("guess".parse::<Strategy>().is_err());
+        assert_eq!(ClientConfig::default().strategy, Strategy::Hybrid);
+        ClientConfig::default().validate().unwrap();
+        let bad = ClientConfig {
+            request_timeout_ms: 0,
+            ..ClientConfig::default()
+        };
+        assert!(bad.validate().unwrap_err().contains("request_timeout_ms"));
+        let bad = ClientConfig {
+            cache_file: Some(PathBuf::from("/")),
+            ..ClientConfig::default()
+        };
+        assert!(bad.validate().unwrap_err().contains("cache_file"));
     }
 }

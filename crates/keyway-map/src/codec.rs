@@ -2,7 +2,9 @@
 //!
 //! Format (all integers LEB128 varints, byte strings length-prefixed):
 //! a map is `MAGIC, version, next_partition_id, keyspaces, nodes, partitions`;
-//! a change list is `MAGIC_CHANGES, count, change*`. A node is `id,
+//! a change list is `MAGIC_CHANGES, count, change*`; a delta (the answer to
+//! `KW.MAP SINCE v`, see [`MapSince`]) is `MAGIC_DELTA, count, (version,
+//! count, change*)*`. A node is `id,
 //! resp_addr, admin_addr, tag[, weight]` (see `NODE_WEIGHTED`). Roughly 20
 //! bytes per hash partition. Decoding checks every length against the input, so
 //! corrupt bytes give [`MapError::Decode`], never a panic.
@@ -16,6 +18,7 @@ use bytes::Bytes;
 
 const MAGIC_MAP: u8 = 0x4b; // 'K'
 const MAGIC_CHANGES: u8 = 0x43; // 'C'
+const MAGIC_DELTA: u8 = 0x44; // 'D'
 
 // A node record ends with one tag byte: the state in the low bits, then
 // flags. A node at the default weight and not draining encodes exactly as
@@ -60,68 +63,132 @@ pub fn decode_map(bytes: &[u8]) -> Result<PartitionMap, MapError> {
 pub fn encode_changes(changes: &[MapChange]) -> Vec<u8> {
     let mut w = Writer::default();
     w.u8(MAGIC_CHANGES);
-    w.var(changes.len() as u64);
-    for c in changes {
-        match c {
-            MapChange::UpsertPartition(p) => {
-                w.u8(1);
-                w.partition(p)
-            }
-            MapChange::RemovePartition { id } => {
-                w.u8(2);
-                w.var(id.0)
-            }
-            MapChange::UpsertNode(n) => {
-                w.u8(3);
-                w.node(n)
-            }
-            MapChange::RemoveNode { id } => {
-                w.u8(4);
-                w.var(id.0)
-            }
-            MapChange::UpsertKeyspace(k) => {
-                w.u8(5);
-                w.keyspace(k)
-            }
-            MapChange::RemoveKeyspace { id } => {
-                w.u8(6);
-                w.var(id.0 as u64)
-            }
-            MapChange::ReservePartitionIds { next } => {
-                w.u8(7);
-                w.var(next.0)
+    w.changes(changes);
+    w.into_inner()
+}
+
+/// What a reader at map version `v` needs to catch up: the answer to
+/// `KW.MAP SINCE v`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum MapSince {
+    /// The changes of every version after `v`, oldest first and consecutive
+    /// (empty when `v` is current). Apply each with [`PartitionMap::apply`].
+    Delta(Vec<(MapVersion, Vec<MapChange>)>),
+    /// The whole map: `v` is older than the history the sender keeps, or
+    /// newer than its map.
+    Full(PartitionMap),
+}
+
+/// Encodes a delta (`MAGIC_DELTA`) or a whole map (exactly [`encode_map`]'s
+/// bytes); [`decode_since`] tells them apart by the first byte.
+pub fn encode_since(since: &MapSince) -> Vec<u8> {
+    match since {
+        MapSince::Full(map) => encode_map(map),
+        MapSince::Delta(entries) => encode_delta(entries.iter().map(|(v, c)| (*v, c.as_slice()))),
+    }
+}
+
+/// Encodes the entries of a delta, oldest first.
+pub fn encode_delta<'a>(
+    entries: impl ExactSizeIterator<Item = (MapVersion, &'a [MapChange])>,
+) -> Vec<u8> {
+    let mut w = Writer::default();
+    w.u8(MAGIC_DELTA);
+    w.var(entries.len() as u64);
+    for (version, changes) in entries {
+        w.var(version.0);
+        w.changes(changes);
+    }
+    w.into_inner()
+}
+
+/// Decodes what [`encode_since`] (or [`encode_map`]) wrote. A map comes back
+/// indexed but not validated; a delta comes back as sent (the reader checks
+/// that it continues from its version).
+pub fn decode_since(bytes: &[u8]) -> Result<MapSince, MapError> {
+    match bytes.first() {
+        Some(&MAGIC_MAP) => decode_map(bytes).map(MapSince::Full),
+        Some(&MAGIC_DELTA) => {
+            let mut r = Reader::new(&bytes[1..]);
+            let entries = r.list(|r| Ok((MapVersion(r.var()?), r.changes()?)))?;
+            r.finish()?;
+            Ok(MapSince::Delta(entries))
+        }
+        _ => Err(MapError::Decode("bad magic")),
+    }
+}
+
+impl Writer {
+    fn changes(&mut self, changes: &[MapChange]) {
+        let w = self;
+        w.var(changes.len() as u64);
+        for c in changes {
+            match c {
+                MapChange::UpsertPartition(p) => {
+                    w.u8(1);
+                    w.partition(p)
+                }
+                MapChange::RemovePartition { id } => {
+                    w.u8(2);
+                    w.var(id.0)
+                }
+                MapChange::UpsertNode(n) => {
+                    w.u8(3);
+                    w.node(n)
+                }
+                MapChange::RemoveNode { id } => {
+                    w.u8(4);
+                    w.var(id.0)
+                }
+                MapChange::UpsertKeyspace(k) => {
+                    w.u8(5);
+                    w.keyspace(k)
+                }
+                MapChange::RemoveKeyspace { id } => {
+                    w.u8(6);
+                    w.var(id.0 as u64)
+                }
+                MapChange::ReservePartitionIds { next } => {
+                    w.u8(7);
+                    w.var(next.0)
+                }
             }
         }
     }
-    w.into_inner()
 }
 
 /// Decodes a list of changes encoded by [`encode_changes`].
 pub fn decode_changes(bytes: &[u8]) -> Result<Vec<MapChange>, MapError> {
     let mut r = Reader::new(bytes);
     r.expect(MAGIC_CHANGES)?;
-    let changes = r.list(|r| {
-        Ok(match r.u8()? {
-            1 => MapChange::UpsertPartition(r.partition()?),
-            2 => MapChange::RemovePartition {
-                id: PartitionId(r.var()?),
-            },
-            3 => MapChange::UpsertNode(r.node()?),
-            4 => MapChange::RemoveNode {
-                id: NodeId(r.var()?),
-            },
-            5 => MapChange::UpsertKeyspace(r.keyspace()?),
-            6 => MapChange::RemoveKeyspace {
-                id: KeyspaceId(r.u32()?),
-            },
-            7 => MapChange::ReservePartitionIds {
-                next: PartitionId(r.var()?),
-            },
-            _ => return Err(MapError::Decode("unknown change tag")),
-        })
-    })?;
+    let changes = r.changes()?;
     r.finish()?;
     Ok(changes)
+}
+
+impl Reader<'_> {
+    fn changes(&mut self) -> Result<Vec<MapChange>, MapError> {
+        self.list(|r| {
+            Ok(match r.u8()? {
+                1 => MapChange::UpsertPartition(r.partition()?),
+                2 => MapChange::RemovePartition {
+                    id: PartitionId(r.var()?),
+                },
+                3 => MapChange::UpsertNode(r.node()?),
+                4 => MapChange::RemoveNode {
+                    id: NodeId(r.var()?),
+                },
+                5 => MapChange::UpsertKeyspace(r.keyspace()?),
+                6 => MapChange::RemoveKeyspace {
+                    id: KeyspaceId(r.u32()?),
+                },
+                7 => MapChange::ReservePartitionIds {
+                    next: PartitionId(r.var()?),
+                },
+                _ => return Err(MapError::Decode("unknown change tag")),
+            })
+        })
+    }
 }
 
 impl From<WireError> for MapError {
@@ -345,6 +412,38 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn deltas_and_maps_round_trip_and_are_told_apart() {
+        let n = node(NodeState::Up, 150, true);
+        let map = PartitionMap::bootstrap(std::slice::from_ref(&n), 4).unwrap();
+        let full = MapSince::Full(map.clone());
+        assert_eq!(encode_since(&full), encode_map(&map));
+        assert_eq!(decode_since(&encode_since(&full)).unwrap(), full);
+        let mut moved = map.partitions.values().next().unwrap().clone();
+        moved.epoch = Epoch(2);
+        let delta = MapSince::Delta(vec![
+            (MapVersion(2), vec![MapChange::UpsertNode(n.clone())]),
+            (
+                MapVersion(3),
+                vec![
+                    MapChange::UpsertPartition(moved),
+                    MapChange::RemoveNode { id: NodeId(9) },
+                ],
+            ),
+        ]);
+        let bytes = encode_since(&delta);
+        assert_eq!(bytes[0], MAGIC_DELTA);
+        assert_eq!(decode_since(&bytes).unwrap(), delta);
+        let empty = MapSince::Delta(Vec::new());
+        assert_eq!(decode_since(&encode_since(&empty)).unwrap(), empty);
+        // Truncation anywhere, garbage and a change list are refused, never a panic.
+        for cut in 0..bytes.len() {
+            assert!(decode_since(&bytes[..cut]).is_err(), "cut at {cut}");
+        }
+        assert!(decode_since(&encode_changes(&[])).is_err());
+        assert!(decode_since(&[MAGIC_DELTA, 0xff, 0xff, 0xff, 0x0f]).is_err());
     }
 
     #[test]

@@ -19,7 +19,8 @@
 //! - `partition.rs`: [`PartitionRecord`], [`PartitionState`], [`NodeInfo`].
 //! - `map.rs`: [`PartitionMap`]: lookup, validation, bootstrap.
 //! - `change.rs`: [`MapChange`] and [`OwnershipCondition`], applying changes.
-//! - `codec.rs`: the compact binary encoding of maps and changes.
+//! - `codec.rs`: the compact binary encoding of maps, changes and deltas
+//!   ([`MapSince`], the answer to `KW.MAP SINCE`).
 //! - `wire.rs`: varint wire primitives shared with other compact encodings.
 //! - `error.rs`: [`MapError`].
 
@@ -34,7 +35,10 @@ mod slot;
 pub mod wire;
 
 pub use change::{MapChange, OwnershipCondition};
-pub use codec::{decode_changes, decode_map, encode_changes, encode_map};
+pub use codec::{
+    MapSince, decode_changes, decode_map, decode_since, encode_changes, encode_delta, encode_map,
+    encode_since,
+};
 pub use error::MapError;
 pub use ids::{Epoch, KeyspaceId, MapVersion, NodeId, PartitionId};
 pub use keyspace::{DEFAULT_KEYSPACE, Keyspace, Routing, keyspace_prefix, split_storage_key};

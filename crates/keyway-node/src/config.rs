@@ -6,6 +6,9 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::str::FromStr;
 
+/// The largest `map_history_versions` accepted.
+pub const MAX_MAP_HISTORY_VERSIONS: usize = 1_000_000;
+
 /// When an acknowledged write is durable.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -142,6 +145,9 @@ pub struct NodeConfig {
     /// Load statistics: entries read per chunk of a size scan (one short
     /// engine snapshot each).
     pub stats_scan_chunk_keys: usize,
+    /// `KW.MAP SINCE`: how many map versions' changes the node keeps, so a
+    /// client that far behind catches up with a delta (older: the whole map).
+    pub map_history_versions: usize,
 }
 
 impl Default for NodeConfig {
@@ -181,6 +187,7 @@ impl Default for NodeConfig {
             stats_dominant_key_share: 0.5,
             stats_scan_interval_ms: 30_000,
             stats_scan_chunk_keys: 1_000,
+            map_history_versions: crate::map_history::DEFAULT_MAP_HISTORY_VERSIONS,
         }
     }
 }
@@ -227,6 +234,7 @@ impl NodeConfig {
             ("stats_split_min_samples", self.stats_split_min_samples),
             ("stats_scan_interval_ms", self.stats_scan_interval_ms),
             ("stats_scan_chunk_keys", self.stats_scan_chunk_keys as u64),
+            ("map_history_versions", self.map_history_versions as u64),
         ];
         if let Some((name, _)) = positive.iter().find(|(_, v)| *v == 0) {
             return Err(format!("{name} must be greater than 0"));
@@ -254,6 +262,11 @@ impl NodeConfig {
         }
         if self.stats_scan_chunk_keys > 100_000 {
             return Err("stats_scan_chunk_keys must be at most 100000".into());
+        }
+        if self.map_history_versions > MAX_MAP_HISTORY_VERSIONS {
+            return Err(format!(
+                "map_history_versions must be at most {MAX_MAP_HISTORY_VERSIONS}"
+            ));
         }
         if !(self.stats_dominant_key_share > 0.0 && self.stats_dominant_key_share <= 1.0) {
             return Err("stats_dominant_key_share must be in (0, 1]".into());
@@ -354,6 +367,13 @@ mod tests {
             ..NodeConfig::default()
         };
         assert!(c.validate().unwrap_err().contains("stats_window_ms"));
+        for bad in [0, MAX_MAP_HISTORY_VERSIONS + 1] {
+            let c = NodeConfig {
+                map_history_versions: bad,
+                ..NodeConfig::default()
+            };
+            assert!(c.validate().unwrap_err().contains("map_history_versions"));
+        }
         assert!("sometimes".parse::<Durability>().is_err());
         assert_eq!("group".parse::<Durability>(), Ok(Durability::Group));
     }

@@ -24,6 +24,9 @@
 //! - `scan.rs`: SCAN with server-side cursors.
 //! - `lease.rs`: the lease keeper (deadline on a monotonic clock).
 //! - `watcher.rs`: keeps the map fresh from the metadata store.
+//! - `map_history.rs`: the bounded history of map changes behind
+//!   `KW.MAP SINCE <version>` (a delta, or the whole map when the history
+//!   does not reach back that far).
 //! - `admin.rs`: the admin HTTP port: `/metrics`, `/map`, `/status`, and the `Peer` gRPC service.
 //! - `peer/`: the migration data plane: the `Peer` gRPC service (snapshot chunks,
 //!   change log, digest, foreign apply, range drop, the `Migrate*` role calls) and its
@@ -49,6 +52,7 @@ pub mod db;
 pub mod executor;
 pub mod kw;
 pub mod lease;
+pub mod map_history;
 pub mod metrics;
 pub mod migrate;
 pub mod node_cmd;

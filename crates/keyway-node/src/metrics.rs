@@ -48,6 +48,8 @@ pub struct Metrics {
     pub migration_lag_records: Gauge,
     /// Time a dual write waited for the target's acknowledgement.
     pub migration_dual_wait_seconds: Histogram,
+    /// `KW.MAP SINCE` replies, by kind (`delta`, `full`).
+    pub map_since_replies: Family<KindLabel, Counter>,
 }
 
 impl Default for Metrics {
@@ -80,6 +82,7 @@ impl Metrics {
             migration_pushes: Gauge::default(),
             migration_lag_records: Gauge::default(),
             migration_dual_wait_seconds: Histogram::new(exponential_buckets(0.000_05, 2.0, 16)),
+            map_since_replies: Family::default(),
         };
         {
             let mut r = m.registry.lock().expect("fresh mutex");
@@ -183,6 +186,11 @@ impl Metrics {
                 "Wait of a dual write for the target's acknowledgement",
                 m.migration_dual_wait_seconds.clone(),
             );
+            r.register(
+                "map_since_replies",
+                "KW.MAP SINCE replies, by kind (delta, full)",
+                m.map_since_replies.clone(),
+            );
         }
         m
     }
@@ -204,6 +212,17 @@ impl Metrics {
     /// Counts one rejection of `kind`.
     pub fn rejected(&self, kind: &'static str) {
         self.rejections.get_or_create(&KindLabel { kind }).inc();
+    }
+
+    /// Counts one `KW.MAP SINCE` reply.
+    pub fn map_since(&self, answer: &crate::map_history::HistoryAnswer) {
+        let kind = match answer {
+            crate::map_history::HistoryAnswer::Delta(_) => "delta",
+            crate::map_history::HistoryAnswer::Full(_) => "full",
+        };
+        self.map_since_replies
+            .get_or_create(&KindLabel { kind })
+            .inc();
     }
 
     /// The Prometheus text exposition of every metric.

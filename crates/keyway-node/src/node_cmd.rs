@@ -76,7 +76,7 @@ pub async fn dispatch(shared: &Arc<Shared>, session: &mut Session, args: Vec<Byt
         "DBSIZE" => crate::scan::dbsize(shared).await.into(),
         "SCAN" => crate::scan::scan(shared, &args).await.into(),
         "KW.AT" => kw_at(shared, args).await,
-        "KW.MAP" => Frame::Bulk(Bytes::from(keyway_map::encode_map(&shared.routing.map()))).into(),
+        "KW.MAP" => kw_map(shared, &args),
         "KW.GET" | "KW.SET" | "KW.DEL" | "KW.SCAN" => crate::kw::dispatch(shared, &args).await,
         _ => match cmd::parse(&args) {
             Some(Ok(command)) => data_command(shared, command, None).await,
@@ -354,6 +354,32 @@ async fn info(shared: &Arc<Shared>) -> Frame {
         format: *b"txt",
         text: Bytes::from(text),
     }
+}
+
+/// `KW.MAP`: the whole map ([`keyway_map::encode_map`]).
+/// `KW.MAP SINCE <version>`: what changed after `version`, encoded by
+/// [`keyway_map::encode_since`]: a delta (first byte `D`; empty when
+/// `version` is current) when the node's map history reaches back to it,
+/// else the whole map (first byte `K`: `version` is older than the history,
+/// or newer than the node's map).
+fn kw_map(shared: &Shared, args: &[Bytes]) -> Reply {
+    let bytes = match args {
+        [_] => keyway_map::encode_map(&shared.routing.map()),
+        [_, since, version] if upper(since) == "SINCE" => {
+            let Some(version) = std::str::from_utf8(version)
+                .ok()
+                .and_then(|s| s.parse::<u64>().ok())
+            else {
+                return err("ERR version must be an unsigned integer");
+            };
+            let answer = shared.routing.map_since(keyway_map::MapVersion(version));
+            shared.metrics.map_since(&answer);
+            answer.encode()
+        }
+        [_, _, _] => return err("ERR syntax error (expected KW.MAP [SINCE <version>])"),
+        _ => return arity_error("kw.map").into(),
+    };
+    Frame::Bulk(Bytes::from(bytes)).into()
 }
 
 /// `KW.AT <partition> <epoch> <command> [args...]`: the smart client's

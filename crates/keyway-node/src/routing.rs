@@ -12,9 +12,11 @@
 //! range, owner and epoch as this node knows them.
 
 use crate::clock::Clock;
+use crate::map_history::{HistoryAnswer, HistoryEntry, MapHistory};
 use crate::migrate::Push;
 use keyway_map::{
-    Epoch, KeyspaceId, MapError, NodeId, PartitionId, PartitionMap, PartitionRecord, to_hex,
+    Epoch, KeyspaceId, MapError, MapVersion, NodeId, PartitionId, PartitionMap, PartitionRecord,
+    to_hex,
 };
 use keyway_resp::Frame;
 use std::collections::{BTreeMap, BTreeSet};
@@ -104,6 +106,9 @@ struct View {
     /// another owner, requests are held, not redirected back to the source.
     /// Each lapses at its deadline (monotonic ns after `base`).
     incoming: BTreeMap<PartitionId, (Epoch, u64)>,
+    /// The changes of the last versions installed one by one, ending at
+    /// `map`'s version (`KW.MAP SINCE`).
+    history: MapHistory,
 }
 
 /// A read guard over the map: hold it from the check to the effect.
@@ -125,6 +130,7 @@ impl Routing {
                 fenced: BTreeSet::new(),
                 dual: BTreeMap::new(),
                 incoming: BTreeMap::new(),
+                history: MapHistory::new(crate::map_history::DEFAULT_MAP_HISTORY_VERSIONS),
             }),
             changes: watch::channel(0).0,
         }
@@ -230,9 +236,43 @@ impl Routing {
         self.read().map.map.clone()
     }
 
+    /// Sets how many map versions' changes are kept for `KW.MAP SINCE`.
+    pub fn set_map_history_versions(&self, versions: usize) {
+        self.write().history.set_limit(versions);
+    }
+
+    /// The answer to `KW.MAP SINCE since`: the changes after `since` from
+    /// the history when it reaches back that far, else the whole map.
+    pub fn map_since(&self, since: MapVersion) -> HistoryAnswer {
+        let view = self.read();
+        view.map.history.since(&view.map.map, since)
+    }
+
     /// Installs a newer map after validating it (the applying half of the
     /// map invariant check). Waits for in-flight commands holding the read side.
+    /// A newer map installed whole empties the map history (its changes
+    /// are not known here); see [`Self::install_delta`].
     pub fn install(&self, map: PartitionMap) -> Result<(), MapError> {
+        self.install_with(map, None)
+    }
+
+    /// Installs `map`, reached from the installed map by `changes` (each
+    /// version's changes, oldest first), and records them in the map
+    /// history. Changes that do not continue from the installed map's
+    /// version reset the history instead.
+    pub fn install_delta(
+        &self,
+        map: PartitionMap,
+        changes: Vec<HistoryEntry>,
+    ) -> Result<(), MapError> {
+        self.install_with(map, Some(changes))
+    }
+
+    fn install_with(
+        &self,
+        map: PartitionMap,
+        changes: Option<Vec<HistoryEntry>>,
+    ) -> Result<(), MapError> {
         map.validate()?;
         let mut view = self.write();
         if map.version < view.map.version {
@@ -245,6 +285,15 @@ impl Routing {
         // An incoming hold ends once the map moved past its epoch.
         view.incoming
             .retain(|pid, (epoch, _)| map.partitions.get(pid).is_some_and(|p| p.epoch == *epoch));
+        let from = view.map.version;
+        match changes {
+            Some(changes) => view.history.record(from, changes),
+            None if map.version != from => view.history.reset(),
+            None => {}
+        }
+        if view.history.first_version().is_some() && !view.history.ends_at(map.version) {
+            view.history.reset();
+        }
         view.map = Arc::new(map);
         drop(view);
         self.bump();

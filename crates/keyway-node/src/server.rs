@@ -135,6 +135,7 @@ impl Node {
         .await?;
         let metrics = Arc::new(Metrics::new());
         let routing = Arc::new(Routing::new(me, clock.clone()));
+        routing.set_map_history_versions(config.map_history_versions);
         let executor = Executor::start(
             engine.clone(),
             ExecutorConfig {

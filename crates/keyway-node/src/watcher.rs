@@ -1,6 +1,7 @@
 //! Keeps the node's map fresh: watches the metadata store from the last
 //! version seen, applies deltas (or a full map when the store's history no
-//! longer reaches back), and re-watches after any error.
+//! longer reaches back), and re-watches after any error. The deltas it
+//! installs feed the node's map history ([`crate::map_history`]).
 
 use crate::server::Shared;
 use futures::StreamExt;
@@ -53,15 +54,24 @@ async fn watch_loop(shared: Arc<Shared>, mut shutdown: watch::Receiver<bool>) {
 }
 
 /// Applies one update; on any inconsistency falls back to a full reload.
+/// Deltas are installed with their changes, which the node keeps (a bounded
+/// history) to answer `KW.MAP SINCE`; a whole map resets that history.
 pub async fn apply(shared: &Shared, update: MapUpdate) {
-    let next = match update {
-        MapUpdate::Full(map) => Some(map),
-        MapUpdate::Delta(deltas) => apply_deltas(&shared.routing.map(), &deltas),
+    let (next, changes) = match update {
+        MapUpdate::Full(map) => (Some(map), None),
+        MapUpdate::Delta(deltas) => {
+            let next = apply_deltas(&shared.routing.map(), &deltas);
+            let changes = deltas
+                .into_iter()
+                .map(|(v, c)| (v, Arc::new(c)))
+                .collect::<Vec<_>>();
+            (next, Some(changes))
+        }
     };
-    let next = match next {
-        Some(map) => map,
+    let (next, changes) = match next {
+        Some(map) => (map, changes),
         None => match shared.meta.get_map().await {
-            Ok(map) => map,
+            Ok(map) => (map, None),
             Err(err) => {
                 tracing::warn!(%err, "cannot reload the map");
                 return;
@@ -71,7 +81,11 @@ pub async fn apply(shared: &Shared, update: MapUpdate) {
     if next.version <= shared.routing.map().version && next.version.0 != 0 {
         return;
     }
-    if let Err(err) = shared.routing.install(next) {
+    let installed = match changes {
+        Some(changes) => shared.routing.install_delta(next, changes),
+        None => shared.routing.install(next),
+    };
+    if let Err(err) = installed {
         tracing::error!(%err, "refusing a map that fails validation");
     }
     publish_gauges(shared);

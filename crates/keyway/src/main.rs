@@ -7,6 +7,7 @@
 //! - `keyway ctl`: inspect the cluster; request and abort live moves.
 //! - `keyway bench migrate`: live partition moves under load, measured.
 //! - `keyway sim`: the placement schemes' moved fraction and balance.
+//! - `keyway proxy`: the routing tier for Redis clients without cluster support.
 
 mod bench_migrate;
 mod ctl;
@@ -20,6 +21,7 @@ mod manager_cmd;
 mod manager_flags;
 mod meta_cmd;
 mod monitor_flags;
+mod proxy_cmd;
 mod rebalance_flags;
 mod server_cmd;
 mod sim;
@@ -62,6 +64,8 @@ enum Command {
     Bench(bench_migrate::BenchArgs),
     /// Compare placement schemes (seed 004): keys moved on a join and balance.
     Sim(sim::SimArgs),
+    /// Run the routing proxy: plain Redis clients in, routed by the partition map.
+    Proxy(proxy_cmd::ProxyArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -82,6 +86,7 @@ fn main() -> anyhow::Result<()> {
             Command::Ctl(args) => ctl::run(args).await,
             Command::Bench(args) => bench_migrate::run(args).await,
             Command::Sim(args) => sim::run(args).await,
+            Command::Proxy(args) => proxy_cmd::run(args).await,
         }
     })
 }

@@ -26,6 +26,18 @@ pub struct Workload {
 
 impl Workload {
     pub fn start(port: u16, stopfile: &Path, report: &Path, threads: usize) -> Workload {
+        Self::start_with(port, stopfile, report, threads, &[])
+    }
+
+    /// [`Workload::start`] with extra script flags (e.g. `--plain`: plain
+    /// `redis.Redis` clients through a `keyway proxy`).
+    pub fn start_with(
+        port: u16,
+        stopfile: &Path,
+        report: &Path,
+        threads: usize,
+        flags: &[&str],
+    ) -> Workload {
         let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/py/migrate_workload.py");
         let mut child = Command::new(python())
             .arg(script)
@@ -33,6 +45,7 @@ impl Workload {
             .arg(stopfile)
             .arg(report)
             .arg(threads.to_string())
+            .args(flags)
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()

@@ -1,6 +1,13 @@
 """A redis-py RedisCluster workload that checks what it reads while partitions move.
 
-usage: migrate_workload.py PORT STOPFILE REPORT_JSON [THREADS]
+usage: migrate_workload.py PORT STOPFILE REPORT_JSON [THREADS] [--plain]
+
+With --plain the clients are plain `redis.Redis` clients (no cluster
+support) talking to one `keyway proxy`: they must never see a redirect
+(a MOVED/ASK reaching the application is an error), and every few
+iterations a thread also MSETs three of its own keys from different slots
+(not atomic through the proxy: each key is checked on its own) and MGETs
+them back.
 
 Every thread has its own RedisCluster client and its own keys (`w{thread}:{i}`,
 spread over all slots, plus a few hash-tagged pairs `{w{thread}t{j}}a|b`), so
@@ -50,6 +57,8 @@ SOCKET_TIMEOUT = 20.0
 
 lock = threading.Lock()
 redirects = {"moved": 0, "ask": 0, "tryagain": 0}
+# --plain: redis.Redis through a proxy instead of RedisCluster.
+plain = False
 
 
 def count_redirects():
@@ -76,6 +85,15 @@ def count_redirects():
 
 
 def client(port):
+    if plain:
+        return redis.Redis(
+            host="127.0.0.1",
+            port=port,
+            decode_responses=True,
+            retry=Retry(NoBackoff(), 0),
+            socket_timeout=SOCKET_TIMEOUT,
+            socket_connect_timeout=SOCKET_TIMEOUT,
+        )
     return RedisCluster(
         host="127.0.0.1",
         port=port,
@@ -183,6 +201,8 @@ class Worker:
 
             if iteration % MULTI_EVERY == 0:
                 self.multi_key(rc)
+                if plain:
+                    self.cross_slot(rc)
         rc.close()
 
     def multi_key(self, rc):
@@ -214,6 +234,35 @@ class Worker:
                 self.check(tag, v, "mget")
         except Exception as e:  # noqa: BLE001
             self.error("mget %s" % tag, e)
+
+
+    def cross_slot(self, rc):
+        """MSET three of this thread's keys (different slots) to their next
+        values, then MGET them back; each key is checked on its own."""
+        keys = self.rng.sample(self.keys, 3)
+        values = {}
+        for key in keys:
+            self.attempted[key] += 1
+            values[key] = self.attempted[key]
+        try:
+            reply = self.timed(rc.mset, {k: str(v) for k, v in values.items()})
+            if reply is True:
+                for key, value in values.items():
+                    self.acked[key] = value
+                self.writes += 1
+                self.multi += 1
+            else:
+                self.error("mset", RuntimeError("MSET %s replied %r" % (keys, reply)))
+        except Exception as e:  # noqa: BLE001
+            self.error("mset %s" % keys, e)
+        try:
+            got = self.timed(rc.mget, keys)
+            self.reads += 1
+            self.multi += 1
+            for key, v in zip(keys, got):
+                self.check(key, v, "mget")
+        except Exception as e:  # noqa: BLE001
+            self.error("mget %s" % keys, e)
 
 
 def verify(port, workers):
@@ -248,8 +297,11 @@ def verify(port, workers):
 
 
 def main():
-    port, stopfile, report_path = int(sys.argv[1]), sys.argv[2], sys.argv[3]
-    threads = int(sys.argv[4]) if len(sys.argv) > 4 else 4
+    global plain
+    argv = [a for a in sys.argv if a != "--plain"]
+    plain = len(argv) != len(sys.argv)
+    port, stopfile, report_path = int(argv[1]), argv[2], argv[3]
+    threads = int(argv[4]) if len(argv) > 4 else 4
     count_redirects()
     stop = threading.Event()
     workers = [Worker(i, port, stop) for i in range(threads)]
@@ -293,6 +345,7 @@ def main():
 
     errors = [e for w in workers for e in w.errors] + verify_errors
     report = {
+        "plain": plain,
         "threads": threads,
         "seconds": round(elapsed, 1),
         "writes": sum(w.writes for w in workers),

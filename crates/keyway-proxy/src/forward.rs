@@ -1,0 +1,351 @@
+//! Forwarding one request to the owner of its partition, and the retry rules.
+//!
+//! A Redis data command of keyspace 0 goes out in the epoch-carrying form
+//! `KW.AT <partition> <epoch> <command...>`, so a node runs it only if it
+//! owns that partition at exactly that epoch (the proxy never acts on a
+//! stale map: a node that disagrees rejects). A `KW.*` keyspace command
+//! goes out as it came, to the owner of its key's partition, which rejects
+//! it with `-KWMOVED` if it does not own it.
+//!
+//! What the proxy does with each outcome:
+//!
+//! | outcome | applied? | what happens |
+//! |---|---|---|
+//! | a reply (including any error that is not a rejection) | yes | returned to the client |
+//! | `-KWMOVED <record>` | no | the record is patched into the map (the higher epoch wins) and the request re-sent at once; if the map already knew as much (the node is behind), as for `-MOVED` |
+//! | `-MOVED`, `-ASK`, `-CLUSTERDOWN` (lease lapsed, cutover fence), `-TRYAGAIN`, an unknown keyspace the proxy's map knows | no | wait for the map to change (or a short back-off, for the node to catch up), then re-send |
+//! | connection failure before the request was written (connect refused, queued behind a failure) | no | as for `-MOVED` |
+//! | connection failure or timeout after it was written | **unknown** | re-sent only if the command is idempotent-safe ([`retry_safe`]); otherwise the client gets an error saying the outcome is unknown |
+//!
+//! Every retry happens within the request's deadline (`request_timeout_ms`
+//! from when the proxy read it); past it the client gets an error, the last
+//! node error if there was one.
+//!
+//! Why not retry everything: a rejection proves the command did not run,
+//! but a lost reply does not. Re-sending `SET k v` after a lost reply is
+//! harmless (running it twice leaves the same value and gives the same
+//! reply); re-sending `INCR k` could count twice. So only commands that
+//! read, or whose second run leaves the same data *and* returns the same
+//! reply as the first, are re-sent after an ambiguous failure.
+
+use crate::server::Core;
+use crate::upstream::UpstreamError;
+use bytes::Bytes;
+use keyway_map::{
+    Epoch, Keyspace, KeyspaceId, NodeId, PartitionId, PartitionRecord, PartitionState, from_hex,
+};
+use keyway_resp::Frame;
+use std::time::Duration;
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+/// Shortest and longest pause between retries when nothing tells the proxy
+/// when to retry (a node catching up with the map, renewing its lease, a
+/// connection coming back); a map change ends the pause at once.
+const FIRST_BACKOFF: Duration = Duration::from_millis(5);
+const MAX_BACKOFF: Duration = Duration::from_millis(200);
+
+/// Where a forwarded request goes.
+#[derive(Clone, Debug)]
+pub enum Target {
+    /// Keyspace 0, by hash slot: sent as `KW.AT <partition> <epoch> args...`.
+    Slot(u16),
+    /// A `KW.*` command, by keyspace and keyspace-local routing key: sent as is.
+    Key { keyspace: Keyspace, local: Bytes },
+}
+
+/// Sends `args` to `target`'s owner, following rejections and retrying
+/// within `deadline` as the module doc says.
+pub async fn send(
+    core: &Core,
+    target: &Target,
+    args: &[Bytes],
+    retry_safe: bool,
+    deadline: Instant,
+) -> Frame {
+    let mut changes = core.router.subscribe();
+    let mut backoff = FIRST_BACKOFF;
+    let mut last_error: Option<Frame> = None;
+    loop {
+        changes.borrow_and_update();
+        let route = match target {
+            Target::Slot(slot) => core.router.locate_slot(*slot),
+            Target::Key { keyspace, local } => core.router.locate(keyspace.id, local),
+        };
+        let (retry_now, why) = match route {
+            None => (
+                false,
+                "no partition covers the key in the proxy's map".to_string(),
+            ),
+            Some(route) => {
+                let request = match target {
+                    Target::Slot(_) => kw_at(route.partition, route.epoch, args),
+                    Target::Key { .. } => args.to_vec(),
+                };
+                let call = core.upstreams.call(&route.addr, request);
+                match tokio::time::timeout_at(deadline, call).await {
+                    Err(_) => return timed_out(core, args, retry_safe, &route.addr),
+                    Ok(Ok(Frame::Error(msg))) => match rejection(core, target, &msg) {
+                        Some(retry_now) => {
+                            let why = format!("node {} answered {msg}", route.addr);
+                            last_error = Some(Frame::Error(msg));
+                            (retry_now, why)
+                        }
+                        None => return Frame::Error(msg),
+                    },
+                    Ok(Ok(reply)) => return reply,
+                    Ok(Err(UpstreamError::NotSent(e))) => (false, e),
+                    Ok(Err(UpstreamError::Ambiguous(e))) if retry_safe => (false, e),
+                    Ok(Err(UpstreamError::Ambiguous(e))) => {
+                        core.metrics.unknown_outcomes.inc();
+                        return unknown_outcome(args, &e);
+                    }
+                }
+            }
+        };
+        if retry_now {
+            continue;
+        }
+        if !wait(&mut changes, &mut backoff, deadline).await {
+            core.metrics.timeouts.inc();
+            return last_error.unwrap_or_else(|| {
+                Frame::Error(format!(
+                    "ERR keyway proxy: gave up after {} ms: {why}",
+                    core.config.request_timeout_ms
+                ))
+            });
+        }
+    }
+}
+
+/// Classifies a node's error reply: `None` if it is the command's answer,
+/// `Some(true)` for a rejection that patched the map (retry at once),
+/// `Some(false)` for one to retry after the map moves on.
+fn rejection(core: &Core, target: &Target, msg: &str) -> Option<bool> {
+    let code = msg.split(' ').next().unwrap_or("");
+    match code {
+        "KWMOVED" => {
+            core.metrics.rejection("kwmoved");
+            Some(match parse_kwmoved(msg) {
+                Some((record, addr)) => core.router.patch(record, addr),
+                None => false,
+            })
+        }
+        "MOVED" | "ASK" => {
+            core.metrics.rejection("moved");
+            Some(false)
+        }
+        "CLUSTERDOWN" | "TRYAGAIN" => {
+            core.metrics.rejection("clusterdown");
+            Some(false)
+        }
+        // The owner has not seen the keyspace the proxy routed by yet.
+        "ERR"
+            if matches!(target, Target::Key { .. }) && msg.starts_with("ERR unknown keyspace") =>
+        {
+            core.metrics.rejection("unknown_keyspace");
+            Some(false)
+        }
+        _ => None,
+    }
+}
+
+/// Waits for a map change, at most `backoff` (doubling it) and never past
+/// `deadline`. False once the deadline has passed.
+async fn wait(
+    changes: &mut watch::Receiver<u64>,
+    backoff: &mut Duration,
+    deadline: Instant,
+) -> bool {
+    let until = (Instant::now() + *backoff).min(deadline);
+    tokio::select! {
+        _ = changes.changed() => {}
+        _ = tokio::time::sleep_until(until) => {}
+    }
+    *backoff = (*backoff * 2).min(MAX_BACKOFF);
+    Instant::now() < deadline
+}
+
+fn kw_at(partition: PartitionId, epoch: Epoch, args: &[Bytes]) -> Vec<Bytes> {
+    let mut req = Vec::with_capacity(args.len() + 3);
+    req.push(Bytes::from_static(b"KW.AT"));
+    req.push(Bytes::from(partition.0.to_string()));
+    req.push(Bytes::from(epoch.0.to_string()));
+    req.extend(args.iter().cloned());
+    req
+}
+
+fn name(args: &[Bytes]) -> String {
+    args.first()
+        .map(|n| String::from_utf8_lossy(n).to_ascii_uppercase())
+        .unwrap_or_default()
+}
+
+fn unknown_outcome(args: &[Bytes], why: &str) -> Frame {
+    let name = name(args);
+    Frame::Error(format!(
+        "ERR keyway proxy: {why}; {name} may or may not have been applied, and is not retried because running it twice is not safe"
+    ))
+}
+
+fn timed_out(core: &Core, args: &[Bytes], retry_safe: bool, addr: &str) -> Frame {
+    core.metrics.timeouts.inc();
+    core.metrics.upstream_errors.inc();
+    let why = format!(
+        "no reply from node {addr} within the request timeout ({} ms)",
+        core.config.request_timeout_ms
+    );
+    if retry_safe {
+        Frame::Error(format!("ERR keyway proxy: {why}"))
+    } else {
+        core.metrics.unknown_outcomes.inc();
+        unknown_outcome(args, &why)
+    }
+}
+
+/// Parses `KWMOVED <partition> <epoch> <keyspace> <start-hex> <end-hex|->
+/// <owner> <addr>` (the text of the error, without `-`) into the record and
+/// the owner's address.
+pub fn parse_kwmoved(msg: &str) -> Option<(PartitionRecord, String)> {
+    let mut it = msg.split(' ');
+    if it.next()? != "KWMOVED" {
+        return None;
+    }
+    let id = PartitionId(it.next()?.parse().ok()?);
+    let epoch = Epoch(it.next()?.parse().ok()?);
+    let keyspace = KeyspaceId(it.next()?.parse().ok()?);
+    let start = from_hex(it.next()?)?;
+    let end = match it.next()? {
+        "-" => None,
+        hex => Some(from_hex(hex)?),
+    };
+    let owner = NodeId::parse(it.next()?)?;
+    let addr = it.next()?.to_string();
+    if it.next().is_some() {
+        return None;
+    }
+    let record = PartitionRecord {
+        id,
+        keyspace,
+        start,
+        end,
+        owner,
+        replicas: Vec::new(),
+        epoch,
+        state: PartitionState::Active,
+    };
+    Some((record, addr))
+}
+
+fn has_option(args: &[Bytes], from: usize, options: &[&str]) -> bool {
+    args.iter()
+        .skip(from)
+        .any(|a| options.iter().any(|o| a.eq_ignore_ascii_case(o.as_bytes())))
+}
+
+/// Whether running `args` a second time, after a first run whose reply was
+/// lost, leaves the same data and returns the same reply: reads; `SET`
+/// without `NX`/`GET`; `SETEX`, `PSETEX`, `MSET`, `SETRANGE`, `GETEX`;
+/// `EXPIRE`/`PEXPIRE` with a positive time and without `NX`/`GT`/`LT`;
+/// `KW.SET`. Not: `INCR`/`DECR` and friends, `APPEND`, `SETNX`, `MSETNX`,
+/// `GETSET`, `GETDEL`, `DEL`/`UNLINK`/`KW.DEL` (the count would differ),
+/// `PERSIST`, `EXPIREAT`/`PEXPIREAT` (a past time deletes the key, the
+/// second run answers 0).
+pub fn retry_safe(args: &[Bytes]) -> bool {
+    let Some(first) = args.first() else {
+        return false;
+    };
+    let name = String::from_utf8_lossy(first).to_ascii_lowercase();
+    match name.as_str() {
+        "kw.get" | "kw.scan" | "kw.set" => true,
+        "set" => !has_option(args, 3, &["NX", "GET"]),
+        "setex" | "psetex" | "mset" | "setrange" | "getex" => true,
+        "expire" | "pexpire" => {
+            let positive = args
+                .get(2)
+                .and_then(|t| std::str::from_utf8(t).ok())
+                .and_then(|t| t.parse::<i64>().ok())
+                .is_some_and(|t| t > 0);
+            positive && !has_option(args, 3, &["NX", "GT", "LT"])
+        }
+        other => keyway_node::cmd::table::lookup(other.as_bytes())
+            .is_some_and(|spec| spec.family.is_some() && !spec.is_write()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(text: &str) -> Vec<Bytes> {
+        text.split(' ')
+            .map(|a| Bytes::copy_from_slice(a.as_bytes()))
+            .collect()
+    }
+
+    #[test]
+    fn only_idempotent_commands_are_retry_safe() {
+        for safe in [
+            "GET k",
+            "MGET a b",
+            "EXISTS a",
+            "TTL k",
+            "SET k v",
+            "set k v XX EX 10",
+            "SETEX k 10 v",
+            "MSET a 1 b 2",
+            "SETRANGE k 0 v",
+            "EXPIRE k 10",
+            "KW.SET ks k v",
+            "KW.GET ks k",
+            "KW.SCAN ks a b",
+        ] {
+            assert!(retry_safe(&args(safe)), "{safe}");
+        }
+        for unsafe_ in [
+            "INCR k",
+            "INCRBY k 2",
+            "DECR k",
+            "INCRBYFLOAT k 1.5",
+            "APPEND k v",
+            "SETNX k v",
+            "SET k v NX",
+            "SET k v get",
+            "MSETNX a 1 b 2",
+            "GETSET k v",
+            "GETDEL k",
+            "DEL k",
+            "UNLINK k",
+            "KW.DEL ks k",
+            "PERSIST k",
+            "EXPIRE k 10 NX",
+            "EXPIRE k -1",
+            "EXPIREAT k 1",
+            "NOSUCH k",
+        ] {
+            assert!(!retry_safe(&args(unsafe_)), "{unsafe_}");
+        }
+    }
+
+    #[test]
+    fn kwmoved_parses_what_the_node_sends() {
+        let msg = "KWMOVED 7 3 0 1000 2000 0000000000000000000000000000000000000002 127.0.0.1:7002";
+        let (p, addr) = parse_kwmoved(msg).unwrap();
+        assert_eq!(
+            (p.id, p.epoch, p.owner),
+            (PartitionId(7), Epoch(3), NodeId(2))
+        );
+        assert_eq!(&p.start[..], &[0x10, 0x00]);
+        assert_eq!(p.end.as_deref(), Some(&[0x20, 0x00][..]));
+        assert_eq!(addr, "127.0.0.1:7002");
+        // A range keyspace's first partition starts at the empty key.
+        let first = "KWMOVED 9 2 1  - 0000000000000000000000000000000000000003 h:1";
+        let (p, _) = parse_kwmoved(first).unwrap();
+        assert_eq!((p.keyspace, p.start.len(), p.end), (KeyspaceId(1), 0, None));
+        let dash = "KWMOVED 7 3 1 - - 0000000000000000000000000000000000000002 h:1";
+        assert!(parse_kwmoved(dash).is_none(), "start is hex, never '-'");
+        assert!(parse_kwmoved("KWMOVED x").is_none());
+        assert!(parse_kwmoved("MOVED 1 a:1").is_none());
+        assert!(parse_kwmoved(&format!("{msg} extra")).is_none());
+    }
+}
