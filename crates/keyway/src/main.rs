@@ -6,10 +6,12 @@
 //! - `keyway manager`: the partition manager (leader-elected).
 //! - `keyway ctl`: inspect the cluster; request and abort live moves.
 //! - `keyway bench migrate`: live partition moves under load, measured.
+//! - `keyway bench routing`: the client strategies and the proxy through a rebalance.
 //! - `keyway sim`: the placement schemes' moved fraction and balance.
 //! - `keyway proxy`: the routing tier for Redis clients without cluster support.
 
 mod bench_migrate;
+mod bench_routing;
 mod ctl;
 mod ctl_hotkeys;
 mod ctl_keyspace;
@@ -60,7 +62,7 @@ enum Command {
     Manager(manager_cmd::ManagerArgs),
     /// Inspect the cluster: nodes, map, leases, manager seat.
     Ctl(ctl::CtlArgs),
-    /// Benchmarks against an in-process cluster: `keyway bench migrate`.
+    /// Benchmarks against an in-process cluster: `keyway bench migrate`, `keyway bench routing`.
     Bench(bench_migrate::BenchArgs),
     /// Compare placement schemes (seed 004): keys moved on a join and balance.
     Sim(sim::SimArgs),

@@ -21,8 +21,9 @@
 //!
 //! The load generator, the cluster and the manager share one process and one
 //! runtime, so the figures include that contention; the RESP client here is
-//! deliberately minimal, over `keyway-resp`'s codec (the smart client is a
-//! dev-dependency only).
+//! deliberately minimal, over `keyway-resp`'s codec (no smart client: the
+//! figures are the nodes', not a client library's; `keyway bench routing`
+//! measures the smart client).
 //!
 //! Here: the arguments, the cluster's setup and teardown, and the run's
 //! order; [`moves`] loads the test partitions and drives their moves,
@@ -32,7 +33,7 @@
 mod load;
 mod moves;
 mod report;
-mod resp;
+pub(crate) mod resp;
 
 use keyway_cluster::{ClusterSpec, LocalCluster, ManagerSpec};
 use keyway_manager::{DriverConfig, ManagerConfig};
@@ -56,11 +57,15 @@ enum BenchCommand {
     /// Live partition moves under a steady write load: cutover pause, copy
     /// throughput against the throttle, foreground p99 before vs during.
     Migrate(MigrateArgs),
+    /// Smart-client strategies and the proxy through a rebalance: extra round
+    /// trips, rejections per client (idle ones too), map load, p99 added.
+    Routing(crate::bench_routing::RoutingArgs),
 }
 
 pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
     match args.command {
         BenchCommand::Migrate(args) => migrate(args).await,
+        BenchCommand::Routing(args) => crate::bench_routing::run(args).await,
     }
 }
 
@@ -152,7 +157,7 @@ fn fmt_size(bytes: u64) -> String {
 }
 
 /// The 1-minute load average (Linux).
-fn loadavg() -> Option<f64> {
+pub(crate) fn loadavg() -> Option<f64> {
     std::fs::read_to_string("/proc/loadavg")
         .ok()?
         .split_whitespace()
@@ -161,7 +166,7 @@ fn loadavg() -> Option<f64> {
         .ok()
 }
 
-fn unix_us() -> u64 {
+pub(crate) fn unix_us() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_micros() as u64)
@@ -169,7 +174,7 @@ fn unix_us() -> u64 {
 }
 
 /// Progress lines: stdout normally, stderr under `--json`.
-fn say(json: bool, line: impl AsRef<str>) {
+pub(crate) fn say(json: bool, line: impl AsRef<str>) {
     if json {
         eprintln!("{}", line.as_ref());
     } else {
@@ -178,7 +183,7 @@ fn say(json: bool, line: impl AsRef<str>) {
 }
 
 /// Removes a temporary data directory when dropped.
-struct TempDir(Option<PathBuf>);
+pub(crate) struct TempDir(pub(crate) Option<PathBuf>);
 
 impl Drop for TempDir {
     fn drop(&mut self) {
@@ -427,10 +432,10 @@ async fn bench(cluster: &LocalCluster, args: &MigrateArgs) -> anyhow::Result<Rep
 }
 
 /// splitmix64: values and key choice need no more.
-struct Rng(u64);
+pub(crate) struct Rng(pub(crate) u64);
 
 impl Rng {
-    fn next(&mut self) -> u64 {
+    pub(crate) fn next(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);

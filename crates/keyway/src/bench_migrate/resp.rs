@@ -21,7 +21,7 @@ const REPLY_TIMEOUT: Duration = Duration::from_secs(30);
 const READ_CHUNK: usize = 16 * 1024;
 
 /// One RESP2 connection.
-pub(super) struct Conn {
+pub(crate) struct Conn {
     stream: TcpStream,
     /// Commands queued and not yet sent.
     out: BytesMut,
@@ -32,7 +32,7 @@ pub(super) struct Conn {
 
 impl Conn {
     /// Connects (within 5 s) with Nagle off.
-    pub(super) async fn connect(addr: &str) -> io::Result<Conn> {
+    pub(crate) async fn connect(addr: &str) -> io::Result<Conn> {
         let stream = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(addr))
             .await
             .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "connect timed out"))??;
@@ -46,19 +46,19 @@ impl Conn {
     }
 
     /// Queues one command; nothing is sent until [`Conn::flush`].
-    pub(super) fn push(&mut self, args: &[&[u8]]) {
+    pub(crate) fn push(&mut self, args: &[&[u8]]) {
         encode_command(args, &mut self.out);
     }
 
     /// Sends every queued command.
-    pub(super) async fn flush(&mut self) -> io::Result<()> {
+    pub(crate) async fn flush(&mut self) -> io::Result<()> {
         self.stream.write_all(&self.out).await?;
         self.out.clear();
         Ok(())
     }
 
     /// The next reply, read as far as needed.
-    pub(super) async fn read_reply(&mut self) -> io::Result<Frame> {
+    pub(crate) async fn read_reply(&mut self) -> io::Result<Frame> {
         loop {
             let parsed = self.parser.parse(&mut self.buf).map_err(|e| {
                 io::Error::new(io::ErrorKind::InvalidData, format!("bad reply: {e}"))
