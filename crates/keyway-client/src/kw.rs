@@ -127,13 +127,22 @@ impl Client {
     ) -> Result<Frame, ClientError> {
         let ks = self.keyspace(keyspace).await?;
         let local = ks.local_routing_key(key);
-        let mut req = vec![
-            Bytes::copy_from_slice(args[0]),
-            Bytes::copy_from_slice(keyspace.as_bytes()),
-        ];
-        req.extend(args[1..].iter().map(|a| Bytes::copy_from_slice(a)));
-        self.send_routed(|map| map.locate(ks.id, &local).cloned(), |_| req.clone())
-            .await
+        let mut req: Vec<&[u8]> = vec![args[0], keyspace.as_bytes()];
+        req.extend_from_slice(&args[1..]);
+        // KW.SCAN walks partitions itself; the single-partition commands
+        // carry the partition's epoch like every other request.
+        let scan = args[0].eq_ignore_ascii_case(b"KW.SCAN");
+        self.send_routed(
+            |map| map.locate(ks.id, &local).cloned(),
+            |p| {
+                if scan {
+                    req.iter().map(|a| Bytes::copy_from_slice(a)).collect()
+                } else {
+                    crate::at_request(p, &req)
+                }
+            },
+        )
+        .await
     }
 }
 

@@ -398,10 +398,12 @@ async fn kw_at(shared: &Arc<Shared>, args: Vec<Bytes>) -> Reply {
     let (Some(pid), Some(epoch)) = (parse(&args[1]), parse(&args[2])) else {
         return err("ERR partition and epoch must be unsigned integers");
     };
+    let expected = Some((PartitionId(pid), Epoch(epoch)));
+    if crate::kw::is_kw_command(&String::from_utf8_lossy(&args[3])) {
+        return crate::kw::dispatch_at(shared, &args[3..], expected).await;
+    }
     match cmd::parse(&args[3..]) {
-        Some(Ok(command)) => {
-            data_command(shared, command, Some((PartitionId(pid), Epoch(epoch)))).await
-        }
+        Some(Ok(command)) => data_command(shared, command, expected).await,
         Some(Err(frame)) => frame.into(),
         None => unknown_command(&args[3..]).into(),
     }

@@ -50,7 +50,9 @@ const MAX_BACKOFF: Duration = Duration::from_millis(200);
 pub enum Target {
     /// Keyspace 0, by hash slot: sent as `KW.AT <partition> <epoch> args...`.
     Slot(u16),
-    /// A `KW.*` command, by keyspace and keyspace-local routing key: sent as is.
+    /// A `KW.*` command, by keyspace and keyspace-local routing key: sent as
+    /// `KW.AT <partition> <epoch> args...` too, except `KW.SCAN` (the node
+    /// walks partitions itself; it takes no epoch).
     Key { keyspace: Keyspace, local: Bytes },
 }
 
@@ -79,8 +81,8 @@ pub async fn send(
             ),
             Some(route) => {
                 let request = match target {
-                    Target::Slot(_) => kw_at(route.partition, route.epoch, args),
-                    Target::Key { .. } => args.to_vec(),
+                    Target::Key { .. } if args[0].eq_ignore_ascii_case(b"KW.SCAN") => args.to_vec(),
+                    _ => kw_at(route.partition, route.epoch, args),
                 };
                 let call = core.upstreams.call(&route.addr, request);
                 match tokio::time::timeout_at(deadline, call).await {

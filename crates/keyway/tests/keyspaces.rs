@@ -535,6 +535,29 @@ async fn a_scan_continues_across_a_split_and_a_live_move_between_its_pages() {
         other => panic!("a stale epoch must be refused, got {other:?}"),
     }
 
+    // KW.AT carries the epoch for the single-key commands too: the parent's
+    // epoch is refused with the child's record, the child's is served, and
+    // KW.SCAN (which walks partitions itself) takes none.
+    let mut owner = Conn::connect(&map.nodes[&old.owner].resp_addr).await;
+    let at = |p: &keyway_map::PartitionRecord| [p.id.0.to_string(), p.epoch.0.to_string()];
+    let [pid, epoch] = at(&old);
+    let stale = owner
+        .cmd(&["KW.AT", &pid, &epoch, "KW.GET", "log", &key(0)])
+        .await;
+    assert!(
+        err_text(&stale).starts_with(&format!("KWMOVED {} ", children[0].id)),
+        "{stale:?}"
+    );
+    let [pid, epoch] = at(&children[0]);
+    let fresh = owner
+        .cmd(&["KW.AT", &pid, &epoch, "KW.GET", "log", &key(0)])
+        .await;
+    assert_eq!(fresh, bulk(&value(0)));
+    let scan_at = owner
+        .cmd(&["KW.AT", &pid, &epoch, "KW.SCAN", "log", "", ""])
+        .await;
+    assert!(err_text(&scan_at).contains("takes no epoch"), "{scan_at:?}");
+
     // The scan goes on from its cursor: nothing skipped, nothing twice.
     let c_text = String::from_utf8(cursor.to_vec()).unwrap();
     got.extend(scan_pages(&mut conn, "log", &c_text, "", 250).await);

@@ -51,7 +51,7 @@ use crate::peer::{PeerClient, PeerOptions};
 use crate::routing::Rejection;
 use crate::server::Shared;
 use bytes::Bytes;
-use keyway_map::{Keyspace, KeyspaceId, PartitionMap, key_hash_slot};
+use keyway_map::{Epoch, Keyspace, KeyspaceId, PartitionId, PartitionMap, key_hash_slot};
 use keyway_resp::Frame;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -59,6 +59,18 @@ use std::time::Duration;
 
 /// Answers one `KW.GET` / `KW.SET` / `KW.DEL` / `KW.SCAN` request.
 pub async fn dispatch(shared: &Arc<Shared>, args: &[Bytes]) -> Reply {
+    dispatch_at(shared, args, None).await
+}
+
+/// [`dispatch`] for a request that carries `expected` = (partition, epoch)
+/// (`KW.AT <partition> <epoch> KW.GET ...`): GET/SET/DEL run only if this
+/// node owns that partition at that epoch, else `-KWMOVED` with its record.
+/// `KW.SCAN` walks partitions itself and takes no epoch.
+pub async fn dispatch_at(
+    shared: &Arc<Shared>,
+    args: &[Bytes],
+    expected: Option<(PartitionId, Epoch)>,
+) -> Reply {
     let limits = ScanLimits {
         default_limit: shared.config.kw_scan_default_limit,
         max_limit: shared.config.kw_scan_max_limit,
@@ -78,14 +90,19 @@ pub async fn dispatch(shared: &Arc<Shared>, args: &[Bytes]) -> Reply {
         Err(frame) => return frame.into(),
     };
     match command {
+        KwCommand::Scan { .. } if expected.is_some() => {
+            Frame::Error("ERR KW.SCAN takes no epoch (send it without KW.AT)".into()).into()
+        }
         KwCommand::Scan {
             start, end, limit, ..
         } => scan::kw_scan(shared, keyspace, start, end, limit)
             .await
             .into(),
-        KwCommand::Get { key, .. } => submit(shared, keyspace, Op::Get(key)).await,
-        KwCommand::Set { key, value, .. } => submit(shared, keyspace, Op::Set(key, value)).await,
-        KwCommand::Del { keys, .. } => submit(shared, keyspace, Op::Del(keys)).await,
+        KwCommand::Get { key, .. } => submit(shared, keyspace, Op::Get(key), expected).await,
+        KwCommand::Set { key, value, .. } => {
+            submit(shared, keyspace, Op::Set(key, value), expected).await
+        }
+        KwCommand::Del { keys, .. } => submit(shared, keyspace, Op::Del(keys), expected).await,
     }
 }
 
@@ -128,9 +145,14 @@ impl Op {
 
 /// Queues `op` on the storage thread of its first key (every command on one
 /// key runs on one thread, in arrival order, as for the Redis commands).
-async fn submit(shared: &Arc<Shared>, keyspace: Keyspace, op: Op) -> Reply {
+async fn submit(
+    shared: &Arc<Shared>,
+    keyspace: Keyspace,
+    op: Op,
+    expected: Option<(PartitionId, Epoch)>,
+) -> Reply {
     let shard = key_hash_slot(op.first_key());
-    let task = op_task(shared.clone(), Arc::new(keyspace), op);
+    let task = op_task(shared.clone(), Arc::new(keyspace), op, expected);
     match shared.executor.submit(shard, task).await {
         Ok(rx) => Reply::Waiting(rx),
         Err(frame) => frame.into(),
@@ -140,18 +162,23 @@ async fn submit(shared: &Arc<Shared>, keyspace: Keyspace, op: Op) -> Reply {
 /// The storage-thread task: admit by keyspace and routing key, check every
 /// key is in the admitted partition, execute, apply — all under the guard.
 /// A fenced partition parks the task; a dual-written one defers the reply.
-fn op_task(shared: Arc<Shared>, keyspace: Arc<Keyspace>, op: Op) -> Task {
+fn op_task(
+    shared: Arc<Shared>,
+    keyspace: Arc<Keyspace>,
+    op: Op,
+    expected: Option<(PartitionId, Epoch)>,
+) -> Task {
     Box::new(move |engine| {
         let guard = shared.routing.read();
         let first = keyspace.local_routing_key(op.first_key());
-        let partition = match guard.admit_key(keyspace.id, &first, None) {
+        let partition = match guard.admit_key(keyspace.id, &first, expected) {
             Ok(p) => p,
             Err(Rejection::Fenced { .. }) => {
                 drop(guard);
                 return TaskOutput {
                     reply: Frame::Null,
                     wrote: false,
-                    follow: Follow::Park(op_task(shared, keyspace, op)),
+                    follow: Follow::Park(op_task(shared, keyspace, op, expected)),
                 };
             }
             Err(rejection) => {
