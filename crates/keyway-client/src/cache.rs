@@ -7,51 +7,15 @@
 //! address. The cache may have gaps afterwards; a lookup that finds none
 //! refreshes the map.
 
-use bytes::Bytes;
-use keyway_map::{
-    Epoch, KeyspaceId, NodeId, NodeInfo, NodeState, PartitionId, PartitionMap, PartitionRecord,
-    PartitionState, from_hex,
-};
+use keyway_map::{NodeInfo, NodeState, PartitionId, PartitionMap, PartitionRecord};
 use std::sync::{Arc, RwLock};
 use std::time::Instant;
 
-/// A parsed `-KWMOVED <partition> <epoch> <keyspace> <start> <end|-> <owner> <addr>`.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct KwMoved {
-    pub partition: PartitionRecord,
-    pub owner_addr: String,
-}
+pub use keyway_map::KwMoved;
 
 /// Parses the text of a `KWMOVED` error (without the leading `-`).
 pub fn parse_kwmoved(msg: &str) -> Option<KwMoved> {
-    let mut it = msg.split(' ');
-    if it.next()? != "KWMOVED" {
-        return None;
-    }
-    let id = PartitionId(it.next()?.parse().ok()?);
-    let epoch = Epoch(it.next()?.parse().ok()?);
-    let keyspace = KeyspaceId(it.next()?.parse().ok()?);
-    let start: Bytes = from_hex(it.next()?)?;
-    let end = match it.next()? {
-        "-" => None,
-        hex => Some(from_hex(hex)?),
-    };
-    let owner = NodeId::parse(it.next()?)?;
-    let owner_addr = it.next()?.to_string();
-    let partition = PartitionRecord {
-        id,
-        keyspace,
-        start,
-        end,
-        owner,
-        replicas: Vec::new(),
-        epoch,
-        state: PartitionState::Active,
-    };
-    Some(KwMoved {
-        partition,
-        owner_addr,
-    })
+    KwMoved::parse(msg)
 }
 
 fn overlaps(a: &PartitionRecord, b: &PartitionRecord) -> bool {
@@ -220,20 +184,7 @@ impl Cache {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn parses_what_the_node_sends() {
-        let msg = "KWMOVED 7 3 0 1000 2000 0000000000000000000000000000000000000002 127.0.0.1:7002";
-        let m = parse_kwmoved(msg).unwrap();
-        assert_eq!(m.partition.id, PartitionId(7));
-        assert_eq!(m.partition.epoch, Epoch(3));
-        assert_eq!(&m.partition.start[..], &[0x10, 0x00]);
-        assert_eq!(m.partition.end.as_deref(), Some(&[0x20, 0x00][..]));
-        assert_eq!(m.partition.owner, NodeId(2));
-        assert_eq!(m.owner_addr, "127.0.0.1:7002");
-        assert!(parse_kwmoved("KWMOVED x").is_none());
-        assert!(parse_kwmoved("MOVED 1 a:1").is_none());
-    }
+    use keyway_map::{Epoch, NodeId};
 
     fn map() -> PartitionMap {
         let nodes: Vec<NodeInfo> = (1..=2)

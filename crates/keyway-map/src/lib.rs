@@ -21,6 +21,8 @@
 //! - `change.rs`: [`MapChange`] and [`OwnershipCondition`], applying changes.
 //! - `codec.rs`: the compact binary encoding of maps, changes and deltas
 //!   ([`MapSince`], the answer to `KW.MAP SINCE`).
+//! - `kwmoved.rs`: [`KwMoved`], the `-KWMOVED` rejection's text, written
+//!   and parsed in one place.
 //! - `wire.rs`: varint wire primitives shared with other compact encodings.
 //! - `error.rs`: [`MapError`].
 
@@ -29,6 +31,7 @@ mod codec;
 mod error;
 mod ids;
 mod keyspace;
+mod kwmoved;
 mod map;
 mod partition;
 mod slot;
@@ -42,6 +45,7 @@ pub use codec::{
 pub use error::MapError;
 pub use ids::{Epoch, KeyspaceId, MapVersion, NodeId, PartitionId};
 pub use keyspace::{DEFAULT_KEYSPACE, Keyspace, Routing, keyspace_prefix, split_storage_key};
+pub use kwmoved::KwMoved;
 pub use map::PartitionMap;
 pub use partition::{
     DEFAULT_NODE_WEIGHT, NodeInfo, NodeState, PartitionRecord, PartitionState, from_hex, to_hex,

@@ -12,7 +12,7 @@ use crate::db::{Db, DbLimits};
 use crate::executor::{Follow, Task, TaskOutput};
 use crate::routing::Rejection;
 use crate::server::Shared;
-use crate::session::Session;
+use crate::session::{self, Session};
 use bytes::Bytes;
 use keyway_map::{Epoch, PartitionId, key_hash_slot};
 use keyway_resp::{Frame, Protocol};
@@ -61,8 +61,14 @@ pub async fn dispatch(shared: &Arc<Shared>, session: &mut Session, args: Vec<Byt
             session.closing = true;
             Frame::ok().into()
         }
-        "HELLO" => hello(shared, session, &args),
-        "AUTH" => auth(shared, session, &args),
+        "HELLO" => session::hello(
+            session,
+            shared.config.requirepass.as_deref(),
+            &args,
+            "cluster",
+        )
+        .into(),
+        "AUTH" => session::auth(session, shared.config.requirepass.as_deref(), &args).into(),
         "SELECT" => select(&args),
         "CLIENT" => client(session, &args),
         "COMMAND" => cmd::table::command_reply(&args[1..]).into(),
@@ -112,88 +118,6 @@ fn ping(args: &[Bytes]) -> Reply {
         1 => Frame::Simple("PONG".into()).into(),
         2 => Frame::Bulk(args[1].clone()).into(),
         _ => arity_error("ping").into(),
-    }
-}
-
-fn hello(shared: &Shared, session: &mut Session, args: &[Bytes]) -> Reply {
-    let mut proto = session.protocol;
-    if let Some(ver) = args.get(1) {
-        proto = match std::str::from_utf8(ver)
-            .ok()
-            .and_then(|v| v.parse::<i64>().ok())
-        {
-            Some(2) => Protocol::Resp2,
-            Some(3) => Protocol::Resp3,
-            Some(_) => return err("NOPROTO unsupported protocol version"),
-            None => return err("ERR Protocol version is not an integer or out of range"),
-        };
-    }
-    let mut i = 2;
-    let mut name = None;
-    while i < args.len() {
-        match upper(&args[i]).as_str() {
-            "AUTH" if i + 2 < args.len() => {
-                if let Err(frame) = check_password(shared, &args[i + 2]) {
-                    return frame.into();
-                }
-                session.authenticated = true;
-                i += 3;
-            }
-            "SETNAME" if i + 1 < args.len() => {
-                name = Some(args[i + 1].clone());
-                i += 2;
-            }
-            other => {
-                return err(format!(
-                    "ERR Syntax error in HELLO option '{}'",
-                    other.to_lowercase()
-                ));
-            }
-        }
-    }
-    if !session.authenticated {
-        return err(
-            "NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time",
-        );
-    }
-    if name.is_some() {
-        session.name = name;
-    }
-    session.protocol = proto;
-    let proto_num = if proto == Protocol::Resp3 { 3 } else { 2 };
-    Frame::Map(vec![
-        (Frame::bulk("server"), Frame::bulk("redis")),
-        (Frame::bulk("version"), Frame::bulk(REDIS_COMPAT_VERSION)),
-        (Frame::bulk("proto"), Frame::Integer(proto_num)),
-        (Frame::bulk("id"), Frame::Integer(session.id as i64)),
-        (Frame::bulk("mode"), Frame::bulk("cluster")),
-        (Frame::bulk("role"), Frame::bulk("master")),
-        (Frame::bulk("modules"), Frame::Array(vec![])),
-    ])
-    .into()
-}
-
-fn check_password(shared: &Shared, given: &[u8]) -> Result<(), Frame> {
-    match &shared.config.requirepass {
-        Some(pass) if pass.as_bytes() == given => Ok(()),
-        Some(_) => Err(Frame::Error("WRONGPASS invalid username-password pair or user is disabled.".into())),
-        None => Err(Frame::Error("ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?".into())),
-    }
-}
-
-fn auth(shared: &Shared, session: &mut Session, args: &[Bytes]) -> Reply {
-    let pass = match args.len() {
-        2 => &args[1],
-        3 if args[1].eq_ignore_ascii_case(b"default") => &args[2],
-        3 => return err("WRONGPASS invalid username-password pair or user is disabled."),
-        _ => return arity_error("auth").into(),
-    };
-    match check_password(shared, pass) {
-        Ok(()) => {
-            session.authenticated = true;
-            Frame::ok().into()
-        }
-        Err(frame) => frame.into(),
     }
 }
 

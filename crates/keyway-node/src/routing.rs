@@ -15,8 +15,8 @@ use crate::clock::Clock;
 use crate::map_history::{HistoryAnswer, HistoryEntry, MapHistory};
 use crate::migrate::Push;
 use keyway_map::{
-    Epoch, KeyspaceId, MapError, MapVersion, NodeId, PartitionId, PartitionMap, PartitionRecord,
-    to_hex,
+    Epoch, KeyspaceId, KwMoved, MapError, MapVersion, NodeId, PartitionId, PartitionMap,
+    PartitionRecord,
 };
 use keyway_resp::Frame;
 use std::collections::{BTreeMap, BTreeSet};
@@ -55,19 +55,7 @@ impl Rejection {
             Rejection::StaleEpoch {
                 partition: p,
                 owner_addr,
-            } => Frame::Error(format!(
-                "KWMOVED {} {} {} {} {} {} {}",
-                p.id,
-                p.epoch,
-                p.keyspace,
-                to_hex(&p.start),
-                p.end
-                    .as_ref()
-                    .map(|e| to_hex(e))
-                    .unwrap_or_else(|| "-".into()),
-                p.owner,
-                owner_addr
-            )),
+            } => Frame::Error(KwMoved::text(p, owner_addr)),
             Rejection::Unserved => Frame::Error("CLUSTERDOWN Hash slot not served".into()),
             Rejection::LeaseLapsed => {
                 Frame::Error("CLUSTERDOWN The cluster is down (node lease lapsed)".into())

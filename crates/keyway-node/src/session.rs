@@ -1,7 +1,11 @@
-//! Per-connection state: protocol version, client name, authentication.
+//! Per-connection state: protocol version, client name, authentication;
+//! and the connection commands that change it (`AUTH`, `HELLO`), shared
+//! with `keyway proxy`.
 
+use crate::cmd::table::arity_error;
+use crate::node_cmd::REDIS_COMPAT_VERSION;
 use bytes::Bytes;
-use keyway_resp::Protocol;
+use keyway_resp::{Frame, Protocol};
 
 /// What a node remembers about one client connection.
 #[derive(Debug)]
@@ -35,5 +39,99 @@ impl Session {
             closing: false,
             peer,
         }
+    }
+}
+
+/// `AUTH [default] <password>` against `requirepass`, with Redis's replies.
+/// Shared by the node and `keyway proxy`.
+pub fn auth(session: &mut Session, requirepass: Option<&str>, args: &[Bytes]) -> Frame {
+    let pass = match args.len() {
+        2 => &args[1],
+        3 if args[1].eq_ignore_ascii_case(b"default") => &args[2],
+        3 => return Frame::Error(WRONGPASS.into()),
+        _ => return arity_error("auth"),
+    };
+    match check_password(requirepass, pass) {
+        Ok(()) => {
+            session.authenticated = true;
+            Frame::ok()
+        }
+        Err(frame) => frame,
+    }
+}
+
+/// `HELLO [protover [AUTH user pass] [SETNAME name]]` for a server in
+/// `mode` (`cluster` for a node, `standalone` for the proxy), with Redis's
+/// replies and errors. Shared by the node and `keyway proxy`.
+pub fn hello(
+    session: &mut Session,
+    requirepass: Option<&str>,
+    args: &[Bytes],
+    mode: &'static str,
+) -> Frame {
+    let error = |text: &str| Frame::Error(text.into());
+    let mut proto = session.protocol;
+    if let Some(ver) = args.get(1) {
+        proto = match std::str::from_utf8(ver)
+            .ok()
+            .and_then(|v| v.parse::<i64>().ok())
+        {
+            Some(2) => Protocol::Resp2,
+            Some(3) => Protocol::Resp3,
+            Some(_) => return error("NOPROTO unsupported protocol version"),
+            None => return error("ERR Protocol version is not an integer or out of range"),
+        };
+    }
+    let mut i = 2;
+    let mut name = None;
+    while i < args.len() {
+        match args[i].to_ascii_uppercase().as_slice() {
+            b"AUTH" if i + 2 < args.len() => {
+                if let Err(frame) = check_password(requirepass, &args[i + 2]) {
+                    return frame;
+                }
+                session.authenticated = true;
+                i += 3;
+            }
+            b"SETNAME" if i + 1 < args.len() => {
+                name = Some(args[i + 1].clone());
+                i += 2;
+            }
+            other => {
+                return Frame::Error(format!(
+                    "ERR Syntax error in HELLO option '{}'",
+                    String::from_utf8_lossy(other).to_lowercase()
+                ));
+            }
+        }
+    }
+    if !session.authenticated {
+        return error(
+            "NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time",
+        );
+    }
+    if name.is_some() {
+        session.name = name;
+    }
+    session.protocol = proto;
+    let proto_num = if proto == Protocol::Resp3 { 3 } else { 2 };
+    Frame::Map(vec![
+        (Frame::bulk("server"), Frame::bulk("redis")),
+        (Frame::bulk("version"), Frame::bulk(REDIS_COMPAT_VERSION)),
+        (Frame::bulk("proto"), Frame::Integer(proto_num)),
+        (Frame::bulk("id"), Frame::Integer(session.id as i64)),
+        (Frame::bulk("mode"), Frame::bulk(mode)),
+        (Frame::bulk("role"), Frame::bulk("master")),
+        (Frame::bulk("modules"), Frame::Array(vec![])),
+    ])
+}
+
+const WRONGPASS: &str = "WRONGPASS invalid username-password pair or user is disabled.";
+
+fn check_password(requirepass: Option<&str>, given: &[u8]) -> Result<(), Frame> {
+    match requirepass {
+        Some(pass) if pass.as_bytes() == given => Ok(()),
+        Some(_) => Err(Frame::Error(WRONGPASS.into())),
+        None => Err(Frame::Error("ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?".into())),
     }
 }

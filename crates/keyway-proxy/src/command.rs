@@ -30,7 +30,7 @@ use keyway_map::key_hash_slot;
 use keyway_node::cmd::table::{self, arity_error};
 use keyway_node::kw::{KwCommand, MAX_RANGE_SCAN_ENTRIES, ScanLimits};
 use keyway_node::node_cmd::{REDIS_COMPAT_VERSION, unknown_command};
-use keyway_node::session::Session;
+use keyway_node::session::{self as node_session, Session};
 use keyway_resp::{Frame, Protocol};
 use std::sync::atomic::Ordering;
 use tokio::time::{Duration, Instant};
@@ -113,8 +113,17 @@ pub fn plan(core: &Core, session: &mut Session, args: Vec<Bytes>) -> Plan {
             session.closing = true;
             reply(Frame::ok())
         }
-        "HELLO" => hello(core, session, &args),
-        "AUTH" => auth(core, session, &args),
+        "HELLO" => reply(node_session::hello(
+            session,
+            core.config.requirepass.as_deref(),
+            &args,
+            "standalone",
+        )),
+        "AUTH" => reply(node_session::auth(
+            session,
+            core.config.requirepass.as_deref(),
+            &args,
+        )),
         "SELECT" => select(&args),
         "CLIENT" => client(session, &args),
         "COMMAND" => reply(table::command_reply(&args[1..])),
@@ -288,89 +297,6 @@ async fn dbsize(core: &Core, deadline: Instant) -> Frame {
         }
     }
     Frame::Integer(total)
-}
-
-fn check_password(core: &Core, given: &[u8]) -> Result<(), Frame> {
-    match &core.config.requirepass {
-        Some(pass) if pass.as_bytes() == given => Ok(()),
-        Some(_) => Err(Frame::Error("WRONGPASS invalid username-password pair or user is disabled.".into())),
-        None => Err(Frame::Error("ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?".into())),
-    }
-}
-
-fn auth(core: &Core, session: &mut Session, args: &[Bytes]) -> Plan {
-    let pass = match args.len() {
-        2 => &args[1],
-        3 if args[1].eq_ignore_ascii_case(b"default") => &args[2],
-        3 => return err("WRONGPASS invalid username-password pair or user is disabled."),
-        _ => return reply(arity_error("auth")),
-    };
-    match check_password(core, pass) {
-        Ok(()) => {
-            session.authenticated = true;
-            reply(Frame::ok())
-        }
-        Err(frame) => reply(frame),
-    }
-}
-
-/// `HELLO [protover [AUTH user pass] [SETNAME name]]`, as a node answers
-/// it, but in `standalone` mode.
-fn hello(core: &Core, session: &mut Session, args: &[Bytes]) -> Plan {
-    let mut proto = session.protocol;
-    if let Some(ver) = args.get(1) {
-        proto = match std::str::from_utf8(ver)
-            .ok()
-            .and_then(|v| v.parse::<i64>().ok())
-        {
-            Some(2) => Protocol::Resp2,
-            Some(3) => Protocol::Resp3,
-            Some(_) => return err("NOPROTO unsupported protocol version"),
-            None => return err("ERR Protocol version is not an integer or out of range"),
-        };
-    }
-    let mut i = 2;
-    let mut name = None;
-    while i < args.len() {
-        match upper(&args[i]).as_str() {
-            "AUTH" if i + 2 < args.len() => {
-                if let Err(frame) = check_password(core, &args[i + 2]) {
-                    return reply(frame);
-                }
-                session.authenticated = true;
-                i += 3;
-            }
-            "SETNAME" if i + 1 < args.len() => {
-                name = Some(args[i + 1].clone());
-                i += 2;
-            }
-            other => {
-                return err(format!(
-                    "ERR Syntax error in HELLO option '{}'",
-                    other.to_lowercase()
-                ));
-            }
-        }
-    }
-    if !session.authenticated {
-        return err(
-            "NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time",
-        );
-    }
-    if name.is_some() {
-        session.name = name;
-    }
-    session.protocol = proto;
-    let proto_num = if proto == Protocol::Resp3 { 3 } else { 2 };
-    reply(Frame::Map(vec![
-        (Frame::bulk("server"), Frame::bulk("redis")),
-        (Frame::bulk("version"), Frame::bulk(REDIS_COMPAT_VERSION)),
-        (Frame::bulk("proto"), Frame::Integer(proto_num)),
-        (Frame::bulk("id"), Frame::Integer(session.id as i64)),
-        (Frame::bulk("mode"), Frame::bulk("standalone")),
-        (Frame::bulk("role"), Frame::bulk("master")),
-        (Frame::bulk("modules"), Frame::Array(vec![])),
-    ]))
 }
 
 /// `SELECT 0` only: the proxy serves one database.

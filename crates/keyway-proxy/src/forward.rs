@@ -31,9 +31,7 @@
 use crate::server::Core;
 use crate::upstream::UpstreamError;
 use bytes::Bytes;
-use keyway_map::{
-    Epoch, Keyspace, KeyspaceId, NodeId, PartitionId, PartitionRecord, PartitionState, from_hex,
-};
+use keyway_map::{Epoch, Keyspace, KwMoved, PartitionId, PartitionRecord};
 use keyway_resp::Frame;
 use std::time::Duration;
 use tokio::sync::watch;
@@ -205,38 +203,10 @@ fn timed_out(core: &Core, args: &[Bytes], retry_safe: bool, addr: &str) -> Frame
     }
 }
 
-/// Parses `KWMOVED <partition> <epoch> <keyspace> <start-hex> <end-hex|->
-/// <owner> <addr>` (the text of the error, without `-`) into the record and
-/// the owner's address.
+/// Parses the text of a `-KWMOVED` error into the record and the owner's
+/// address ([`KwMoved`], the format the node writes).
 pub fn parse_kwmoved(msg: &str) -> Option<(PartitionRecord, String)> {
-    let mut it = msg.split(' ');
-    if it.next()? != "KWMOVED" {
-        return None;
-    }
-    let id = PartitionId(it.next()?.parse().ok()?);
-    let epoch = Epoch(it.next()?.parse().ok()?);
-    let keyspace = KeyspaceId(it.next()?.parse().ok()?);
-    let start = from_hex(it.next()?)?;
-    let end = match it.next()? {
-        "-" => None,
-        hex => Some(from_hex(hex)?),
-    };
-    let owner = NodeId::parse(it.next()?)?;
-    let addr = it.next()?.to_string();
-    if it.next().is_some() {
-        return None;
-    }
-    let record = PartitionRecord {
-        id,
-        keyspace,
-        start,
-        end,
-        owner,
-        replicas: Vec::new(),
-        epoch,
-        state: PartitionState::Active,
-    };
-    Some((record, addr))
+    KwMoved::parse(msg).map(|m| (m.partition, m.owner_addr))
 }
 
 fn has_option(args: &[Bytes], from: usize, options: &[&str]) -> bool {
@@ -327,27 +297,5 @@ mod tests {
         ] {
             assert!(!retry_safe(&args(unsafe_)), "{unsafe_}");
         }
-    }
-
-    #[test]
-    fn kwmoved_parses_what_the_node_sends() {
-        let msg = "KWMOVED 7 3 0 1000 2000 0000000000000000000000000000000000000002 127.0.0.1:7002";
-        let (p, addr) = parse_kwmoved(msg).unwrap();
-        assert_eq!(
-            (p.id, p.epoch, p.owner),
-            (PartitionId(7), Epoch(3), NodeId(2))
-        );
-        assert_eq!(&p.start[..], &[0x10, 0x00]);
-        assert_eq!(p.end.as_deref(), Some(&[0x20, 0x00][..]));
-        assert_eq!(addr, "127.0.0.1:7002");
-        // A range keyspace's first partition starts at the empty key.
-        let first = "KWMOVED 9 2 1  - 0000000000000000000000000000000000000003 h:1";
-        let (p, _) = parse_kwmoved(first).unwrap();
-        assert_eq!((p.keyspace, p.start.len(), p.end), (KeyspaceId(1), 0, None));
-        let dash = "KWMOVED 7 3 1 - - 0000000000000000000000000000000000000002 h:1";
-        assert!(parse_kwmoved(dash).is_none(), "start is hex, never '-'");
-        assert!(parse_kwmoved("KWMOVED x").is_none());
-        assert!(parse_kwmoved("MOVED 1 a:1").is_none());
-        assert!(parse_kwmoved(&format!("{msg} extra")).is_none());
     }
 }
