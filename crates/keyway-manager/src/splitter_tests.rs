@@ -12,22 +12,9 @@ use std::time::Duration;
 
 const DEADLINE: Duration = Duration::from_secs(15);
 
-/// Polls `probe` every 5 ms until it returns `Some`, failing after DEADLINE.
-async fn eventually<T, F: Future<Output = Option<T>>>(
-    what: &str,
-    mut probe: impl FnMut() -> F,
-) -> T {
-    let deadline = tokio::time::Instant::now() + DEADLINE;
-    loop {
-        if let Some(v) = probe().await {
-            return v;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting for: {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+/// Polls `probe` until it returns `Some`, failing after DEADLINE.
+async fn eventually<T, F: Future<Output = Option<T>>>(what: &str, probe: impl FnMut() -> F) -> T {
+    keyway_testkit::eventually(what, DEADLINE, probe).await
 }
 
 struct Env {

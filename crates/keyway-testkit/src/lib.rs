@@ -41,4 +41,4 @@ pub use etcd::{
 };
 pub use ports::free_ports;
 pub use proc::Proc;
-pub use wait::wait_until;
+pub use wait::{eventually, wait_until};

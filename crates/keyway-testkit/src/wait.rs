@@ -1,4 +1,5 @@
-//! [`wait_until`]: the one way this crate waits.
+//! [`wait_until`] (blocking) and [`eventually`] (async): the two ways
+//! Keyway's tests wait for a condition.
 
 use crate::HarnessError;
 use std::time::{Duration, Instant};
@@ -28,5 +29,25 @@ pub fn wait_until<T>(
             });
         }
         std::thread::sleep(POLL_INTERVAL.min(deadline - now));
+    }
+}
+
+/// Polls the async `probe` every 10 ms until it returns `Some`, and panics
+/// naming `what` once `within` has passed: the async tests' one way to wait.
+pub async fn eventually<T, F, Fut>(what: &str, within: Duration, mut probe: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        if let Some(v) = probe().await {
+            return v;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out after {within:?} waiting for: {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }

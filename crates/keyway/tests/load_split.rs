@@ -16,6 +16,7 @@ use keyway_cluster::{ClusterSpec, LocalCluster, ManagerSpec};
 use keyway_manager::keyspace::create_keyspace;
 use keyway_manager::rebalance::Objective;
 use keyway_map::{KeyspaceId, PartitionId, PartitionRecord, Routing};
+use keyway_testkit::eventually;
 use serde_json::Value;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -124,24 +125,6 @@ fn find_decision(
                 && d["partition"].as_u64() == Some(partition.0)
         })
         .cloned()
-}
-
-async fn eventually<T, F: std::future::Future<Output = Option<T>>>(
-    what: &str,
-    timeout: Duration,
-    mut f: impl FnMut() -> F,
-) -> T {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(v) = f().await {
-            return v;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "timed out after {timeout:?}: {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 fn keyspace_partitions(map: &keyway_map::PartitionMap, ks: KeyspaceId) -> Vec<PartitionRecord> {

@@ -12,18 +12,16 @@
 mod common;
 
 use common::DevCluster;
-use common::workload::{Workload, assert_report_clean, ctl_json, read_map};
+use common::workload::{Workload, assert_report_clean, assert_report_ran, ctl_json, read_map};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 const MOVES: usize = 20;
 const THREADS: usize = 4;
-/// Keys per workload thread: 200 plain ones and 16 hash-tagged pairs.
-const KEYS_PER_THREAD: u64 = 200 + 2 * 16;
 
 #[test]
 fn twenty_live_moves_under_a_redis_py_workload_lose_nothing() {
@@ -106,15 +104,7 @@ fn twenty_live_moves_under_a_redis_py_workload_lose_nothing() {
         );
     }
 
-    std::fs::write(&stopfile, b"stop").unwrap();
-    workload.wait(Duration::from_secs(120));
-    for line in workload.output.lock().unwrap().iter() {
-        println!("{line}");
-    }
-    let report: Value =
-        serde_json::from_str(&std::fs::read_to_string(&report_path).expect("workload report"))
-            .expect("report is JSON");
-    println!("{}", serde_json::to_string_pretty(&report).unwrap());
+    let report = workload.finish(&stopfile, &report_path);
 
     let count = |field: &str| {
         report[field]
@@ -122,13 +112,7 @@ fn twenty_live_moves_under_a_redis_py_workload_lose_nothing() {
             .unwrap_or_else(|| panic!("report has no count {field:?}"))
     };
     // The workload really ran, and ran through the moves.
-    assert!(
-        count("writes") >= 1000,
-        "too few writes: {}",
-        count("writes")
-    );
-    assert!(count("reads") >= 1000, "too few reads: {}", count("reads"));
-    assert!(count("multi_key_ops") >= 100, "too few multi-key ops");
+    assert_report_ran(&report, THREADS);
     assert!(
         writes_during_moves >= 200,
         "only {writes_during_moves} writes acknowledged during the moves"
@@ -137,11 +121,6 @@ fn twenty_live_moves_under_a_redis_py_workload_lose_nothing() {
         report["redirects"]["moved"].as_u64().unwrap_or(0) >= MOVES as u64,
         "the clients followed fewer MOVED redirects than there were moves: {}",
         report["redirects"]
-    );
-    assert_eq!(
-        count("verified"),
-        THREADS as u64 * KEYS_PER_THREAD,
-        "the final pass did not read every key back"
     );
     assert!(
         count("keys_written") >= THREADS as u64 * 100,

@@ -10,7 +10,7 @@
 
 mod common;
 
-use common::workload::{Workload, assert_report_clean, ctl_json};
+use common::workload::{Workload, assert_report_clean, assert_report_ran, ctl_json};
 use common::{DevCluster, Resp, free_port_block, http_get, spawn_servers};
 use keyway_resp::{Frame, Protocol, encode};
 use serde_json::Value;
@@ -144,18 +144,8 @@ fn busiest_over_mean(per: &BTreeMap<u64, u64>) -> f64 {
     max / mean
 }
 
-fn wait_for<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(v) = f() {
-            return v;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "timed out after {timeout:?}: {what}"
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+fn wait_for<T>(what: &str, timeout: Duration, f: impl FnMut() -> Option<T>) -> T {
+    keyway_testkit::wait_until(what, timeout, f).unwrap_or_else(|e| panic!("{e}"))
 }
 
 #[test]
@@ -240,11 +230,8 @@ fn growing_three_nodes_to_four_moves_a_quarter_to_the_new_node() {
             (settled && per.len() == 4 && busiest_over_mean(&per) <= 1.10).then_some(per)
         },
     );
-    std::fs::write(&stopfile, b"stop").unwrap();
-    workload.wait(Duration::from_secs(120));
-    let report: Value =
-        serde_json::from_str(&std::fs::read_to_string(&report_path).expect("workload report"))
-            .expect("report is JSON");
+    let report = workload.finish(&stopfile, &report_path);
+    assert_report_ran(&report, THREADS);
     assert_report_clean(&report);
 
     let migrations = ctl_json(&meta, &["migrations"]);

@@ -18,21 +18,9 @@ const DEADLINE: Duration = Duration::from_secs(60);
 const KEYS: usize = 6_000;
 const VALUE: [u8; 512] = [7; 512];
 
-async fn eventually<T, F: Future<Output = Option<T>>>(
-    what: &str,
-    mut probe: impl FnMut() -> F,
-) -> T {
-    let deadline = tokio::time::Instant::now() + DEADLINE;
-    loop {
-        if let Some(v) = probe().await {
-            return v;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting for: {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+/// Polls `probe` until it returns `Some`, failing after DEADLINE.
+async fn eventually<T, F: Future<Output = Option<T>>>(what: &str, probe: impl FnMut() -> F) -> T {
+    keyway_testkit::eventually(what, DEADLINE, probe).await
 }
 
 /// `keyway ctl --meta URL args...`: (success, stdout, stderr).

@@ -98,6 +98,21 @@ impl Workload {
         }
     }
 
+    /// Creates the stop file, waits for the workload to finish, prints its
+    /// output, and returns its report (printed too).
+    pub fn finish(&mut self, stopfile: &Path, report_path: &Path) -> Value {
+        std::fs::write(stopfile, b"stop").expect("write the stop file");
+        self.wait(Duration::from_secs(120));
+        for line in self.output.lock().unwrap().iter() {
+            println!("{line}");
+        }
+        let report: Value =
+            serde_json::from_str(&std::fs::read_to_string(report_path).expect("workload report"))
+                .expect("report is JSON");
+        println!("{}", serde_json::to_string_pretty(&report).unwrap());
+        report
+    }
+
     /// Waits for the workload to exit on its own (after the stop file appeared).
     pub fn wait(&mut self, timeout: Duration) {
         let deadline = Instant::now() + timeout;
@@ -203,5 +218,30 @@ pub fn assert_report_clean(report: &Value) {
         report["hung_threads"].as_array().map(Vec::len),
         Some(0),
         "workload threads hung"
+    );
+}
+
+/// Keys each workload thread owns: 200 plain ones and 16 hash-tagged pairs.
+pub const KEYS_PER_THREAD: u64 = 200 + 2 * 16;
+
+/// Asserts the workload really ran: enough writes, reads and multi-key
+/// operations, and a final pass that read back every key of `threads` threads.
+pub fn assert_report_ran(report: &Value, threads: usize) {
+    let count = |field: &str| {
+        report[field]
+            .as_u64()
+            .unwrap_or_else(|| panic!("report has no count {field:?}: {report}"))
+    };
+    assert!(
+        count("writes") >= 1000,
+        "too few writes: {}",
+        count("writes")
+    );
+    assert!(count("reads") >= 1000, "too few reads: {}", count("reads"));
+    assert!(count("multi_key_ops") >= 100, "too few multi-key ops");
+    assert_eq!(
+        count("verified"),
+        threads as u64 * KEYS_PER_THREAD,
+        "the final pass did not read every key back"
     );
 }

@@ -36,19 +36,9 @@ fn config() -> DriverConfig {
     }
 }
 
-/// Polls `probe` every 5 ms until it returns `Some`, failing after DEADLINE.
-async fn eventually<T, F: Future<Output = Option<T>>>(
-    what: &str,
-    mut probe: impl FnMut() -> F,
-) -> T {
-    let deadline = Instant::now() + DEADLINE;
-    loop {
-        if let Some(v) = probe().await {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for: {what}");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+/// Polls `probe` until it returns `Some`, failing after DEADLINE.
+async fn eventually<T, F: Future<Output = Option<T>>>(what: &str, probe: impl FnMut() -> F) -> T {
+    keyway_testkit::eventually(what, DEADLINE, probe).await
 }
 
 struct Env {
