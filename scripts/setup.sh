@@ -16,11 +16,23 @@ if [ ${#need_apt[@]} -gt 0 ]; then
   SUDO=""
   [ "$(id -u)" -ne 0 ] && SUDO="sudo"
   echo "setup: installing ${need_apt[*]} with apt-get" >&2
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null
-  # Debian starts a redis-server service on install; Keyway's tests start their own.
-  if command -v systemctl >/dev/null 2>&1; then $SUDO systemctl disable --now redis-server >/dev/null 2>&1 || true; fi
-  pkill -x redis-server >/dev/null 2>&1 || true
+  # Debian's packages start their services on install (redis-server,
+  # etcd). Keyway's tests start their own, and this script never stops a
+  # process it did not start, so it tells invoke-rc.d not to start any for
+  # the length of the install (policy-rc.d exit 101), when no policy exists.
+  policy=/usr/sbin/policy-rc.d
+  made_policy=""
+  if [ ! -e "$policy" ]; then
+    printf '#!/bin/sh\nexit 101\n' | $SUDO tee "$policy" >/dev/null
+    $SUDO chmod +x "$policy"
+    made_policy=1
+  fi
+  status=0
+  $SUDO apt-get update -qq &&
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null ||
+    status=$?
+  [ -n "$made_policy" ] && $SUDO rm -f "$policy"
+  [ "$status" -eq 0 ] || exit "$status"
 fi
 
 PY=${PYTHON:-python3}
