@@ -89,6 +89,18 @@ struct Waiter {
     since: Instant,
 }
 
+/// The dual replies waiting for the target, and whether the push still
+/// takes any: once it stopped or failed (`closed`), a reply handed to
+/// [`Push::defer`] is sent at once. Both live under one lock, so a reply can
+/// never be queued after the last release (it would never be answered, and
+/// its client would see the connection's "shutting down" for an applied
+/// write).
+#[derive(Default)]
+struct Waiters {
+    queued: Vec<Waiter>,
+    closed: bool,
+}
+
 /// One running push; see the module docs.
 pub struct Push {
     pub plan: PushPlan,
@@ -106,7 +118,7 @@ pub struct Push {
     acked: watch::Sender<Seq>,
     checkpoint: Mutex<Option<Checkpoint>>,
     error: Mutex<Option<String>>,
-    waiters: Mutex<Vec<Waiter>>,
+    waiters: Mutex<Waiters>,
     wake: Notify,
     stopped: AtomicBool,
     pub(crate) dual: AtomicBool,
@@ -137,7 +149,7 @@ impl Push {
             acked: watch::channel(after).0,
             checkpoint: Mutex::new(None),
             error: Mutex::new(None),
-            waiters: Mutex::new(Vec::new()),
+            waiters: Mutex::new(Waiters::default()),
             wake: Notify::new(),
             stopped: AtomicBool::new(false),
             dual: AtomicBool::new(false),
@@ -180,21 +192,32 @@ impl Push {
     }
 
     /// Takes over the released reply of a write with seq `seq`: sent once the
-    /// target has the write (or at once if it already has it, or the push failed).
+    /// target has the write, or at once if it already has it or the push
+    /// stopped or failed. The reply is always the write's own: the write is
+    /// durable here (the reply was released by this node's durability
+    /// mode), and
+    /// - before the flip this node owns the partition, so the write stands
+    ///   whether or not the migration goes on (a stopped or failed push
+    ///   means it aborts, back to this node);
+    /// - a flip needs the fence, which waits until the target has every
+    ///   write admitted before it (`acked_seq` past them), so after the flip
+    ///   no reply is still waiting for the target.
     pub fn defer(&self, seq: Seq, reply: oneshot::Sender<Frame>, frame: Frame) {
-        if self.acked_seq() >= seq || self.error.lock().is_ok_and(|e| e.is_some()) {
+        let mut waiters = self.waiters.lock().unwrap_or_else(|e| e.into_inner());
+        // Checked under the lock `stop`/`fail` close it with: a reply is
+        // either queued before the last release or sent here.
+        if waiters.closed || self.acked_seq() >= seq {
+            drop(waiters);
             let _ = reply.send(frame);
             return;
         }
-        self.waiters
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(Waiter {
-                seq,
-                reply,
-                frame,
-                since: Instant::now(),
-            });
+        waiters.queued.push(Waiter {
+            seq,
+            reply,
+            frame,
+            since: Instant::now(),
+        });
+        drop(waiters);
         self.wake.notify_one();
         // The stream may have advanced between the check and the push.
         self.release_acked(self.acked_seq());
@@ -228,8 +251,8 @@ impl Push {
         }
     }
 
-    /// Ends the push; pending dual replies are released (the writes are
-    /// durable here).
+    /// Ends the push; pending dual replies are released, and any deferred
+    /// later is sent at once (see [`Self::defer`]: the writes are durable here).
     pub fn stop(&self) {
         self.stopped.store(true, Ordering::Release);
         self.wake.notify_one();
@@ -248,9 +271,15 @@ impl Push {
         self.acked.send_modify(|_| {});
     }
 
+    /// Closes the queue (every later `defer` sends at once) and sends every
+    /// queued reply.
     fn release_all(&self) {
-        let waiters = std::mem::take(&mut *self.waiters.lock().unwrap_or_else(|e| e.into_inner()));
-        for w in waiters {
+        let queued = {
+            let mut waiters = self.waiters.lock().unwrap_or_else(|e| e.into_inner());
+            waiters.closed = true;
+            std::mem::take(&mut waiters.queued)
+        };
+        for w in queued {
             let _ = w.reply.send(w.frame);
         }
     }
@@ -258,10 +287,10 @@ impl Push {
     fn release_acked(&self, acked: Seq) {
         let ready: Vec<Waiter> = {
             let mut waiters = self.waiters.lock().unwrap_or_else(|e| e.into_inner());
-            let (ready, wait) = std::mem::take(&mut *waiters)
+            let (ready, wait) = std::mem::take(&mut waiters.queued)
                 .into_iter()
                 .partition(|w| w.seq <= acked);
-            *waiters = wait;
+            waiters.queued = wait;
             ready
         };
         for w in ready {
@@ -277,6 +306,7 @@ impl Push {
         self.waiters
             .lock()
             .unwrap_or_else(|e| e.into_inner())
+            .queued
             .iter()
             .any(|w| w.since.elapsed() > self.limits.dual_ack_timeout)
     }
@@ -610,6 +640,71 @@ pub(crate) async fn blocking<T: Send + 'static>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A push to a target nobody listens on (nothing here runs it).
+    fn idle_push() -> Arc<Push> {
+        let plan = PushPlan {
+            id: 1,
+            partition: PartitionId(1),
+            range: KeyRange::prefix(Bytes::from_static(b"m/")),
+            copy: false,
+            after_seq: 0,
+            throttle: Throttle::default(),
+        };
+        Push::new(
+            plan,
+            PeerClient::connect("127.0.0.1:9").unwrap(),
+            Arc::new(keyway_storage::MemEngine::new()),
+            Arc::new(Metrics::new()),
+            Arc::new(LatencyGauge::default()),
+            PushLimits {
+                dual_ack_timeout: Duration::from_secs(60),
+                target_retry_timeout: Duration::from_secs(60),
+            },
+        )
+    }
+
+    fn reply(text: &str) -> Frame {
+        Frame::Simple(text.into())
+    }
+
+    /// The ordering of the race: the storage thread took the push under the
+    /// routing guard and applied the write, the migration was stopped, and
+    /// only then (after the fsync) the write's reply reaches `defer`. The
+    /// write is durable at the owner: its client gets its reply, at once.
+    #[tokio::test]
+    async fn a_reply_deferred_after_stop_gets_the_writes_reply() {
+        let push = idle_push();
+        push.stop();
+        let (tx, mut rx) = oneshot::channel();
+        push.defer(5, tx, reply("OK"));
+        assert_eq!(rx.try_recv(), Ok(reply("OK")));
+    }
+
+    #[tokio::test]
+    async fn a_reply_deferred_after_a_failure_gets_the_writes_reply() {
+        let push = idle_push();
+        push.fail("the target is gone".into());
+        let (tx, mut rx) = oneshot::channel();
+        push.defer(5, tx, reply("OK"));
+        assert_eq!(rx.try_recv(), Ok(reply("OK")));
+    }
+
+    /// Queued replies wait for the target, then are all answered by stop.
+    #[tokio::test]
+    async fn replies_queued_before_stop_are_answered_by_stop() {
+        let push = idle_push();
+        let (tx, mut rx) = oneshot::channel();
+        push.defer(5, tx, reply("first"));
+        let (tx2, mut rx2) = oneshot::channel();
+        push.defer(6, tx2, Frame::Integer(2));
+        assert!(rx.try_recv().is_err(), "the target does not have seq 5 yet");
+        push.release_acked(5);
+        assert_eq!(rx.try_recv(), Ok(reply("first")));
+        assert!(rx2.try_recv().is_err());
+        push.stop();
+        assert_eq!(rx2.try_recv(), Ok(Frame::Integer(2)));
+    }
 
     #[test]
     fn the_rate_cap_paces_the_copy() {
