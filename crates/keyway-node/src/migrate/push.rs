@@ -2,6 +2,11 @@
 //! target.
 //!
 //! Process overview:
+//! 0. **Register at the target** (`MigrateReceive`): the target accepts
+//!    foreign records only for a registered migration (id, partition, epoch
+//!    e) of a partition it does not own (`receive.rs`); every write below
+//!    names the migration and is refused otherwise, which fails the push
+//!    (the migration aborts).
 //! 1. **Clean the target** (only when copying): drop whatever an earlier,
 //!    aborted attempt left of the range there, so the copy starts empty.
 //! 2. **COPYING**: page through the range in chunks (each from its own
@@ -28,7 +33,8 @@ use crate::executor::LatencyGauge;
 use crate::metrics::Metrics;
 use crate::peer::{PeerClient, PeerError, PushStatus, Throttle};
 use bytes::Bytes;
-use keyway_map::PartitionId;
+use super::{MigrationRef, RefusalReason};
+use keyway_map::{Epoch, PartitionId};
 use keyway_resp::Frame;
 use keyway_storage::{ChangeRecord, Engine, KeyRange, Mutation, RangeDigest, Seq, StorageError};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -65,6 +71,8 @@ pub struct PushLimits {
 pub struct PushPlan {
     pub id: u64,
     pub partition: PartitionId,
+    /// e: the partition's epoch in the migration record.
+    pub epoch: Epoch,
     pub range: KeyRange,
     pub copy: bool,
     pub after_seq: Seq,
@@ -175,6 +183,15 @@ impl Push {
     /// The checkpoint, once taken.
     pub fn checkpoint(&self) -> Option<Checkpoint> {
         *self.checkpoint.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The migration every target write names.
+    pub fn migration(&self) -> MigrationRef {
+        MigrationRef {
+            id: self.plan.id,
+            partition: self.plan.partition,
+            epoch: self.plan.epoch,
+        }
     }
 
     /// The target's peer client.
@@ -313,6 +330,10 @@ impl Push {
 
     /// The push's task: copy (if asked), then stream until stopped.
     pub async fn run(self: Arc<Self>) {
+        let m = self.migration();
+        if let Err(e) = self.retry(|| self.target.migrate_receive(&m, true)).await {
+            return self.fail(e);
+        }
         if self.plan.copy {
             match self.copy().await {
                 Ok(()) => {}
@@ -367,7 +388,8 @@ impl Push {
             }
         }
         // The one fsync of the copy.
-        self.retry(|| self.target.apply_foreign_with(&[], true))
+        let m = self.migration();
+        self.retry(|| self.target.apply_foreign_for(&m, &[], true))
             .await
             .map(|_| ())
     }
@@ -383,8 +405,9 @@ impl Push {
         if records.is_empty() {
             return Ok(());
         }
+        let m = self.migration();
         let (_, target_latency_us) = self
-            .retry(|| self.target.apply_foreign_report(records, false))
+            .retry(|| self.target.apply_foreign_for(&m, records, false))
             .await?;
         self.target_latency_us
             .store(target_latency_us, Ordering::Relaxed);
@@ -411,11 +434,12 @@ impl Push {
     }
 
     async fn clean_target(&self) -> Result<(), String> {
+        let m = self.migration();
         loop {
             let deleted = self
                 .retry(|| {
                     self.target
-                        .drop_range_chunk(&self.plan.range, CLEAN_CHUNK_ENTRIES)
+                        .drop_range_chunk_for(&m, &self.plan.range, CLEAN_CHUNK_ENTRIES)
                 })
                 .await?;
             if deleted == 0 {
@@ -498,13 +522,18 @@ impl Push {
 
     /// Applies `records` at the target, fsynced, retrying transient failures.
     async fn apply(&self, records: &[ChangeRecord]) -> Result<(), String> {
-        self.retry(|| self.target.apply_foreign_with(records, true))
+        let m = self.migration();
+        self.retry(|| self.target.apply_foreign_for(&m, records, true))
             .await
             .map(|_| ())
     }
 
     /// Retries `call` while it fails as unavailable, for at most
-    /// `target_retry_timeout`; other errors fail at once.
+    /// `target_retry_timeout`; other errors fail at once, except that a
+    /// target that no longer knows the migration (it restarted: the
+    /// registration is volatile) is registered again, once per call, through
+    /// the same checks as the first time (it must still not own the
+    /// partition, at the same epoch, with no newer migration of it).
     async fn retry<T, F, Fut>(&self, mut call: F) -> Result<T, String>
     where
         F: FnMut() -> Fut,
@@ -512,9 +541,28 @@ impl Push {
     {
         let started = Instant::now();
         let mut pause = Duration::from_millis(20);
+        // Registering again: not yet / due / done (only once per call).
+        let (mut register, mut registered_again) = (false, false);
         loop {
-            match call().await {
+            let result = match register {
+                true => match self.target.migrate_receive(&self.migration(), true).await {
+                    Ok(()) => {
+                        (register, registered_again) = (false, true);
+                        continue;
+                    }
+                    Err(e) => Err(e),
+                },
+                false => call().await,
+            };
+            match result {
                 Ok(v) => return Ok(v),
+                Err(PeerError::Refused {
+                    reason: RefusalReason::NotReceiving,
+                    detail,
+                }) if !registered_again && !self.stopped() => {
+                    tracing::info!(migration = self.plan.id, %detail, "target lost the migration; registering again");
+                    register = true;
+                }
                 Err(PeerError::Unavailable(e))
                     if started.elapsed() < self.limits.target_retry_timeout
                         && !self.stopped()
@@ -646,6 +694,7 @@ mod tests {
         let plan = PushPlan {
             id: 1,
             partition: PartitionId(1),
+            epoch: Epoch(1),
             range: KeyRange::prefix(Bytes::from_static(b"m/")),
             copy: false,
             after_seq: 0,

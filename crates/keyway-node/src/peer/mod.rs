@@ -3,9 +3,11 @@
 //! its **admin port** (merged into the admin HTTP router, see
 //! [`server::merge_routes`]), and [`client::PeerClient`], its typed client.
 //!
-//! The service checks no ownership. Its `Migrate*` calls hand over to the
-//! node's migration roles (`crate::migrate`), which hold the volatile
-//! migration state; the manager decides *what* to call and *when*.
+//! Reads check no ownership. The `Migrate*` calls hand over to the node's
+//! migration roles (`crate::migrate`), which hold the volatile migration
+//! state; the manager decides *what* to call and *when*. The data-changing
+//! calls (`ApplyForeign`, `DropRangeChunk`) name their migration and a node
+//! checks them under its routing guard (`crate::migrate::receive`).
 //!
 //! A live migration's copy and catch-up run **inside the source**
 //! (`crate::migrate::push`, reading its own engine and applying at the target
@@ -77,6 +79,7 @@ pub use client::{
     SnapshotEntry, catch_up, copy_range,
 };
 pub use control::{FenceDigests, PartitionView, PushSpec, PushStatus, Throttle};
+pub use crate::migrate::{MigrationRef, RefusalReason};
 pub use server::{NodeRoles, PeerService, merge_routes, serve_engine};
 
 /// Code generated from `proto/peer.proto` by `build.rs` (protox + tonic-prost-build).
