@@ -495,33 +495,29 @@ async fn unregistered_foreign_records_and_a_drop_of_an_owned_range_are_refused()
 
     // No push ever registered migration 99 at the target.
     let put = late_put(s.storage_key(&s.keys[0]), "stray");
-    refused(
-        s.target
-            .apply_foreign_for(&s.migration(99), std::slice::from_ref(&put), true)
-            .await,
-        RefusalReason::NotReceiving,
-    );
+    let unregistered = s
+        .target
+        .apply_foreign_for(&s.migration(99), std::slice::from_ref(&put), true)
+        .await;
     // A call naming no migration is malformed for a node.
-    assert!(matches!(
-        s.target.apply_foreign(std::slice::from_ref(&put)).await,
-        Err(PeerError::InvalidArgument(_))
-    ));
+    let unnamed = s.target.apply_foreign(std::slice::from_ref(&put)).await;
     let (at_target, _) = s.target.digest(&s.range).await.unwrap();
     assert_eq!(at_target.keys, 0, "a refused ApplyForeign wrote nothing");
+    refused(unregistered, RefusalReason::NotReceiving);
+    assert!(matches!(unnamed, Err(PeerError::InvalidArgument(_))));
 
     // The source owns the partition: a (stale manager's) drop is refused.
-    refused(
-        s.source
-            .drop_range_chunk_for(&s.migration(99), &s.range, 1_000)
-            .await,
-        RefusalReason::Owned,
-    );
+    let owned = s
+        .source
+        .drop_range_chunk_for(&s.migration(99), &s.range, 1_000)
+        .await;
+    let (after, _) = s.source.digest(&s.range).await.unwrap();
+    assert_eq!(after, before, "a refused drop deleted nothing");
+    refused(owned, RefusalReason::Owned);
     assert!(matches!(
         s.source.drop_range_chunk(&s.range, 1_000).await,
         Err(PeerError::InvalidArgument(_))
     ));
-    let (after, _) = s.source.digest(&s.range).await.unwrap();
-    assert_eq!(after, before, "a refused drop deleted nothing");
     let metrics = s.cluster.node(source_index(&s)).unwrap().shared().metrics.encode();
     assert!(
         metrics.contains("keyway_peer_refusals_total{kind=\"owned\"} 1"),
@@ -574,17 +570,10 @@ async fn a_late_apply_foreign_after_the_flip_is_refused_and_changes_nothing() {
         late_put(s.storage_key(&k_set), "stale"),
         late_put(s.storage_key(&k_del), "resurrected"),
     ];
-    refused(
-        s.target
-            .apply_foreign_for(&s.migration(11), &late, true)
-            .await,
-        RefusalReason::Owned,
-    );
-    // Registering again (a push retrying) is refused too.
-    refused(
-        s.target.migrate_receive(&s.migration(11), true).await,
-        RefusalReason::Owned,
-    );
+    let applied = s
+        .target
+        .apply_foreign_for(&s.migration(11), &late, true)
+        .await;
     let (v_set, v_del) = tokio::task::spawn_blocking(move || {
         let mut c = Resp::connect(target_port);
         (c.cmd(&["GET", &k_set]), c.cmd(&["EXISTS", &k_del]))
@@ -593,6 +582,12 @@ async fn a_late_apply_foreign_after_the_flip_is_refused_and_changes_nothing() {
     .unwrap();
     assert_eq!(v_set, Frame::Bulk("newer".into()), "the acknowledged write stands");
     assert_eq!(v_del, Frame::Integer(0), "the deleted key stays deleted");
+    refused(applied, RefusalReason::Owned);
+    // Registering again (a push retrying) is refused too.
+    refused(
+        s.target.migrate_receive(&s.migration(11), true).await,
+        RefusalReason::Owned,
+    );
     s.source.migrate_stop(11).await.unwrap();
     s.cluster.shutdown().await;
 }
