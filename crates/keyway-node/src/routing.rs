@@ -374,8 +374,18 @@ impl RoutingGuard<'_> {
 
     /// May `range` be dropped now on behalf of `m`? Hold the guard until
     /// the deletes are in the engine.
-    pub fn check_drop(&self, m: MigrationRef, range: &keyway_storage::KeyRange) -> Result<(), Refusal> {
-        receive::check_drop(&self.map.map, self.routing.me, &self.map.receiving, m, range)
+    pub fn check_drop(
+        &self,
+        m: MigrationRef,
+        range: &keyway_storage::KeyRange,
+    ) -> Result<(), Refusal> {
+        receive::check_drop(
+            &self.map.map,
+            self.routing.me,
+            &self.map.receiving,
+            m,
+            range,
+        )
     }
 
     /// The push dual-writing `partition`, if it is being dual-written.

@@ -518,7 +518,13 @@ async fn unregistered_foreign_records_and_a_drop_of_an_owned_range_are_refused()
         s.source.drop_range_chunk(&s.range, 1_000).await,
         Err(PeerError::InvalidArgument(_))
     ));
-    let metrics = s.cluster.node(source_index(&s)).unwrap().shared().metrics.encode();
+    let metrics = s
+        .cluster
+        .node(source_index(&s))
+        .unwrap()
+        .shared()
+        .metrics
+        .encode();
     assert!(
         metrics.contains("keyway_peer_refusals_total{kind=\"owned\"} 1"),
         "{metrics}"
@@ -580,7 +586,11 @@ async fn a_late_apply_foreign_after_the_flip_is_refused_and_changes_nothing() {
     })
     .await
     .unwrap();
-    assert_eq!(v_set, Frame::Bulk("newer".into()), "the acknowledged write stands");
+    assert_eq!(
+        v_set,
+        Frame::Bulk("newer".into()),
+        "the acknowledged write stands"
+    );
     assert_eq!(v_del, Frame::Integer(0), "the deleted key stays deleted");
     refused(applied, RefusalReason::Owned);
     // Registering again (a push retrying) is refused too.

@@ -262,7 +262,11 @@ impl Migrations {
     fn end_receiving(push: &Arc<Push>) {
         let push = push.clone();
         tokio::spawn(async move {
-            if let Err(e) = push.target().migrate_receive(&push.migration(), false).await {
+            if let Err(e) = push
+                .target()
+                .migrate_receive(&push.migration(), false)
+                .await
+            {
                 tracing::debug!(migration = push.plan.id, %e, "could not end the target's registration");
             }
         });

@@ -29,11 +29,11 @@
 //! `crate::peer` (fuzzy snapshot plus replay from the first chunk's seq;
 //! versions make every repeat harmless).
 
+use super::{MigrationRef, RefusalReason};
 use crate::executor::LatencyGauge;
 use crate::metrics::Metrics;
 use crate::peer::{PeerClient, PeerError, PushStatus, Throttle};
 use bytes::Bytes;
-use super::{MigrationRef, RefusalReason};
 use keyway_map::{Epoch, PartitionId};
 use keyway_resp::Frame;
 use keyway_storage::{ChangeRecord, Engine, KeyRange, Mutation, RangeDigest, Seq, StorageError};

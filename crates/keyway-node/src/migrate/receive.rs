@@ -146,7 +146,10 @@ pub fn register(
     if p.epoch < m.epoch {
         return Err(refuse(
             RefusalReason::MapBehind,
-            format!("{m}: this node's map has the partition at epoch {}", p.epoch),
+            format!(
+                "{m}: this node's map has the partition at epoch {}",
+                p.epoch
+            ),
         ));
     }
     if p.owner == me {
@@ -166,7 +169,10 @@ pub fn register(
     {
         return Err(refuse(
             RefusalReason::Stale,
-            format!("{m}: newer migration {} of the partition registered", have.id),
+            format!(
+                "{m}: newer migration {} of the partition registered",
+                have.id
+            ),
         ));
     }
     incoming.insert(
@@ -194,11 +200,7 @@ pub fn unregister(incoming: &mut Incoming, m: MigrationRef) -> bool {
 /// After a map install: keeps the registrations whose partition is still at
 /// their epoch (a flip, split or merge ends one).
 pub fn retain(incoming: &mut Incoming, map: &PartitionMap) {
-    incoming.retain(|pid, r| {
-        map.partitions
-            .get(pid)
-            .is_some_and(|p| p.epoch == r.epoch)
-    });
+    incoming.retain(|pid, r| map.partitions.get(pid).is_some_and(|p| p.epoch == r.epoch));
 }
 
 /// May foreign records with `keys` be applied for `m`?

@@ -74,12 +74,12 @@ pub mod client;
 pub mod control;
 pub mod server;
 
+pub use crate::migrate::{MigrationRef, RefusalReason};
 pub use client::{
     ChangesChunk, CopyChunk, CopyReport, PeerClient, PeerError, PeerOptions, SnapshotChunk,
     SnapshotEntry, catch_up, copy_range,
 };
 pub use control::{FenceDigests, PartitionView, PushSpec, PushStatus, Throttle};
-pub use crate::migrate::{MigrationRef, RefusalReason};
 pub use server::{NodeRoles, PeerService, merge_routes, serve_engine};
 
 /// Code generated from `proto/peer.proto` by `build.rs` (protox + tonic-prost-build).
