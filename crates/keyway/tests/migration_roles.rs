@@ -601,3 +601,36 @@ async fn a_late_apply_foreign_after_the_flip_is_refused_and_changes_nothing() {
     s.source.migrate_stop(11).await.unwrap();
     s.cluster.shutdown().await;
 }
+
+/// A target that lost its (volatile) registration, as after a restart, is
+/// registered again by the push through the same checks, and the stream
+/// goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_push_registers_again_at_a_target_that_lost_the_migration() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = setup(dir.path()).await;
+    push_caught_up(&s, 13).await;
+    s.target
+        .migrate_receive(&s.migration(13), false)
+        .await
+        .unwrap();
+    let port = s.source_port;
+    let key = s.keys[4].clone();
+    tokio::task::spawn_blocking(move || ok(Resp::connect(port).cmd(&["SET", &key, "later"])))
+        .await
+        .unwrap();
+    assert!(
+        wait_until(WAIT, || async {
+            let st = s.source.migrate_status(13).await.unwrap();
+            assert_eq!(st.error, None, "the push failed");
+            st.acked_seq >= st.head_seq
+        })
+        .await,
+        "the push catches up again"
+    );
+    let (src, _) = s.source.digest(&s.range).await.unwrap();
+    let (tgt, _) = s.target.digest(&s.range).await.unwrap();
+    assert_eq!((src, src.keys), (tgt, 1));
+    s.source.migrate_stop(13).await.unwrap();
+    s.cluster.shutdown().await;
+}
