@@ -34,6 +34,7 @@ pub async fn serve(
             routing: shared.routing.clone(),
             latency: shared.executor.latency().clone(),
             stats: shared.stats.clone(),
+            metrics: shared.metrics.clone(),
         },
     );
     let app = crate::peer::merge_routes(app, service);
@@ -102,6 +103,16 @@ pub struct Status {
     pub clients: usize,
     pub durability: crate::Durability,
     pub last_seq: u64,
+    /// Incoming migrations this node accepts foreign records for.
+    pub receiving: Vec<ReceivingView>,
+}
+
+/// One incoming migration in `/status`.
+#[derive(Serialize)]
+pub struct ReceivingView {
+    pub migration: u64,
+    pub partition: u64,
+    pub epoch: u64,
 }
 
 async fn status(State(shared): State<Arc<Shared>>) -> impl IntoResponse {
@@ -117,5 +128,15 @@ async fn status(State(shared): State<Arc<Shared>>) -> impl IntoResponse {
         clients: shared.clients.load(std::sync::atomic::Ordering::SeqCst),
         durability: shared.config.durability,
         last_seq: shared.engine.last_seq(),
+        receiving: shared
+            .routing
+            .receiving()
+            .into_iter()
+            .map(|(pid, r)| ReceivingView {
+                migration: r.id,
+                partition: pid.0,
+                epoch: r.epoch.0,
+            })
+            .collect(),
     })
 }

@@ -50,6 +50,9 @@ pub struct Metrics {
     pub migration_dual_wait_seconds: Histogram,
     /// `KW.MAP SINCE` replies, by kind (`delta`, `full`).
     pub map_since_replies: Family<KindLabel, Counter>,
+    /// Data-changing peer calls (`ApplyForeign`, `DropRangeChunk`,
+    /// `MigrateReceive`) refused, by reason (`not_receiving`, `owned`, ...).
+    pub peer_refusals: Family<KindLabel, Counter>,
 }
 
 impl Default for Metrics {
@@ -83,6 +86,7 @@ impl Metrics {
             migration_lag_records: Gauge::default(),
             migration_dual_wait_seconds: Histogram::new(exponential_buckets(0.000_05, 2.0, 16)),
             map_since_replies: Family::default(),
+            peer_refusals: Family::default(),
         };
         {
             let mut r = m.registry.lock().expect("fresh mutex");
@@ -190,6 +194,11 @@ impl Metrics {
                 "map_since_replies",
                 "KW.MAP SINCE replies, by kind (delta, full)",
                 m.map_since_replies.clone(),
+            );
+            r.register(
+                "peer_refusals",
+                "Migration writes from peers refused by this node's map and incoming migrations, by reason",
+                m.peer_refusals.clone(),
             );
         }
         m

@@ -13,7 +13,8 @@
 
 use crate::clock::Clock;
 use crate::map_history::{HistoryAnswer, HistoryEntry, MapHistory};
-use crate::migrate::Push;
+use crate::migrate::receive::{self, Incoming};
+use crate::migrate::{MigrationRef, Push, Receiving, Refusal};
 use keyway_map::{
     Epoch, KeyspaceId, KwMoved, MapError, MapVersion, NodeId, PartitionId, PartitionMap,
     PartitionRecord,
@@ -94,6 +95,9 @@ struct View {
     /// another owner, requests are held, not redirected back to the source.
     /// Each lapses at its deadline (monotonic ns after `base`).
     incoming: BTreeMap<PartitionId, (Epoch, u64)>,
+    /// The migrations this node is the target of, by partition: the only
+    /// ones it accepts foreign records for (`crate::migrate::receive`).
+    receiving: Incoming,
     /// The changes of the last versions installed one by one, ending at
     /// `map`'s version (`KW.MAP SINCE`).
     history: MapHistory,
@@ -118,6 +122,7 @@ impl Routing {
                 fenced: BTreeSet::new(),
                 dual: BTreeMap::new(),
                 incoming: BTreeMap::new(),
+                receiving: Incoming::new(),
                 history: MapHistory::new(crate::map_history::DEFAULT_MAP_HISTORY_VERSIONS),
             }),
             changes: watch::channel(0).0,
@@ -169,6 +174,30 @@ impl Routing {
         }
         drop(view);
         self.bump();
+    }
+
+    /// Registers (`on`) or ends incoming migration `m`: see
+    /// [`receive::register`]. Under the write side, so no peer write checked
+    /// against the registrations before runs after.
+    pub fn set_receiving(&self, m: MigrationRef, on: bool) -> Result<(), Refusal> {
+        let mut view = self.write();
+        let view = &mut *view;
+        if on {
+            receive::register(&view.map, self.me, &mut view.receiving, m)
+        } else {
+            receive::unregister(&mut view.receiving, m);
+            Ok(())
+        }
+    }
+
+    /// The incoming migrations (`/status`).
+    pub fn receiving(&self) -> Vec<(PartitionId, Receiving)> {
+        let view = self.read();
+        view.map
+            .receiving
+            .iter()
+            .map(|(pid, r)| (*pid, r.clone()))
+            .collect()
     }
 
     fn ns_since_base(&self, t: Instant) -> u64 {
@@ -273,6 +302,9 @@ impl Routing {
         // An incoming hold ends once the map moved past its epoch.
         view.incoming
             .retain(|pid, (epoch, _)| map.partitions.get(pid).is_some_and(|p| p.epoch == *epoch));
+        // So does an incoming migration (after the flip this node owns the
+        // partition: a late record for the old epoch is refused).
+        receive::retain(&mut view.receiving, &map);
         let from = view.map.version;
         match changes {
             Some(changes) => view.history.record(from, changes),
@@ -328,6 +360,32 @@ fn assert_epochs_never_fall(old: &PartitionMap, new: &PartitionMap) {
 impl RoutingGuard<'_> {
     pub fn map(&self) -> &PartitionMap {
         &self.map.map
+    }
+
+    /// May foreign records with `keys` be applied for `m` now? Hold the
+    /// guard until they are in the engine.
+    pub fn check_apply<'k>(
+        &self,
+        m: MigrationRef,
+        keys: impl Iterator<Item = &'k [u8]>,
+    ) -> Result<(), Refusal> {
+        receive::check_apply(&self.map.map, self.routing.me, &self.map.receiving, m, keys)
+    }
+
+    /// May `range` be dropped now on behalf of `m`? Hold the guard until
+    /// the deletes are in the engine.
+    pub fn check_drop(
+        &self,
+        m: MigrationRef,
+        range: &keyway_storage::KeyRange,
+    ) -> Result<(), Refusal> {
+        receive::check_drop(
+            &self.map.map,
+            self.routing.me,
+            &self.map.receiving,
+            m,
+            range,
+        )
     }
 
     /// The push dual-writing `partition`, if it is being dual-written.

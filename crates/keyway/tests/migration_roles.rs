@@ -12,7 +12,7 @@ use keyway_map::{
     DEFAULT_KEYSPACE, Epoch, MapChange, NodeId, OwnershipCondition, PartitionRecord, key_hash_slot,
 };
 use keyway_meta::MapTxn;
-use keyway_node::peer::{PeerClient, PushSpec, Throttle};
+use keyway_node::peer::{MigrationRef, PeerClient, PeerError, PushSpec, RefusalReason, Throttle};
 use keyway_resp::Frame;
 use keyway_storage::{ChangeRecord, KeyRange, Mutation};
 use std::time::Duration;
@@ -86,6 +86,87 @@ async fn setup(dir: &std::path::Path) -> Setup {
     }
 }
 
+impl Setup {
+    /// Migration `id` of the setup's partition at its epoch e.
+    fn migration(&self, id: u64) -> MigrationRef {
+        MigrationRef {
+            id,
+            partition: self.partition.id,
+            epoch: self.partition.epoch,
+        }
+    }
+
+    /// The storage key of user key `key` (default keyspace).
+    fn storage_key(&self, key: &str) -> bytes::Bytes {
+        let map = self.cluster_map_keyspace();
+        map.storage_key(key.as_bytes())
+    }
+
+    fn cluster_map_keyspace(&self) -> keyway_map::Keyspace {
+        let node = self.cluster.node(0).unwrap();
+        node.shared().routing.map().keyspaces[&DEFAULT_KEYSPACE].clone()
+    }
+
+    fn port_of(&self, node: NodeId) -> u16 {
+        let idx = (0..self.cluster.len())
+            .find(|i| self.cluster.node(*i).map(|n| n.id()) == Some(node))
+            .unwrap();
+        let addr = self.cluster.node(idx).unwrap().resp_addr();
+        addr.rsplit_once(':').unwrap().1.parse().unwrap()
+    }
+
+    /// Commits the flip (source, e) → (target, e+1) and waits until the
+    /// target serves the partition at e+1.
+    async fn flip(&self) {
+        let p = &self.partition;
+        self.cluster
+            .meta()
+            .commit(MapTxn {
+                conditions: vec![OwnershipCondition {
+                    partition: p.id,
+                    expected: Some((p.owner, p.epoch)),
+                }],
+                changes: vec![MapChange::UpsertPartition(PartitionRecord {
+                    owner: self.target_id,
+                    epoch: Epoch(p.epoch.0 + 1),
+                    ..p.clone()
+                })],
+            })
+            .await
+            .unwrap();
+        let flipped = |v: Option<keyway_node::peer::PartitionView>| {
+            v.is_some_and(|v| v.owner == self.target_id && v.epoch.0 == p.epoch.0 + 1)
+        };
+        assert!(
+            wait_until(WAIT, || async {
+                flipped(self.target.partition_view(p.id).await.unwrap())
+            })
+            .await,
+            "the target installs the flip"
+        );
+    }
+}
+
+/// A `Put` of `value` at `key` with a source seq newer than anything here.
+fn late_put(key: bytes::Bytes, value: &str) -> ChangeRecord {
+    ChangeRecord {
+        seq: u64::MAX / 4,
+        mutation: Mutation::Put {
+            key,
+            kind: keyway_storage::ValueKind::String,
+            expire_at_ms: None,
+            data: bytes::Bytes::copy_from_slice(value.as_bytes()),
+        },
+    }
+}
+
+fn refused(res: Result<impl std::fmt::Debug, PeerError>, want: RefusalReason) {
+    match res {
+        Err(PeerError::Refused { reason, .. }) if reason == want => {}
+        other => panic!("expected a {want:?} refusal, got {other:?}"),
+    }
+}
+
 trait SlotOf {
     fn contains_slot_of(&self, key: &str) -> bool;
 }
@@ -108,6 +189,7 @@ async fn push_caught_up(s: &Setup, id: u64) {
         .migrate_start(&PushSpec {
             id,
             partition: s.partition.id,
+            epoch: s.partition.epoch,
             range: s.range.clone(),
             target: s.target.addr().to_string(),
             copy: true,
@@ -215,12 +297,16 @@ async fn dual_writes_are_at_the_target_when_acknowledged_and_a_held_write_gets_m
         .find(|e| e.key.ends_with(s.keys[1].as_bytes()))
         .unwrap();
     s.target
-        .apply_foreign(&[ChangeRecord {
-            seq: u64::MAX / 2,
-            mutation: Mutation::Delete {
-                key: victim.key.clone(),
-            },
-        }])
+        .apply_foreign_for(
+            &s.migration(7),
+            &[ChangeRecord {
+                seq: u64::MAX / 2,
+                mutation: Mutation::Delete {
+                    key: victim.key.clone(),
+                },
+            }],
+            true,
+        )
         .await
         .unwrap();
     let d = s.source.migrate_digest(7).await.unwrap();
@@ -384,5 +470,167 @@ async fn a_fence_does_not_outlive_its_migration_when_no_manager_is_left_to_lift_
         })
         .await
     );
+    s.cluster.shutdown().await;
+}
+
+/// Invariant 2 for peer writes: a foreign record is accepted only for a
+/// migration the target registered, and a node refuses to drop a range it
+/// owns; neither refused call changes anything.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn unregistered_foreign_records_and_a_drop_of_an_owned_range_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = setup(dir.path()).await;
+    let port = s.source_port;
+    let keys = s.keys.clone();
+    tokio::task::spawn_blocking(move || {
+        let mut c = Resp::connect(port);
+        for k in &keys {
+            ok(c.cmd(&["SET", k, "v"]));
+        }
+    })
+    .await
+    .unwrap();
+    let (before, _) = s.source.digest(&s.range).await.unwrap();
+    assert_eq!(before.keys, 300);
+
+    // No push ever registered migration 99 at the target.
+    let put = late_put(s.storage_key(&s.keys[0]), "stray");
+    let unregistered = s
+        .target
+        .apply_foreign_for(&s.migration(99), std::slice::from_ref(&put), true)
+        .await;
+    // A call naming no migration is malformed for a node.
+    let unnamed = s.target.apply_foreign(std::slice::from_ref(&put)).await;
+    let (at_target, _) = s.target.digest(&s.range).await.unwrap();
+    assert_eq!(at_target.keys, 0, "a refused ApplyForeign wrote nothing");
+    refused(unregistered, RefusalReason::NotReceiving);
+    assert!(matches!(unnamed, Err(PeerError::InvalidArgument(_))));
+
+    // The source owns the partition: a (stale manager's) drop is refused.
+    let owned = s
+        .source
+        .drop_range_chunk_for(&s.migration(99), &s.range, 1_000)
+        .await;
+    let (after, _) = s.source.digest(&s.range).await.unwrap();
+    assert_eq!(after, before, "a refused drop deleted nothing");
+    refused(owned, RefusalReason::Owned);
+    assert!(matches!(
+        s.source.drop_range_chunk(&s.range, 1_000).await,
+        Err(PeerError::InvalidArgument(_))
+    ));
+    let metrics = s
+        .cluster
+        .node(source_index(&s))
+        .unwrap()
+        .shared()
+        .metrics
+        .encode();
+    assert!(
+        metrics.contains("keyway_peer_refusals_total{kind=\"owned\"} 1"),
+        "{metrics}"
+    );
+    s.cluster.shutdown().await;
+}
+
+/// A delayed `ApplyForeign` of the migration, retried after the flip, must
+/// neither overwrite a newer acknowledged write at the new owner nor
+/// resurrect a key deleted there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_late_apply_foreign_after_the_flip_is_refused_and_changes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = setup(dir.path()).await;
+    let port = s.source_port;
+    let keys = s.keys.clone();
+    tokio::task::spawn_blocking(move || {
+        let mut c = Resp::connect(port);
+        for k in &keys {
+            ok(c.cmd(&["SET", k, "copied"]));
+        }
+    })
+    .await
+    .unwrap();
+    push_caught_up(&s, 11).await;
+    // Before the flip the registered migration's records are accepted.
+    let early = late_put(s.storage_key(&s.keys[5]), "copied");
+    s.target
+        .apply_foreign_for(&s.migration(11), &[early], true)
+        .await
+        .unwrap();
+    s.source.migrate_fence(11, true).await.unwrap();
+    s.flip().await;
+
+    // The new owner takes a write and a delete.
+    let target_port = s.port_of(s.target_id);
+    let (k_set, k_del) = (s.keys[0].clone(), s.keys[1].clone());
+    let (k1, k2) = (k_set.clone(), k_del.clone());
+    tokio::task::spawn_blocking(move || {
+        let mut c = Resp::connect(target_port);
+        ok(c.cmd(&["SET", &k1, "newer"]));
+        assert_eq!(c.cmd(&["DEL", &k2]), Frame::Integer(1));
+    })
+    .await
+    .unwrap();
+
+    // The late records of the old epoch arrive.
+    let late = [
+        late_put(s.storage_key(&k_set), "stale"),
+        late_put(s.storage_key(&k_del), "resurrected"),
+    ];
+    let applied = s
+        .target
+        .apply_foreign_for(&s.migration(11), &late, true)
+        .await;
+    let (v_set, v_del) = tokio::task::spawn_blocking(move || {
+        let mut c = Resp::connect(target_port);
+        (c.cmd(&["GET", &k_set]), c.cmd(&["EXISTS", &k_del]))
+    })
+    .await
+    .unwrap();
+    assert_eq!(
+        v_set,
+        Frame::Bulk("newer".into()),
+        "the acknowledged write stands"
+    );
+    assert_eq!(v_del, Frame::Integer(0), "the deleted key stays deleted");
+    refused(applied, RefusalReason::Owned);
+    // Registering again (a push retrying) is refused too.
+    refused(
+        s.target.migrate_receive(&s.migration(11), true).await,
+        RefusalReason::Owned,
+    );
+    s.source.migrate_stop(11).await.unwrap();
+    s.cluster.shutdown().await;
+}
+
+/// A target that lost its (volatile) registration, as after a restart, is
+/// registered again by the push through the same checks, and the stream
+/// goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_push_registers_again_at_a_target_that_lost_the_migration() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = setup(dir.path()).await;
+    push_caught_up(&s, 13).await;
+    s.target
+        .migrate_receive(&s.migration(13), false)
+        .await
+        .unwrap();
+    let port = s.source_port;
+    let key = s.keys[4].clone();
+    tokio::task::spawn_blocking(move || ok(Resp::connect(port).cmd(&["SET", &key, "later"])))
+        .await
+        .unwrap();
+    assert!(
+        wait_until(WAIT, || async {
+            let st = s.source.migrate_status(13).await.unwrap();
+            assert_eq!(st.error, None, "the push failed");
+            st.acked_seq >= st.head_seq
+        })
+        .await,
+        "the push catches up again"
+    );
+    let (src, _) = s.source.digest(&s.range).await.unwrap();
+    let (tgt, _) = s.target.digest(&s.range).await.unwrap();
+    assert_eq!((src, src.keys), (tgt, 1));
+    s.source.migrate_stop(13).await.unwrap();
     s.cluster.shutdown().await;
 }

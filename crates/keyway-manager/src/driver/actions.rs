@@ -12,7 +12,7 @@ use super::run::{Step, Task};
 use keyway_map::{Epoch, MapChange, NodeId, OwnershipCondition, PartitionRecord};
 use keyway_meta::{MapTxn, MetaError};
 use keyway_migration::{Actor, Command, Event, MigrationRecord, MigrationState, RangeDigest};
-use keyway_node::peer::{PeerError, PushSpec};
+use keyway_node::peer::{MigrationRef, PeerError, PushSpec};
 use keyway_storage::KeyRange;
 use std::time::Duration;
 use tokio::time::Instant;
@@ -183,6 +183,7 @@ impl Task {
         let spec = PushSpec {
             id: self.id(),
             partition: self.record().partition_id(),
+            epoch: self.record().epoch(),
             range: self.range.clone(),
             target: target.admin_addr,
             copy,
@@ -338,9 +339,17 @@ impl Task {
     }
 
     /// Deletes the range at `node` chunk by chunk, pausing between chunks.
-    /// `Ok(false)`: leadership lost on the way.
+    /// `Ok(false)`: leadership lost on the way. Every call names this
+    /// migration; the node refuses ([`PeerError::Refused`]) a range it owns
+    /// or receives under another migration.
     async fn drop_range(&self, node: &PeerAddr) -> Result<bool, PeerError> {
         let (peers, range) = (self.shared.peers.clone(), self.range.clone());
+        let rec = self.record();
+        let m = MigrationRef {
+            id: rec.id.0,
+            partition: rec.partition_id(),
+            epoch: rec.epoch(),
+        };
         let chunk = self.shared.config.drop_chunk_entries;
         let pause = Duration::from_millis(self.shared.config.drop_pause_ms);
         loop {
@@ -348,7 +357,7 @@ impl Task {
                 return Ok(false);
             }
             let deleted = self
-                .call(|| peers.drop_range_chunk(node, &range, chunk))
+                .call(|| peers.drop_range_chunk(node, &m, &range, chunk))
                 .await?;
             if deleted == 0 {
                 return Ok(true);
@@ -398,6 +407,14 @@ impl Task {
         match self.drop_range(&target).await {
             Ok(true) => Step::Done,
             Ok(false) => Step::Halt,
+            // Not a copy of ours (the target owns the range, or receives it
+            // under a newer migration, whose copy start cleaned ours):
+            // nothing left to revert, and retrying would never end.
+            Err(PeerError::Refused { reason, detail }) => {
+                tracing::error!(migration = id, partition = %pid, ?reason, %detail,
+                    "the target refuses to drop the range; its data there is not our copy");
+                Step::Done
+            }
             Err(e) => self.failed(Actor::Target, "DropRangeChunk", e),
         }
     }
@@ -432,6 +449,15 @@ impl Task {
         match self.drop_range(&source).await {
             Ok(true) => Step::Report(Event::SourceDropped),
             Ok(false) => Step::Halt,
+            // The source owns (part of) the range again, or receives it
+            // under another migration: what it holds there is live data, not
+            // our leftover (a bug or a later move). Never drop it; the
+            // cleanup has nothing left to do, and retrying would never end.
+            Err(PeerError::Refused { reason, detail }) => {
+                tracing::error!(migration = id, ?reason, %detail,
+                    "the source refuses to drop the range; finishing without dropping");
+                Step::Report(Event::SourceDropped)
+            }
             Err(e) => self.failed(Actor::Source, "DropRangeChunk", e),
         }
     }

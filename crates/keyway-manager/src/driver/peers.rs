@@ -4,7 +4,9 @@
 //! client per admin address).
 
 use keyway_map::{NodeId, PartitionId};
-use keyway_node::peer::{FenceDigests, PartitionView, PeerClient, PeerError, PushSpec, PushStatus};
+use keyway_node::peer::{
+    FenceDigests, MigrationRef, PartitionView, PeerClient, PeerError, PushSpec, PushStatus,
+};
 use keyway_storage::{KeyRange, Seq};
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -27,10 +29,14 @@ pub trait MigrationPeers: Send + Sync + 'static {
     /// `(keys, bytes)` of `range` at the node.
     async fn range_stats(&self, node: &PeerAddr, range: &KeyRange)
     -> Result<(u64, u64), PeerError>;
-    /// Deletes up to `limit` entries of `range`; 0 = the range is empty there.
+    /// Deletes up to `limit` entries of `range` on behalf of `migration`;
+    /// 0 = the range is empty there. [`PeerError::Refused`]: the node owns
+    /// part of the range or receives it under another migration (its data
+    /// there is not this migration's to drop).
     async fn drop_range_chunk(
         &self,
         node: &PeerAddr,
+        migration: &MigrationRef,
         range: &KeyRange,
         limit: usize,
     ) -> Result<u64, PeerError>;
@@ -98,10 +104,13 @@ impl MigrationPeers for RpcPeers {
     async fn drop_range_chunk(
         &self,
         node: &PeerAddr,
+        migration: &MigrationRef,
         range: &KeyRange,
         limit: usize,
     ) -> Result<u64, PeerError> {
-        self.client(node)?.drop_range_chunk(range, limit).await
+        self.client(node)?
+            .drop_range_chunk_for(migration, range, limit)
+            .await
     }
 
     async fn migrate_start(

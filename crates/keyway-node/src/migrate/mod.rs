@@ -13,8 +13,11 @@
 //!   `-MOVED`) or the fence lifts (they run);
 //! - **stop**.
 //!
-//! The target needs no role: it receives `ApplyForeign` calls and starts
-//! serving when its map says it owns the partition.
+//! The target's role is small (`receive.rs`): the push registers the
+//! migration there before its first write (`MigrateReceive`), the target
+//! accepts `ApplyForeign` only for a registered migration of a partition it
+//! does not own, and starts serving when its map says it owns the partition
+//! (which ends the registration).
 //!
 //! All of this is volatile. A source that restarts forgets its pushes (the
 //! manager sees `NOT_FOUND` and aborts), but a fence must outlive a crash: if
@@ -25,9 +28,11 @@
 
 mod digest;
 mod push;
+pub(crate) mod receive;
 
 pub use digest::{KEYS_PER_DIGEST, keys_digest};
 pub use push::{Checkpoint, Push, PushLimits, PushPlan};
+pub use receive::{MigrationRef, Receiving, Refusal, RefusalReason};
 
 use crate::executor::LatencyGauge;
 use crate::metrics::Metrics;
@@ -115,11 +120,11 @@ impl Migrations {
         let owned = map
             .partitions
             .get(&spec.partition)
-            .is_some_and(|p| p.owner == me);
+            .is_some_and(|p| p.owner == me && p.epoch == spec.epoch);
         if !owned {
             return Err(RoleError::Refused(format!(
-                "this node does not own partition {} (map version {})",
-                spec.partition, map.version
+                "this node does not own partition {} at epoch {} (map version {})",
+                spec.partition, spec.epoch, map.version
             )));
         }
         let target = PeerClient::connect(&spec.target)
@@ -127,6 +132,7 @@ impl Migrations {
         let plan = PushPlan {
             id: spec.id,
             partition: spec.partition,
+            epoch: spec.epoch,
             range: spec.range,
             copy: spec.copy,
             after_seq: spec.after_seq,
@@ -250,6 +256,22 @@ impl Migrations {
         });
     }
 
+    /// Ends the target's registration of the migration (best effort, in the
+    /// background: the target also ends it once its map moves the
+    /// partition, and a newer migration's registration replaces it).
+    fn end_receiving(push: &Arc<Push>) {
+        let push = push.clone();
+        tokio::spawn(async move {
+            if let Err(e) = push
+                .target()
+                .migrate_receive(&push.migration(), false)
+                .await
+            {
+                tracing::debug!(migration = push.plan.id, %e, "could not end the target's registration");
+            }
+        });
+    }
+
     /// Both sides' digests of the range at the fence (see `digest.rs`).
     /// Refused unless the partition is fenced.
     pub async fn fence_digests(&self, id: u64) -> Result<crate::peer::FenceDigests, RoleError> {
@@ -285,6 +307,7 @@ impl Migrations {
             self.routing.set_fenced(pid, false);
             Self::lift_incoming(&push);
             push.stop();
+            Self::end_receiving(&push);
             tracing::info!(migration = id, partition = %pid, "migration push stopped");
         }
     }

@@ -2,6 +2,11 @@
 //! target.
 //!
 //! Process overview:
+//! 0. **Register at the target** (`MigrateReceive`): the target accepts
+//!    foreign records only for a registered migration (id, partition, epoch
+//!    e) of a partition it does not own (`receive.rs`); every write below
+//!    names the migration and is refused otherwise, which fails the push
+//!    (the migration aborts).
 //! 1. **Clean the target** (only when copying): drop whatever an earlier,
 //!    aborted attempt left of the range there, so the copy starts empty.
 //! 2. **COPYING**: page through the range in chunks (each from its own
@@ -24,11 +29,12 @@
 //! `crate::peer` (fuzzy snapshot plus replay from the first chunk's seq;
 //! versions make every repeat harmless).
 
+use super::{MigrationRef, RefusalReason};
 use crate::executor::LatencyGauge;
 use crate::metrics::Metrics;
 use crate::peer::{PeerClient, PeerError, PushStatus, Throttle};
 use bytes::Bytes;
-use keyway_map::PartitionId;
+use keyway_map::{Epoch, PartitionId};
 use keyway_resp::Frame;
 use keyway_storage::{ChangeRecord, Engine, KeyRange, Mutation, RangeDigest, Seq, StorageError};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -65,6 +71,8 @@ pub struct PushLimits {
 pub struct PushPlan {
     pub id: u64,
     pub partition: PartitionId,
+    /// e: the partition's epoch in the migration record.
+    pub epoch: Epoch,
     pub range: KeyRange,
     pub copy: bool,
     pub after_seq: Seq,
@@ -89,6 +97,18 @@ struct Waiter {
     since: Instant,
 }
 
+/// The dual replies waiting for the target, and whether the push still
+/// takes any: once it stopped or failed (`closed`), a reply handed to
+/// [`Push::defer`] is sent at once. Both live under one lock, so a reply can
+/// never be queued after the last release (it would never be answered, and
+/// its client would see the connection's "shutting down" for an applied
+/// write).
+#[derive(Default)]
+struct Waiters {
+    queued: Vec<Waiter>,
+    closed: bool,
+}
+
 /// One running push; see the module docs.
 pub struct Push {
     pub plan: PushPlan,
@@ -106,7 +126,7 @@ pub struct Push {
     acked: watch::Sender<Seq>,
     checkpoint: Mutex<Option<Checkpoint>>,
     error: Mutex<Option<String>>,
-    waiters: Mutex<Vec<Waiter>>,
+    waiters: Mutex<Waiters>,
     wake: Notify,
     stopped: AtomicBool,
     pub(crate) dual: AtomicBool,
@@ -137,7 +157,7 @@ impl Push {
             acked: watch::channel(after).0,
             checkpoint: Mutex::new(None),
             error: Mutex::new(None),
-            waiters: Mutex::new(Vec::new()),
+            waiters: Mutex::new(Waiters::default()),
             wake: Notify::new(),
             stopped: AtomicBool::new(false),
             dual: AtomicBool::new(false),
@@ -165,6 +185,15 @@ impl Push {
         *self.checkpoint.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// The migration every target write names.
+    pub fn migration(&self) -> MigrationRef {
+        MigrationRef {
+            id: self.plan.id,
+            partition: self.plan.partition,
+            epoch: self.plan.epoch,
+        }
+    }
+
     /// The target's peer client.
     pub fn target(&self) -> &PeerClient {
         &self.target
@@ -180,21 +209,32 @@ impl Push {
     }
 
     /// Takes over the released reply of a write with seq `seq`: sent once the
-    /// target has the write (or at once if it already has it, or the push failed).
+    /// target has the write, or at once if it already has it or the push
+    /// stopped or failed. The reply is always the write's own: the write is
+    /// durable here (the reply was released by this node's durability
+    /// mode), and
+    /// - before the flip this node owns the partition, so the write stands
+    ///   whether or not the migration goes on (a stopped or failed push
+    ///   means it aborts, back to this node);
+    /// - a flip needs the fence, which waits until the target has every
+    ///   write admitted before it (`acked_seq` past them), so after the flip
+    ///   no reply is still waiting for the target.
     pub fn defer(&self, seq: Seq, reply: oneshot::Sender<Frame>, frame: Frame) {
-        if self.acked_seq() >= seq || self.error.lock().is_ok_and(|e| e.is_some()) {
+        let mut waiters = self.waiters.lock().unwrap_or_else(|e| e.into_inner());
+        // Checked under the lock `stop`/`fail` close it with: a reply is
+        // either queued before the last release or sent here.
+        if waiters.closed || self.acked_seq() >= seq {
+            drop(waiters);
             let _ = reply.send(frame);
             return;
         }
-        self.waiters
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(Waiter {
-                seq,
-                reply,
-                frame,
-                since: Instant::now(),
-            });
+        waiters.queued.push(Waiter {
+            seq,
+            reply,
+            frame,
+            since: Instant::now(),
+        });
+        drop(waiters);
         self.wake.notify_one();
         // The stream may have advanced between the check and the push.
         self.release_acked(self.acked_seq());
@@ -228,8 +268,8 @@ impl Push {
         }
     }
 
-    /// Ends the push; pending dual replies are released (the writes are
-    /// durable here).
+    /// Ends the push; pending dual replies are released, and any deferred
+    /// later is sent at once (see [`Self::defer`]: the writes are durable here).
     pub fn stop(&self) {
         self.stopped.store(true, Ordering::Release);
         self.wake.notify_one();
@@ -248,9 +288,15 @@ impl Push {
         self.acked.send_modify(|_| {});
     }
 
+    /// Closes the queue (every later `defer` sends at once) and sends every
+    /// queued reply.
     fn release_all(&self) {
-        let waiters = std::mem::take(&mut *self.waiters.lock().unwrap_or_else(|e| e.into_inner()));
-        for w in waiters {
+        let queued = {
+            let mut waiters = self.waiters.lock().unwrap_or_else(|e| e.into_inner());
+            waiters.closed = true;
+            std::mem::take(&mut waiters.queued)
+        };
+        for w in queued {
             let _ = w.reply.send(w.frame);
         }
     }
@@ -258,10 +304,10 @@ impl Push {
     fn release_acked(&self, acked: Seq) {
         let ready: Vec<Waiter> = {
             let mut waiters = self.waiters.lock().unwrap_or_else(|e| e.into_inner());
-            let (ready, wait) = std::mem::take(&mut *waiters)
+            let (ready, wait) = std::mem::take(&mut waiters.queued)
                 .into_iter()
                 .partition(|w| w.seq <= acked);
-            *waiters = wait;
+            waiters.queued = wait;
             ready
         };
         for w in ready {
@@ -277,12 +323,17 @@ impl Push {
         self.waiters
             .lock()
             .unwrap_or_else(|e| e.into_inner())
+            .queued
             .iter()
             .any(|w| w.since.elapsed() > self.limits.dual_ack_timeout)
     }
 
     /// The push's task: copy (if asked), then stream until stopped.
     pub async fn run(self: Arc<Self>) {
+        let m = self.migration();
+        if let Err(e) = self.retry(|| self.target.migrate_receive(&m, true)).await {
+            return self.fail(e);
+        }
         if self.plan.copy {
             match self.copy().await {
                 Ok(()) => {}
@@ -337,7 +388,8 @@ impl Push {
             }
         }
         // The one fsync of the copy.
-        self.retry(|| self.target.apply_foreign_with(&[], true))
+        let m = self.migration();
+        self.retry(|| self.target.apply_foreign_for(&m, &[], true))
             .await
             .map(|_| ())
     }
@@ -353,8 +405,9 @@ impl Push {
         if records.is_empty() {
             return Ok(());
         }
+        let m = self.migration();
         let (_, target_latency_us) = self
-            .retry(|| self.target.apply_foreign_report(records, false))
+            .retry(|| self.target.apply_foreign_for(&m, records, false))
             .await?;
         self.target_latency_us
             .store(target_latency_us, Ordering::Relaxed);
@@ -381,11 +434,12 @@ impl Push {
     }
 
     async fn clean_target(&self) -> Result<(), String> {
+        let m = self.migration();
         loop {
             let deleted = self
                 .retry(|| {
                     self.target
-                        .drop_range_chunk(&self.plan.range, CLEAN_CHUNK_ENTRIES)
+                        .drop_range_chunk_for(&m, &self.plan.range, CLEAN_CHUNK_ENTRIES)
                 })
                 .await?;
             if deleted == 0 {
@@ -468,13 +522,18 @@ impl Push {
 
     /// Applies `records` at the target, fsynced, retrying transient failures.
     async fn apply(&self, records: &[ChangeRecord]) -> Result<(), String> {
-        self.retry(|| self.target.apply_foreign_with(records, true))
+        let m = self.migration();
+        self.retry(|| self.target.apply_foreign_for(&m, records, true))
             .await
             .map(|_| ())
     }
 
     /// Retries `call` while it fails as unavailable, for at most
-    /// `target_retry_timeout`; other errors fail at once.
+    /// `target_retry_timeout`; other errors fail at once, except that a
+    /// target that no longer knows the migration (it restarted: the
+    /// registration is volatile) is registered again, once per call, through
+    /// the same checks as the first time (it must still not own the
+    /// partition, at the same epoch, with no newer migration of it).
     async fn retry<T, F, Fut>(&self, mut call: F) -> Result<T, String>
     where
         F: FnMut() -> Fut,
@@ -482,9 +541,28 @@ impl Push {
     {
         let started = Instant::now();
         let mut pause = Duration::from_millis(20);
+        // Registering again: not yet / due / done (only once per call).
+        let (mut register, mut registered_again) = (false, false);
         loop {
-            match call().await {
+            let result = match register {
+                true => match self.target.migrate_receive(&self.migration(), true).await {
+                    Ok(()) => {
+                        (register, registered_again) = (false, true);
+                        continue;
+                    }
+                    Err(e) => Err(e),
+                },
+                false => call().await,
+            };
+            match result {
                 Ok(v) => return Ok(v),
+                Err(PeerError::Refused {
+                    reason: RefusalReason::NotReceiving,
+                    detail,
+                }) if !registered_again && !self.stopped() => {
+                    tracing::info!(migration = self.plan.id, %detail, "target lost the migration; registering again");
+                    register = true;
+                }
                 Err(PeerError::Unavailable(e))
                     if started.elapsed() < self.limits.target_retry_timeout
                         && !self.stopped()
@@ -610,6 +688,72 @@ pub(crate) async fn blocking<T: Send + 'static>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A push to a target nobody listens on (nothing here runs it).
+    fn idle_push() -> Arc<Push> {
+        let plan = PushPlan {
+            id: 1,
+            partition: PartitionId(1),
+            epoch: Epoch(1),
+            range: KeyRange::prefix(Bytes::from_static(b"m/")),
+            copy: false,
+            after_seq: 0,
+            throttle: Throttle::default(),
+        };
+        Push::new(
+            plan,
+            PeerClient::connect("127.0.0.1:9").unwrap(),
+            Arc::new(keyway_storage::MemEngine::new()),
+            Arc::new(Metrics::new()),
+            Arc::new(LatencyGauge::default()),
+            PushLimits {
+                dual_ack_timeout: Duration::from_secs(60),
+                target_retry_timeout: Duration::from_secs(60),
+            },
+        )
+    }
+
+    fn reply(text: &str) -> Frame {
+        Frame::Simple(text.into())
+    }
+
+    /// The ordering of the race: the storage thread took the push under the
+    /// routing guard and applied the write, the migration was stopped, and
+    /// only then (after the fsync) the write's reply reaches `defer`. The
+    /// write is durable at the owner: its client gets its reply, at once.
+    #[tokio::test]
+    async fn a_reply_deferred_after_stop_gets_the_writes_reply() {
+        let push = idle_push();
+        push.stop();
+        let (tx, mut rx) = oneshot::channel();
+        push.defer(5, tx, reply("OK"));
+        assert_eq!(rx.try_recv(), Ok(reply("OK")));
+    }
+
+    #[tokio::test]
+    async fn a_reply_deferred_after_a_failure_gets_the_writes_reply() {
+        let push = idle_push();
+        push.fail("the target is gone".into());
+        let (tx, mut rx) = oneshot::channel();
+        push.defer(5, tx, reply("OK"));
+        assert_eq!(rx.try_recv(), Ok(reply("OK")));
+    }
+
+    /// Queued replies wait for the target, then are all answered by stop.
+    #[tokio::test]
+    async fn replies_queued_before_stop_are_answered_by_stop() {
+        let push = idle_push();
+        let (tx, mut rx) = oneshot::channel();
+        push.defer(5, tx, reply("first"));
+        let (tx2, mut rx2) = oneshot::channel();
+        push.defer(6, tx2, Frame::Integer(2));
+        assert!(rx.try_recv().is_err(), "the target does not have seq 5 yet");
+        push.release_acked(5);
+        assert_eq!(rx.try_recv(), Ok(reply("first")));
+        assert!(rx2.try_recv().is_err());
+        push.stop();
+        assert_eq!(rx2.try_recv(), Ok(Frame::Integer(2)));
+    }
 
     #[test]
     fn the_rate_cap_paces_the_copy() {

@@ -5,10 +5,11 @@
 //! unreachable node). Every call has a deadline ([`PeerOptions::rpc_timeout`]);
 //! a missed deadline or a transport failure is [`PeerError::Unavailable`]
 //! (for `apply_foreign` / `drop_range_chunk` the outcome is then unknown, but
-//! both are safe to repeat).
+//! both are safe to repeat while their migration permits them).
 
 use super::pb::{self, peer_client::PeerClient as PbClient};
 use super::{MAX_CHANGES_RECORDS, MAX_CHUNK_BYTES, MAX_MESSAGE_BYTES, MAX_SNAPSHOT_ENTRIES};
+use crate::migrate::{MigrationRef, RefusalReason};
 use bytes::Bytes;
 use keyway_storage::{ChangeRecord, KeyRange, Mutation, RangeDigest, Seq, Value};
 use prost::Message;
@@ -37,6 +38,14 @@ pub enum PeerError {
     /// lost in a restart).
     #[error("not found at peer: {0}")]
     NotFound(String),
+    /// The peer refused a data-changing call for its migration (see
+    /// `crate::migrate::receive`): it owns the range, receives it under
+    /// another migration, does not receive this one, ... Not retryable.
+    #[error("refused by peer ({reason:?}): {detail}")]
+    Refused {
+        reason: RefusalReason,
+        detail: String,
+    },
     /// Anything else the peer reported (storage failure, corrupt answer, ...).
     #[error("peer error: {0}")]
     Remote(String),
@@ -53,6 +62,15 @@ impl PeerError {
                     Some(pb::error_detail::Kind::LogTruncated(t)) => PeerError::LogTruncated {
                         log_start: t.log_start,
                     },
+                    Some(pb::error_detail::Kind::Refused(r)) => {
+                        match super::server::reason_from_pb(r.reason) {
+                            Some(reason) => PeerError::Refused {
+                                reason,
+                                detail: status.message().to_string(),
+                            },
+                            None => PeerError::Remote(status.message().to_string()),
+                        }
+                    }
                     None => PeerError::Remote(status.message().to_string()),
                 }
             }
@@ -342,33 +360,39 @@ impl PeerClient {
         ))
     }
 
-    /// Applies `records` (another node's log records) at the peer, versioned
-    /// and idempotent; returns the peer's own last seq afterwards. At most
-    /// [`super::MAX_APPLY_RECORDS`] records per call.
+    /// Applies `records` (another node's log records) at a peer serving a
+    /// bare engine (tests, tools: a node refuses a call that names no
+    /// migration), versioned and idempotent; returns the peer's own last seq
+    /// afterwards. At most [`super::MAX_APPLY_RECORDS`] records per call.
     pub async fn apply_foreign(&self, records: &[ChangeRecord]) -> Result<Seq, PeerError> {
-        self.apply_foreign_with(records, false).await
+        Ok(self.apply_foreign_report(None, records, false).await?.0)
     }
 
-    /// [`PeerClient::apply_foreign`], and with `sync` the peer fsyncs before
-    /// answering: an `Ok` means the records survive a crash of the peer.
-    pub async fn apply_foreign_with(
+    /// Applies `records` at the peer for migration `m` (the peer must have
+    /// it registered as incoming and must not own the partition, else
+    /// [`PeerError::Refused`]); with `sync` the peer fsyncs before answering:
+    /// an `Ok` means the records survive a crash of the peer. Returns the
+    /// peer's last seq and its recent foreground latency in microseconds
+    /// (0 = unknown).
+    pub async fn apply_foreign_for(
         &self,
+        m: &MigrationRef,
         records: &[ChangeRecord],
         sync: bool,
-    ) -> Result<Seq, PeerError> {
-        Ok(self.apply_foreign_report(records, sync).await?.0)
+    ) -> Result<(Seq, u64), PeerError> {
+        self.apply_foreign_report(Some(m), records, sync).await
     }
 
-    /// [`PeerClient::apply_foreign_with`], also returning the peer's recent
-    /// foreground latency in microseconds (0 = unknown).
-    pub async fn apply_foreign_report(
+    async fn apply_foreign_report(
         &self,
+        m: Option<&MigrationRef>,
         records: &[ChangeRecord],
         sync: bool,
     ) -> Result<(Seq, u64), PeerError> {
         let msg = pb::ApplyForeignRequest {
             records: records.iter().map(|r| Bytes::from(r.encode())).collect(),
             sync,
+            migration: m.map(super::server::ref_to_pb),
         };
         let r = self
             .call("ApplyForeign", msg, |mut c, r| async move {
@@ -378,12 +402,36 @@ impl PeerClient {
         Ok((r.last_seq, r.recent_latency_us))
     }
 
-    /// Deletes up to `limit` entries of `range` at the peer (no change
-    /// records); `0` = the range is empty there.
+    /// Deletes up to `limit` entries of `range` at a peer serving a bare
+    /// engine (tests, tools: a node refuses a call that names no migration),
+    /// no change records; `0` = the range is empty there.
     pub async fn drop_range_chunk(&self, range: &KeyRange, limit: usize) -> Result<u64, PeerError> {
+        self.drop_range_chunk_report(None, range, limit).await
+    }
+
+    /// Deletes up to `limit` entries of `range` at the peer on behalf of
+    /// migration `m` (its target's copy, or its source's range after the
+    /// flip); [`PeerError::Refused`] if the peer owns part of the range or
+    /// receives it under another migration. `0` = the range is empty there.
+    pub async fn drop_range_chunk_for(
+        &self,
+        m: &MigrationRef,
+        range: &KeyRange,
+        limit: usize,
+    ) -> Result<u64, PeerError> {
+        self.drop_range_chunk_report(Some(m), range, limit).await
+    }
+
+    async fn drop_range_chunk_report(
+        &self,
+        m: Option<&MigrationRef>,
+        range: &KeyRange,
+        limit: usize,
+    ) -> Result<u64, PeerError> {
         let msg = pb::DropRangeChunkRequest {
             range: Some(range_to_pb(range)),
             limit: to_u32("limit", limit)?,
+            migration: m.map(super::server::ref_to_pb),
         };
         let r = self
             .call("DropRangeChunk", msg, |mut c, r| async move {

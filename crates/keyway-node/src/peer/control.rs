@@ -7,6 +7,7 @@
 
 use super::client::{PeerClient, PeerError};
 use super::pb;
+use crate::migrate::MigrationRef;
 use bytes::Bytes;
 use keyway_map::{Epoch, MapVersion, NodeId, PartitionId};
 use keyway_storage::{KeyRange, RangeDigest, Seq};
@@ -16,6 +17,9 @@ use keyway_storage::{KeyRange, RangeDigest, Seq};
 pub struct PushSpec {
     pub id: u64,
     pub partition: PartitionId,
+    /// e: the partition's epoch in the migration record (the source must
+    /// own it at exactly e; the target checks its writes against it).
+    pub epoch: Epoch,
     /// The partition's storage range on the source.
     pub range: KeyRange,
     /// The target's admin address.
@@ -132,6 +136,7 @@ impl PeerClient {
         let msg = pb::MigrateStartRequest {
             id: spec.id,
             partition: spec.partition.0,
+            epoch: spec.epoch.0,
             range: Some(pb::KeyRange {
                 start: spec.range.start.clone(),
                 end: spec.range.end.clone(),
@@ -223,6 +228,22 @@ impl PeerClient {
             })
             .await?;
         Ok(digest_from_pb(Some(r)))
+    }
+
+    /// Target: accept (`on`) foreign records for incoming migration `m`, or
+    /// no longer. [`PeerError::Refused`] if the target owns the partition or
+    /// it moved past `m.epoch`; [`PeerError::Unavailable`] while the
+    /// target's map is behind (retry).
+    pub async fn migrate_receive(&self, m: &MigrationRef, on: bool) -> Result<(), PeerError> {
+        let msg = pb::MigrateReceiveRequest {
+            migration: Some(super::server::ref_to_pb(m)),
+            on,
+        };
+        self.call("MigrateReceive", msg, |mut c, r| async move {
+            c.migrate_receive(r).await
+        })
+        .await?;
+        Ok(())
     }
 
     /// Target: hold requests for `partition` while its map shows it at

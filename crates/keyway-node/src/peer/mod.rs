@@ -3,9 +3,11 @@
 //! its **admin port** (merged into the admin HTTP router, see
 //! [`server::merge_routes`]), and [`client::PeerClient`], its typed client.
 //!
-//! The service checks no ownership. Its `Migrate*` calls hand over to the
-//! node's migration roles (`crate::migrate`), which hold the volatile
-//! migration state; the manager decides *what* to call and *when*.
+//! Reads check no ownership. The `Migrate*` calls hand over to the node's
+//! migration roles (`crate::migrate`), which hold the volatile migration
+//! state; the manager decides *what* to call and *when*. The data-changing
+//! calls (`ApplyForeign`, `DropRangeChunk`) name their migration and a node
+//! checks them under its routing guard (`crate::migrate::receive`).
 //!
 //! A live migration's copy and catch-up run **inside the source**
 //! (`crate::migrate::push`, reading its own engine and applying at the target
@@ -72,6 +74,7 @@ pub mod client;
 pub mod control;
 pub mod server;
 
+pub use crate::migrate::{MigrationRef, RefusalReason};
 pub use client::{
     ChangesChunk, CopyChunk, CopyReport, PeerClient, PeerError, PeerOptions, SnapshotChunk,
     SnapshotEntry, catch_up, copy_range,

@@ -5,6 +5,14 @@
 //! Errors: bad arguments → `INVALID_ARGUMENT`; `changes_since` behind the
 //! log's start → `FAILED_PRECONDITION` with a [`pb::LogTruncated`] detail;
 //! storage failures → `INTERNAL`.
+//!
+//! On a node, the data-changing calls (`ApplyForeign`, `DropRangeChunk`)
+//! must name their migration and are checked against the node's map and
+//! incoming migrations (`crate::migrate::receive`) under the routing read
+//! guard, each engine sub-batch in the same critical section as its check:
+//! a refusal is `FAILED_PRECONDITION` with a [`pb::PeerRefusal`] detail
+//! (`UNAVAILABLE` while the node's map is behind). A service over a bare
+//! engine has no map and checks nothing (tests and tools).
 
 use super::pb::{self, peer_server};
 use super::{
@@ -18,7 +26,7 @@ use std::sync::Arc;
 use tokio::net::TcpListener;
 use tonic::{Code, Request, Response, Status};
 
-use crate::migrate::{Migrations, RoleError};
+use crate::migrate::{MigrationRef, Migrations, Refusal, RefusalReason, RoleError};
 use crate::peer::PushSpec;
 use crate::peer::control::digest_to_pb;
 use crate::routing::Routing;
@@ -43,6 +51,8 @@ pub struct NodeRoles {
     pub latency: Arc<crate::executor::LatencyGauge>,
     /// The node's load statistics (`PartitionStats`).
     pub stats: Arc<crate::stats::Stats>,
+    /// The node's metrics (refused peer writes are counted).
+    pub metrics: Arc<crate::metrics::Metrics>,
 }
 
 impl std::fmt::Debug for PeerService {
@@ -63,6 +73,40 @@ impl PeerService {
             engine,
             node: Some(node),
         }
+    }
+
+    /// The routing view a data-changing call for `migration` is checked
+    /// against: `None` on a bare engine; on a node the migration is required.
+    fn write_guard(
+        &self,
+        what: &str,
+        migration: Option<pb::MigrationRef>,
+    ) -> Result<Option<(Arc<Routing>, MigrationRef)>, Status> {
+        let Some(node) = &self.node else {
+            return Ok(None);
+        };
+        let m = migration.map(ref_from_pb).ok_or_else(|| {
+            Status::invalid_argument(format!("a node accepts {what} only for a named migration"))
+        })?;
+        Ok(Some((node.routing.clone(), m)))
+    }
+
+    /// Counts and logs a refused call; its status.
+    fn refused(&self, what: &str, r: Refusal) -> Status {
+        if let Some(node) = &self.node {
+            node.metrics
+                .peer_refusals
+                .get_or_create(&crate::metrics::KindLabel {
+                    kind: r.reason.label(),
+                })
+                .inc();
+        }
+        if r.reason == RefusalReason::MapBehind {
+            tracing::debug!(what, %r, "peer write deferred: map behind");
+        } else {
+            tracing::warn!(what, reason = r.reason.label(), %r, "peer write refused");
+        }
+        status_from_refusal(r)
     }
 
     fn node(&self) -> Result<&NodeRoles, Status> {
@@ -138,8 +182,69 @@ pub(crate) fn status_from_storage(err: StorageError) -> Status {
     }
 }
 
-/// Records per engine call when applying a large `ApplyForeign`.
+/// Records per engine call when applying a large `ApplyForeign` (each
+/// checked under its own routing guard).
 const APPLY_SUB_BATCH: usize = 128;
+
+/// Entries per engine call of a `DropRangeChunk` (each checked under its
+/// own routing guard, so a map install never waits for a whole chunk).
+const DROP_SUB_CHUNK_ENTRIES: usize = 1_000;
+
+pub(crate) fn ref_from_pb(m: pb::MigrationRef) -> MigrationRef {
+    MigrationRef {
+        id: m.id,
+        partition: PartitionId(m.partition),
+        epoch: keyway_map::Epoch(m.epoch),
+    }
+}
+
+pub(crate) fn ref_to_pb(m: &MigrationRef) -> pb::MigrationRef {
+    pb::MigrationRef {
+        id: m.id,
+        partition: m.partition.0,
+        epoch: m.epoch.0,
+    }
+}
+
+pub(crate) fn reason_to_pb(r: RefusalReason) -> pb::peer_refusal::Reason {
+    use pb::peer_refusal::Reason;
+    match r {
+        RefusalReason::NotReceiving => Reason::NotReceiving,
+        RefusalReason::Owned => Reason::Owned,
+        RefusalReason::ReceivingOther => Reason::ReceivingOther,
+        RefusalReason::Stale => Reason::Stale,
+        RefusalReason::MapBehind => Reason::MapBehind,
+        RefusalReason::OutOfRange => Reason::OutOfRange,
+    }
+}
+
+pub(crate) fn reason_from_pb(r: i32) -> Option<RefusalReason> {
+    use pb::peer_refusal::Reason;
+    Some(match Reason::try_from(r).ok()? {
+        Reason::Unspecified => return None,
+        Reason::NotReceiving => RefusalReason::NotReceiving,
+        Reason::Owned => RefusalReason::Owned,
+        Reason::ReceivingOther => RefusalReason::ReceivingOther,
+        Reason::Stale => RefusalReason::Stale,
+        Reason::MapBehind => RefusalReason::MapBehind,
+        Reason::OutOfRange => RefusalReason::OutOfRange,
+    })
+}
+
+/// `FAILED_PRECONDITION` with a [`pb::PeerRefusal`] detail; `UNAVAILABLE`
+/// (retry) while the node's map is behind.
+pub(crate) fn status_from_refusal(r: Refusal) -> Status {
+    let detail = pb::ErrorDetail {
+        kind: Some(pb::error_detail::Kind::Refused(pb::PeerRefusal {
+            reason: reason_to_pb(r.reason) as i32,
+        })),
+    };
+    let code = match r.reason {
+        RefusalReason::MapBehind => Code::Unavailable,
+        _ => Code::FailedPrecondition,
+    };
+    Status::with_details(code, r.detail, detail.encode_to_vec().into())
+}
 
 /// Longest incoming hold a source may ask for.
 const MAX_INCOMING_HOLD_MS: u64 = 60_000;
@@ -345,6 +450,7 @@ impl peer_server::Peer for PeerService {
         let spec = PushSpec {
             id: r.id,
             partition: PartitionId(r.partition),
+            epoch: keyway_map::Epoch(r.epoch),
             range: range_from_pb(r.range)?,
             target: r.target,
             copy: r.copy,
@@ -444,6 +550,24 @@ impl peer_server::Peer for PeerService {
         Ok(Response::new(digest_to_pb(d)))
     }
 
+    async fn migrate_receive(
+        &self,
+        req: Request<pb::MigrateReceiveRequest>,
+    ) -> Result<Response<pb::MigrateStopResponse>, Status> {
+        let r = req.into_inner();
+        let routing = &self.node()?.routing;
+        let m = r
+            .migration
+            .map(ref_from_pb)
+            .ok_or_else(|| Status::invalid_argument("migration is required"))?;
+        routing
+            .set_receiving(m, r.on)
+            .map_err(|e| self.refused("MigrateReceive", e))?;
+        tracing::info!(migration = m.id, partition = %m.partition, epoch = %m.epoch, on = r.on,
+            "incoming migration");
+        Ok(Response::new(pb::MigrateStopResponse {}))
+    }
+
     async fn migrate_incoming(
         &self,
         req: Request<pb::MigrateIncomingRequest>,
@@ -504,6 +628,7 @@ impl peer_server::Peer for PeerService {
         req: Request<pb::ApplyForeignRequest>,
     ) -> Result<Response<pb::ApplyForeignResponse>, Status> {
         let req = req.into_inner();
+        let guard = self.write_guard("ApplyForeign", req.migration)?;
         let sync = req.sync;
         let raw = req.records;
         if raw.len() > MAX_APPLY_RECORDS {
@@ -520,20 +645,38 @@ impl peer_server::Peer for PeerService {
                     .map_err(|e| Status::invalid_argument(format!("record {i}: {e}")))
             })
             .collect::<Result<Vec<_>, _>>()?;
-        // Sub-batches: each takes the engine's write lock on its own, so a
-        // large copy chunk never holds foreground writes up for long.
-        let last_seq = self
+        // Sub-batches: each takes the engine's write lock (and on a node the
+        // routing read guard, checked first) on its own, so a large copy
+        // chunk never holds foreground writes or a map install up for long.
+        let applied = self
             .blocking(move |e| {
                 let mut seq = e.last_seq();
-                for part in records.chunks(APPLY_SUB_BATCH) {
-                    seq = e.apply_foreign(part)?;
+                // An empty call (the copy's closing fsync) is checked too.
+                let parts: Vec<&[ChangeRecord]> = match records.is_empty() {
+                    true => vec![&[]],
+                    false => records.chunks(APPLY_SUB_BATCH).collect(),
+                };
+                for part in parts {
+                    let view = guard.as_ref().map(|(routing, _)| routing.read());
+                    if let (Some(view), Some((_, m))) = (&view, &guard)
+                        && let Err(refusal) =
+                            view.check_apply(*m, part.iter().map(|r| &r.mutation.key()[..]))
+                    {
+                        return Ok(Err(refusal));
+                    }
+                    if !part.is_empty() {
+                        seq = e.apply_foreign(part)?;
+                    }
+                    // The effect is in the engine: only now may the map move.
+                    drop(view);
                 }
                 if sync {
                     e.sync()?;
                 }
-                Ok(seq)
+                Ok(Ok(seq))
             })
             .await?;
+        let last_seq = applied.map_err(|r| self.refused("ApplyForeign", r))?;
         let recent_latency_us = self
             .node
             .as_ref()
@@ -549,11 +692,32 @@ impl peer_server::Peer for PeerService {
         req: Request<pb::DropRangeChunkRequest>,
     ) -> Result<Response<pb::DropRangeChunkResponse>, Status> {
         let req = req.into_inner();
+        let guard = self.write_guard("DropRangeChunk", req.migration)?;
         let range = range_from_pb(req.range)?;
         let limit = clamp("limit", req.limit.into(), MAX_DROP_ENTRIES.into())? as usize;
-        let deleted = self
-            .blocking(move |e| e.delete_range_chunk(&range, limit))
+        let dropped = self
+            .blocking(move |e| {
+                let mut deleted = 0;
+                // At least one round: an empty range is checked too.
+                while deleted < limit {
+                    let want = (limit - deleted).min(DROP_SUB_CHUNK_ENTRIES);
+                    let view = guard.as_ref().map(|(routing, _)| routing.read());
+                    if let (Some(view), Some((_, m))) = (&view, &guard)
+                        && let Err(refusal) = view.check_drop(*m, &range)
+                    {
+                        return Ok(Err(refusal));
+                    }
+                    let n = e.delete_range_chunk(&range, want)?;
+                    drop(view);
+                    deleted += n;
+                    if n < want {
+                        break;
+                    }
+                }
+                Ok(Ok(deleted))
+            })
             .await?;
+        let deleted = dropped.map_err(|r| self.refused("DropRangeChunk", r))?;
         Ok(Response::new(pb::DropRangeChunkResponse {
             deleted: deleted as u64,
         }))

@@ -7,7 +7,9 @@ use crate::driver::{MigrationPeers, PeerAddr};
 use bytes::Bytes;
 use keyway_map::{NodeId, PartitionId};
 use keyway_meta::{EmbeddedMeta, MetaStore};
-use keyway_node::peer::{FenceDigests, PartitionView, PeerError, PushSpec, PushStatus};
+use keyway_node::peer::{
+    FenceDigests, MigrationRef, PartitionView, PeerError, PushSpec, PushStatus, RefusalReason,
+};
 use keyway_storage::{KeyRange, RangeDigest, Seq};
 use std::collections::BTreeMap;
 use std::hash::{Hash, Hasher};
@@ -22,6 +24,9 @@ pub(crate) struct Faults {
     pub lose_on_target: Option<Bytes>,
     /// The source answers `NotFound` to every `migrate_*` call (it restarted).
     pub lose_migration: bool,
+    /// This node refuses every drop as owned (what a node answers for a
+    /// range it owns).
+    pub refuse_drops: Option<NodeId>,
 }
 
 #[derive(Debug)]
@@ -240,11 +245,18 @@ impl MigrationPeers for FakeCluster {
     async fn drop_range_chunk(
         &self,
         node: &PeerAddr,
+        migration: &MigrationRef,
         range: &KeyRange,
         limit: usize,
     ) -> Result<u64, PeerError> {
         let mut st = self.lock();
         Self::note(&mut st, node, "drop".into());
+        if st.faults.refuse_drops == Some(node.node) {
+            return Err(PeerError::Refused {
+                reason: RefusalReason::Owned,
+                detail: format!("{migration}: this node owns the range"),
+            });
+        }
         let n = st.nodes.get_mut(&node.node).unwrap();
         let doomed: Vec<Bytes> = in_range(&n.data, range)
             .map(|(k, _)| k.clone())

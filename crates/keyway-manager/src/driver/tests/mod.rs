@@ -3,6 +3,7 @@
 
 mod fake;
 mod outage;
+mod refused_drop;
 mod split_race;
 
 use super::*;
