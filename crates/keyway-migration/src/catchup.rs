@@ -147,7 +147,7 @@ mod tests {
         let cmds = m.handle(Event::Tick { now: 11_000 }).unwrap();
         assert_eq!(
             cmds,
-            vec![persisted(&m), Command::DropTargetCopy, Command::Finish]
+            vec![persisted(&m), Command::DropTargetCopy]
         );
     }
 

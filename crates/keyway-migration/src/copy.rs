@@ -234,7 +234,7 @@ mod tests {
         let cmds = m.handle(Event::Tick { now: 20_999 }).unwrap();
         assert_eq!(
             cmds,
-            vec![persisted(&m), Command::DropTargetCopy, Command::Finish]
+            vec![persisted(&m), Command::DropTargetCopy]
         );
         assert_eq!(m.state(), MigrationState::Aborted);
     }

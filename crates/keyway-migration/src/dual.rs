@@ -171,8 +171,7 @@ mod tests {
             vec![
                 persisted(&m),
                 Command::DisableDual,
-                Command::DropTargetCopy,
-                Command::Finish
+                Command::DropTargetCopy
             ]
         );
         assert_eq!(m.record().aborted_from, Some(MigrationState::Dual));
