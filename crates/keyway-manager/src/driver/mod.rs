@@ -23,7 +23,18 @@
 //!   catch-up lag. Every event a command produced is preceded by a `Tick`,
 //!   so the machine's timeouts (the fence timeout bounding the write pause)
 //!   hold even when a command was slow.
-//! - `actions.rs` maps each [`Command`] to node and store calls.
+//! - `actions.rs` maps each [`Command`] to node and store calls;
+//!   `evidence.rs` reads what the map (and its history) shows after a flip
+//!   conflict.
+//! - Copies left behind: a record that ended with a `stray` copy (a dead
+//!   target during an abort, a dead old source in `CLEANUP`, or a revert a
+//!   crashed leader did not finish) is over — the range is free — but
+//!   discovery drives it again, one drop attempt at a time, every
+//!   `stray_retry_interval_ms` while its node is not marked down, until the
+//!   copy is gone (or the node was decommissioned). Live migrations are
+//!   started first, and a cleanup never runs beside a task on an
+//!   overlapping range. Each give-up is in the decision log (`migration`,
+//!   `leave_copy`) and `keyway_manager_migration_stray_copies` counts them.
 //! - Operators create records with [`request_move`] and ask for an abort with
 //!   [`request_abort`] (a CAS write of the `ABORTED` record the machine
 //!   decides); the running task notices the new generation and reverts.
@@ -31,6 +42,7 @@
 //! Time fed to the machine is wall-clock milliseconds since the UNIX epoch.
 
 mod actions;
+mod evidence;
 mod peers;
 mod run;
 #[cfg(test)]
@@ -38,6 +50,7 @@ mod tests;
 
 pub use peers::{MigrationPeers, PeerAddr, RpcPeers};
 
+use crate::decisions::DecisionLog;
 use crate::metrics::Metrics;
 use crate::seat::SeatView;
 use keyway_map::{NodeId, NodeState, PartitionId};
@@ -70,6 +83,9 @@ pub struct DriverConfig {
     pub drop_chunk_entries: usize,
     /// Pause between two drop chunks (keeps foreground traffic flowing).
     pub drop_pause_ms: u64,
+    /// How often a copy left behind on an unreachable node (a record's
+    /// `stray`) is tried again.
+    pub stray_retry_interval_ms: u64,
 }
 
 impl Default for DriverConfig {
@@ -81,6 +97,7 @@ impl Default for DriverConfig {
             discover_interval_ms: 500,
             drop_chunk_entries: 1000,
             drop_pause_ms: 5,
+            stray_retry_interval_ms: 30_000,
         }
     }
 }
@@ -103,6 +120,9 @@ impl DriverConfig {
         }
         if self.drop_chunk_entries > keyway_node::peer::MAX_DROP_ENTRIES as usize {
             return bad("drop_chunk_entries exceeds the node's MAX_DROP_ENTRIES");
+        }
+        if self.stray_retry_interval_ms == 0 {
+            return bad("stray_retry_interval_ms must be positive");
         }
         Ok(())
     }
@@ -209,6 +229,8 @@ pub(crate) struct LiveEntry {
 #[derive(Default)]
 pub(crate) struct Live {
     entries: Mutex<BTreeMap<MigrationId, LiveEntry>>,
+    /// Records over with a copy still left on a node (last discovery round).
+    stray_copies: std::sync::atomic::AtomicU64,
 }
 
 impl Live {
@@ -298,6 +320,9 @@ pub struct MigrationSummary {
     /// The measured cutover write pause.
     pub pause_ms: Option<u64>,
     pub abort_reason: Option<AbortReason>,
+    /// A node still holding a copy of the range this migration left behind
+    /// (dropped when it is reachable again).
+    pub stray: Option<NodeId>,
     pub started_at_ms: u64,
     pub state_entered_at_ms: u64,
     /// When it reached `DONE` or `ABORTED`.
@@ -324,6 +349,7 @@ impl MigrationSummary {
             copy_rate_bytes_per_sec: live.and_then(|l| l.copy_rate),
             pause_ms: rec.pause_ms,
             abort_reason: rec.abort_reason.clone(),
+            stray: rec.stray,
             started_at_ms: rec.started_at_ms,
             state_entered_at_ms: rec.state_entered_at_ms,
             ended_at_ms: rec.state.is_terminal().then_some(rec.state_entered_at_ms),
@@ -370,6 +396,7 @@ impl DriverView {
                     copy_rate_bytes_per_sec: None,
                     pause_ms: None,
                     abort_reason: None,
+                    stray: None,
                     started_at_ms: 0,
                     state_entered_at_ms: 0,
                     ended_at_ms: None,
@@ -378,6 +405,14 @@ impl DriverView {
                 },
             })
             .collect())
+    }
+
+    /// Records over with a copy still left on a node, as of the last
+    /// discovery round of this manager (0 while it does not lead).
+    pub fn stray_copies(&self) -> u64 {
+        self.live
+            .stray_copies
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 }
 
@@ -391,6 +426,7 @@ pub(crate) struct Shared {
     pub config: DriverConfig,
     pub metrics: Arc<Metrics>,
     pub live: Arc<Live>,
+    pub decisions: DecisionLog,
 }
 
 /// The running driver; see the module docs.
@@ -409,8 +445,10 @@ impl Driver {
         seat: SeatView,
         config: DriverConfig,
         metrics: Arc<Metrics>,
+        decisions: DecisionLog,
     ) -> Driver {
-        Self::start_with_peers(meta, seat, Arc::new(RpcPeers::new()), config, metrics)
+        let peers = Arc::new(RpcPeers::new());
+        Self::start_with_peers(meta, seat, peers, config, metrics, decisions)
     }
 
     /// [`Driver::start`] with another way to reach the nodes.
@@ -420,6 +458,7 @@ impl Driver {
         peers: Arc<dyn MigrationPeers>,
         config: DriverConfig,
         metrics: Arc<Metrics>,
+        decisions: DecisionLog,
     ) -> Driver {
         if let Err(e) = config.validate() {
             panic!("Driver::start: {e}");
@@ -436,6 +475,7 @@ impl Driver {
             config,
             metrics,
             live,
+            decisions,
         });
         let (stop, stop_rx) = watch::channel(false);
         let task = tokio::spawn(discover_loop(shared, stop_rx));
@@ -459,6 +499,8 @@ struct Running {
     /// an overlapping range, and two tasks never work on one range at once.
     range: KeyRange,
     handle: JoinHandle<()>,
+    /// A record over, driven only to drop the copy it left behind.
+    cleanup: bool,
 }
 
 async fn discover_loop(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
@@ -466,6 +508,8 @@ async fn discover_loop(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
     let mut term: Option<Leadership> = None;
     // Ids never to look at again: terminal (final) or undrivable records.
     let mut skip: HashSet<u64> = HashSet::new();
+    // Records over with a stray copy: when their cleanup is next tried.
+    let mut stray_next: HashMap<u64, tokio::time::Instant> = HashMap::new();
     let mut seat_rx = shared.seat.subscribe();
     let mut seat_alive = true;
     let interval = Duration::from_millis(shared.config.discover_interval_ms);
@@ -473,6 +517,7 @@ async fn discover_loop(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
         let leading = shared.seat.leading();
         if leading != term {
             stop_all(&shared, &mut running).await;
+            stray_next.clear();
             if leading.is_some() {
                 tracing::info!("migration driver: leading, loading migration records");
             } else {
@@ -482,7 +527,7 @@ async fn discover_loop(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
         }
         running.retain(|_, r| !r.handle.is_finished());
         if let Some(leadership) = &term {
-            discover(&shared, leadership, &mut running, &mut skip).await;
+            discover(&shared, leadership, &mut running, &mut skip, &mut stray_next).await;
         }
         tokio::select! {
             changed = stop.changed() => if changed.is_err() { break },
@@ -502,12 +547,14 @@ async fn stop_all(shared: &Shared, running: &mut HashMap<MigrationId, Running>) 
 }
 
 /// Spawns a task for every non-terminal record not driven yet (one per
-/// partition at a time).
+/// partition range at a time), then one cleanup task for every record over
+/// with a stray copy whose retry is due (see the module docs).
 async fn discover(
     shared: &Arc<Shared>,
     leadership: &Leadership,
     running: &mut HashMap<MigrationId, Running>,
     skip: &mut HashSet<u64>,
+    stray_next: &mut HashMap<u64, tokio::time::Instant>,
 ) {
     let stored = match shared.meta.migrations().await {
         Ok(stored) => stored,
@@ -517,6 +564,7 @@ async fn discover(
         }
     };
     let mut busy: Vec<KeyRange> = running.values().map(|r| r.range.clone()).collect();
+    let mut strays: Vec<Migration> = Vec::new();
     for s in &stored {
         let id = MigrationId(s.id);
         if running.contains_key(&id) || skip.contains(&s.id) {
@@ -540,7 +588,12 @@ async fn discover(
         };
         let rec = machine.record();
         if rec.state.is_terminal() {
-            skip.insert(s.id);
+            if rec.stray.is_some() {
+                strays.push(machine);
+            } else {
+                stray_next.remove(&s.id);
+                skip.insert(s.id);
+            }
             continue;
         }
         let range = storage_range(rec);
@@ -560,7 +613,68 @@ async fn discover(
         );
         let task = run::Task::new(shared.clone(), leadership.clone(), machine);
         let handle = tokio::spawn(task.run(first));
-        running.insert(id, Running { range, handle });
+        let cleanup = false;
+        running.insert(id, Running { range, handle, cleanup });
+    }
+    let driven_strays = running.values().filter(|r| r.cleanup).count();
+    let count = (strays.len() + driven_strays) as u64;
+    shared
+        .live
+        .stray_copies
+        .store(count, std::sync::atomic::Ordering::Relaxed);
+    shared
+        .metrics
+        .migration_stray_copies
+        .set(i64::try_from(count).unwrap_or(i64::MAX));
+    if strays.is_empty() {
+        return;
+    }
+    let map = match shared.meta.get_map().await {
+        Ok(map) => map,
+        Err(err) => {
+            tracing::debug!(%err, "migration driver: cannot read the map for cleanups");
+            return;
+        }
+    };
+    let now = tokio::time::Instant::now();
+    let retry = Duration::from_millis(shared.config.stray_retry_interval_ms);
+    for machine in strays {
+        let rec = machine.record().clone();
+        let node = rec.stray.expect("a stray copy");
+        if stray_next.get(&rec.id.0).is_some_and(|at| now < *at) {
+            continue;
+        }
+        // A node marked down is not tried; a decommissioned one is (its
+        // copy went with it: the record forgets it).
+        if map.nodes.get(&node).is_some_and(|n| n.state == NodeState::Down) {
+            continue;
+        }
+        let range = storage_range(&rec);
+        if busy.iter().any(|b| ranges_overlap(b, &range)) {
+            continue;
+        }
+        busy.push(range.clone());
+        stray_next.insert(rec.id.0, now + retry);
+        // One attempt per round: the retries are these rounds.
+        let config = MigrationConfig {
+            cleanup_attempts: 1,
+            ..shared.config.migration.clone()
+        };
+        let machine = match Migration::new(rec.clone(), config) {
+            Ok(m) => m,
+            Err(err) => {
+                tracing::error!(%err, "migration driver: cannot drive this record");
+                continue;
+            }
+        };
+        tracing::info!(
+            migration = %rec.id, state = %rec.state, %node,
+            "migration driver: dropping a copy a migration left behind"
+        );
+        let task = run::Task::new(shared.clone(), leadership.clone(), machine);
+        let handle = tokio::spawn(task.run(Event::Recovered { now: now_ms() }));
+        let cleanup = true;
+        running.insert(rec.id, Running { range, handle, cleanup });
     }
 }
 
