@@ -76,9 +76,7 @@ impl Migration {
             Actor::Source | Actor::Target if self.rec.can_abort() => {
                 self.abort(AbortReason::ActorFailed { who, detail })
             }
-            Actor::Source
-                if self.rec.state == MigrationState::Cleanup && self.vol.drop_issued =>
-            {
+            Actor::Source if self.rec.state == MigrationState::Cleanup && self.vol.drop_issued => {
                 self.on_cleanup_failed()
             }
             Actor::Source | Actor::Target => Vec::new(),

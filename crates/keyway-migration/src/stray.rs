@@ -202,7 +202,10 @@ mod tests {
         m.handle(Event::Tick { now: 80_500 }).unwrap();
         m.handle(down(Actor::Source)).unwrap();
         m.handle(Event::Tick { now: 81_500 }).unwrap();
-        assert_eq!(m.handle(down(Actor::Source)).unwrap(), vec![Command::Finish]);
+        assert_eq!(
+            m.handle(down(Actor::Source)).unwrap(),
+            vec![Command::Finish]
+        );
         assert_eq!(m.record().generation, generation, "no new decision");
         assert_eq!(m.record().stray, Some(NodeId(1)));
     }
@@ -229,7 +232,10 @@ mod tests {
         m.handle(down(Actor::Target)).unwrap();
         m.handle(Event::Tick { now: t0 + 1_500 }).unwrap();
         let generation = m.record().generation;
-        assert_eq!(m.handle(down(Actor::Target)).unwrap(), vec![Command::Finish]);
+        assert_eq!(
+            m.handle(down(Actor::Target)).unwrap(),
+            vec![Command::Finish]
+        );
         let r = m.record();
         assert_eq!(
             (r.state, r.stray, r.generation),
@@ -253,7 +259,11 @@ mod tests {
     fn a_terminal_record_without_a_stray_copy_rejects_drop_outcomes() {
         let mut m = after(14);
         assert_eq!(m.record().stray, None);
-        for event in [Event::SourceDropped, Event::TargetDropped, down(Actor::Source)] {
+        for event in [
+            Event::SourceDropped,
+            Event::TargetDropped,
+            down(Actor::Source),
+        ] {
             assert_eq!(m.handle(event).unwrap_err().why, RejectReason::Terminal);
         }
         // A drop outcome nobody asked for is not taken.

@@ -466,7 +466,10 @@ impl Task {
         if self.owns_part(&map, source_id) {
             // Moved back by a later migration, which cleaned the range first:
             // what is there now is the owner's data.
-            tracing::warn!(migration = self.id(), "the old source owns (part of) the range again; nothing to drop");
+            tracing::warn!(
+                migration = self.id(),
+                "the old source owns (part of) the range again; nothing to drop"
+            );
             return Step::Report(Event::SourceDropped);
         }
         let Some(source) = self.address(&map, source_id) else {

@@ -47,7 +47,10 @@ fn row_range(p: &PartitionRecord) -> KeyRange {
 
 /// Searches `history` (contiguous versions, oldest first) for what
 /// replaced `row` (the migration's partition at `(source, e)`).
-pub(crate) fn successor_in(history: &[(MapVersion, Vec<MapChange>)], row: &PartitionRecord) -> Search {
+pub(crate) fn successor_in(
+    history: &[(MapVersion, Vec<MapChange>)],
+    row: &PartitionRecord,
+) -> Search {
     let is_row = |c: &MapChange| {
         matches!(c, MapChange::UpsertPartition(p)
             if p.id == row.id && (p.owner, p.epoch) == (row.owner, row.epoch))

@@ -527,7 +527,14 @@ async fn discover_loop(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
         }
         running.retain(|_, r| !r.handle.is_finished());
         if let Some(leadership) = &term {
-            discover(&shared, leadership, &mut running, &mut skip, &mut stray_next).await;
+            discover(
+                &shared,
+                leadership,
+                &mut running,
+                &mut skip,
+                &mut stray_next,
+            )
+            .await;
         }
         tokio::select! {
             changed = stop.changed() => if changed.is_err() { break },
@@ -614,7 +621,14 @@ async fn discover(
         let task = run::Task::new(shared.clone(), leadership.clone(), machine);
         let handle = tokio::spawn(task.run(first));
         let cleanup = false;
-        running.insert(id, Running { range, handle, cleanup });
+        running.insert(
+            id,
+            Running {
+                range,
+                handle,
+                cleanup,
+            },
+        );
     }
     let driven_strays = running.values().filter(|r| r.cleanup).count();
     let count = (strays.len() + driven_strays) as u64;
@@ -646,7 +660,11 @@ async fn discover(
         }
         // A node marked down is not tried; a decommissioned one is (its
         // copy went with it: the record forgets it).
-        if map.nodes.get(&node).is_some_and(|n| n.state == NodeState::Down) {
+        if map
+            .nodes
+            .get(&node)
+            .is_some_and(|n| n.state == NodeState::Down)
+        {
             continue;
         }
         let range = storage_range(&rec);
@@ -674,7 +692,14 @@ async fn discover(
         let task = run::Task::new(shared.clone(), leadership.clone(), machine);
         let handle = tokio::spawn(task.run(Event::Recovered { now: now_ms() }));
         let cleanup = true;
-        running.insert(rec.id, Running { range, handle, cleanup });
+        running.insert(
+            rec.id,
+            Running {
+                range,
+                handle,
+                cleanup,
+            },
+        );
     }
 }
 

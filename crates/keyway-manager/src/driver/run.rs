@@ -207,7 +207,10 @@ impl Task {
                     "node_back",
                     Some(rec.partition_id()),
                     true,
-                    format!("migration {} ({state}): the copy of {range} left behind is gone", rec.id),
+                    format!(
+                        "migration {} ({state}): the copy of {range} left behind is gone",
+                        rec.id
+                    ),
                 ),
             ),
             None => {}

@@ -19,8 +19,8 @@
 
 use keyway_map::{Epoch, KeyspaceId, NodeId, PartitionId, PartitionRecord, PartitionState};
 use keyway_migration::{
-    Actor, Command, Event, FlipEvidence, Migration, MigrationConfig, MigrationId,
-    MigrationRecord, MigrationState, RangeDigest,
+    Actor, Command, Event, FlipEvidence, Migration, MigrationConfig, MigrationId, MigrationRecord,
+    MigrationState, RangeDigest,
 };
 use std::collections::BTreeMap;
 
@@ -666,7 +666,10 @@ impl World {
                     self.tgt.dropped && self.tgt.data.is_empty(),
                     "ABORTED without a stray copy, but the target holds one"
                 ),
-                _ => assert!(self.src.dropped, "DONE without a stray copy, but the source holds one"),
+                _ => assert!(
+                    self.src.dropped,
+                    "DONE without a stray copy, but the source holds one"
+                ),
             }
         }
     }
@@ -762,7 +765,11 @@ fn check_batch(before: &MigrationRecord, after: &MigrationRecord, cmds: &[Comman
     if after.state == MigrationState::Aborted && before.state != MigrationState::Aborted {
         assert!(!before.flipped(), "abort after the flip");
         assert!(cmds.contains(&Command::DropTargetCopy));
-        assert_eq!(after.stray, Some(after.target), "the target's copy is remembered");
+        assert_eq!(
+            after.stray,
+            Some(after.target),
+            "the target's copy is remembered"
+        );
         if before.state == MigrationState::Cutover {
             assert!(cmds.contains(&Command::UnfenceSource));
         }

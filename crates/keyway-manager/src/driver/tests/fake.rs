@@ -177,7 +177,10 @@ impl FakeCluster {
     /// `Unavailable` if `node` is down.
     fn reachable(&self, node: &PeerAddr) -> Result<(), PeerError> {
         if self.lock().faults.down.contains(&node.node) {
-            return Err(PeerError::Unavailable(format!("node {} is down", node.node)));
+            return Err(PeerError::Unavailable(format!(
+                "node {} is down",
+                node.node
+            )));
         }
         Ok(())
     }

@@ -217,7 +217,8 @@ async fn a_split_after_a_flip_whose_answer_was_lost_finishes_the_move() {
     );
     let log = env.fake.log();
     assert!(
-        !log.iter().any(|l| l.ends_with(&format!("fence {} off", done.id))),
+        !log.iter()
+            .any(|l| l.ends_with(&format!("fence {} off", done.id))),
         "the source was never unfenced: {log:?}"
     );
 }

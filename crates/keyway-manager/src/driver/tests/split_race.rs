@@ -137,6 +137,8 @@ async fn a_split_or_merge_of_a_range_under_a_live_migration_is_refused() {
     env.fake.set_faults(Faults::default());
     assert_eq!(env.finished(id).await.state, MigrationState::Aborted);
     // Over: both work now.
-    merge_partitions(&*env.meta, left.id, right.id).await.unwrap();
+    merge_partitions(&*env.meta, left.id, right.id)
+        .await
+        .unwrap();
     env.shutdown().await;
 }

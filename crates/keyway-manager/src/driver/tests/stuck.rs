@@ -49,7 +49,10 @@ async fn an_abort_with_a_dead_target_ends_and_its_copy_goes_when_it_is_back() {
     assert_eq!(gave_up.len(), 1, "{gave_up:?}");
     assert!(gave_up[0].detail.contains(&format!("node {}", env.target)));
     let text = env.metrics.encode();
-    assert!(text.contains("keyway_manager_migration_cleanup_give_ups_total 1"), "{text}");
+    assert!(
+        text.contains("keyway_manager_migration_cleanup_give_ups_total 1"),
+        "{text}"
+    );
     let e = &env;
     eventually("the stray gauge", || async move {
         e.metrics
@@ -65,7 +68,10 @@ async fn an_abort_with_a_dead_target_ends_and_its_copy_goes_when_it_is_back() {
     assert_eq!((left.owner, right.owner), (env.source, env.source));
     // The target comes back: its copy is dropped, the record forgets it.
     env.fake.set_down(env.target, false);
-    let rec = record_until(&env, id, "the stray copy to be dropped", |r| r.stray.is_none()).await;
+    let rec = record_until(&env, id, "the stray copy to be dropped", |r| {
+        r.stray.is_none()
+    })
+    .await;
     assert_eq!(rec.state, MigrationState::Aborted);
     assert_eq!(env.fake.entries(env.target, &env.range), vec![]);
     assert_eq!(env.fake.entries(env.source, &env.range), env.seeded());
@@ -112,14 +118,21 @@ async fn a_dead_old_source_in_cleanup_ends_done_and_its_copy_goes_when_it_is_bac
     request_abort(&*env.meta, back.unwrap().id).await.unwrap();
     // Back: the stale copy is dropped, everything else kept.
     env.fake.set_down_for_cleanup(env.source, false);
-    let rec = record_until(&env, id, "the stale copy to be dropped", |r| r.stray.is_none()).await;
+    let rec = record_until(&env, id, "the stale copy to be dropped", |r| {
+        r.stray.is_none()
+    })
+    .await;
     assert_eq!(rec.state, MigrationState::Done);
     let e = &env;
     eventually("the source's copy gone", || async move {
         (e.fake.keys_in(e.source, &e.range) == 0).then_some(())
     })
     .await;
-    assert_eq!(env.fake.len(env.source), OTHER_KEYS, "only the range is dropped");
+    assert_eq!(
+        env.fake.len(env.source),
+        OTHER_KEYS,
+        "only the range is dropped"
+    );
     assert_eq!(env.fake.entries(env.target, &env.range), env.seeded());
     env.shutdown().await;
 }
@@ -172,7 +185,10 @@ async fn a_stray_copy_of_a_decommissioned_node_is_forgotten() {
     crate::rebalance::decommission(&*env.meta, n3, true)
         .await
         .unwrap();
-    let rec = record_until(&env, id, "the obligation to be dropped", |r| r.stray.is_none()).await;
+    let rec = record_until(&env, id, "the obligation to be dropped", |r| {
+        r.stray.is_none()
+    })
+    .await;
     assert_eq!(rec.state, MigrationState::Aborted);
     assert_eq!(env.owner().await, (env.source, env.partition.epoch));
     env.shutdown().await;
