@@ -56,9 +56,11 @@ pub enum MigrationState {
     /// The target owns the partition; after a grace period the source
     /// drops the range, keeping a "moved to target at epoch e+1" note.
     Cleanup,
-    /// Finished; the target owns the partition at epoch e+1.
+    /// Finished; the target owns the partition at epoch e+1 (the old
+    /// source's copy is dropped, or still to be while `stray` names it).
     Done,
-    /// Reverted to the source before the flip; the target's copy dropped.
+    /// Reverted to the source before the flip; the target's copy dropped
+    /// (or, while `stray` names the target, still to be dropped).
     Aborted,
 }
 
