@@ -538,6 +538,9 @@ async fn the_admin_port_lists_migrations_and_exports_their_metrics() {
     assert_eq!(m["target"], env.target.0);
     assert!(m["pause_ms"].is_u64() && m["ended_at_ms"].is_u64(), "{m}");
     assert_eq!(m["copied_bytes"], m["total_bytes"]);
+    assert!(m["stray"].is_null(), "nothing left behind: {m}");
+    let status: serde_json::Value = serde_json::from_str(&http_get(addr, "/status").await).unwrap();
+    assert_eq!(status["migration_stray_copies"], 0, "{status}");
     let text = http_get(addr, "/metrics").await;
     assert!(text.contains("keyway_manager_migration_cutover_pause_ms_bucket"));
     let _ = stop.send(true);

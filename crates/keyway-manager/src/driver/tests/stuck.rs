@@ -45,6 +45,9 @@ async fn an_abort_with_a_dead_target_ends_and_its_copy_goes_when_it_is_back() {
     );
     assert_eq!(env.owner().await, (env.source, env.partition.epoch));
     assert_eq!(env.fake.entries(env.target, &env.range).len(), partial);
+    let view = env.driver.as_ref().unwrap().view();
+    let listed = view.migrations().await.unwrap();
+    assert_eq!(listed[0].stray, Some(env.target), "shown in /migrations");
     let gave_up = decisions(&env, "leave_copy");
     assert_eq!(gave_up.len(), 1, "{gave_up:?}");
     assert!(gave_up[0].detail.contains(&format!("node {}", env.target)));
