@@ -2,7 +2,8 @@
 //! store keeps; serde stays available for JSON in admin APIs).
 //!
 //! Format: `MAGIC 'M'`, `FORMAT 2`, then the fields in declaration order
-//! (format 1, without the trailing `stray`, still decodes: `stray` = none).
+//! (format 1, without the trailing `stray` and `map_version`, still
+//! decodes: none and 0).
 //! Integers are LEB128 varints; an `Option` is a `0`/`1` tag then the value;
 //! strings are length-prefixed UTF-8. The partition row is embedded as
 //! keyway-map's own change encoding of one `UpsertPartition`, so the row's
@@ -59,6 +60,7 @@ impl MigrationRecord {
             }
         }
         w.opt(self.stray.map(|n| n.0));
+        w.var(self.map_version);
         w.into_inner()
     }
 
@@ -108,9 +110,11 @@ impl MigrationRecord {
                 _ => return Err(DecodeError("option tag")),
             },
             stray: None,
+            map_version: 0,
         };
         if format == FORMAT {
             record.stray = r.opt()?.map(NodeId);
+            record.map_version = r.var()?;
         }
         r.finish()?;
         Ok(record)
@@ -294,9 +298,9 @@ mod tests {
                 opt(),
             ),
             (opt(), opt(), opt(), proptest::option::of(0u8..8)),
-            (proptest::option::of(reasons()), opt()),
+            (proptest::option::of(reasons()), opt(), any::<u64>()),
         )
-            .prop_map(|(a, b, c, (reason, stray))| {
+            .prop_map(|(a, b, c, (reason, stray, map_version))| {
                 let mut r = record();
                 (r.id, r.target) = (MigrationId(a.0), NodeId(a.1));
                 r.state = MigrationState::from_code(a.2).unwrap();
@@ -307,6 +311,7 @@ mod tests {
                 r.aborted_from = c.3.and_then(MigrationState::from_code);
                 r.abort_reason = reason;
                 r.stray = stray.map(NodeId);
+                r.map_version = map_version;
                 r
             })
     }
@@ -364,6 +369,7 @@ mod tests {
         let mut r = record();
         r.stray = None;
         let mut old = r.encode();
+        assert_eq!(old.pop(), Some(0), "the trailing map version");
         assert_eq!(old.pop(), Some(0), "the trailing stray tag");
         old[1] = FORMAT_1;
         assert_eq!(MigrationRecord::decode(&old).unwrap(), r);

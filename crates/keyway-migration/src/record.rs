@@ -194,6 +194,12 @@ pub struct MigrationRecord {
     /// merges), and the driver drops the copy when the node is back.
     #[serde(default)]
     pub stray: Option<NodeId>,
+    /// The map version `partition` was read at when the migration was
+    /// requested (0: unknown). The row was `(source, e)` then, so the map's
+    /// history after this version tells what replaced it: the evidence a
+    /// flip conflict is decided from needs no older history.
+    #[serde(default)]
+    pub map_version: u64,
 }
 
 /// A record that breaks the record invariant.
@@ -235,6 +241,7 @@ impl MigrationRecord {
             aborted_from: None,
             abort_reason: None,
             stray: None,
+            map_version: 0,
         }
     }
 

@@ -316,8 +316,9 @@ impl Task {
                 Step::Report(Event::FlipCommitted { now: now_ms() })
             }
             Err(MetaError::Conflict { current, .. }) => {
-                let row = self.record().partition.clone();
-                let evidence = flip_evidence(&*self.shared.meta, &row, &self.range, current).await;
+                let (row, read_at) = (self.record().partition.clone(), self.record().map_version);
+                let meta = &*self.shared.meta;
+                let evidence = flip_evidence(meta, &row, read_at, &self.range, current).await;
                 tracing::warn!(migration = self.id(), %partition, ?evidence, "flip conflict");
                 Step::Report(Event::FlipConflict { evidence })
             }

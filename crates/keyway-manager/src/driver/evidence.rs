@@ -6,16 +6,17 @@
 //! - `covering`: `(owner, epoch)` of every row now covering part of the
 //!   migration's range.
 //! - `successor`: from the store's retained history (`changes_since`, the
-//!   deltas watchers use): the change that replaced the row `(source, e)`.
-//!   The search starts at the version that wrote `(source, e)` (its creation
-//!   by a split, merge or keyspace create, or the flip that gave it to the
-//!   source) and takes the next change to that partition id: its own next
-//!   row, or, when it was removed, the rows the same version put over its
-//!   range (a split or merge keeps the owner). The window widens from the
-//!   last [`HISTORY_PROBE_VERSIONS`] versions by ×8 until it reaches back to
-//!   `(source, e)`, or the store answers with a full map (history trimmed):
-//!   then `None`, and the machine falls back to the covering rows or stays
-//!   in doubt.
+//!   deltas watchers use): the change that replaced the row `(source, e)`:
+//!   the first change to that partition id after a version at which it was
+//!   `(source, e)` — its own next row, or, when it was removed, the rows the
+//!   same version put over its range (a split or merge keeps the owner).
+//!   That version is the record's `map_version` (the map the move was
+//!   requested from), so the history needed spans the migration's own
+//!   lifetime. Records without one (0) search back for the version that
+//!   wrote `(source, e)`, widening from the last
+//!   [`HISTORY_PROBE_VERSIONS`] versions by ×8. When the store answers with
+//!   a full map (history trimmed) the successor is `None`, and the machine
+//!   falls back to the covering rows or stays in doubt.
 //!
 //! Pure ([`successor_in`]) where it can be.
 
@@ -46,20 +47,25 @@ fn row_range(p: &PartitionRecord) -> KeyRange {
 }
 
 /// Searches `history` (contiguous versions, oldest first) for what
-/// replaced `row` (the migration's partition at `(source, e)`).
+/// replaced `row` (the migration's partition at `(source, e)`). `known`:
+/// the history starts right after a version at which the row held (the
+/// record's `map_version`); otherwise it must contain the row's write.
 pub(crate) fn successor_in(
     history: &[(MapVersion, Vec<MapChange>)],
     row: &PartitionRecord,
+    known: bool,
 ) -> Search {
     let is_row = |c: &MapChange| {
         matches!(c, MapChange::UpsertPartition(p)
             if p.id == row.id && (p.owner, p.epoch) == (row.owner, row.epoch))
     };
-    let Some(start) = history.iter().position(|(_, cs)| cs.iter().any(is_row)) else {
-        return Search::TooShort;
+    let after = match history.iter().position(|(_, cs)| cs.iter().any(is_row)) {
+        Some(at) => at + 1,
+        None if known => 0,
+        None => return Search::TooShort,
     };
     let range = row_range(row);
-    for (_, changes) in &history[start + 1..] {
+    for (_, changes) in &history[after..] {
         for change in changes {
             match change {
                 MapChange::UpsertPartition(p)
@@ -102,11 +108,13 @@ fn replaced_by(changes: &[MapChange], gone: &PartitionRecord, range: &KeyRange) 
 }
 
 /// Reads the evidence for the migration of `row` (its partition at
-/// `(source, e)`) over `range`. `hint` is the row the conflict reported,
-/// used when the map cannot be read.
+/// `(source, e)`, read at map version `read_at`, 0 if unknown) over
+/// `range`. `hint` is the row the conflict reported, used when the map
+/// cannot be read.
 pub(crate) async fn flip_evidence(
     meta: &dyn MetaStore,
     row: &PartitionRecord,
+    read_at: u64,
     range: &KeyRange,
     hint: Option<(NodeId, Epoch)>,
 ) -> FlipEvidence {
@@ -128,11 +136,33 @@ pub(crate) async fn flip_evidence(
         .filter(|p| ranges_overlap(&row_range(p), range))
         .map(|p| (p.owner, p.epoch))
         .collect();
-    let successor = history_successor(meta, row, map.version).await;
+    let successor = match read_at {
+        0 => history_successor(meta, row, map.version).await,
+        v => known_successor(meta, row, MapVersion(v)).await,
+    };
     FlipEvidence {
         current,
         successor,
         covering,
+    }
+}
+
+/// The successor from the history after `read_at` (when the row held).
+async fn known_successor(
+    meta: &dyn MetaStore,
+    row: &PartitionRecord,
+    read_at: MapVersion,
+) -> Option<(NodeId, Epoch)> {
+    match meta.changes_since(read_at).await {
+        Ok(MapUpdate::Delta(entries)) => match successor_in(&entries, row, true) {
+            Search::Found(successor) => Some(successor),
+            Search::Unreplaced | Search::TooShort => None,
+        },
+        Ok(MapUpdate::Full(_)) => None,
+        Err(err) => {
+            tracing::debug!(%err, "flip evidence: cannot read the map history");
+            None
+        }
     }
 }
 
@@ -145,7 +175,7 @@ async fn history_successor(
     loop {
         let since = MapVersion(now.0.saturating_sub(back));
         match meta.changes_since(since).await {
-            Ok(MapUpdate::Delta(entries)) => match successor_in(&entries, row) {
+            Ok(MapUpdate::Delta(entries)) => match successor_in(&entries, row, false) {
                 Search::Found(successor) => return Some(successor),
                 Search::Unreplaced => return None,
                 Search::TooShort if since.0 == 0 => return None,
@@ -205,16 +235,16 @@ mod tests {
             (v(2), vec![up(&flipped)]),
             (v(3), split(&flipped, T, 6)),
         ];
-        assert_eq!(successor_in(&h, &p), Search::Found((T, Epoch(5))));
+        assert_eq!(successor_in(&h, &p, false), Search::Found((T, Epoch(5))));
         // No flip, a split of (S, e): children at e + 1 owned by S.
         let h = vec![(v(1), vec![up(&p)]), (v(2), split(&p, S, 5))];
-        assert_eq!(successor_in(&h, &p), Search::Found((S, Epoch(5))));
+        assert_eq!(successor_in(&h, &p, false), Search::Found((S, Epoch(5))));
         // The row's creation is older than the window.
         let h = vec![(v(5), split(&flipped, T, 6))];
-        assert_eq!(successor_in(&h, &p), Search::TooShort);
+        assert_eq!(successor_in(&h, &p, false), Search::TooShort);
         // Created, never replaced.
         let h = vec![(v(1), vec![up(&p)]), (v(2), vec![])];
-        assert_eq!(successor_in(&h, &p), Search::Unreplaced);
+        assert_eq!(successor_in(&h, &p, false), Search::Unreplaced);
         // A replacement by rows of two owners says nothing.
         let mixed = vec![
             MapChange::RemovePartition { id: p.id },
@@ -222,12 +252,17 @@ mod tests {
             up(&row(9, T, 5, &[0x18], &[0x20])),
         ];
         let h = vec![(v(1), vec![up(&p)]), (v(2), mixed)];
-        assert_eq!(successor_in(&h, &p), Search::Unreplaced);
+        assert_eq!(successor_in(&h, &p, false), Search::Unreplaced);
+        // From the record's map version: the row's write may be older.
+        let h = vec![(v(5), vec![up(&flipped)]), (v(6), split(&flipped, T, 6))];
+        assert_eq!(successor_in(&h, &p, true), Search::Found((T, Epoch(5))));
+        let h = vec![(v(5), vec![]), (v(6), split(&p, S, 5))];
+        assert_eq!(successor_in(&h, &p, true), Search::Found((S, Epoch(5))));
         // Rows of other ranges in the same version do not count.
         let mut merge = vec![MapChange::RemovePartition { id: p.id }];
         merge.push(up(&row(10, S, 9, &[0x00], &[0x20])));
         merge.push(up(&row(11, T, 3, &[0x30], &[0x40])));
         let h = vec![(v(1), vec![up(&p)]), (v(2), merge)];
-        assert_eq!(successor_in(&h, &p), Search::Found((S, Epoch(9))));
+        assert_eq!(successor_in(&h, &p, false), Search::Found((S, Epoch(9))));
     }
 }

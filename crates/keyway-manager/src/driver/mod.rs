@@ -750,6 +750,7 @@ pub async fn request_move(
     let id = MigrationId(meta.allocate_migration_id().await?);
     let mut rec = MigrationRecord::new(id, row.clone(), target, now_ms());
     rec.generation = 1;
+    rec.map_version = map.version.0;
     rec.validate().map_err(|e| DriverError::BadRecord {
         id,
         detail: e.to_string(),
