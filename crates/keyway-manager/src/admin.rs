@@ -75,6 +75,8 @@ pub struct Status {
     pub leader: Option<String>,
     /// Milliseconds left before this manager's own lease deadline.
     pub lease_remaining_ms: u64,
+    /// Migrations over with a copy still left on an unreachable node.
+    pub migration_stray_copies: u64,
 }
 
 async fn status(State(admin): State<Admin>) -> impl IntoResponse {
@@ -83,6 +85,7 @@ async fn status(State(admin): State<Admin>) -> impl IntoResponse {
         leading: admin.seat.leading().is_some(),
         leader: admin.seat.leader(),
         lease_remaining_ms: admin.seat.lease_remaining().as_millis() as u64,
+        migration_stray_copies: admin.migrations.stray_copies(),
     })
 }
 

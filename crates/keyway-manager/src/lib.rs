@@ -186,7 +186,13 @@ impl Manager {
             decisions.clone(),
             &metrics,
         );
-        let driver = Driver::start(meta, seat.view(), driver, metrics.clone());
+        let driver = Driver::start(
+            meta,
+            seat.view(),
+            driver,
+            metrics.clone(),
+            decisions.clone(),
+        );
         let (admin_stop, stop_rx) = watch::channel(false);
         let admin = tokio::spawn(admin::serve(
             seat.view(),

@@ -53,6 +53,10 @@ pub struct Metrics {
     pub migration_catchup_lag: Gauge,
     /// The measured cutover write pause per migration, milliseconds.
     pub cutover_pause_ms: Histogram,
+    /// Migrations over with a copy still left on a node (`stray`).
+    pub migration_stray_copies: Gauge,
+    /// Times the driver gave up dropping a copy and left it for later.
+    pub migration_cleanup_give_ups: Counter,
 }
 
 impl Default for Metrics {
@@ -78,6 +82,8 @@ impl Metrics {
             migration_copy_rate: Gauge::default(),
             migration_catchup_lag: Gauge::default(),
             cutover_pause_ms: Histogram::new(PAUSE_BUCKETS_MS),
+            migration_stray_copies: Gauge::default(),
+            migration_cleanup_give_ups: Counter::default(),
         };
         {
             let mut r = m.registry.lock().expect("fresh mutex");
@@ -145,6 +151,16 @@ impl Metrics {
                 "migration_cutover_pause_ms",
                 "Measured cutover write pause per migration (fence asked to target serving), ms",
                 m.cutover_pause_ms.clone(),
+            );
+            r.register(
+                "migration_stray_copies",
+                "Migrations over with a copy of their range still left on a node that could not be reached (dropped when it is back)",
+                m.migration_stray_copies.clone(),
+            );
+            r.register(
+                "migration_cleanup_give_ups",
+                "Times a migration ended without dropping a copy on an unreachable node (left for a later cleanup)",
+                m.migration_cleanup_give_ups.clone(),
             );
         }
         m

@@ -2,14 +2,20 @@
 //!
 //! Before the flip request the source is the map owner at e and never
 //! stopped being a valid one, so reverting is always safe: persist
-//! `ABORTED`, then undo what the abort state set up, in this order:
-//! `DisableDual` (from `DUAL`/`CUTOVER`: the source stops forwarding, so no
-//! write waits on a target about to drop its copy), `UnfenceSource` (from
-//! `CUTOVER`: the source serves again), `DropTargetCopy` (always), `Finish`.
+//! `ABORTED` (with the target as `stray`: it may hold a partial copy), then
+//! undo what the abort state set up, in this order: `DisableDual` (from
+//! `DUAL`/`CUTOVER`: the source stops forwarding, so no write waits on a
+//! target about to drop its copy), `UnfenceSource` (from `CUTOVER`: the
+//! source serves again), `DropTargetCopy` (always). `TargetDropped` then
+//! persists the record without the stray copy and `Finish`es; a target that
+//! cannot be reached ends the record anyway after the bounded attempts of
+//! `stray.rs`, leaving the copy to be dropped when it is back. The range is
+//! free from the `ABORTED` persist on: the source owns it and serves it.
 //!
 //! Once the flip is requested an abort is refused (`FlipInDoubt`), except
-//! for the one proof that the CAS never applied: a `FlipConflict` showing
-//! neither (source, e) nor (target, e+1). Once it is done, abort is
+//! for the one proof that the CAS never applied: a `FlipConflict` whose
+//! evidence shows the map's history replaced (source, e) with something
+//! other than our flip (see `cutover.rs`). Once it is done, abort is
 //! impossible (`AfterFlip`): the target owns the partition and the only way
 //! is forward.
 //!
@@ -19,7 +25,10 @@
 //! nothing: the outstanding command is re-issued at the next retry. A
 //! failed `Manager` (the driver lost its in-memory state) is `Recovered`.
 //!
-//! Recovery: `ABORTED` re-issues the revert commands (all idempotent).
+//! Recovery: `ABORTED` with the stray copy re-issues the revert commands
+//! (all idempotent); without it, `Finish`. A new leader drives every
+//! `ABORTED` record that still has a stray copy, so a revert interrupted by
+//! a manager crash is finished.
 
 use crate::command::Command;
 use crate::event::Actor;
@@ -39,7 +48,10 @@ impl Migration {
         let persist = self.transition(MigrationState::Aborted, |r| {
             r.aborted_from = Some(from);
             r.abort_reason = Some(reason);
+            r.stray = Some(r.target);
         });
+        self.vol.cleanup_failures = 0;
+        self.vol.drop_issued = true;
         let mut cmds = vec![persist];
         cmds.extend(revert_commands(from));
         cmds
@@ -64,17 +76,16 @@ impl Migration {
             Actor::Source | Actor::Target if self.rec.can_abort() => {
                 self.abort(AbortReason::ActorFailed { who, detail })
             }
+            Actor::Source if self.rec.state == MigrationState::Cleanup && self.vol.drop_issued => {
+                self.on_cleanup_failed()
+            }
             Actor::Source | Actor::Target => Vec::new(),
         }
-    }
-
-    pub(crate) fn resume_aborted(&mut self) -> Vec<Command> {
-        revert_commands(self.rec.aborted_from.expect("ABORTED records its state"))
     }
 }
 
 /// What reverting from `from` must undo, in order.
-fn revert_commands(from: MigrationState) -> Vec<Command> {
+pub(crate) fn revert_commands(from: MigrationState) -> Vec<Command> {
     let mut cmds = Vec::new();
     if matches!(from, MigrationState::Dual | MigrationState::Cutover) {
         cmds.push(Command::DisableDual);
@@ -83,7 +94,6 @@ fn revert_commands(from: MigrationState) -> Vec<Command> {
         cmds.push(Command::UnfenceSource);
     }
     cmds.push(Command::DropTargetCopy);
-    cmds.push(Command::Finish);
     cmds
 }
 
@@ -131,7 +141,7 @@ mod tests {
         }
         assert_eq!(
             revert_commands(MigrationState::Pending),
-            vec![Command::DropTargetCopy, Command::Finish]
+            vec![Command::DropTargetCopy]
         );
         assert_eq!(
             revert_commands(MigrationState::Cutover),
@@ -139,7 +149,6 @@ mod tests {
                 Command::DisableDual,
                 Command::UnfenceSource,
                 Command::DropTargetCopy,
-                Command::Finish
             ]
         );
     }
@@ -171,7 +180,7 @@ mod tests {
                         detail: "restarted".into(),
                     })
                     .unwrap();
-                assert_eq!(cmds.last(), Some(&Command::Finish));
+                assert_eq!(cmds.last(), Some(&Command::DropTargetCopy));
                 assert_eq!(m.record().aborted_from, Some(state));
                 assert_eq!(
                     m.record().abort_reason,
@@ -228,6 +237,15 @@ mod tests {
             let cmds = m.handle(Event::Recovered { now: 50_000 }).unwrap();
             assert_eq!(cmds, revert_commands(state));
             assert_eq!(m.record().generation, generation);
+            // The copy is dropped: the record forgets it, then it is over.
+            let cmds = m.handle(Event::TargetDropped).unwrap();
+            assert_eq!(cmds, vec![persisted(&m), Command::Finish]);
+            assert_eq!(m.record().stray, None);
+            assert_eq!(
+                m.handle(Event::Recovered { now: 50_001 }).unwrap(),
+                vec![Command::Finish],
+                "a finished revert is not repeated"
+            );
         }
     }
 }

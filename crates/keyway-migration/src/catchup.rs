@@ -145,10 +145,7 @@ mod tests {
             assert_eq!(m.handle(Event::Tick { now }).unwrap(), vec![], "at {now}");
         }
         let cmds = m.handle(Event::Tick { now: 11_000 }).unwrap();
-        assert_eq!(
-            cmds,
-            vec![persisted(&m), Command::DropTargetCopy, Command::Finish]
-        );
+        assert_eq!(cmds, vec![persisted(&m), Command::DropTargetCopy]);
     }
 
     #[test]

@@ -18,6 +18,7 @@ use crate::record::MigrationState;
 impl Migration {
     pub(crate) fn enter_cleanup(&mut self, pause_ms: u64) -> Vec<Command> {
         self.vol.drop_issued = false;
+        self.vol.cleanup_failures = 0;
         let persist = self.transition(MigrationState::Cleanup, |r| r.pause_ms = Some(pause_ms));
         vec![
             persist,
@@ -146,9 +147,10 @@ mod tests {
         assert_eq!(m.handle(Event::Tick { now: 6_035 }).unwrap(), vec![DROP]);
         assert_eq!(m.handle(Event::Tick { now: 6_534 }).unwrap(), vec![]);
         assert_eq!(m.handle(Event::Tick { now: 6_535 }).unwrap(), vec![DROP]);
-        // Nothing after the flip aborts, however long it takes.
+        // Nothing after the flip aborts, however long it takes (a failure
+        // of the target is not the drop's).
         let failed = Event::ActorFailed {
-            who: Actor::Source,
+            who: Actor::Target,
             detail: "down".into(),
         };
         assert_eq!(m.handle(failed).unwrap(), vec![]);

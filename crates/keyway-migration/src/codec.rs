@@ -1,7 +1,9 @@
 //! The compact binary encoding of a [`MigrationRecord`] (what the metadata
 //! store keeps; serde stays available for JSON in admin APIs).
 //!
-//! Format: `MAGIC 'M'`, `FORMAT 1`, then the fields in declaration order.
+//! Format: `MAGIC 'M'`, `FORMAT 2`, then the fields in declaration order
+//! (format 1, without the trailing `stray` and `map_version`, still
+//! decodes: none and 0).
 //! Integers are LEB128 varints; an `Option` is a `0`/`1` tag then the value;
 //! strings are length-prefixed UTF-8. The partition row is embedded as
 //! keyway-map's own change encoding of one `UpsertPartition`, so the row's
@@ -16,7 +18,9 @@ use keyway_map::wire::{Reader, WireError, Writer};
 use keyway_map::{Epoch, MapChange, NodeId, decode_changes, encode_changes};
 
 const MAGIC: u8 = b'M';
-const FORMAT: u8 = 1;
+const FORMAT: u8 = 2;
+/// The format before `stray` was added (decoded with `stray: None`).
+const FORMAT_1: u8 = 1;
 
 /// Bytes that are not an encoded migration record.
 #[derive(thiserror::Error, Debug, Clone, PartialEq, Eq)]
@@ -55,6 +59,8 @@ impl MigrationRecord {
                 w.reason(reason);
             }
         }
+        w.opt(self.stray.map(|n| n.0));
+        w.var(self.map_version);
         w.into_inner()
     }
 
@@ -64,7 +70,8 @@ impl MigrationRecord {
         if r.u8()? != MAGIC {
             return Err(DecodeError("bad magic"));
         }
-        if r.u8()? != FORMAT {
+        let format = r.u8()?;
+        if format != FORMAT && format != FORMAT_1 {
             return Err(DecodeError("unknown format version"));
         }
         let id = MigrationId(r.var()?);
@@ -75,7 +82,7 @@ impl MigrationRecord {
             [MapChange::UpsertPartition(p)] => p.clone(),
             _ => return Err(DecodeError("partition row")),
         };
-        let record = MigrationRecord {
+        let mut record = MigrationRecord {
             id,
             partition,
             target: NodeId(r.var()?),
@@ -102,7 +109,13 @@ impl MigrationRecord {
                 1 => Some(r.reason()?),
                 _ => return Err(DecodeError("option tag")),
             },
+            stray: None,
+            map_version: 0,
         };
+        if format == FORMAT {
+            record.stray = r.opt()?.map(NodeId);
+            record.map_version = r.var()?;
+        }
         r.finish()?;
         Ok(record)
     }
@@ -285,9 +298,9 @@ mod tests {
                 opt(),
             ),
             (opt(), opt(), opt(), proptest::option::of(0u8..8)),
-            proptest::option::of(reasons()),
+            (proptest::option::of(reasons()), opt(), any::<u64>()),
         )
-            .prop_map(|(a, b, c, reason)| {
+            .prop_map(|(a, b, c, (reason, stray, map_version))| {
                 let mut r = record();
                 (r.id, r.target) = (MigrationId(a.0), NodeId(a.1));
                 r.state = MigrationState::from_code(a.2).unwrap();
@@ -297,6 +310,8 @@ mod tests {
                 (r.flip_requested_ms, r.flip_done_ms, r.pause_ms) = (c.0, c.1, c.2);
                 r.aborted_from = c.3.and_then(MigrationState::from_code);
                 r.abort_reason = reason;
+                r.stray = stray.map(NodeId);
+                r.map_version = map_version;
                 r
             })
     }
@@ -342,11 +357,27 @@ mod tests {
             Err(DecodeError("bad magic"))
         );
         let mut format = bytes;
-        format[1] = 2;
+        format[1] = 3;
         assert_eq!(
             MigrationRecord::decode(&format),
             Err(DecodeError("unknown format version"))
         );
+    }
+
+    #[test]
+    fn a_format_1_record_decodes_without_a_stray_copy() {
+        let mut r = record();
+        r.stray = None;
+        let mut old = r.encode();
+        assert_eq!(old.pop(), Some(0), "the trailing map version");
+        assert_eq!(old.pop(), Some(0), "the trailing stray tag");
+        old[1] = FORMAT_1;
+        assert_eq!(MigrationRecord::decode(&old).unwrap(), r);
+        r.state = MigrationState::Aborted;
+        r.aborted_from = Some(MigrationState::Copying);
+        r.abort_reason = Some(AbortReason::Requested { reason: "x".into() });
+        r.stray = Some(NodeId(2));
+        assert_eq!(MigrationRecord::decode(&r.encode()).unwrap(), r);
     }
 
     #[test]

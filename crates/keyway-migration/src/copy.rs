@@ -232,10 +232,7 @@ mod tests {
         assert_eq!(m.handle(Event::CopyProgress { bytes: 10 }).unwrap(), vec![]);
         assert_eq!(m.handle(Event::Tick { now: 20_998 }).unwrap(), vec![]);
         let cmds = m.handle(Event::Tick { now: 20_999 }).unwrap();
-        assert_eq!(
-            cmds,
-            vec![persisted(&m), Command::DropTargetCopy, Command::Finish]
-        );
+        assert_eq!(cmds, vec![persisted(&m), Command::DropTargetCopy]);
         assert_eq!(m.state(), MigrationState::Aborted);
     }
 }

@@ -8,9 +8,22 @@
 //!    Unequal → abort. Steps 1–2 abort after `fence_timeout_ms`.
 //! 3. *flip in doubt*: from the persisted request on, abort is impossible
 //!    unless a conflict proves the CAS never applied. `FlipCommitted` → 4.
-//!    `FlipConflict` showing (target, e+1) is our own CAS (applied, answer
-//!    lost) → 4; any other owner/epoch means it never applied and never will
-//!    (epochs are not reused) → abort. `FlipUnavailable` means the outcome is
+//!    `FlipConflict` carries [`FlipEvidence`] and is decided from the map's
+//!    history, never from "someone else's epoch" (a split or merge after a
+//!    flip whose answer was lost shows neither (source, e) nor (target, e+1)
+//!    although the flip applied):
+//!    - the row is (target, e+1): our CAS applied, its answer was lost → 4;
+//!    - the history shows what replaced (source, e): owned by the target →
+//!      our flip (only a flip changes the owner; a split or merge of the
+//!      flipped row keeps it) → 4; anything else at a later epoch → the
+//!      CAS never applied and never will ((source, e) never comes back) →
+//!      abort;
+//!    - no history (too old, unreadable): if every row covering the range
+//!      is the target's at an epoch > e the flip applied → 4; otherwise the
+//!      outcome is not proven: stay in doubt (keep the fence, re-send) —
+//!      never abort on ambiguity.
+//!
+//!    `FlipUnavailable` means the outcome is
 //!    unknown (`MetaError::Unavailable`): the source stays fenced and the
 //!    identical CAS is re-sent every `retry_interval_ms`, without a timeout.
 //!    Unfencing here could leave two owners if the CAS did apply; and while
@@ -27,10 +40,20 @@
 //! doubt → `CommitFlip` again; flipped → `AwaitTargetServing` again.
 
 use crate::command::Command;
+use crate::event::FlipEvidence;
 use crate::event::RangeDigest;
 use crate::machine::{Migration, Outcome, RejectReason};
 use crate::record::{AbortReason, MigrationState};
 use keyway_map::{Epoch, NodeId};
+
+/// What a failed flip condition proves about our CAS.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum FlipOutcome {
+    Applied,
+    NotApplied,
+    Unknown,
+    Inconsistent(&'static str),
+}
 
 impl Migration {
     pub(crate) fn enter_cutover(&mut self, dual_at_seq: u64) -> Vec<Command> {
@@ -113,26 +136,55 @@ impl Migration {
         Ok(self.flip_done(now))
     }
 
-    pub(crate) fn on_flip_conflict(&mut self, current: Option<(NodeId, Epoch)>) -> Outcome {
+    pub(crate) fn on_flip_conflict(&mut self, evidence: FlipEvidence) -> Outcome {
         if let Some(why) = self.in_doubt_rejection() {
             return Err(self.reject("FlipConflict", why));
         }
-        let ours = Some((self.rec.target, self.rec.flipped_epoch()));
-        let expected = Some((self.rec.source(), self.rec.epoch()));
-        if current == expected {
-            return Err(self.reject(
-                "FlipConflict",
-                RejectReason::Inconsistent("a conflict showing the expected owner and epoch"),
-            ));
+        let current = evidence.current;
+        match self.flip_outcome(&evidence) {
+            FlipOutcome::Inconsistent(what) => {
+                Err(self.reject("FlipConflict", RejectReason::Inconsistent(what)))
+            }
+            FlipOutcome::Applied => {
+                // Our CAS applied earlier and its answer was lost.
+                let now = self.vol.clock_ms;
+                Ok(self.flip_done(now))
+            }
+            // The map's history replaced (source, e) with something else:
+            // our CAS never applied, and (source, e) never comes back, so
+            // it never will.
+            FlipOutcome::NotApplied => Ok(self.abort(AbortReason::FlipConflict { current })),
+            FlipOutcome::Unknown => {
+                // Not proven either way: keep the fence, re-send later.
+                self.vol.retry_at_ms = self.vol.clock_ms + self.cfg.retry_interval_ms;
+                Ok(Vec::new())
+            }
         }
-        if current == ours {
-            // Our CAS applied earlier and its answer was lost.
-            let now = self.vol.clock_ms;
-            return Ok(self.flip_done(now));
+    }
+
+    /// What the evidence of a failed flip condition proves (module docs).
+    fn flip_outcome(&self, ev: &FlipEvidence) -> FlipOutcome {
+        let (target, e) = (self.rec.target, self.rec.epoch());
+        let ours = (target, self.rec.flipped_epoch());
+        if ev.current == Some(ours) {
+            return FlipOutcome::Applied;
         }
-        // The condition failed and the map does not show our flip: it never
-        // applied, and (source, e) never comes back, so it never will.
-        Ok(self.abort(AbortReason::FlipConflict { current }))
+        if ev.current == Some((self.rec.source(), e)) {
+            return FlipOutcome::Inconsistent("a conflict showing the expected owner and epoch");
+        }
+        match ev.successor {
+            Some((owner, _)) if owner == target => FlipOutcome::Applied,
+            Some((_, epoch)) if epoch > e => FlipOutcome::NotApplied,
+            Some(_) => FlipOutcome::Inconsistent("a successor of (source, e) at an epoch <= e"),
+            None => {
+                let targets = |(owner, epoch): &(NodeId, Epoch)| *owner == target && *epoch > e;
+                if !ev.covering.is_empty() && ev.covering.iter().all(targets) {
+                    FlipOutcome::Applied
+                } else {
+                    FlipOutcome::Unknown
+                }
+            }
+        }
     }
 
     pub(crate) fn on_flip_unavailable(&mut self) -> Outcome {
@@ -215,7 +267,7 @@ impl Migration {
 #[cfg(test)]
 mod tests {
     use crate::command::Command;
-    use crate::event::{Actor, RangeDigest};
+    use crate::event::{Actor, FlipEvidence, RangeDigest};
     use crate::machine::RejectReason;
     use crate::machine::fixture::*;
     use crate::record::{AbortReason, MigrationState};
@@ -235,8 +287,21 @@ mod tests {
             Command::DisableDual,
             Command::UnfenceSource,
             Command::DropTargetCopy,
-            Command::Finish,
         ]
+    }
+
+    fn conflict(
+        current: Option<(NodeId, Epoch)>,
+        successor: Option<(NodeId, Epoch)>,
+        covering: &[(NodeId, Epoch)],
+    ) -> Event {
+        Event::FlipConflict {
+            evidence: FlipEvidence {
+                current,
+                successor,
+                covering: covering.to_vec(),
+            },
+        }
     }
 
     #[test]
@@ -355,9 +420,7 @@ mod tests {
     fn a_conflict_showing_our_flip_is_a_commit() {
         let mut m = after(10);
         let cmds = m
-            .handle(Event::FlipConflict {
-                current: Some((NodeId(2), Epoch(5))),
-            })
+            .handle(conflict(Some((NodeId(2), Epoch(5))), None, &[]))
             .unwrap();
         assert_eq!(
             cmds,
@@ -370,14 +433,15 @@ mod tests {
     }
 
     #[test]
-    fn a_conflict_showing_another_owner_or_epoch_aborts() {
-        for current in [
-            Some((NodeId(1), Epoch(5))),
-            Some((NodeId(3), Epoch(6))),
-            None,
+    fn a_history_showing_another_successor_of_source_e_aborts() {
+        for (current, successor) in [
+            // A replica change, a foreign move, a split of (source, e).
+            (Some((NodeId(1), Epoch(5))), Some((NodeId(1), Epoch(5)))),
+            (Some((NodeId(3), Epoch(6))), Some((NodeId(3), Epoch(5)))),
+            (None, Some((NodeId(1), Epoch(5)))),
         ] {
             let mut m = after(10);
-            let cmds = m.handle(Event::FlipConflict { current }).unwrap();
+            let cmds = m.handle(conflict(current, successor, &[])).unwrap();
             assert_eq!(cmds, revert(&m));
             assert_eq!(
                 m.record().abort_reason,
@@ -385,13 +449,62 @@ mod tests {
             );
         }
         let mut m = after(10);
-        let odd = m.handle(Event::FlipConflict {
-            current: Some((NodeId(1), Epoch(4))),
-        });
+        let odd = m.handle(conflict(Some((NodeId(1), Epoch(4))), None, &[]));
         assert!(matches!(
             odd.unwrap_err().why,
             RejectReason::Inconsistent(_)
         ));
+        let odd = m.handle(conflict(None, Some((NodeId(1), Epoch(4))), &[]));
+        assert!(matches!(
+            odd.unwrap_err().why,
+            RejectReason::Inconsistent(_)
+        ));
+    }
+
+    /// The bug of issue 11: the flip applied, its answer was lost, then the
+    /// partition (now the target's) was split: the re-sent CAS conflicts
+    /// showing the partition gone. That is not "never applied".
+    #[test]
+    fn a_split_after_a_lost_flip_is_recognised_as_applied() {
+        let children = [(NodeId(2), Epoch(6)), (NodeId(2), Epoch(6))];
+        // From the history: the split removed the row while the target owned it.
+        let mut m = after(10);
+        let cmds = m
+            .handle(conflict(None, Some((NodeId(2), Epoch(5))), &children))
+            .unwrap();
+        assert_eq!(
+            cmds,
+            vec![
+                persisted(&m),
+                Command::AwaitTargetServing { epoch: Epoch(5) }
+            ]
+        );
+        assert!(m.record().flipped());
+        // No history left: the covering rows are all the target's.
+        let mut m = after(10);
+        m.handle(conflict(None, None, &children)).unwrap();
+        assert!(m.record().flipped());
+        assert_ne!(m.state(), MigrationState::Aborted);
+    }
+
+    #[test]
+    fn an_unproven_outcome_stays_in_doubt_and_keeps_resending() {
+        for covering in [
+            vec![],
+            vec![(NodeId(1), Epoch(5))],
+            vec![(NodeId(2), Epoch(6)), (NodeId(1), Epoch(5))],
+        ] {
+            let mut m = after(10);
+            let before = m.record().clone();
+            assert_eq!(m.handle(conflict(None, None, &covering)).unwrap(), vec![]);
+            assert_eq!(*m.record(), before, "no decision");
+            assert!(m.record().flip_in_doubt());
+            assert_eq!(m.handle(Event::Tick { now: 1_504 }).unwrap(), vec![]);
+            assert_eq!(
+                m.handle(Event::Tick { now: 1_505 }).unwrap(),
+                vec![flip(&m)]
+            );
+        }
     }
 
     #[test]

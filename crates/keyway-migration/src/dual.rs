@@ -168,12 +168,7 @@ mod tests {
         let cmds = m.handle(Event::Tick { now: 11_000 }).unwrap();
         assert_eq!(
             cmds,
-            vec![
-                persisted(&m),
-                Command::DisableDual,
-                Command::DropTargetCopy,
-                Command::Finish
-            ]
+            vec![persisted(&m), Command::DisableDual, Command::DropTargetCopy]
         );
         assert_eq!(m.record().aborted_from, Some(MigrationState::Dual));
     }

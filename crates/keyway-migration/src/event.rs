@@ -22,6 +22,39 @@ pub struct RangeDigest {
     pub digest: u64,
 }
 
+/// What the driver found in the map when the flip CAS failed its
+/// condition: the facts (owners and epochs) the machine decides from whether
+/// that CAS applied ([`crate::Migration`] in `cutover.rs`). Never "someone
+/// else's epoch, so not ours": a split or merge after a flip whose answer
+/// was lost removes the partition id, and only the map's history can tell
+/// whose row it was.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct FlipEvidence {
+    /// The partition's row now, `(owner, epoch)`; `None` if it is gone
+    /// (split or merged away).
+    pub current: Option<(NodeId, Epoch)>,
+    /// From the retained map history: what replaced the partition's row
+    /// `(source, e)`: the `(owner, epoch)` of the partition's own next row,
+    /// or of the row(s) a split or merge put in its place (a split or merge
+    /// keeps the owner, so their owner is the owner the row had when it was
+    /// removed). `None`: the history does not reach back to `(source, e)`
+    /// or could not be read.
+    pub successor: Option<(NodeId, Epoch)>,
+    /// `(owner, epoch)` of every row covering part of the range now.
+    pub covering: Vec<(NodeId, Epoch)>,
+}
+
+impl FlipEvidence {
+    /// Evidence of only the partition's row (no history, no covering rows).
+    pub fn row(current: Option<(NodeId, Epoch)>) -> FlipEvidence {
+        FlipEvidence {
+            current,
+            covering: current.into_iter().collect(),
+            successor: None,
+        }
+    }
+}
+
 /// Who failed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -60,9 +93,9 @@ pub enum Event {
     },
     /// The flip CAS applied.
     FlipCommitted { now: u64 },
-    /// The flip CAS failed its condition; `current` is what the partition
-    /// holds now (`MetaError::Conflict`).
-    FlipConflict { current: Option<(NodeId, Epoch)> },
+    /// The flip CAS failed its condition (`MetaError::Conflict`); what the
+    /// map shows now and what its history shows replaced `(source, e)`.
+    FlipConflict { evidence: FlipEvidence },
     /// The metadata store could not be reached: the CAS outcome is unknown
     /// (`MetaError::Unavailable`).
     FlipUnavailable,
@@ -70,8 +103,13 @@ pub enum Event {
     TargetServing { now: u64 },
     /// The grace timer started by `StartGrace` fired.
     GraceElapsed,
-    /// The source dropped the range and keeps the "moved" note.
+    /// The source dropped the range and keeps the "moved" note (in `DONE`
+    /// with a stray copy: the old source's copy is gone).
     SourceDropped,
+    /// `ABORTED`: the target's copy of the range is gone (dropped, or the
+    /// target was decommissioned, or it owns part of the range now and
+    /// nothing of it may be dropped).
+    TargetDropped,
     /// Time passes; drives timeouts and retries.
     Tick { now: u64 },
     /// An operator or the manager wants the migration reverted.
@@ -101,6 +139,7 @@ impl Event {
             Event::TargetServing { .. } => "TargetServing",
             Event::GraceElapsed => "GraceElapsed",
             Event::SourceDropped => "SourceDropped",
+            Event::TargetDropped => "TargetDropped",
             Event::Tick { .. } => "Tick",
             Event::AbortRequested { .. } => "AbortRequested",
             Event::ActorFailed { .. } => "ActorFailed",

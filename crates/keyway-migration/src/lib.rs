@@ -58,6 +58,9 @@
 //!   recovery, and the per-batch invariant checks.
 //! - `copy.rs`, `catchup.rs`, `dual.rs`, `cutover.rs`, `cleanup.rs`,
 //!   `abort.rs`: one file per phase, each with its recovery rule.
+//! - `stray.rs`: copies left behind (a dead target during an abort, a dead
+//!   old source in `CLEANUP`): bounded attempts, then the record ends and
+//!   keeps the copy as `stray`, dropped when the node is back.
 //! - `tests/world.rs`: a model of source, target, metadata store and
 //!   clients that applies the commands, with a proptest over random event
 //!   orders, losses, duplicates, crashes and outages.
@@ -73,11 +76,13 @@ mod dual;
 mod event;
 mod machine;
 mod record;
+mod stray;
 
 pub use codec::DecodeError;
 pub use command::Command;
-pub use event::{Actor, Event, RangeDigest};
+pub use event::{Actor, Event, FlipEvidence, RangeDigest};
 pub use machine::{
-    ConfigError, Migration, MigrationConfig, MigrationError, RejectReason, Rejected,
+    ConfigError, MAX_CLEANUP_ATTEMPTS, Migration, MigrationConfig, MigrationError, RejectReason,
+    Rejected,
 };
 pub use record::{AbortReason, MigrationId, MigrationRecord, MigrationState, RecordError};

@@ -34,6 +34,12 @@ pub struct MigrationConfig {
     /// (`CommitFlip` in doubt, `AwaitTargetServing`, `DropSourceRange`) are
     /// re-issued at this interval until their outcome arrives.
     pub retry_interval_ms: u64,
+    /// Attempts at dropping a copy the migration leaves behind (the old
+    /// source's range in `CLEANUP`, the target's partial copy after an
+    /// abort) while its node fails, with backoff (`retry_interval_ms`
+    /// doubling per failure), before the record ends anyway and keeps the
+    /// copy as `stray`, dropped when the node is back. 1..=16.
+    pub cleanup_attempts: u32,
 }
 
 impl Default for MigrationConfig {
@@ -44,9 +50,14 @@ impl Default for MigrationConfig {
             fence_timeout_ms: 5_000,
             cleanup_grace_ms: 30_000,
             retry_interval_ms: 1_000,
+            cleanup_attempts: 5,
         }
     }
 }
+
+/// The largest [`MigrationConfig::cleanup_attempts`] (the last backoff is
+/// `retry_interval_ms` × 2^15).
+pub const MAX_CLEANUP_ATTEMPTS: u32 = 16;
 
 /// A configuration [`MigrationConfig::validate`] refuses.
 #[derive(thiserror::Error, Debug, Clone, PartialEq, Eq)]
@@ -68,6 +79,9 @@ impl MigrationConfig {
         }
         if self.retry_interval_ms == 0 {
             return Err(ConfigError("retry_interval_ms must be positive"));
+        }
+        if !(1..=MAX_CLEANUP_ATTEMPTS).contains(&self.cleanup_attempts) {
+            return Err(ConfigError("cleanup_attempts must be between 1 and 16"));
         }
         Ok(())
     }
@@ -139,8 +153,8 @@ pub(crate) type Outcome = Result<Vec<Command>, Rejected>;
 /// | `CUTOVER`, flip in doubt | `CommitFlip` again (identical CAS: it applies, or conflicts showing whether ours applied) |
 /// | `CUTOVER`, flipped | `AwaitTargetServing{e+1}` |
 /// | `CLEANUP` | `StartGrace{remaining}`, or `DropSourceRange` if the grace has passed |
-/// | `DONE` | `Finish` |
-/// | `ABORTED` | the revert commands again (`DisableDual`/`UnfenceSource` as the abort state requires, `DropTargetCopy`, `Finish`) |
+/// | `DONE` | `Finish`; with a stray copy on the old source: `DropSourceRange` first |
+/// | `ABORTED` | with the target's copy still stray: the revert commands again (`DisableDual`/`UnfenceSource` as the abort state requires, `DropTargetCopy`); else `Finish` |
 #[derive(Clone, Debug)]
 pub struct Migration {
     pub(crate) rec: MigrationRecord,
@@ -163,8 +177,10 @@ pub(crate) struct Volatile {
     pub(crate) fence_started_ms: Option<u64>,
     /// When outstanding post-flip commands are next re-issued.
     pub(crate) retry_at_ms: u64,
-    /// `CLEANUP`: `DropSourceRange` was issued.
+    /// `CLEANUP` (or `DONE` with a stray copy): `DropSourceRange` was issued.
     pub(crate) drop_issued: bool,
+    /// Failed attempts at dropping a copy left behind (see `stray.rs`).
+    pub(crate) cleanup_failures: u32,
 }
 
 impl Migration {
@@ -227,7 +243,7 @@ impl Migration {
         match event {
             Event::Tick { now } => Ok(self.on_tick(now)),
             Event::Recovered { now } => Ok(self.on_recovered(now)),
-            _ if self.rec.state.is_terminal() => Err(self.reject(name, RejectReason::Terminal)),
+            _ if self.rec.state.is_terminal() => self.on_terminal_event(event),
             Event::AbortRequested { reason } => self.on_abort_requested(reason),
             Event::ActorFailed { who, detail } => Ok(self.on_actor_failed(who, detail)),
             Event::Started { now } => self.on_started(now),
@@ -242,11 +258,12 @@ impl Migration {
             Event::SourceFenced { now } => self.on_source_fenced(now),
             Event::Digests { source, target } => self.on_digests(source, target),
             Event::FlipCommitted { now } => self.on_flip_committed(now),
-            Event::FlipConflict { current } => self.on_flip_conflict(current),
+            Event::FlipConflict { evidence } => self.on_flip_conflict(evidence),
             Event::FlipUnavailable => self.on_flip_unavailable(),
             Event::TargetServing { now } => self.on_target_serving(now),
             Event::GraceElapsed => self.on_grace_elapsed(),
             Event::SourceDropped => self.on_source_dropped(),
+            Event::TargetDropped => Err(self.reject(name, RejectReason::WrongState)),
         }
     }
 
@@ -269,7 +286,7 @@ impl Migration {
             }
             MigrationState::Cutover => self.cutover_tick(),
             MigrationState::Cleanup => self.cleanup_tick(),
-            MigrationState::Done | MigrationState::Aborted => Vec::new(),
+            MigrationState::Done | MigrationState::Aborted => self.stray_tick(),
         }
     }
 
@@ -289,8 +306,7 @@ impl Migration {
             MigrationState::Dual => self.resume_dual(),
             MigrationState::Cutover => self.resume_cutover(),
             MigrationState::Cleanup => self.resume_cleanup(),
-            MigrationState::Done => vec![Command::Finish],
-            MigrationState::Aborted => self.resume_aborted(),
+            MigrationState::Done | MigrationState::Aborted => self.resume_terminal(),
         }
     }
 
@@ -454,6 +470,7 @@ pub(crate) fn check_step(before: &MigrationRecord, after: &MigrationRecord, cmds
             Command::UnfenceSource | Command::DisableDual | Command::DropTargetCopy => {
                 assert_eq!(after.state, Aborted, "{} outside an abort", cmd.name());
                 assert!(!after.flipped(), "{} after the flip", cmd.name());
+                assert_eq!(after.stray, Some(after.target), "revert with no stray copy");
             }
             Command::FenceSource => assert!(after.state == Cutover && !after.flip_requested()),
             Command::EnableDual => assert_eq!(after.state, Dual),
@@ -468,12 +485,20 @@ pub(crate) fn check_step(before: &MigrationRecord, after: &MigrationRecord, cmds
                 assert!(after.state == Cleanup && after.flipped());
             }
             Command::DropSourceRange { moved_to, epoch } => {
-                assert!(after.state == Cleanup && after.flipped());
+                assert!(matches!(after.state, Cleanup | Done) && after.flipped());
+                if after.state == Done {
+                    assert_eq!(after.stray, Some(after.source()), "drop with no stray copy");
+                }
                 assert_eq!((*moved_to, *epoch), (after.target, after.flipped_epoch()));
             }
             Command::Finish => assert!(after.state.is_terminal()),
             Command::Persist(_) => {}
         }
+    }
+    // A stray copy is recorded only on entering DONE (the old source) or
+    // ABORTED (the target), and afterwards only cleared.
+    if after.stray.is_some() && after.stray != before.stray {
+        assert!(after.state.is_terminal() && before.state != after.state);
     }
     // Invariant 3: an abort happens before the flip and reverts everything.
     if after.state == Aborted && before.state != Aborted {
@@ -505,6 +530,7 @@ pub(crate) mod fixture {
             fence_timeout_ms: 1_000,
             cleanup_grace_ms: 5_000,
             retry_interval_ms: 500,
+            cleanup_attempts: 3,
         }
     }
 
@@ -618,6 +644,14 @@ mod tests {
             bad(|c| c.retry_interval_ms = 0).0,
             "retry_interval_ms must be positive"
         );
+        for attempts in [0, 17] {
+            let mut c = config();
+            c.cleanup_attempts = attempts;
+            assert_eq!(
+                c.validate().unwrap_err().0,
+                "cleanup_attempts must be between 1 and 16"
+            );
+        }
     }
 
     #[test]

@@ -56,9 +56,11 @@ pub enum MigrationState {
     /// The target owns the partition; after a grace period the source
     /// drops the range, keeping a "moved to target at epoch e+1" note.
     Cleanup,
-    /// Finished; the target owns the partition at epoch e+1.
+    /// Finished; the target owns the partition at epoch e+1 (the old
+    /// source's copy is dropped, or still to be while `stray` names it).
     Done,
-    /// Reverted to the source before the flip; the target's copy dropped.
+    /// Reverted to the source before the flip; the target's copy dropped
+    /// (or, while `stray` names the target, still to be dropped).
     Aborted,
 }
 
@@ -182,6 +184,22 @@ pub struct MigrationRecord {
     /// The state an abort happened in (decides what reverting undoes).
     pub aborted_from: Option<MigrationState>,
     pub abort_reason: Option<AbortReason>,
+    /// Work left after the migration ended: a node that may still hold a
+    /// copy of the range and must drop it once it is reachable again (or
+    /// forget it when the node is decommissioned). `ABORTED` is persisted
+    /// with the target here (its partial copy is dropped next, then this is
+    /// cleared); `DONE` carries the old source when it could not be reached
+    /// within the cleanup attempts. Only in `DONE`/`ABORTED`: a record with
+    /// a stray copy is over (the range is free for later moves, splits and
+    /// merges), and the driver drops the copy when the node is back.
+    #[serde(default)]
+    pub stray: Option<NodeId>,
+    /// The map version `partition` was read at when the migration was
+    /// requested (0: unknown). The row was `(source, e)` then, so the map's
+    /// history after this version tells what replaced it: the evidence a
+    /// flip conflict is decided from needs no older history.
+    #[serde(default)]
+    pub map_version: u64,
 }
 
 /// A record that breaks the record invariant.
@@ -222,6 +240,8 @@ impl MigrationRecord {
             pause_ms: None,
             aborted_from: None,
             abort_reason: None,
+            stray: None,
+            map_version: 0,
         }
     }
 
@@ -355,6 +375,15 @@ impl MigrationRecord {
         if self.pause_ms.is_some() && !matches!(state, Cleanup | Done) {
             return fail("pause measured outside CLEANUP/DONE");
         }
+        match (state, self.stray) {
+            (_, None) => {}
+            (Aborted, Some(node)) if node == self.target => {}
+            (Done, Some(node)) if node == self.source() => {}
+            (Aborted | Done, Some(_)) => {
+                return fail("a stray copy on a node that is not the one left holding it");
+            }
+            (_, Some(_)) => return fail("a stray copy before the migration is over"),
+        }
         if self.aborted_from.is_some() {
             if self.flipped() {
                 return fail("aborted after the flip");
@@ -482,6 +511,19 @@ pub(crate) mod tests {
                 r.abort_reason = Some(AbortReason::Requested { reason: "x".into() });
             },
             "aborted from a state after the flip",
+        );
+        broken(
+            |r| r.stray = Some(NodeId(2)),
+            "a stray copy before the migration is over",
+        );
+        broken(
+            |r| {
+                r.state = MigrationState::Aborted;
+                r.aborted_from = Some(MigrationState::Copying);
+                r.abort_reason = Some(AbortReason::Requested { reason: "x".into() });
+                r.stray = Some(NodeId(1));
+            },
+            "a stray copy on a node that is not the one left holding it",
         );
     }
 

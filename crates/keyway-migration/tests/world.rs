@@ -45,6 +45,16 @@ enum Step {
     Store(Store),
     DownAfterPersist,
     ForeignBump,
+    /// An operator split of the partition, at any moment.
+    Split,
+    /// The split of issue 11: right after a flip that applied while its
+    /// answer was lost (nothing otherwise).
+    SplitAfterLostFlip,
+    /// The next flip CAS that applies loses its answer.
+    LoseFlipAnswer,
+    /// The target (or the source) unreachable for the drop of its copy.
+    TargetDown(bool),
+    SourceDown(bool),
     CorruptTarget(u8),
     Abort,
     Invalid(u8),
@@ -72,6 +82,11 @@ fn step() -> impl Strategy<Value = Step> {
             .prop_map(Step::Store),
         6 => Just(Step::DownAfterPersist),
         1 => Just(Step::ForeignBump),
+        2 => Just(Step::Split),
+        6 => Just(Step::SplitAfterLostFlip),
+        6 => Just(Step::LoseFlipAnswer),
+        3 => any::<bool>().prop_map(Step::TargetDown),
+        3 => any::<bool>().prop_map(Step::SourceDown),
         1 => (0u8..6).prop_map(Step::CorruptTarget),
         1 => Just(Step::Abort),
         20 => any::<u8>().prop_map(Step::Invalid),
@@ -109,6 +124,11 @@ fn run(w: &mut World, step: Step) {
         Step::Store(mode) => w.store = mode,
         Step::DownAfterPersist => w.down_after_persist = true,
         Step::ForeignBump => w.foreign_bump(),
+        Step::Split => w.split_partition(),
+        Step::SplitAfterLostFlip => w.split_after_lost_flip(),
+        Step::LoseFlipAnswer => w.lose_flip_answer = true,
+        Step::TargetDown(down) => w.tgt_down = down,
+        Step::SourceDown(down) => w.src_down = down,
         Step::CorruptTarget(key) => w.corrupt_target(key),
         Step::Abort => w.deliver(Event::AbortRequested {
             reason: "operator".into(),
@@ -173,6 +193,12 @@ fn random_schedules_cover_both_endings_and_the_hard_paths() {
         let steps = schedules.new_tree(&mut runner).unwrap().current();
         let mut w = drive(steps);
         let end = w.settle();
+        if w.split_after_lost_flip {
+            *endings.entry("split after a lost flip").or_default() += 1;
+        }
+        if w.stray_left {
+            *endings.entry("ended with a stray copy").or_default() += 1;
+        }
         let label = match (&end, &w.durable.abort_reason) {
             (MigrationState::Done, _) if w.flip_was_in_doubt => "done after an in-doubt flip",
             (MigrationState::Done, _) => "done",
@@ -196,6 +222,8 @@ fn random_schedules_cover_both_endings_and_the_hard_paths() {
         "aborted: stuck",
         "aborted: actor failed",
         "aborted: requested",
+        "split after a lost flip",
+        "ended with a stray copy",
     ] {
         assert!(
             endings.contains_key(label),
@@ -361,10 +389,95 @@ fn a_flip_whose_answer_is_lost_is_recognised_as_ours() {
     assert_eq!(w.settle(), MigrationState::Done);
     assert!(w.history.iter().any(|e| matches!(
         e,
-        Event::FlipConflict {
-            current: Some((TGT, E1))
-        }
+        Event::FlipConflict { evidence } if evidence.current == Some((TGT, E1))
     )));
+}
+
+/// Issue 11: the flip applies, its answer is lost, then the (now the
+/// target's) partition is split. The re-sent CAS conflicts showing the
+/// partition gone; the history says whose row the split removed.
+#[test]
+fn a_split_after_a_lost_flip_finishes_the_move_instead_of_aborting() {
+    let mut w = World::new();
+    calm_until(&mut w, |r| r.state == MigrationState::Cutover);
+    w.store = Store::Ambiguous;
+    calm_until(&mut w, |r| r.flip_in_doubt());
+    calm(&mut w, 3);
+    assert_eq!(w.flips_applied, 1, "the CAS applied; its answer was lost");
+    w.split_partition();
+    assert!(w.split_after_lost_flip);
+    w.store = Store::Up;
+    assert_eq!(w.settle(), MigrationState::Done);
+    assert!(w.history.iter().any(|e| matches!(
+        e,
+        Event::FlipConflict { evidence } if evidence.current.is_none()
+    )));
+    assert_eq!(w.map, (TGT, Epoch(E1.0 + 1)));
+    assert!(w.tgt.accepts_writes() && !w.src.accepts_writes());
+}
+
+#[test]
+fn a_split_before_the_flip_makes_it_conflict_and_the_source_serve_again() {
+    let mut w = World::new();
+    calm_until(&mut w, |r| r.state == MigrationState::Dual);
+    w.split_partition();
+    assert_eq!(w.settle(), MigrationState::Aborted);
+    assert_eq!(
+        w.durable.abort_reason,
+        Some(AbortReason::FlipConflict { current: None })
+    );
+    w.propagate();
+    assert!(w.src.accepts_writes() && !w.tgt.accepts_writes());
+}
+
+#[test]
+fn a_dead_target_during_an_abort_ends_it_and_its_copy_goes_when_it_is_back() {
+    let mut w = World::new();
+    calm_until(&mut w, |r| r.state == MigrationState::Catchup);
+    w.tgt_down = true;
+    w.deliver(Event::AbortRequested {
+        reason: "operator".into(),
+    });
+    for _ in 0..40 {
+        w.tick(300);
+        while !w.pending.is_empty() {
+            let e = w.pending.remove(0);
+            w.deliver(e);
+        }
+        w.check();
+    }
+    assert!(w.finished, "the record ended although the target is down");
+    assert_eq!(w.durable.state, MigrationState::Aborted);
+    assert_eq!(w.durable.stray, Some(TGT));
+    assert!(!w.tgt.dropped && w.src.accepts_writes());
+    assert_eq!(w.settle(), MigrationState::Aborted);
+    assert_eq!(w.durable.stray, None);
+    assert!(w.tgt.dropped && w.tgt.data.is_empty());
+}
+
+#[test]
+fn a_dead_old_source_in_cleanup_ends_done_and_its_copy_goes_when_it_is_back() {
+    let mut w = World::new();
+    calm_until(&mut w, |r| r.state == MigrationState::Cleanup);
+    w.src_down = true;
+    for _ in 0..60 {
+        w.fire_timers();
+        w.tick(300);
+        while !w.pending.is_empty() {
+            let e = w.pending.remove(0);
+            w.deliver(e);
+        }
+        w.check();
+    }
+    assert!(w.finished);
+    assert_eq!(
+        (w.durable.state, w.durable.stray),
+        (MigrationState::Done, Some(SRC))
+    );
+    assert!(!w.src.dropped && !w.src.accepts_writes());
+    assert_eq!(w.settle(), MigrationState::Done);
+    assert_eq!(w.durable.stray, None);
+    assert!(w.src.dropped);
 }
 
 #[test]

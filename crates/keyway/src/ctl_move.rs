@@ -139,6 +139,14 @@ async fn follow(
 }
 
 fn outcome_line(rec: &MigrationRecord) -> String {
+    let line = outcome(rec);
+    match rec.stray {
+        Some(node) => format!("{line}; a copy is left on node {node} (dropped when it is back)"),
+        None => line,
+    }
+}
+
+fn outcome(rec: &MigrationRecord) -> String {
     let took = rec.state_entered_at_ms.saturating_sub(rec.started_at_ms);
     match rec.state {
         MigrationState::Done => format!(
@@ -248,6 +256,8 @@ struct Row {
     duration_ms: Option<u64>,
     pause_ms: Option<u64>,
     abort_reason: Option<String>,
+    /// A node still holding a copy this migration left behind.
+    stray: Option<String>,
 }
 
 impl Row {
@@ -266,6 +276,7 @@ impl Row {
                 .then(|| r.state_entered_at_ms.saturating_sub(r.started_at_ms)),
             pause_ms: r.pause_ms,
             abort_reason: r.abort_reason.as_ref().map(|a| format!("{a:?}")),
+            stray: r.stray.map(|n| n.to_string()),
         }
     }
 }
@@ -298,7 +309,14 @@ pub async fn migrations_cmd(meta: &dyn MetaStore, json: bool) -> anyhow::Result<
             format!("{}/{}", r.copied_bytes, r.total_bytes),
             ms(r.duration_ms),
             ms(r.pause_ms),
-            r.abort_reason.unwrap_or_default()
+            match &r.stray {
+                Some(node) => format!(
+                    "{} (copy left on node {})",
+                    r.abort_reason.clone().unwrap_or_default(),
+                    short(node)
+                ),
+                None => r.abort_reason.clone().unwrap_or_default(),
+            }
         );
     }
     Ok(())

@@ -51,6 +51,15 @@ pub struct MigrationFlags {
     /// How long the source keeps a moved range before dropping it.
     #[arg(long, default_value_t = 30_000)]
     pub migration_cleanup_grace_ms: u64,
+    /// Attempts (1-16, backing off from 1 s, doubling) at dropping a copy a
+    /// migration leaves on a node that fails (the old source after the flip,
+    /// the target after an abort) before the migration ends anyway and the
+    /// copy is dropped when the node is back (see --migration-stray-retry-ms).
+    #[arg(long, default_value_t = 5)]
+    pub migration_cleanup_attempts: u32,
+    /// How often a copy left behind on an unreachable node is tried again.
+    #[arg(long, default_value_t = 30_000)]
+    pub migration_stray_retry_ms: u64,
 }
 
 impl MigrationFlags {
@@ -63,6 +72,8 @@ impl MigrationFlags {
         c.migration.stuck_timeout_ms = self.migration_stuck_timeout_ms;
         c.migration.fence_timeout_ms = self.migration_fence_timeout_ms;
         c.migration.cleanup_grace_ms = self.migration_cleanup_grace_ms;
+        c.migration.cleanup_attempts = self.migration_cleanup_attempts;
+        c.stray_retry_interval_ms = self.migration_stray_retry_ms;
         c.validate()?;
         Ok(c)
     }

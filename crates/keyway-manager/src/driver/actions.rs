@@ -3,13 +3,27 @@
 //!
 //! Failure rules: a failed `Persist` halts the batch and reloads; a node
 //! error goes through [`Task::failed`] (before the flip request it aborts the
-//! migration, after it the machine re-issues on `Tick`, during a revert the
-//! revert is retried); an unreachable node is retried a few times first.
+//! migration, after it the machine re-issues on `Tick`; a source that
+//! cannot undo its side of a revert is skipped: it ends its fence and push
+//! itself once it reads the `ABORTED` record); an unreachable node is
+//! retried a few times first. The two drops of a copy (`DropTargetCopy`,
+//! `DropSourceRange`) report every failure to the machine
+//! ([`Task::drop_failed`]), which backs off and, after
+//! `cleanup_attempts`, ends the record with the copy as `stray`; a node
+//! that was decommissioned took its copy with it (reported as dropped).
+//!
+//! A flip conflict is reported with the map's evidence (`evidence.rs`).
+//! After the flip the partition id may be gone (split or merged after the
+//! flip): the target's and the source's views are then read on a row that
+//! now covers the range.
 
 use super::PeerAddr;
+use super::evidence::flip_evidence;
 use super::now_ms;
 use super::run::{Step, Task};
-use keyway_map::{Epoch, MapChange, NodeId, OwnershipCondition, PartitionRecord};
+use keyway_map::{
+    Epoch, MapChange, NodeId, OwnershipCondition, PartitionId, PartitionMap, PartitionRecord,
+};
 use keyway_meta::{MapTxn, MetaError};
 use keyway_migration::{Actor, Command, Event, MigrationRecord, MigrationState, RangeDigest};
 use keyway_node::peer::{MigrationRef, PeerError, PushSpec};
@@ -89,15 +103,48 @@ impl Task {
                 return Err(Step::Halt);
             }
         };
-        let Some(info) = map.nodes.get(&node) else {
-            let err = PeerError::Remote(format!("node {node} is not registered"));
-            return Err(self.failed(who, "resolve", err));
-        };
+        match self.address(&map, node) {
+            Some(addr) => Ok(addr),
+            None => {
+                let err = PeerError::Remote(format!("node {node} is not registered"));
+                Err(self.failed(who, "resolve", err))
+            }
+        }
+    }
+
+    /// `node`'s address in `map` (remembered), `None` if it is not registered.
+    fn address(&mut self, map: &PartitionMap, node: NodeId) -> Option<PeerAddr> {
+        let info = map.nodes.get(&node)?;
         self.addrs.insert(node, info.admin_addr.clone());
-        Ok(PeerAddr {
+        Some(PeerAddr {
             node,
             admin_addr: info.admin_addr.clone(),
         })
+    }
+
+    /// Whether `node` owns any row of `map` overlapping the range.
+    fn owns_part(&self, map: &PartitionMap, node: NodeId) -> bool {
+        map.partitions.values().any(|p| {
+            let (start, end) = p.storage_bounds();
+            p.owner == node && super::ranges_overlap(&KeyRange::new(start, end), &self.range)
+        })
+    }
+
+    /// The row to read a node's view on after the flip: the partition at
+    /// `epoch` while it exists, else (split or merged after the flip) a row
+    /// `owner` now holds over the range, at that row's epoch.
+    fn moved_row(&self, map: &PartitionMap, owner: NodeId, epoch: Epoch) -> (PartitionId, Epoch) {
+        let pid = self.record().partition_id();
+        if map.partitions.contains_key(&pid) {
+            return (pid, epoch);
+        }
+        map.partitions
+            .values()
+            .find(|p| {
+                let (start, end) = p.storage_bounds();
+                p.owner == owner && super::ranges_overlap(&KeyRange::new(start, end), &self.range)
+            })
+            .map_or((pid, epoch), |p| (p.id, p.epoch))
     }
 
     /// Runs a node call, retrying an unreachable node a few times.
@@ -270,12 +317,11 @@ impl Task {
                 Step::Report(Event::FlipCommitted { now: now_ms() })
             }
             Err(MetaError::Conflict { current, .. }) => {
-                let fresh = match self.shared.meta.get_map().await {
-                    Ok(map) => map.partitions.get(&partition).map(|p| (p.owner, p.epoch)),
-                    Err(_) => current,
-                };
-                tracing::warn!(migration = self.id(), %partition, current = ?fresh, "flip conflict");
-                Step::Report(Event::FlipConflict { current: fresh })
+                let (row, read_at) = (self.record().partition.clone(), self.record().map_version);
+                let meta = &*self.shared.meta;
+                let evidence = flip_evidence(meta, &row, read_at, &self.range, current).await;
+                tracing::warn!(migration = self.id(), %partition, ?evidence, "flip conflict");
+                Step::Report(Event::FlipConflict { evidence })
             }
             Err(MetaError::Unavailable(detail)) => {
                 tracing::warn!(migration = self.id(), %detail, "flip outcome unknown; will re-send");
@@ -297,9 +343,13 @@ impl Task {
             Ok(p) => p,
             Err(step) => return step,
         };
-        let (pid, owner) = (self.record().partition_id(), self.record().target);
+        let owner = self.record().target;
+        let (pid, epoch) = match self.shared.meta.get_map().await {
+            Ok(map) => self.moved_row(&map, owner, epoch),
+            Err(_) => (self.record().partition_id(), epoch),
+        };
         let done = self
-            .wait_view(&target, |v| v.owner == owner && v.epoch >= epoch)
+            .wait_view(&target, pid, |v| v.owner == owner && v.epoch >= epoch)
             .await;
         match done {
             Some(true) => Step::Report(Event::TargetServing { now: now_ms() }),
@@ -316,9 +366,9 @@ impl Task {
     async fn wait_view(
         &self,
         node: &PeerAddr,
+        pid: PartitionId,
         ok: impl Fn(&keyway_node::peer::PartitionView) -> bool,
     ) -> Option<bool> {
-        let pid = self.record().partition_id();
         let deadline = Instant::now() + self.shared.config.retry();
         loop {
             if !self.leads() {
@@ -367,84 +417,99 @@ impl Task {
     }
 
     /// Abort: stop the push, then delete the target's partial copy.
+    /// `TargetDropped` when the copy is gone (or was never to be dropped);
+    /// a failure at the target goes to the machine ([`Task::drop_failed`]).
     async fn drop_target_copy(&mut self) -> Step {
-        let source = match self.peer(Actor::Source).await {
-            Ok(p) => p,
-            Err(step) => return step,
+        let id = self.id();
+        let (source_id, target_id) = (self.record().source(), self.record().target);
+        let map = match self.shared.meta.get_map().await {
+            Ok(map) => map,
+            Err(err) => {
+                let err = PeerError::Unavailable(format!("reading the map: {err}"));
+                return self.drop_failed(Actor::Target, "map check", err);
+            }
         };
-        let (peers, id) = (self.shared.peers.clone(), self.id());
-        match self.call(|| peers.migrate_stop(&source, id)).await {
-            Ok(()) | Err(PeerError::NotFound(_)) => {}
-            Err(e) => return self.failed(Actor::Source, "MigrateStop", e),
+        // Best effort: a source that cannot be reached ends the push itself
+        // once it reads the ABORTED record (and a dead one lost it).
+        if let Some(source) = self.address(&map, source_id) {
+            let peers = self.shared.peers.clone();
+            match self.call(|| peers.migrate_stop(&source, id)).await {
+                Ok(()) | Err(PeerError::NotFound(_)) => {}
+                Err(err) => {
+                    tracing::warn!(migration = id, %err, "cannot stop the push at the source; it ends it itself");
+                    self.addrs.remove(&source_id);
+                }
+            }
         }
         // Never delete a copy the target owns: only the map says who owns,
         // and after a split or merge another id may cover part of the range.
-        let (pid, target_id) = (self.record().partition_id(), self.record().target);
-        match self.shared.meta.get_map().await {
-            Ok(map) => {
-                let owned = map.partitions.values().any(|p| {
-                    let (start, end) = p.storage_bounds();
-                    p.owner == target_id
-                        && super::ranges_overlap(&KeyRange::new(start, end), &self.range)
-                });
-                if owned {
-                    tracing::error!(
-                        migration = id, partition = %pid,
-                        "the target owns (part of) the range; not dropping its copy"
-                    );
-                    return Step::Done;
-                }
-            }
-            Err(e) => {
-                let e = PeerError::Unavailable(format!("reading the map: {e}"));
-                return self.failed(Actor::Manager, "map check", e);
-            }
+        if self.owns_part(&map, target_id) {
+            tracing::error!(
+                migration = id, partition = %self.record().partition_id(),
+                "the target owns (part of) the range; not dropping its copy"
+            );
+            return Step::Report(Event::TargetDropped);
         }
-        let target = match self.peer(Actor::Target).await {
-            Ok(p) => p,
-            Err(step) => return step,
+        let Some(target) = self.address(&map, target_id) else {
+            tracing::info!(migration = id, node = %target_id, "the target was decommissioned: its copy went with it");
+            return Step::Report(Event::TargetDropped);
         };
         match self.drop_range(&target).await {
-            Ok(true) => Step::Done,
+            Ok(true) => Step::Report(Event::TargetDropped),
             Ok(false) => Step::Halt,
             // Not a copy of ours (the target owns the range, or receives it
             // under a newer migration, whose copy start cleaned ours):
             // nothing left to revert, and retrying would never end.
             Err(PeerError::Refused { reason, detail }) => {
-                tracing::error!(migration = id, partition = %pid, ?reason, %detail,
+                tracing::error!(migration = id, partition = %self.record().partition_id(), ?reason, %detail,
                     "the target refuses to drop the range; its data there is not our copy");
-                Step::Done
+                Step::Report(Event::TargetDropped)
             }
-            Err(e) => self.failed(Actor::Target, "DropRangeChunk", e),
+            Err(e) => self.drop_failed(Actor::Target, "DropRangeChunk", e),
         }
     }
 
     /// Cleanup: once the source installed the flipped map (it answers with
     /// a redirect, never "not found"), stop the push and drop the range.
+    /// Also the later drop of a stray copy on an old source that is back.
     async fn drop_source_range(&mut self, moved_to: NodeId, epoch: Epoch) -> Step {
-        let source = match self.peer(Actor::Source).await {
-            Ok(p) => p,
-            Err(step) => return step,
+        let source_id = self.record().source();
+        let map = match self.shared.meta.get_map().await {
+            Ok(map) => map,
+            Err(err) => {
+                let err = PeerError::Unavailable(format!("reading the map: {err}"));
+                return self.drop_failed(Actor::Source, "map check", err);
+            }
         };
-        let source_id = source.node;
+        if self.owns_part(&map, source_id) {
+            // Moved back by a later migration, which cleaned the range first:
+            // what is there now is the owner's data.
+            tracing::warn!(
+                migration = self.id(),
+                "the old source owns (part of) the range again; nothing to drop"
+            );
+            return Step::Report(Event::SourceDropped);
+        }
+        let Some(source) = self.address(&map, source_id) else {
+            tracing::info!(migration = self.id(), node = %source_id, "the old source was decommissioned: its copy went with it");
+            return Step::Report(Event::SourceDropped);
+        };
+        let (pid, epoch) = self.moved_row(&map, moved_to, epoch);
         let installed = self
-            .wait_view(&source, |v| v.owner != source_id && v.epoch >= epoch)
+            .wait_view(&source, pid, |v| v.owner != source_id && v.epoch >= epoch)
             .await;
         match installed {
             Some(true) => {}
             Some(false) => {
-                tracing::debug!(
-                    migration = self.id(), %moved_to,
-                    "source has not installed the flipped map yet"
-                );
-                return Step::Done;
+                let err = PeerError::Unavailable("it has not installed the flipped map".into());
+                return self.drop_failed(Actor::Source, "PartitionView", err);
             }
             None => return Step::Halt,
         }
         let (peers, id) = (self.shared.peers.clone(), self.id());
         match self.call(|| peers.migrate_stop(&source, id)).await {
             Ok(()) | Err(PeerError::NotFound(_)) => {}
-            Err(e) => return self.failed(Actor::Source, "MigrateStop", e),
+            Err(e) => return self.drop_failed(Actor::Source, "MigrateStop", e),
         }
         match self.drop_range(&source).await {
             Ok(true) => Step::Report(Event::SourceDropped),
@@ -458,7 +523,7 @@ impl Task {
                     "the source refuses to drop the range; finishing without dropping");
                 Step::Report(Event::SourceDropped)
             }
-            Err(e) => self.failed(Actor::Source, "DropRangeChunk", e),
+            Err(e) => self.drop_failed(Actor::Source, "DropRangeChunk", e),
         }
     }
 }

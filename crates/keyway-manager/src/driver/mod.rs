@@ -23,7 +23,19 @@
 //!   catch-up lag. Every event a command produced is preceded by a `Tick`,
 //!   so the machine's timeouts (the fence timeout bounding the write pause)
 //!   hold even when a command was slow.
-//! - `actions.rs` maps each [`Command`] to node and store calls.
+//! - `discover.rs` is the discovery loop; `actions.rs` maps each
+//!   [`Command`] to node and store calls;
+//!   `evidence.rs` reads what the map (and its history) shows after a flip
+//!   conflict.
+//! - Copies left behind: a record that ended with a `stray` copy (a dead
+//!   target during an abort, a dead old source in `CLEANUP`, or a revert a
+//!   crashed leader did not finish) is over — the range is free — but
+//!   discovery drives it again, one drop attempt at a time, every
+//!   `stray_retry_interval_ms` while its node is not marked down, until the
+//!   copy is gone (or the node was decommissioned). Live migrations are
+//!   started first, and a cleanup never runs beside a task on an
+//!   overlapping range. Each give-up is in the decision log (`migration`,
+//!   `leave_copy`) and `keyway_manager_migration_stray_copies` counts them.
 //! - Operators create records with [`request_move`] and ask for an abort with
 //!   [`request_abort`] (a CAS write of the `ABORTED` record the machine
 //!   decides); the running task notices the new generation and reverts.
@@ -31,6 +43,8 @@
 //! Time fed to the machine is wall-clock milliseconds since the UNIX epoch.
 
 mod actions;
+mod discover;
+mod evidence;
 mod peers;
 mod run;
 #[cfg(test)]
@@ -38,10 +52,11 @@ mod tests;
 
 pub use peers::{MigrationPeers, PeerAddr, RpcPeers};
 
+use crate::decisions::DecisionLog;
 use crate::metrics::Metrics;
 use crate::seat::SeatView;
 use keyway_map::{NodeId, NodeState, PartitionId};
-use keyway_meta::{Leadership, MetaError, MetaStore, StoredMigration};
+use keyway_meta::{MetaError, MetaStore, StoredMigration};
 use keyway_migration::{
     AbortReason, Command, Event, Migration, MigrationConfig, MigrationId, MigrationRecord,
     MigrationState,
@@ -49,7 +64,7 @@ use keyway_migration::{
 use keyway_node::peer::Throttle;
 use keyway_storage::KeyRange;
 use serde::Serialize;
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::watch;
@@ -70,6 +85,9 @@ pub struct DriverConfig {
     pub drop_chunk_entries: usize,
     /// Pause between two drop chunks (keeps foreground traffic flowing).
     pub drop_pause_ms: u64,
+    /// How often a copy left behind on an unreachable node (a record's
+    /// `stray`) is tried again.
+    pub stray_retry_interval_ms: u64,
 }
 
 impl Default for DriverConfig {
@@ -81,6 +99,7 @@ impl Default for DriverConfig {
             discover_interval_ms: 500,
             drop_chunk_entries: 1000,
             drop_pause_ms: 5,
+            stray_retry_interval_ms: 30_000,
         }
     }
 }
@@ -103,6 +122,9 @@ impl DriverConfig {
         }
         if self.drop_chunk_entries > keyway_node::peer::MAX_DROP_ENTRIES as usize {
             return bad("drop_chunk_entries exceeds the node's MAX_DROP_ENTRIES");
+        }
+        if self.stray_retry_interval_ms == 0 {
+            return bad("stray_retry_interval_ms must be positive");
         }
         Ok(())
     }
@@ -209,6 +231,8 @@ pub(crate) struct LiveEntry {
 #[derive(Default)]
 pub(crate) struct Live {
     entries: Mutex<BTreeMap<MigrationId, LiveEntry>>,
+    /// Records over with a copy still left on a node (last discovery round).
+    stray_copies: std::sync::atomic::AtomicU64,
 }
 
 impl Live {
@@ -298,6 +322,9 @@ pub struct MigrationSummary {
     /// The measured cutover write pause.
     pub pause_ms: Option<u64>,
     pub abort_reason: Option<AbortReason>,
+    /// A node still holding a copy of the range this migration left behind
+    /// (dropped when it is reachable again).
+    pub stray: Option<NodeId>,
     pub started_at_ms: u64,
     pub state_entered_at_ms: u64,
     /// When it reached `DONE` or `ABORTED`.
@@ -324,6 +351,7 @@ impl MigrationSummary {
             copy_rate_bytes_per_sec: live.and_then(|l| l.copy_rate),
             pause_ms: rec.pause_ms,
             abort_reason: rec.abort_reason.clone(),
+            stray: rec.stray,
             started_at_ms: rec.started_at_ms,
             state_entered_at_ms: rec.state_entered_at_ms,
             ended_at_ms: rec.state.is_terminal().then_some(rec.state_entered_at_ms),
@@ -370,6 +398,7 @@ impl DriverView {
                     copy_rate_bytes_per_sec: None,
                     pause_ms: None,
                     abort_reason: None,
+                    stray: None,
                     started_at_ms: 0,
                     state_entered_at_ms: 0,
                     ended_at_ms: None,
@@ -378,6 +407,14 @@ impl DriverView {
                 },
             })
             .collect())
+    }
+
+    /// Records over with a copy still left on a node, as of the last
+    /// discovery round of this manager (0 while it does not lead).
+    pub fn stray_copies(&self) -> u64 {
+        self.live
+            .stray_copies
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 }
 
@@ -391,6 +428,7 @@ pub(crate) struct Shared {
     pub config: DriverConfig,
     pub metrics: Arc<Metrics>,
     pub live: Arc<Live>,
+    pub decisions: DecisionLog,
 }
 
 /// The running driver; see the module docs.
@@ -409,8 +447,10 @@ impl Driver {
         seat: SeatView,
         config: DriverConfig,
         metrics: Arc<Metrics>,
+        decisions: DecisionLog,
     ) -> Driver {
-        Self::start_with_peers(meta, seat, Arc::new(RpcPeers::new()), config, metrics)
+        let peers = Arc::new(RpcPeers::new());
+        Self::start_with_peers(meta, seat, peers, config, metrics, decisions)
     }
 
     /// [`Driver::start`] with another way to reach the nodes.
@@ -420,6 +460,7 @@ impl Driver {
         peers: Arc<dyn MigrationPeers>,
         config: DriverConfig,
         metrics: Arc<Metrics>,
+        decisions: DecisionLog,
     ) -> Driver {
         if let Err(e) = config.validate() {
             panic!("Driver::start: {e}");
@@ -436,9 +477,10 @@ impl Driver {
             config,
             metrics,
             live,
+            decisions,
         });
         let (stop, stop_rx) = watch::channel(false);
-        let task = tokio::spawn(discover_loop(shared, stop_rx));
+        let task = tokio::spawn(discover::discover_loop(shared, stop_rx));
         Driver { view, stop, task }
     }
 
@@ -451,116 +493,6 @@ impl Driver {
     pub async fn shutdown(self) {
         let _ = self.stop.send(true);
         let _ = self.task.await;
-    }
-}
-
-struct Running {
-    /// The partition's storage range: a split or merge can give another id
-    /// an overlapping range, and two tasks never work on one range at once.
-    range: KeyRange,
-    handle: JoinHandle<()>,
-}
-
-async fn discover_loop(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
-    let mut running: HashMap<MigrationId, Running> = HashMap::new();
-    let mut term: Option<Leadership> = None;
-    // Ids never to look at again: terminal (final) or undrivable records.
-    let mut skip: HashSet<u64> = HashSet::new();
-    let mut seat_rx = shared.seat.subscribe();
-    let mut seat_alive = true;
-    let interval = Duration::from_millis(shared.config.discover_interval_ms);
-    while !*stop.borrow_and_update() {
-        let leading = shared.seat.leading();
-        if leading != term {
-            stop_all(&shared, &mut running).await;
-            if leading.is_some() {
-                tracing::info!("migration driver: leading, loading migration records");
-            } else {
-                tracing::info!("migration driver: not leading, stopped every migration task");
-            }
-            term = leading;
-        }
-        running.retain(|_, r| !r.handle.is_finished());
-        if let Some(leadership) = &term {
-            discover(&shared, leadership, &mut running, &mut skip).await;
-        }
-        tokio::select! {
-            changed = stop.changed() => if changed.is_err() { break },
-            changed = seat_rx.changed(), if seat_alive => seat_alive = changed.is_ok(),
-            () = tokio::time::sleep(interval) => {}
-        }
-    }
-    stop_all(&shared, &mut running).await;
-}
-
-async fn stop_all(shared: &Shared, running: &mut HashMap<MigrationId, Running>) {
-    for (id, r) in running.drain() {
-        r.handle.abort();
-        let _ = r.handle.await;
-        shared.live.remove(&shared.metrics, id);
-    }
-}
-
-/// Spawns a task for every non-terminal record not driven yet (one per
-/// partition at a time).
-async fn discover(
-    shared: &Arc<Shared>,
-    leadership: &Leadership,
-    running: &mut HashMap<MigrationId, Running>,
-    skip: &mut HashSet<u64>,
-) {
-    let stored = match shared.meta.migrations().await {
-        Ok(stored) => stored,
-        Err(err) => {
-            tracing::debug!(%err, "migration driver: cannot list migration records");
-            return;
-        }
-    };
-    let mut busy: Vec<KeyRange> = running.values().map(|r| r.range.clone()).collect();
-    for s in &stored {
-        let id = MigrationId(s.id);
-        if running.contains_key(&id) || skip.contains(&s.id) {
-            continue;
-        }
-        let machine = load(s).and_then(|rec| {
-            Migration::new(rec, shared.config.migration.clone()).map_err(|e| {
-                DriverError::BadRecord {
-                    id,
-                    detail: e.to_string(),
-                }
-            })
-        });
-        let machine = match machine {
-            Ok(m) => m,
-            Err(err) => {
-                tracing::error!(%err, "migration driver: cannot drive this record");
-                skip.insert(s.id);
-                continue;
-            }
-        };
-        let rec = machine.record();
-        if rec.state.is_terminal() {
-            skip.insert(s.id);
-            continue;
-        }
-        let range = storage_range(rec);
-        if busy.iter().any(|b| ranges_overlap(b, &range)) {
-            continue;
-        }
-        busy.push(range.clone());
-        let now = now_ms();
-        let first = if rec.state == MigrationState::Pending {
-            Event::Started { now }
-        } else {
-            Event::Recovered { now }
-        };
-        tracing::info!(
-            migration = %id, state = %rec.state, partition = %rec.partition_id(),
-            event = first.name(), "migration driver: driving migration"
-        );
-        let task = run::Task::new(shared.clone(), leadership.clone(), machine);
-        let handle = tokio::spawn(task.run(first));
-        running.insert(id, Running { range, handle });
     }
 }
 
@@ -611,6 +543,7 @@ pub async fn request_move(
     let id = MigrationId(meta.allocate_migration_id().await?);
     let mut rec = MigrationRecord::new(id, row.clone(), target, now_ms());
     rec.generation = 1;
+    rec.map_version = map.version.0;
     rec.validate().map_err(|e| DriverError::BadRecord {
         id,
         detail: e.to_string(),

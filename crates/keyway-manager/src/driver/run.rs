@@ -3,6 +3,7 @@
 //! started with), or until its record disappears.
 
 use super::{Shared, load, now_ms, storage_range};
+use crate::decisions::Decision;
 use keyway_map::NodeId;
 use keyway_meta::Leadership;
 use keyway_migration::{Actor, Command, Event, Migration, MigrationRecord, MigrationState};
@@ -47,11 +48,15 @@ pub(crate) struct Task {
     pub(super) finished: bool,
     /// The last copy progress seen (for the copy rate).
     pub(super) last_copy: Option<(Instant, u64)>,
+    /// The record was already over when the task started: it only drops a
+    /// stray copy (not counted as a finished migration again).
+    pub(super) cleanup_only: bool,
 }
 
 impl Task {
     pub(crate) fn new(shared: Arc<Shared>, term: Leadership, machine: Migration) -> Task {
         let range = storage_range(machine.record());
+        let cleanup_only = machine.record().state.is_terminal();
         Task {
             shared,
             term,
@@ -64,6 +69,7 @@ impl Task {
             need_recover: false,
             finished: false,
             last_copy: None,
+            cleanup_only,
         }
     }
 
@@ -161,12 +167,54 @@ impl Task {
             MigrationState::Done => "done",
             _ => "aborted",
         };
-        self.shared.metrics.migration_finished(outcome);
-        let rec = self.record();
+        if !self.cleanup_only {
+            self.shared.metrics.migration_finished(outcome);
+        }
+        let rec = self.record().clone();
         tracing::info!(
             migration = %rec.id, partition = %rec.partition_id(), %state,
-            reason = ?rec.abort_reason, pause_ms = ?rec.pause_ms, "migration finished"
+            reason = ?rec.abort_reason, pause_ms = ?rec.pause_ms, stray = ?rec.stray,
+            "migration finished"
         );
+        let range = crate::split::range_text(&rec.partition);
+        let subject = format!("stray-{}", rec.id);
+        match rec.stray {
+            Some(node) => {
+                if !self.cleanup_only {
+                    self.shared.metrics.migration_cleanup_give_ups.inc();
+                }
+                self.shared.decisions.record_once(
+                    subject,
+                    Decision::now(
+                        "migration",
+                        "leave_copy",
+                        "node_unreachable",
+                        Some(rec.partition_id()),
+                        false,
+                        format!(
+                            "migration {} ({state}): gave up dropping the copy of {range} on node {node} \
+                             after {} attempts; it is dropped when the node is back",
+                            rec.id, self.shared.config.migration.cleanup_attempts
+                        ),
+                    ),
+                );
+            }
+            None if self.cleanup_only => self.shared.decisions.record_once(
+                subject,
+                Decision::now(
+                    "migration",
+                    "drop_copy",
+                    "node_back",
+                    Some(rec.partition_id()),
+                    true,
+                    format!(
+                        "migration {} ({state}): the copy of {range} left behind is gone",
+                        rec.id
+                    ),
+                ),
+            ),
+            None => {}
+        }
     }
 
     /// Re-reads the record into a fresh machine (forgetting everything
@@ -332,10 +380,8 @@ impl Task {
         }
     }
 
-    /// A command failed at `who`: before the flip request the migration
-    /// aborts (`ActorFailed`); an `ABORTED` record's revert is retried at the
-    /// next poll; after the flip request the machine re-issues on `Tick`.
-    pub(super) fn failed(&mut self, who: Actor, what: &str, err: PeerError) -> Step {
+    /// Forgets the address of an unreachable node (it may re-register).
+    fn forget_unreachable(&mut self, who: Actor, err: &PeerError) {
         if matches!(err, PeerError::Unavailable(_)) {
             let node = match who {
                 Actor::Source => Some(self.record().source()),
@@ -346,8 +392,33 @@ impl Task {
                 self.addrs.remove(&node);
             }
         }
+    }
+
+    /// A drop of a copy (`DropTargetCopy`, `DropSourceRange`) failed at
+    /// `who`: always the machine's to count (it backs off, and ends the
+    /// record with the copy as `stray` after `cleanup_attempts`).
+    pub(super) fn drop_failed(&mut self, who: Actor, what: &str, err: PeerError) -> Step {
+        self.forget_unreachable(who, &err);
+        tracing::warn!(migration = self.id(), ?who, what, %err, "dropping a copy failed");
+        Step::Report(Event::ActorFailed {
+            who,
+            detail: format!("{what}: {err}"),
+        })
+    }
+
+    /// A command failed at `who`: before the flip request the migration
+    /// aborts (`ActorFailed`); in a revert the source's steps are skipped
+    /// (the source lifts its fence and stops its push itself once it reads
+    /// the `ABORTED` record); after the flip request the machine re-issues
+    /// on `Tick`.
+    pub(super) fn failed(&mut self, who: Actor, what: &str, err: PeerError) -> Step {
+        self.forget_unreachable(who, &err);
         let rec = self.record();
         if rec.state == MigrationState::Aborted {
+            if who == Actor::Source {
+                tracing::warn!(migration = %rec.id, what, %err, "revert step at the source failed; the source ends it itself");
+                return Step::Done;
+            }
             tracing::warn!(migration = %rec.id, ?who, what, %err, "revert step failed; retrying");
             self.need_recover = true;
             return Step::Halt;

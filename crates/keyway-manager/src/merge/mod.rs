@@ -19,9 +19,11 @@
 //!    `(owner, epoch)`s and on the new id being absent; it removes both and
 //!    upserts `[left.start, right.end)` under a new id
 //!    (`next_partition_id`, reserved past) at epoch max(both) + 1.
-//! 3. *Apply* ([`merge_checked`]): refuse if either has a live migration,
-//!    commit, and tell a lost CAS on either half ([`MergeError::Lost`]) from
-//!    a lost race for the new id (re-planned).
+//! 3. *Apply* ([`merge_checked`]): refuse if a live migration covers part
+//!    of either (checked by range after reading the map, then the commit is
+//!    conditional on both rows as read: atomic with respect to any flip,
+//!    see `split/apply.rs`), commit, and tell a lost CAS on either half
+//!    ([`MergeError::Lost`]) from a lost race for the new id (re-planned).
 //!
 //! A request naming either half at its old epoch is then rejected with the
 //! merged record; a migration of either half requested concurrently cannot
@@ -33,7 +35,7 @@ mod tests;
 
 pub use decide::{MergeAction, MergePolicy, MergeVerdict};
 
-use crate::split::{abort_raced, fmt_current, live_migrations};
+use crate::split::{abort_raced, fmt_current, migration_over};
 use keyway_map::{
     Epoch, MapChange, NodeId, OwnershipCondition, PartitionId, PartitionMap, PartitionRecord,
 };
@@ -273,16 +275,6 @@ pub async fn merge_checked(
     b: PartitionId,
     expected: Option<[(NodeId, Epoch); 2]>,
 ) -> Result<MergePlan, MergeError> {
-    let busy = live_migrations(meta).await?;
-    for partition in [a, b] {
-        if let Some(&(migration, state)) = busy.get(&partition) {
-            return Err(MergeError::Migrating {
-                partition,
-                migration,
-                state,
-            });
-        }
-    }
     for _ in 0..ID_RACE_ATTEMPTS {
         let map = meta.get_map().await?;
         if let Some(expected) = expected {
@@ -294,6 +286,16 @@ pub async fn merge_checked(
             }
         }
         let plan = plan_merge(&map, a, b)?;
+        // After reading the map; the commit is conditional on both rows.
+        if let Some((partition, migration, state)) =
+            migration_over(meta, &[&plan.left, &plan.right]).await?
+        {
+            return Err(MergeError::Migrating {
+                partition,
+                migration,
+                state,
+            });
+        }
         match meta.commit(plan.txn.clone()).await {
             Ok(version) => {
                 tracing::info!(

@@ -1,10 +1,32 @@
 //! Applying a split to the metadata store: refuse a partition in a live
 //! migration, commit the planned compare-and-set, and sort out a lost one.
 //!
-//! The migration check and the commit are two calls, so a move requested in
-//! between is possible; it is harmless: the move's flip is conditional on
-//! the parent's `(source, e)`, which the split removed, so it can only
-//! abort. The split asks it to abort at once ([`abort_raced`]); the driver
+//! # Why the migration check is atomic with the commit
+//!
+//! A split must never race a flip whose outcome is in doubt (issue 11: the
+//! flip applied, its answer was lost; a split of the now-target-owned row
+//! removes the id, and the re-sent flip's conflict could be misread). The
+//! store has no transaction over both a map row and a migration record
+//! (`MapTxn` conditions are `(owner, epoch)` per partition), so the check is
+//! made *between* reading the map and committing, and the commit is
+//! conditional on the row as read:
+//!
+//! 1. read the map (version V) and take the row `(owner, epoch)`;
+//! 2. then list the migration records and refuse if any live (non-terminal)
+//!    one covers a range overlapping the row — by range, not by id: a
+//!    record names the id it was created for, and after a split or merge
+//!    the same keys have other ids ([`migration_over`]);
+//! 3. commit conditional on the row's `(owner, epoch)`.
+//!
+//! Every flip is itself a commit conditional on one row. A flip that
+//! applied before step 1 belongs to a record that stays live until its
+//! driver learns the outcome, and step 2 reads after step 1, so it sees the
+//! record (or the outcome is already decided). A flip that applies after
+//! step 1 changes the row's `(owner, epoch)`, so step 3's condition fails
+//! and nothing changes. A move *requested* after step 2 can never flip: its
+//! condition names the row the split removes; the split asks it to abort at
+//! once ([`abort_raced`]), and its flip conflict is decided from the map's
+//! history (the removed row was the source's: never applied). The driver
 //! never runs two migrations of overlapping ranges at once, and never drops
 //! a target's copy of a range the target owns any part of.
 
@@ -12,6 +34,8 @@ use super::{Busy, SplitAt, SplitError, SplitPlan, plan_split};
 use bytes::Bytes;
 use keyway_map::{Epoch, NodeId, PartitionId, PartitionRecord};
 use keyway_meta::{MetaError, MetaStore};
+use keyway_migration::{MigrationId, MigrationState};
+use keyway_storage::KeyRange;
 use std::collections::HashMap;
 
 /// How many lost races for the new partition ids a split rides out (each
@@ -34,6 +58,33 @@ pub async fn live_migrations(meta: &dyn MetaStore) -> Result<Busy, MetaError> {
         }
     }
     Ok(busy)
+}
+
+/// The first live (non-terminal) migration whose range overlaps one of
+/// `rows`: `(row id, migration, state)`. Read it after the map the rows
+/// come from (see the module docs).
+pub async fn migration_over(
+    meta: &dyn MetaStore,
+    rows: &[&PartitionRecord],
+) -> Result<Option<(PartitionId, MigrationId, MigrationState)>, MetaError> {
+    for stored in meta.migrations().await? {
+        let rec = match crate::driver::load(&stored) {
+            Ok(rec) if !rec.state.is_terminal() => rec,
+            Ok(_) => continue,
+            Err(err) => {
+                tracing::warn!(%err, "split/merge: skipping an unreadable migration record");
+                continue;
+            }
+        };
+        let moving = crate::driver::storage_range(&rec);
+        for row in rows {
+            let (start, end) = row.storage_bounds();
+            if crate::driver::ranges_overlap(&KeyRange::new(start, end), &moving) {
+                return Ok(Some((row.id, rec.id, rec.state)));
+            }
+        }
+    }
+    Ok(None)
 }
 
 /// After a split or merge removed the partitions `gone`: asks every
@@ -93,21 +144,15 @@ pub async fn split_partition(
     Ok((plan.left, plan.right))
 }
 
-/// Applies `request`: refuses a partition in a live migration or no longer
-/// at `expected`, commits the plan, and re-plans when only the race for the
-/// new ids was lost. Returns the committed plan.
+/// Applies `request`: refuses a partition in a live migration (of any
+/// record whose range overlaps it, checked after reading the map; see the
+/// module docs) or no longer at `expected`, commits the plan, and re-plans
+/// when only the race for the new ids was lost. Returns the committed plan.
 pub async fn split_checked(
     meta: &dyn MetaStore,
     request: &SplitRequest,
 ) -> Result<SplitPlan, SplitError> {
     let partition = request.partition;
-    if let Some(&(migration, state)) = live_migrations(meta).await?.get(&partition) {
-        return Err(SplitError::Migrating {
-            partition,
-            migration,
-            state,
-        });
-    }
     for _ in 0..ID_RACE_ATTEMPTS {
         let map = meta.get_map().await?;
         let current = map.partitions.get(&partition).map(|p| (p.owner, p.epoch));
@@ -118,6 +163,15 @@ pub async fn split_checked(
             });
         }
         let plan = plan_split(&map, partition, &request.at, request.size_hint.as_deref())?;
+        let parent = &map.partitions[&partition];
+        if let Some((_, migration, state)) = migration_over(meta, &[parent]).await? {
+            return Err(SplitError::Migrating {
+                partition,
+                migration,
+                state,
+            });
+        }
+        // Conditional on the parent's (owner, epoch) as read above.
         match meta.commit(plan.txn.clone()).await {
             Ok(version) => {
                 tracing::info!(

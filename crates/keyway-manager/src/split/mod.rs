@@ -23,8 +23,10 @@
 //!    `next_partition_id` and the one after (reserved past), the parent's
 //!    owner and replicas, epoch = parent epoch + 1, ranges `[start, at)` and
 //!    `[at, end)`.
-//! 3. *Apply* (`apply.rs`): refuse a partition with a non-terminal migration
-//!    record, commit, and tell a lost CAS on the parent ([`SplitError::Lost`],
+//! 3. *Apply* (`apply.rs`): refuse a partition any non-terminal migration
+//!    record covers part of (checked after reading the map, the commit
+//!    conditional on the row as read: atomic with respect to every flip),
+//!    commit, and tell a lost CAS on the parent ([`SplitError::Lost`],
 //!    nothing changed) from a lost race for the new ids (re-planned).
 //!
 //! After the commit every node installs the children at epoch e+1: a
@@ -46,7 +48,7 @@ pub(crate) mod testing;
 mod tests;
 
 pub(crate) use apply::abort_raced;
-pub use apply::{SplitRequest, live_migrations, split_checked, split_partition};
+pub use apply::{SplitRequest, live_migrations, migration_over, split_checked, split_partition};
 pub(crate) use decide::usable;
 pub use decide::{SplitAction, SplitPolicy, SplitVerdict};
 pub use history::{Birth, History};

@@ -9,14 +9,17 @@
 //! batch) and reloading the durable record; the source or target restarting
 //! and losing their volatile state (snapshots, streams); the metadata store
 //! down, or applying a write whose answer is lost; a foreign epoch bump; a
-//! target that silently lost a key before the fence.
+//! split of the partition at any moment (also right after a flip whose
+//! answer was lost: the partition id is gone, and only the map's history
+//! tells whose row it was); a target that silently lost a key before the
+//! fence; the source or the target unreachable for the drop of its copy.
 //!
 //! [`World::check`] asserts the protocol's promises after every step,
 //! independently of the machine's own assertions.
 
 use keyway_map::{Epoch, KeyspaceId, NodeId, PartitionId, PartitionRecord, PartitionState};
 use keyway_migration::{
-    Actor, Command, Event, Migration, MigrationConfig, MigrationId, MigrationRecord,
+    Actor, Command, Event, FlipEvidence, Migration, MigrationConfig, MigrationId, MigrationRecord,
     MigrationState, RangeDigest,
 };
 use std::collections::BTreeMap;
@@ -107,8 +110,23 @@ pub struct World {
     pub machine: Option<Migration>,
     /// The metadata store's migration record.
     pub durable: MigrationRecord,
-    /// The metadata store's (owner, epoch) of the partition.
+    /// The metadata store's (owner, epoch) of the rows covering the range:
+    /// the partition's row, or after a split both children's.
     pub map: (NodeId, Epoch),
+    /// The partition was split: its id is gone, two children cover the range.
+    pub split: bool,
+    /// The map's history of the range after (source, e): each change's
+    /// resulting (owner, epoch), in order.
+    pub map_log: Vec<(NodeId, Epoch)>,
+    /// A split happened while the flip was in doubt and had applied.
+    pub split_after_lost_flip: bool,
+    /// The target (source) cannot be reached for the drop of its copy.
+    pub tgt_down: bool,
+    pub src_down: bool,
+    /// The record ended with a stray copy at least once.
+    pub stray_left: bool,
+    /// The next flip CAS that applies loses its answer (one shot).
+    pub lose_flip_answer: bool,
     pub store: Store,
     pub flips_applied: u32,
     pub first_flip: Option<Command>,
@@ -149,6 +167,7 @@ pub fn config() -> MigrationConfig {
         fence_timeout_ms: 1_000,
         cleanup_grace_ms: 1_500,
         retry_interval_ms: 300,
+        cleanup_attempts: 3,
     }
 }
 
@@ -162,6 +181,13 @@ impl World {
             now: 0,
             durable: record,
             map: (SRC, E),
+            split: false,
+            map_log: Vec::new(),
+            split_after_lost_flip: false,
+            tgt_down: false,
+            src_down: false,
+            stray_left: false,
+            lose_flip_answer: false,
             store: Store::Up,
             flips_applied: 0,
             first_flip: None,
@@ -290,9 +316,8 @@ impl World {
             }
             cas @ Command::CommitFlip { .. } => self.commit_flip(cas),
             Command::AwaitTargetServing { epoch } => {
-                assert_eq!(
-                    self.map,
-                    (TGT, epoch),
+                assert!(
+                    self.map.0 == TGT && self.map.1 >= epoch,
                     "target asked to serve without the flip"
                 );
                 self.tgt.view = Some(self.map);
@@ -310,6 +335,13 @@ impl World {
                     self.flips_applied, 0,
                     "DropTargetCopy after the flip applied"
                 );
+                if self.tgt_down {
+                    self.observe(Event::ActorFailed {
+                        who: Actor::Target,
+                        detail: "unreachable".into(),
+                    });
+                    return true;
+                }
                 assert!(
                     !self.src.dual,
                     "target copy dropped while the source forwards to it"
@@ -318,20 +350,31 @@ impl World {
                 self.tgt.dropped = true;
                 self.tgt.catchup = false;
                 self.src.copy = None;
+                self.observe(Event::TargetDropped);
             }
             Command::StartGrace { ms } => self.timers.push((self.now + ms, Event::GraceElapsed)),
             Command::DropSourceRange { moved_to, epoch } => {
-                assert_eq!(
-                    self.map,
-                    (moved_to, epoch),
+                assert!(
+                    self.map.0 == moved_to && self.map.1 >= epoch,
                     "source dropped before the flip"
                 );
+                if self.src_down {
+                    self.observe(Event::ActorFailed {
+                        who: Actor::Source,
+                        detail: "unreachable".into(),
+                    });
+                    return true;
+                }
                 self.src.dropped = true;
                 self.src.data.clear();
                 self.observe(Event::SourceDropped);
             }
             Command::RecordPause { ms } => self.pauses.push(ms),
-            Command::Finish => self.finished = true,
+            Command::Finish => {
+                self.finished = true;
+                let durable = &self.durable;
+                self.stray_left |= durable.stray.is_some();
+            }
         }
         true
     }
@@ -360,9 +403,10 @@ impl World {
         if self.store == Store::Down {
             return self.observe(Event::FlipUnavailable);
         }
-        let applied = self.map == (SRC, E);
+        let applied = !self.split && self.map == (SRC, E);
         if applied {
             self.map = (TGT, E1);
+            self.map_log.push(self.map);
             self.flips_applied += 1;
             // Invariant 5: every acknowledged write is at the target.
             for (k, v) in &self.acked {
@@ -373,13 +417,55 @@ impl World {
                 );
             }
         }
+        let lost = applied && std::mem::take(&mut self.lose_flip_answer);
+        if lost {
+            self.flip_was_in_doubt = true;
+        }
         match (self.store, applied) {
             (Store::Ambiguous, _) => self.observe(Event::FlipUnavailable),
+            (_, true) if lost => self.observe(Event::FlipUnavailable),
             (_, true) => self.observe(Event::FlipCommitted { now: self.now }),
-            (_, false) => self.observe(Event::FlipConflict {
-                current: Some(self.map),
-            }),
+            (_, false) => {
+                let evidence = self.flip_evidence();
+                self.observe(Event::FlipConflict { evidence })
+            }
         }
+    }
+
+    /// What a driver finds in the map after a failed flip condition.
+    pub fn flip_evidence(&self) -> FlipEvidence {
+        FlipEvidence {
+            current: (!self.split).then_some(self.map),
+            successor: self.map_log.first().copied(),
+            covering: vec![self.map; if self.split { 2 } else { 1 }],
+        }
+    }
+
+    /// An operator splits the partition (metadata only): two children with
+    /// the current owner at epoch + 1 replace it, whatever the migration is
+    /// doing (a split that raced the manager's check, or bypassed it).
+    pub fn split_partition(&mut self) {
+        if self.split {
+            return;
+        }
+        self.split_now();
+    }
+
+    /// The split of issue 11: only right after a flip that applied while its
+    /// answer was lost (the record is still in doubt); otherwise nothing.
+    pub fn split_after_lost_flip(&mut self) {
+        if !self.split && self.flips_applied == 1 && self.durable.flip_in_doubt() {
+            self.split_now();
+        }
+    }
+
+    fn split_now(&mut self) {
+        if self.flips_applied == 1 && self.durable.flip_in_doubt() {
+            self.split_after_lost_flip = true;
+        }
+        self.split = true;
+        self.map.1 = Epoch(self.map.1.0 + 1);
+        self.map_log.push(self.map);
     }
 
     /// A client write (or delete) sent to the source or the target.
@@ -481,6 +567,7 @@ impl World {
         let m =
             Migration::new(self.durable.clone(), self.cfg.clone()).expect("durable record valid");
         self.machine = Some(m);
+        self.finished = false;
         self.deliver(Event::Recovered { now: self.now });
         if self.state() == Some(MigrationState::Pending) {
             self.deliver(Event::Started { now: self.now });
@@ -510,6 +597,7 @@ impl World {
     pub fn foreign_bump(&mut self) {
         if self.map.0 == SRC {
             self.map.1 = Epoch(self.map.1.0 + 1);
+            self.map_log.push(self.map);
         }
     }
 
@@ -533,6 +621,7 @@ impl World {
                 self.map.0, SRC,
                 "before the flip the source owns the partition"
             );
+            assert!(self.map.1 >= E);
             assert!(!self.src.dropped, "source dropped before the flip");
             for (k, v) in &self.acked {
                 assert_eq!(
@@ -542,7 +631,7 @@ impl World {
                 );
             }
         } else {
-            assert_eq!(self.map, (TGT, E1));
+            assert!(self.map.0 == TGT && self.map.1 >= E1, "{:?}", self.map);
             // Invariant 5: acknowledged means present at the new owner.
             for (k, v) in &self.acked {
                 assert_eq!(
@@ -570,6 +659,19 @@ impl World {
                 "ABORTED persisted although the flip applied"
             );
         }
+        // A record that forgot its stray copy left none behind.
+        if self.durable.state.is_terminal() && self.durable.stray.is_none() {
+            match self.durable.state {
+                MigrationState::Aborted => assert!(
+                    self.tgt.dropped && self.tgt.data.is_empty(),
+                    "ABORTED without a stray copy, but the target holds one"
+                ),
+                _ => assert!(
+                    self.src.dropped,
+                    "DONE without a stray copy, but the source holds one"
+                ),
+            }
+        }
     }
 
     /// The world stops failing; time passes. Returns the terminal state.
@@ -577,7 +679,13 @@ impl World {
         self.store = Store::Up;
         self.crash_at = None;
         self.down_after_persist = false;
+        self.tgt_down = false;
+        self.src_down = false;
         for _ in 0..1_000 {
+            if self.finished && self.durable.stray.is_some() {
+                // The node is back: a later driver drives the record again.
+                self.crash_driver();
+            }
             self.restart_driver();
             while !self.pending.is_empty() {
                 let event = self.pending.remove(0);
@@ -587,6 +695,7 @@ impl World {
             if let Some(state) = self.state()
                 && state.is_terminal()
                 && self.finished
+                && self.durable.stray.is_none()
             {
                 self.check_end(state);
                 return state;
@@ -608,7 +717,7 @@ impl World {
         self.check();
         match state {
             MigrationState::Done => {
-                assert_eq!((self.map, self.flips_applied), ((TGT, E1), 1));
+                assert!(self.map.0 == TGT && self.map.1 >= E1 && self.flips_applied == 1);
                 assert!(self.src.dropped && !self.tgt.dropped);
                 // RecordPause is at most once (a crash may lose it); the
                 // durable record always has the measurement.
@@ -656,6 +765,11 @@ fn check_batch(before: &MigrationRecord, after: &MigrationRecord, cmds: &[Comman
     if after.state == MigrationState::Aborted && before.state != MigrationState::Aborted {
         assert!(!before.flipped(), "abort after the flip");
         assert!(cmds.contains(&Command::DropTargetCopy));
+        assert_eq!(
+            after.stray,
+            Some(after.target),
+            "the target's copy is remembered"
+        );
         if before.state == MigrationState::Cutover {
             assert!(cmds.contains(&Command::UnfenceSource));
         }

@@ -27,6 +27,11 @@ pub(crate) struct Faults {
     /// This node refuses every drop as owned (what a node answers for a
     /// range it owns).
     pub refuse_drops: Option<NodeId>,
+    /// Nodes that are down: every call to them is `Unavailable`.
+    pub down: std::collections::BTreeSet<NodeId>,
+    /// Nodes that died after the flip: the calls of a cleanup
+    /// (`DropRangeChunk`, `PartitionView`, `MigrateStop`) are `Unavailable`.
+    pub down_for_cleanup: std::collections::BTreeSet<NodeId>,
 }
 
 #[derive(Debug)]
@@ -102,6 +107,13 @@ impl FakeCluster {
         })
     }
 
+    /// Adds an (empty) node at `addr`.
+    pub(crate) fn add_node(&self, id: NodeId, addr: &str) {
+        let mut st = self.lock();
+        st.nodes.insert(id, Node::default());
+        st.addrs.insert(addr.to_string(), id);
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().unwrap()
     }
@@ -155,6 +167,52 @@ impl FakeCluster {
 
     fn note(st: &mut State, node: &PeerAddr, what: String) {
         st.log.push(format!("n{} {what}", node.node.0));
+    }
+
+    /// Marks `node` down (every call fails as unreachable) or up again.
+    pub(crate) fn set_down(&self, node: NodeId, down: bool) {
+        let mut st = self.lock();
+        if down {
+            st.faults.down.insert(node);
+        } else {
+            st.faults.down.remove(&node);
+        }
+    }
+
+    /// `Unavailable` if `node` is down.
+    fn reachable(&self, node: &PeerAddr) -> Result<(), PeerError> {
+        if self.lock().faults.down.contains(&node.node) {
+            return Err(PeerError::Unavailable(format!(
+                "node {} is down",
+                node.node
+            )));
+        }
+        Ok(())
+    }
+
+    /// `Unavailable` if `node` is down, also for the calls of a cleanup.
+    fn reachable_for_cleanup(&self, node: &PeerAddr) -> Result<(), PeerError> {
+        self.reachable(node)?;
+        if self.lock().faults.down_for_cleanup.contains(&node.node) {
+            return Err(PeerError::Unavailable(format!("node {} died", node.node)));
+        }
+        Ok(())
+    }
+
+    /// Marks `node` dead for the calls of a cleanup, or back.
+    pub(crate) fn set_down_for_cleanup(&self, node: NodeId, down: bool) {
+        let mut st = self.lock();
+        if down {
+            st.faults.down_for_cleanup.insert(node);
+        } else {
+            st.faults.down_for_cleanup.remove(&node);
+        }
+    }
+
+    /// Keys (of any range) at `node`.
+    pub(crate) fn keys_in(&self, node: NodeId, range: &KeyRange) -> usize {
+        let st = self.lock();
+        in_range(&st.nodes[&node].data, range).count()
     }
 
     /// Copies (part of) the snapshot of push `id` at `source`.
@@ -228,6 +286,7 @@ impl FakeCluster {
 #[async_trait::async_trait]
 impl MigrationPeers for FakeCluster {
     async fn last_seq(&self, node: &PeerAddr) -> Result<Seq, PeerError> {
+        self.reachable(node)?;
         Ok(self.lock().nodes[&node.node].seq)
     }
 
@@ -236,6 +295,7 @@ impl MigrationPeers for FakeCluster {
         node: &PeerAddr,
         range: &KeyRange,
     ) -> Result<(u64, u64), PeerError> {
+        self.reachable(node)?;
         let st = self.lock();
         let entries: Vec<_> = in_range(&st.nodes[&node.node].data, range).collect();
         let bytes = entries.iter().map(|(k, v)| size(k, v)).sum();
@@ -249,6 +309,7 @@ impl MigrationPeers for FakeCluster {
         range: &KeyRange,
         limit: usize,
     ) -> Result<u64, PeerError> {
+        self.reachable_for_cleanup(node)?;
         let mut st = self.lock();
         Self::note(&mut st, node, "drop".into());
         if st.faults.refuse_drops == Some(node.node) {
@@ -273,6 +334,7 @@ impl MigrationPeers for FakeCluster {
         node: &PeerAddr,
         spec: &PushSpec,
     ) -> Result<PushStatus, PeerError> {
+        self.reachable(node)?;
         let mut st = self.lock();
         Self::note(
             &mut st,
@@ -304,6 +366,7 @@ impl MigrationPeers for FakeCluster {
     }
 
     async fn migrate_status(&self, node: &PeerAddr, id: u64) -> Result<PushStatus, PeerError> {
+        self.reachable(node)?;
         let mut st = self.lock();
         Self::push_of(&mut st, node, id)?;
         Self::advance_copy(&mut st, node.node, id);
@@ -311,6 +374,7 @@ impl MigrationPeers for FakeCluster {
     }
 
     async fn migrate_dual(&self, node: &PeerAddr, id: u64, on: bool) -> Result<Seq, PeerError> {
+        self.reachable(node)?;
         let mut st = self.lock();
         Self::note(
             &mut st,
@@ -322,6 +386,7 @@ impl MigrationPeers for FakeCluster {
     }
 
     async fn migrate_fence(&self, node: &PeerAddr, id: u64, on: bool) -> Result<Seq, PeerError> {
+        self.reachable(node)?;
         let mut st = self.lock();
         Self::note(
             &mut st,
@@ -333,6 +398,7 @@ impl MigrationPeers for FakeCluster {
     }
 
     async fn migrate_stop(&self, node: &PeerAddr, id: u64) -> Result<(), PeerError> {
+        self.reachable_for_cleanup(node)?;
         let mut st = self.lock();
         Self::note(&mut st, node, format!("stop {id}"));
         st.nodes.get_mut(&node.node).unwrap().pushes.remove(&id);
@@ -340,6 +406,7 @@ impl MigrationPeers for FakeCluster {
     }
 
     async fn migrate_digest(&self, node: &PeerAddr, id: u64) -> Result<FenceDigests, PeerError> {
+        self.reachable(node)?;
         let mut st = self.lock();
         Self::note(&mut st, node, "digest".into());
         let push = Self::push_of(&mut st, node, id)?;
@@ -354,9 +421,10 @@ impl MigrationPeers for FakeCluster {
 
     async fn partition_view(
         &self,
-        _node: &PeerAddr,
+        node: &PeerAddr,
         partition: PartitionId,
     ) -> Result<Option<PartitionView>, PeerError> {
+        self.reachable_for_cleanup(node)?;
         let map = self
             .meta
             .get_map()

@@ -5,6 +5,7 @@ mod fake;
 mod outage;
 mod refused_drop;
 mod split_race;
+mod stuck;
 
 use super::*;
 use crate::seat::{Seat, SeatConfig};
@@ -28,12 +29,14 @@ fn config() -> DriverConfig {
             fence_timeout_ms: 2_000,
             cleanup_grace_ms: 100,
             retry_interval_ms: 200,
+            cleanup_attempts: 3,
         },
         throttle: Throttle::default(),
         poll_interval_ms: 10,
         discover_interval_ms: 20,
         drop_chunk_entries: 3,
         drop_pause_ms: 1,
+        stray_retry_interval_ms: 200,
     }
 }
 
@@ -49,6 +52,7 @@ struct Env {
     driver: Option<Driver>,
     fake: Arc<FakeCluster>,
     metrics: Arc<Metrics>,
+    decisions: crate::DecisionLog,
     /// The moved partition as the map held it at the start.
     partition: PartitionRecord,
     range: KeyRange,
@@ -99,6 +103,7 @@ impl Env {
         }
         fake.set_faults(faults);
         let metrics = Arc::new(Metrics::new());
+        let decisions = crate::DecisionLog::new(&metrics);
         let seat = Seat::start(
             meta.clone(),
             SeatConfig::new("m", Duration::from_millis(1_000)),
@@ -116,6 +121,7 @@ impl Env {
             driver: None,
             fake,
             metrics,
+            decisions,
             partition,
             range,
             source: n1,
@@ -137,6 +143,7 @@ impl Env {
             self.fake.clone(),
             config(),
             self.metrics.clone(),
+            self.decisions.clone(),
         ));
         self
     }
@@ -323,7 +330,21 @@ async fn an_operator_abort_during_copying_drops_the_target_copy() {
         "the driver noticed the new generation, not its stuck timeout (5 s): {:?}",
         asked.elapsed()
     );
-    assert_eq!(rec, aborted, "the driver only reverts; the record stays");
+    assert_eq!(
+        rec.generation,
+        aborted.generation + 1,
+        "the driver reverts, then forgets the dropped copy"
+    );
+    assert_eq!((aborted.stray, rec.stray), (Some(env.target), None));
+    assert_eq!(
+        MigrationRecord {
+            generation: aborted.generation,
+            stray: aborted.stray,
+            ..rec.clone()
+        },
+        aborted,
+        "nothing else changed"
+    );
     env.assert_reverted().await;
     // Over: a second abort is refused clearly.
     let again = request_abort(&*env.meta, id).await.unwrap_err();
@@ -429,6 +450,7 @@ async fn a_driver_whose_seat_does_not_lead_does_nothing() {
         env.fake.clone(),
         config(),
         env.metrics.clone(),
+        env.decisions.clone(),
     );
     let id = env.request().await.id;
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -502,7 +524,7 @@ async fn the_admin_port_lists_migrations_and_exports_their_metrics() {
         env.seat.as_ref().unwrap().view(),
         env.metrics.clone(),
         env.driver.as_ref().unwrap().view(),
-        crate::DecisionLog::new(&env.metrics),
+        env.decisions.clone(),
         watch::channel(None).1,
         listener,
         stop_rx,
@@ -517,6 +539,9 @@ async fn the_admin_port_lists_migrations_and_exports_their_metrics() {
     assert_eq!(m["target"], env.target.0);
     assert!(m["pause_ms"].is_u64() && m["ended_at_ms"].is_u64(), "{m}");
     assert_eq!(m["copied_bytes"], m["total_bytes"]);
+    assert!(m["stray"].is_null(), "nothing left behind: {m}");
+    let status: serde_json::Value = serde_json::from_str(&http_get(addr, "/status").await).unwrap();
+    assert_eq!(status["migration_stray_copies"], 0, "{status}");
     let text = http_get(addr, "/metrics").await;
     assert!(text.contains("keyway_manager_migration_cutover_pause_ms_bucket"));
     let _ = stop.send(true);
@@ -551,5 +576,13 @@ fn config_validation_names_each_rule() {
     assert_eq!(
         bad(|c| c.migration.retry_interval_ms = 0),
         "retry_interval_ms must be positive"
+    );
+    assert_eq!(
+        bad(|c| c.stray_retry_interval_ms = 0),
+        "stray_retry_interval_ms must be positive"
+    );
+    assert_eq!(
+        bad(|c| c.migration.cleanup_attempts = 0),
+        "cleanup_attempts must be between 1 and 16"
     );
 }

@@ -15,6 +15,9 @@ enum Outage {
     Down,
     /// Applies, then loses the answer: the outcome is in doubt.
     AnswerLost,
+    /// Applies, loses the answer, and an operator splits the partition
+    /// (now the target's) before the flip is re-sent (issue 11).
+    AnswerLostThenSplit,
 }
 
 /// The embedded store, except that the next `failures` commits fail as
@@ -49,15 +52,21 @@ impl MetaStore for FlakyMeta {
         if !fail {
             return self.inner.commit(txn).await;
         }
-        if matches!(self.mode, Outage::AnswerLost) {
+        if matches!(self.mode, Outage::AnswerLost | Outage::AnswerLostThenSplit) {
             self.inner.commit(txn).await?;
+        }
+        if matches!(self.mode, Outage::AnswerLostThenSplit) {
+            let map = self.inner.get_map().await?;
+            let at = crate::split::SplitAt::Auto;
+            let plan = crate::split::plan_split(&map, self.partition, &at, None).unwrap();
+            self.inner.commit(plan.txn).await?;
         }
         self.failed.fetch_add(1, Ordering::SeqCst);
         let map = self.inner.get_map().await?;
         self.owners_seen
             .lock()
             .unwrap()
-            .push(map.partitions[&self.partition].owner);
+            .extend(map.partitions.get(&self.partition).map(|p| p.owner));
         Err(MetaError::Unavailable("injected: store unreachable".into()))
     }
     async fn register_node(
@@ -116,9 +125,13 @@ impl MetaStore for FlakyMeta {
 
 async fn flip_through(mode: Outage) -> (Env, Arc<FlakyMeta>, MigrationRecord) {
     let env = Env::without_driver(Faults::default()).await;
+    let failures = match mode {
+        Outage::AnswerLostThenSplit => 1,
+        _ => 3,
+    };
     let flaky = Arc::new(FlakyMeta {
         inner: env.meta.clone(),
-        failures: AtomicU32::new(3),
+        failures: AtomicU32::new(failures),
         mode,
         failed: AtomicU32::new(0),
         owners_seen: std::sync::Mutex::new(Vec::new()),
@@ -166,5 +179,46 @@ async fn a_flip_whose_answer_was_lost_is_recognised_as_applied() {
         env.owner().await,
         (env.target, Epoch(env.partition.epoch.0 + 1)),
         "applied once, not undone"
+    );
+}
+
+/// Issue 11: the flip applied, its answer was lost, then the partition
+/// (the target's now) was split. The re-sent flip conflicts showing the
+/// partition gone; the map's history shows the split removed the target's
+/// row, so the flip applied: the move finishes, it is never aborted.
+#[tokio::test]
+async fn a_split_after_a_flip_whose_answer_was_lost_finishes_the_move() {
+    let (env, flaky, done) = flip_through(Outage::AnswerLostThenSplit).await;
+    assert_eq!(flaky.failed.load(Ordering::SeqCst), 1, "one answer lost");
+    assert_eq!(done.state, MigrationState::Done, "{:?}", done.abort_reason);
+    assert!(done.flipped() && done.stray.is_none());
+    let map = env.meta.get_map().await.unwrap();
+    assert!(!map.partitions.contains_key(&env.partition.id), "split");
+    let children: Vec<_> = map
+        .partitions
+        .values()
+        .filter(|p| {
+            let (start, end) = p.storage_bounds();
+            crate::driver::ranges_overlap(&KeyRange::new(start, end), &env.range)
+        })
+        .collect();
+    assert_eq!(children.len(), 2);
+    for child in children {
+        assert_eq!(
+            (child.owner, child.epoch),
+            (env.target, Epoch(env.partition.epoch.0 + 2))
+        );
+    }
+    assert_eq!(env.fake.entries(env.target, &env.range), env.seeded());
+    assert_eq!(
+        env.fake.entries(env.source, &env.range),
+        vec![],
+        "the old source dropped the range (it never served again)"
+    );
+    let log = env.fake.log();
+    assert!(
+        !log.iter()
+            .any(|l| l.ends_with(&format!("fence {} off", done.id))),
+        "the source was never unfenced: {log:?}"
     );
 }

@@ -3,7 +3,8 @@
 //! must abort, never flip, and never delete what the target owns.
 
 use super::*;
-use crate::split::{SplitAt, plan_split};
+use crate::split::{SplitAt, SplitError, plan_split, split_partition};
+use crate::{MergeError, merge_partitions};
 
 /// Commits a split of the moved partition straight to the store, as the
 /// race would (no migration check, no abort request). Returns the children.
@@ -109,5 +110,35 @@ async fn a_move_of_a_child_waits_until_the_parents_move_ended() {
     assert_eq!(env.fake.entries(env.target, &env.range), env.seeded());
     let map = env.meta.get_map().await.unwrap();
     assert_eq!(map.partitions[&left.id].owner, env.target);
+    env.shutdown().await;
+}
+
+/// Splits and merges are checked against live migrations by range, not by
+/// id: after a racing split, the children of a partition in a migration
+/// carry new ids, and neither may split or merge until it ended.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_split_or_merge_of_a_range_under_a_live_migration_is_refused() {
+    let (env, id) = Env::mid_copy().await;
+    let (left, right) = split_under(&env).await;
+    let err = split_partition(&*env.meta, left.id, SplitAt::Auto)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, SplitError::Migrating { migration, .. } if migration == id),
+        "{err}"
+    );
+    let err = merge_partitions(&*env.meta, left.id, right.id)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, MergeError::Migrating { migration, .. } if migration == id),
+        "{err}"
+    );
+    env.fake.set_faults(Faults::default());
+    assert_eq!(env.finished(id).await.state, MigrationState::Aborted);
+    // Over: both work now.
+    merge_partitions(&*env.meta, left.id, right.id)
+        .await
+        .unwrap();
     env.shutdown().await;
 }
