@@ -100,6 +100,8 @@ pub struct Status {
     pub map_version: u64,
     pub partitions_owned: usize,
     pub clients: usize,
+    /// Requests parked behind an earlier parked request of their slot, since start.
+    pub held_in_order: u64,
     pub durability: crate::Durability,
     pub last_seq: u64,
 }
@@ -115,6 +117,7 @@ async fn status(State(shared): State<Arc<Shared>>) -> impl IntoResponse {
         map_version: map.version.0,
         partitions_owned: map.owned_by(shared.me).count(),
         clients: shared.clients.load(std::sync::atomic::Ordering::SeqCst),
+        held_in_order: shared.metrics.held_in_order.get(),
         durability: shared.config.durability,
         last_seq: shared.engine.last_seq(),
     })

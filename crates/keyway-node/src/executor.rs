@@ -403,6 +403,7 @@ fn shard_loop(
                     // even if the hold looks lifted (the change counter may
                     // not be bumped yet).
                     metrics.held.inc();
+                    metrics.held_in_order.inc();
                     parked.push(Parked {
                         task,
                         reply,
@@ -461,6 +462,7 @@ fn rerun_parked(
             continue;
         }
         if p.slot.is_some_and(|s| still_held.contains(&s)) {
+            metrics.held_in_order.inc();
             parked.push(p);
             continue;
         }

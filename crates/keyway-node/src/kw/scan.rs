@@ -7,7 +7,8 @@
 //!    the route a refusal just named).
 //! 2. **Read one step** of it from the cursor to `min(end, partition end)`:
 //!    locally under the routing read guard if this node owns it
-//!    ([`scan_owned`], on the blocking pool), else with the `RangeScan` peer
+//!    ([`scan_owned`], as a node-wide read on a storage thread, its page
+//!    used only once its reply was released after group commit), else with the `RangeScan` peer
 //!    call carrying the partition and epoch, which the owner answers only if
 //!    it owns that partition at that epoch.
 //! 3. **Advance**: append the entries (each checked to lie at or after the
@@ -34,7 +35,8 @@ use crate::server::Shared;
 use bytes::Bytes;
 use keyway_map::{Keyspace, PartitionRecord, Routing as KeyRouting};
 use keyway_resp::Frame;
-use std::sync::Arc;
+use crate::executor::{Task, TaskOutput};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// First back-off after a refusal that taught nothing new.
@@ -273,22 +275,7 @@ async fn local_step(
     to: Option<Bytes>,
     limit: usize,
 ) -> Step {
-    let routing = shared.routing.clone();
-    let engine = shared.engine.clone();
-    let ks_id = ks.id;
-    let result = tokio::task::spawn_blocking(move || {
-        scan_owned(
-            &routing,
-            &*engine,
-            ks_id,
-            &cursor,
-            to.as_deref(),
-            limit,
-            None,
-        )
-    })
-    .await;
-    match result {
+    match read_owned(shared, ks.id, cursor, to, limit).await {
         Ok(Ok(page)) => Step::Page {
             route: route_of(shared, page.partition),
             entries: page.entries,
@@ -307,7 +294,48 @@ async fn local_step(
         Ok(Err(StepError::Storage(e))) => {
             Step::Fail(Frame::Error(format!("ERR storage error: {e}")))
         }
-        Err(e) => Step::Fail(Frame::Error(format!("ERR {e}"))),
+        Err(frame) => Step::Fail(frame),
+    }
+}
+
+/// One [`scan_owned`] step as a node-wide read on a storage thread, like
+/// every other read: its page is handed back only once its reply was
+/// released, after group commit (it may have read other threads' writes).
+async fn read_owned(
+    shared: &Arc<Shared>,
+    ks: keyway_map::KeyspaceId,
+    cursor: Bytes,
+    to: Option<Bytes>,
+    limit: usize,
+) -> Result<Result<super::owned::OwnedPage, StepError>, Frame> {
+    let slot = Arc::new(Mutex::new(None));
+    let task: Task = {
+        let shared = shared.clone();
+        let slot = slot.clone();
+        Box::new(move |engine| {
+            let step = scan_owned(
+                &shared.routing,
+                engine,
+                ks,
+                &cursor,
+                to.as_deref(),
+                limit,
+                None,
+            );
+            let read = step.is_ok();
+            *slot.lock().unwrap_or_else(|e| e.into_inner()) = Some(step);
+            TaskOutput::reply(Frame::ok(), read)
+        })
+    };
+    let rx = shared.executor.submit_node_wide(task).await?;
+    match rx.await {
+        Ok(Frame::Error(e)) => Err(Frame::Error(e)),
+        Ok(_) => slot
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+            .ok_or_else(|| Frame::Error("ERR KW.SCAN step produced nothing".into())),
+        Err(_) => Err(Frame::Error("ERR server is shutting down".into())),
     }
 }
 
