@@ -12,8 +12,17 @@ use std::sync::{Arc, Mutex};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
+/// What the fake node does with a data command it read.
+enum Action {
+    Reply(Frame),
+    /// Drop the connection without answering.
+    Drop,
+    /// Keep the connection, never answer.
+    Hang,
+}
+
 /// What the fake node does with the `n`th (0-based) data command it reads.
-type Handler = Arc<dyn Fn(&str, usize) -> Option<Frame> + Send + Sync>;
+type Handler = Arc<dyn Fn(&str, usize) -> Action + Send + Sync>;
 
 struct FakeNode {
     addr: String,
@@ -37,8 +46,7 @@ fn map_at(addr: &str, version: u64) -> PartitionMap {
 }
 
 /// Starts a fake node. `maps` answers its `n`th `KW.MAP` request; `data`
-/// decides each data command: `Some(reply)`, or `None` to drop the
-/// connection without answering.
+/// decides each data command.
 async fn fake_node(
     maps: Arc<dyn Fn(&str, usize) -> PartitionMap + Send + Sync>,
     data: Handler,
@@ -89,9 +97,13 @@ async fn fake_node(
                             seen.iter().filter(|c| **c == command).count() - 1
                         };
                         match data(&command, n) {
-                            Some(reply) => reply,
+                            Action::Reply(reply) => reply,
                             // Read, maybe applied, never answered.
-                            None => return,
+                            Action::Drop => return,
+                            Action::Hang => {
+                                let _ = stream.read_buf(&mut buf).await;
+                                return;
+                            }
                         }
                     };
                     let mut out = BytesMut::new();
@@ -131,7 +143,7 @@ fn self_map() -> Arc<dyn Fn(&str, usize) -> PartitionMap + Send + Sync> {
 
 #[tokio::test]
 async fn an_incr_whose_reply_was_lost_is_not_sent_again() {
-    let node = fake_node(self_map(), Arc::new(|_, _| None)).await;
+    let node = fake_node(self_map(), Arc::new(|_, _| Action::Drop)).await;
     let client = Client::connect(&[node.addr.as_str()], config())
         .await
         .unwrap();
@@ -158,7 +170,10 @@ async fn an_incr_whose_reply_was_lost_is_not_sent_again() {
 async fn a_get_whose_reply_was_lost_is_sent_again() {
     let node = fake_node(
         self_map(),
-        Arc::new(|_, n| (n > 0).then(|| Frame::bulk("v"))),
+        Arc::new(|_, n| match n {
+            0 => Action::Drop,
+            _ => Action::Reply(Frame::bulk("v")),
+        }),
     )
     .await;
     let client = Client::connect(&[node.addr.as_str()], config())
@@ -186,7 +201,7 @@ async fn a_refused_connection_is_retried_on_the_refreshed_route() {
             _ => map_at(me, 2),
         })
     };
-    let node = fake_node(maps, Arc::new(|_, _| Some(Frame::Integer(1)))).await;
+    let node = fake_node(maps, Arc::new(|_, _| Action::Reply(Frame::Integer(1)))).await;
     let client = Client::connect(&[node.addr.as_str()], config())
         .await
         .unwrap();
@@ -196,4 +211,25 @@ async fn a_refused_connection_is_retried_on_the_refreshed_route() {
     assert_eq!(client.map().nodes[&NodeId(1)].resp_addr, node.addr);
     let stats = client.stats();
     assert_eq!((stats.io_errors, stats.unknown_outcomes), (1, 0));
+}
+
+#[tokio::test]
+async fn an_incr_that_timed_out_after_it_was_sent_is_not_sent_again() {
+    let node = fake_node(self_map(), Arc::new(|_, _| Action::Hang)).await;
+    let client = Client::connect(
+        &[node.addr.as_str()],
+        ClientConfig {
+            request_timeout_ms: 200,
+            ..config()
+        },
+    )
+    .await
+    .unwrap();
+    match client.incr_by(b"counter", 1).await {
+        Err(ClientError::UnknownOutcome { source, .. }) => {
+            assert_eq!(source.kind(), std::io::ErrorKind::TimedOut)
+        }
+        other => panic!("expected an unknown outcome, got {other:?}"),
+    }
+    assert_eq!(node.seen("INCRBY"), 1);
 }
