@@ -24,6 +24,9 @@ enum Action {
 /// What the fake node does with the `n`th (0-based) data command it reads.
 type Handler = Arc<dyn Fn(&str, usize) -> Action + Send + Sync>;
 
+/// The map the fake node at the given address serves for its `n`th `KW.MAP`.
+type Maps = Arc<dyn Fn(&str, usize) -> PartitionMap + Send + Sync>;
+
 struct FakeNode {
     addr: String,
     /// Data commands read (the command under `KW.AT`), in order.
@@ -47,10 +50,7 @@ fn map_at(addr: &str, version: u64) -> PartitionMap {
 
 /// Starts a fake node. `maps` answers its `n`th `KW.MAP` request; `data`
 /// decides each data command.
-async fn fake_node(
-    maps: Arc<dyn Fn(&str, usize) -> PartitionMap + Send + Sync>,
-    data: Handler,
-) -> FakeNode {
+async fn fake_node(maps: Maps, data: Handler) -> FakeNode {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap().to_string();
     let seen = Arc::new(Mutex::new(Vec::new()));
@@ -137,7 +137,7 @@ fn config() -> ClientConfig {
 }
 
 /// Its own address in every map it serves.
-fn self_map() -> Arc<dyn Fn(&str, usize) -> PartitionMap + Send + Sync> {
+fn self_map() -> Maps {
     Arc::new(|me, n| map_at(me, 1 + n as u64))
 }
 
@@ -194,7 +194,7 @@ async fn a_refused_connection_is_retried_on_the_refreshed_route() {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         l.local_addr().unwrap().to_string()
     };
-    let maps: Arc<dyn Fn(&str, usize) -> PartitionMap + Send + Sync> = {
+    let maps: Maps = {
         let dead = dead.clone();
         Arc::new(move |me, n| match n {
             0 => map_at(&dead, 1),

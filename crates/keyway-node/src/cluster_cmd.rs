@@ -269,26 +269,27 @@ fn slot_task(shared: Arc<Shared>, slot: u16, read: SlotRead) -> Task {
             }
         }
         let range = slot_range(slot);
-        let reply = match read {
-            SlotRead::Count => engine
-                .range_stats(&range)
-                .map(|(keys, _bytes)| Frame::Integer(keys as i64)),
-            SlotRead::Keys(count) if count == 0 => Ok(Frame::Array(vec![])),
-            SlotRead::Keys(count) => engine
-                .scan(&range, None, count.min(MAX_KEYS_IN_SLOT))
-                .map(|chunk| {
-                    Frame::Array(
-                        chunk
-                            .entries
-                            .into_iter()
-                            .filter_map(|(k, _)| {
-                                k.get(6..)
-                                    .map(|user| Frame::Bulk(Bytes::copy_from_slice(user)))
-                            })
-                            .collect(),
-                    )
-                }),
-        };
+        let reply =
+            match read {
+                SlotRead::Count => engine
+                    .range_stats(&range)
+                    .map(|(keys, _bytes)| Frame::Integer(keys as i64)),
+                SlotRead::Keys(0) => Ok(Frame::Array(vec![])),
+                SlotRead::Keys(count) => engine
+                    .scan(&range, None, count.min(MAX_KEYS_IN_SLOT))
+                    .map(|chunk| {
+                        Frame::Array(
+                            chunk
+                                .entries
+                                .into_iter()
+                                .filter_map(|(k, _)| {
+                                    k.get(6..)
+                                        .map(|user| Frame::Bulk(Bytes::copy_from_slice(user)))
+                                })
+                                .collect(),
+                        )
+                    }),
+            };
         match reply {
             Ok(frame) => TaskOutput::reply(frame, false),
             Err(e) => storage_failure(e),

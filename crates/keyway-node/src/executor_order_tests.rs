@@ -161,7 +161,10 @@ async fn a_new_task_never_overtakes_a_parked_one_of_its_slot() {
     let rig = rig();
     let first = rig.submit_set("1", no_hook()).await;
     rig.barrier().await;
-    assert!(rig.applied().is_empty(), "SET k 1 is parked behind the fence");
+    assert!(
+        rig.applied().is_empty(),
+        "SET k 1 is parked behind the fence"
+    );
     // The routing side clears the hold; its change is not announced yet.
     rig.routing.set_fenced(rig.fenced, false);
     let second = rig.submit_set("2", no_hook()).await;

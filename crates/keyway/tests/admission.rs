@@ -96,10 +96,14 @@ fn partition_of(shared: &Shared, slot: u16) -> PartitionId {
 
 /// Waits until `n` more requests than `before` are parked on the node.
 async fn parked(shared: &Arc<Shared>, before: u64, n: u64) {
-    eventually("requests parked behind the fence", Duration::from_secs(10), || {
-        let held = shared.metrics.held.get();
-        async move { (held >= before + n).then_some(()) }
-    })
+    eventually(
+        "requests parked behind the fence",
+        Duration::from_secs(10),
+        || {
+            let held = shared.metrics.held.get();
+            async move { (held >= before + n).then_some(()) }
+        },
+    )
     .await;
 }
 
@@ -113,14 +117,21 @@ async fn a_node_with_a_lapsed_lease_refuses_every_read() {
         .await
         .unwrap();
     let mut conn = Conn::connect(node.resp_addr()).await;
-    eventually("the node serves the range keyspace", Duration::from_secs(10), || {
-        let has = shared.routing.map().keyspaces.contains_key(&ks.id);
-        async move { has.then_some(()) }
-    })
+    eventually(
+        "the node serves the range keyspace",
+        Duration::from_secs(10),
+        || {
+            let has = shared.routing.map().keyspaces.contains_key(&ks.id);
+            async move { has.then_some(()) }
+        },
+    )
     .await;
     let key = key_in_slot(42, "a");
     assert_eq!(conn.cmd(&["SET", &key, "v"]).await, Frame::ok());
-    assert_eq!(conn.cmd(&["KW.SET", "events", "e1", "v"]).await, Frame::ok());
+    assert_eq!(
+        conn.cmd(&["KW.SET", "events", "e1", "v"]).await,
+        Frame::ok()
+    );
     assert_eq!(conn.cmd(&["DBSIZE"]).await, Frame::Integer(1));
 
     shared.routing.revoke_lease();
@@ -134,7 +145,10 @@ async fn a_node_with_a_lapsed_lease_refuses_every_read() {
         conn.cmd(&["CLUSTER", "GETKEYSINSLOT", "42", "10"]).await,
         error(LAPSED)
     );
-    assert_eq!(conn.cmd(&["KW.SCAN", "events", "", ""]).await, error(LAPSED));
+    assert_eq!(
+        conn.cmd(&["KW.SCAN", "events", "", ""]).await,
+        error(LAPSED)
+    );
     let text = match conn.cmd(&["INFO"]).await {
         Frame::Bulk(text) | Frame::Verbatim { text, .. } => text,
         other => panic!("INFO is answered, got {other:?}"),
@@ -201,7 +215,11 @@ async fn a_pipelined_read_sees_the_write_before_it() {
     let slot_text = slot.to_string();
     let cases: [(&str, &[&str], Frame); 3] = [
         ("a", &["DBSIZE"], Frame::Integer(1)),
-        ("b", &["CLUSTER", "COUNTKEYSINSLOT", &slot_text], Frame::Integer(2)),
+        (
+            "b",
+            &["CLUSTER", "COUNTKEYSINSLOT", &slot_text],
+            Frame::Integer(2),
+        ),
         ("c", &["SCAN", "0", "COUNT", "1000"], Frame::Null),
     ];
     for (suffix, read, want) in cases {

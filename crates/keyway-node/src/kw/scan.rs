@@ -31,11 +31,11 @@
 
 use super::owned::{StepError, scan_owned};
 use super::rpc::{Route, ScanReply, read_reply, request};
+use crate::executor::{Task, TaskOutput};
 use crate::server::Shared;
 use bytes::Bytes;
 use keyway_map::{Keyspace, PartitionRecord, Routing as KeyRouting};
 use keyway_resp::Frame;
-use crate::executor::{Task, TaskOutput};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
