@@ -249,3 +249,41 @@ async fn a_pipelined_read_sees_the_write_before_it() {
     }
     c.shutdown().await;
 }
+
+/// Across storage threads: a pipeline of writes to many slots, then
+/// `DBSIZE`, then `SCAN`: both see every write before them (the connection
+/// queues a node-wide read only once every earlier reply was released).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_wide_read_waits_for_the_pipeline_before_it_on_every_thread() {
+    const ROUNDS: usize = 20;
+    const WRITES: usize = 200;
+    let dir = tempfile::tempdir().unwrap();
+    let mut spec = ClusterSpec::ephemeral(1, dir.path().to_path_buf());
+    spec.node.lease_ttl_ms = 60_000;
+    spec.node.executor_threads = 4;
+    spec.manager = None;
+    let c = LocalCluster::start(spec).await.expect("cluster starts");
+    let node = c.node(0).unwrap();
+    let mut conn = Conn::connect(node.resp_addr()).await;
+    for round in 0..ROUNDS {
+        let keys: Vec<String> = (0..WRITES).map(|i| format!("r{round}:{i}")).collect();
+        let mut requests: Vec<Vec<&str>> = keys.iter().map(|k| vec!["SET", k, "v"]).collect();
+        requests.push(vec!["DBSIZE"]);
+        requests.push(vec!["SCAN", "0", "COUNT", "100000"]);
+        let requests: Vec<&[&str]> = requests.iter().map(|r| r.as_slice()).collect();
+        conn.send(&requests).await;
+        for _ in 0..WRITES {
+            assert_eq!(conn.read().await, Frame::ok());
+        }
+        let total = ((round + 1) * WRITES) as i64;
+        assert_eq!(conn.read().await, Frame::Integer(total), "DBSIZE, round {round}");
+        let Frame::Array(parts) = conn.read().await else {
+            panic!("SCAN reply")
+        };
+        let Frame::Array(found) = &parts[1] else {
+            panic!("SCAN keys")
+        };
+        assert_eq!(found.len() as i64, total, "SCAN, round {round}");
+    }
+    c.shutdown().await;
+}
