@@ -276,7 +276,11 @@ async fn a_node_wide_read_waits_for_the_pipeline_before_it_on_every_thread() {
             assert_eq!(conn.read().await, Frame::ok());
         }
         let total = ((round + 1) * WRITES) as i64;
-        assert_eq!(conn.read().await, Frame::Integer(total), "DBSIZE, round {round}");
+        assert_eq!(
+            conn.read().await,
+            Frame::Integer(total),
+            "DBSIZE, round {round}"
+        );
         let Frame::Array(parts) = conn.read().await else {
             panic!("SCAN reply")
         };
