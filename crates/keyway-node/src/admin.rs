@@ -34,6 +34,13 @@ pub async fn serve(
             routing: shared.routing.clone(),
             latency: shared.executor.latency().clone(),
             stats: shared.stats.clone(),
+            reads: {
+                let shared = shared.clone();
+                std::sync::Arc::new(move |task| {
+                    let shared = shared.clone();
+                    Box::pin(async move { shared.executor.submit_node_wide(task).await })
+                })
+            },
         },
     );
     let app = crate::peer::merge_routes(app, service);

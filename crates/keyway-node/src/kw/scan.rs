@@ -29,14 +29,13 @@
 //! A page may hold fewer than `LIMIT` entries (expired keys are skipped and
 //! bounded per step); only a nil cursor means the range is exhausted.
 
-use super::owned::{StepError, scan_owned};
+use super::owned::StepError;
 use super::rpc::{Route, ScanReply, read_reply, request};
-use crate::executor::{Task, TaskOutput};
 use crate::server::Shared;
 use bytes::Bytes;
 use keyway_map::{Keyspace, PartitionRecord, Routing as KeyRouting};
 use keyway_resp::Frame;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// First back-off after a refusal that taught nothing new.
@@ -299,8 +298,7 @@ async fn local_step(
 }
 
 /// One [`scan_owned`] step as a node-wide read on a storage thread, like
-/// every other read: its page is handed back only once its reply was
-/// released, after group commit (it may have read other threads' writes).
+/// every other read (see [`super::owned::scan_owned_released`]).
 async fn read_owned(
     shared: &Arc<Shared>,
     ks: keyway_map::KeyspaceId,
@@ -308,35 +306,16 @@ async fn read_owned(
     to: Option<Bytes>,
     limit: usize,
 ) -> Result<Result<super::owned::OwnedPage, StepError>, Frame> {
-    let slot = Arc::new(Mutex::new(None));
-    let task: Task = {
-        let shared = shared.clone();
-        let slot = slot.clone();
-        Box::new(move |engine| {
-            let step = scan_owned(
-                &shared.routing,
-                engine,
-                ks,
-                &cursor,
-                to.as_deref(),
-                limit,
-                None,
-            );
-            let read = step.is_ok();
-            *slot.lock().unwrap_or_else(|e| e.into_inner()) = Some(step);
-            TaskOutput::reply(Frame::ok(), read)
-        })
-    };
-    let rx = shared.executor.submit_node_wide(task).await?;
-    match rx.await {
-        Ok(Frame::Error(e)) => Err(Frame::Error(e)),
-        Ok(_) => slot
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take()
-            .ok_or_else(|| Frame::Error("ERR KW.SCAN step produced nothing".into())),
-        Err(_) => Err(Frame::Error("ERR server is shutting down".into())),
-    }
+    super::owned::scan_owned_released(
+        |task| shared.executor.submit_node_wide(task),
+        shared.routing.clone(),
+        ks,
+        cursor,
+        to,
+        limit,
+        None,
+    )
+    .await
 }
 
 #[cfg(test)]

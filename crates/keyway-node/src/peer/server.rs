@@ -43,6 +43,8 @@ pub struct NodeRoles {
     pub latency: Arc<crate::executor::LatencyGauge>,
     /// The node's load statistics (`PartitionStats`).
     pub stats: Arc<crate::stats::Stats>,
+    /// Queues a read on a storage thread (`RangeScan` steps).
+    pub reads: crate::kw::owned::SubmitRead,
 }
 
 impl std::fmt::Debug for PeerService {
@@ -471,9 +473,13 @@ impl peer_server::Peer for PeerService {
         &self,
         req: Request<pb::RangeScanRequest>,
     ) -> Result<Response<pb::RangeScanResponse>, Status> {
-        let routing = self.node()?.routing.clone();
-        let resp = crate::kw::rpc::serve_range_scan(routing, self.engine.clone(), req.into_inner())
-            .await?;
+        let node = self.node()?;
+        let resp = crate::kw::rpc::serve_range_scan(
+            node.routing.clone(),
+            node.reads.clone(),
+            req.into_inner(),
+        )
+        .await?;
         Ok(Response::new(resp))
     }
 
