@@ -1,5 +1,11 @@
 //! One RESP connection: connect lazily, send a request (or a pipeline of
 //! them in one write), read one reply each.
+//!
+//! A failure is classified by whether the first request was written whole:
+//! before that (connect refused, a write that failed part-way through the
+//! first request) the node cannot have run anything, and the error is
+//! [`ClientError::Io`] (safe to retry); after it, the node may have run the
+//! request, and the error is [`ClientError::UnknownOutcome`].
 
 use crate::ClientError;
 use bytes::{Bytes, BytesMut};
@@ -12,6 +18,9 @@ pub struct Conn {
     stream: Option<TcpStream>,
     buf: BytesMut,
     parser: ResponseParser,
+    /// The current request was written whole: a failure from now on leaves
+    /// its outcome unknown.
+    sent: bool,
 }
 
 impl Conn {
@@ -21,7 +30,14 @@ impl Conn {
             stream: None,
             buf: BytesMut::new(),
             parser: ResponseParser::new(Limits::default()),
+            sent: false,
         }
+    }
+
+    /// Whether the current (or last) request was written whole, so a failure
+    /// or timeout now leaves its outcome unknown.
+    pub fn sent(&self) -> bool {
+        self.sent
     }
 
     /// Drops the socket (after a timeout or error) so the next request reconnects.
@@ -47,8 +63,13 @@ impl Conn {
         &mut self,
         requests: &[A],
     ) -> Result<Vec<Frame>, ClientError> {
+        self.sent = false;
         let addr = self.addr.clone();
         let io = |source| ClientError::Io {
+            addr: addr.clone(),
+            source,
+        };
+        let unknown = |source| ClientError::UnknownOutcome {
             addr: addr.clone(),
             source,
         };
@@ -58,15 +79,36 @@ impl Conn {
             self.stream = Some(stream);
         }
         let mut out = BytesMut::new();
+        let mut first_len = 0;
         for args in requests {
             encode(
                 &Frame::Array(args.as_ref().iter().cloned().map(Frame::Bulk).collect()),
                 Protocol::Resp2,
                 &mut out,
             );
+            if first_len == 0 {
+                first_len = out.len();
+            }
         }
         let stream = self.stream.as_mut().expect("connected above");
-        stream.write_all(&out).await.map_err(io)?;
+        let mut written = 0;
+        while written < out.len() {
+            let failed = match stream.write(&out[written..]).await {
+                Ok(0) => std::io::ErrorKind::WriteZero.into(),
+                Ok(n) => {
+                    written += n;
+                    self.sent |= written >= first_len;
+                    continue;
+                }
+                Err(e) => e,
+            };
+            return Err(if self.sent {
+                unknown(failed)
+            } else {
+                io(failed)
+            });
+        }
+        self.sent = true;
         let mut replies = Vec::with_capacity(requests.len());
         while replies.len() < requests.len() {
             match self.parser.parse(&mut self.buf) {
@@ -82,9 +124,9 @@ impl Conn {
                     });
                 }
             }
-            let n = stream.read_buf(&mut self.buf).await.map_err(io)?;
+            let n = stream.read_buf(&mut self.buf).await.map_err(unknown)?;
             if n == 0 {
-                return Err(io(std::io::ErrorKind::UnexpectedEof.into()));
+                return Err(unknown(std::io::ErrorKind::UnexpectedEof.into()));
             }
         }
         Ok(replies)

@@ -34,6 +34,15 @@
 //! refresh advanced the cache by). [`ClientStats::since`] gives the
 //! difference between two snapshots, which is what a benchmark reports.
 //!
+//! # Retries
+//! A rejection, or a failure before the request was written (connect
+//! refused, say), proves the command did not run: the client re-routes and
+//! re-sends it. A failure or timeout after it was written leaves the outcome
+//! unknown: only commands that are safe to run twice
+//! ([`keyway_resp::retry_safe`], the rule `keyway proxy` applies too: reads,
+//! `SET`, `MSET`, `KW.SET`, ...) are re-sent; any other (`INCR`, `APPEND`,
+//! the salted counters, `DEL`, ...) returns [`ClientError::UnknownOutcome`].
+//!
 //! It owns nothing but its cache: it never decides ownership and never
 //! guesses where a key lives beyond what a map or a rejection told it.
 //!
@@ -79,8 +88,21 @@ use std::time::Duration;
 pub enum ClientError {
     #[error("cannot reach any node: {0}")]
     Unreachable(String),
+    /// The request was not written (connect failed, or the write failed
+    /// before the request was complete): it did not run, and is retried.
     #[error("connection to {addr}: {source}")]
     Io {
+        addr: String,
+        source: std::io::Error,
+    },
+    /// The connection failed or timed out after the request was written:
+    /// the node may or may not have applied it. Only retry-safe commands
+    /// ([`keyway_resp::retry_safe`]) are re-sent after this; any other
+    /// command surfaces it.
+    #[error(
+        "connection to {addr} failed after the request was sent ({source}); the command may or may not have been applied, and is not retried because running it twice is not safe"
+    )]
+    UnknownOutcome {
         addr: String,
         source: std::io::Error,
     },
@@ -408,14 +430,31 @@ impl Client {
             if sent > 1 {
                 Counters::inc(&self.stats.extra_round_trips);
             }
-            let reply = match self.request(&addr, build(&p)).await {
+            let request = build(&p);
+            let retry_safe = keyway_resp::retry_safe(&request);
+            let reply = match self.request(&addr, request).await {
                 Ok(reply) => reply,
+                // Not written (safe to re-send anything), or written but
+                // safe to run twice: re-route and re-send.
                 Err(e @ ClientError::Io { .. }) => {
                     Counters::inc(&self.stats.io_errors);
                     self.forget(&addr);
                     self.refresh_quietly(snap.generation, true, None).await;
                     last_err = Some(e);
                     continue;
+                }
+                Err(e @ ClientError::UnknownOutcome { .. }) if retry_safe => {
+                    Counters::inc(&self.stats.io_errors);
+                    self.forget(&addr);
+                    self.refresh_quietly(snap.generation, true, None).await;
+                    last_err = Some(e);
+                    continue;
+                }
+                Err(e @ ClientError::UnknownOutcome { .. }) => {
+                    Counters::inc(&self.stats.io_errors);
+                    Counters::inc(&self.stats.unknown_outcomes);
+                    self.forget(&addr);
+                    return Err(e);
                 }
                 Err(e) => return Err(e),
             };
@@ -528,10 +567,14 @@ impl Client {
         match tokio::time::timeout(timeout, conn.pipeline(&requests)).await {
             Ok(result) => result,
             Err(_) => {
+                let sent = conn.sent();
                 conn.reset();
-                Err(ClientError::Io {
-                    addr: addr.into(),
-                    source: std::io::ErrorKind::TimedOut.into(),
+                let addr = addr.to_string();
+                let source = std::io::ErrorKind::TimedOut.into();
+                Err(if sent {
+                    ClientError::UnknownOutcome { addr, source }
+                } else {
+                    ClientError::Io { addr, source }
                 })
             }
         }

@@ -138,7 +138,10 @@ impl Client {
                     continue;
                 }
                 Err(e) => {
-                    if matches!(e, ClientError::Io { .. }) {
+                    if matches!(
+                        e,
+                        ClientError::Io { .. } | ClientError::UnknownOutcome { .. }
+                    ) {
                         self.stats.io_errors.fetch_add(1, RELAXED);
                         self.forget(addr);
                     }

@@ -46,6 +46,9 @@ counters! {
     rejections_clusterdown,
     /// Connection errors and timeouts talking to a node.
     io_errors,
+    /// Requests that failed after they were written and are not safe to run
+    /// twice: answered with [`crate::ClientError::UnknownOutcome`].
+    unknown_outcomes,
     /// Map refreshes that completed (`refreshes_full + refreshes_delta`).
     refreshes,
     /// Refreshes answered with the whole map (`KW.MAP`, or `KW.MAP SINCE`
@@ -90,6 +93,7 @@ impl ClientStats {
             rejections_moved: d(self.rejections_moved, earlier.rejections_moved),
             rejections_clusterdown: d(self.rejections_clusterdown, earlier.rejections_clusterdown),
             io_errors: d(self.io_errors, earlier.io_errors),
+            unknown_outcomes: d(self.unknown_outcomes, earlier.unknown_outcomes),
             refreshes: d(self.refreshes, earlier.refreshes),
             refreshes_full: d(self.refreshes_full, earlier.refreshes_full),
             refreshes_delta: d(self.refreshes_delta, earlier.refreshes_delta),

@@ -35,6 +35,13 @@ pub async fn serve(
             latency: shared.executor.latency().clone(),
             stats: shared.stats.clone(),
             metrics: shared.metrics.clone(),
+            reads: {
+                let shared = shared.clone();
+                std::sync::Arc::new(move |task| {
+                    let shared = shared.clone();
+                    Box::pin(async move { shared.executor.submit_node_wide(task).await })
+                })
+            },
         },
     );
     let app = crate::peer::merge_routes(app, service);
@@ -101,6 +108,8 @@ pub struct Status {
     pub map_version: u64,
     pub partitions_owned: usize,
     pub clients: usize,
+    /// Requests parked behind an earlier parked request of their slot, since start.
+    pub held_in_order: u64,
     pub durability: crate::Durability,
     pub last_seq: u64,
     /// Incoming migrations this node accepts foreign records for.
@@ -126,6 +135,7 @@ async fn status(State(shared): State<Arc<Shared>>) -> impl IntoResponse {
         map_version: map.version.0,
         partitions_owned: map.owned_by(shared.me).count(),
         clients: shared.clients.load(std::sync::atomic::Ordering::SeqCst),
+        held_in_order: shared.metrics.held_in_order.get(),
         durability: shared.config.durability,
         last_seq: shared.engine.last_seq(),
         receiving: shared

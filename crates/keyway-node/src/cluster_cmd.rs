@@ -3,7 +3,14 @@
 //! Every reply is built from this node's copy of the map, so every node
 //! that has the same map version answers the same. Adjacent hash partitions
 //! with one owner are reported as one slot range, as Redis Cluster would.
+//! The two that read keys, `COUNTKEYSINSLOT` and `GETKEYSINSLOT`, are data
+//! commands on their slot instead: admitted and run on the slot's storage
+//! thread like `GET` (so a node answers them only for a slot it owns and
+//! serves now; another node's slot is `-MOVED`, as a key of it would be).
 
+use crate::executor::{Follow, Task, TaskOutput};
+use crate::node_cmd::{Reply, rejection_kind, storage_failure};
+use crate::routing::Rejection;
 use crate::server::Shared;
 use bytes::Bytes;
 use keyway_map::{
@@ -14,10 +21,35 @@ use keyway_storage::KeyRange;
 use std::sync::Arc;
 
 /// Answers `CLUSTER <subcommand> ...`.
-pub async fn cluster(shared: &Arc<Shared>, args: &[Bytes]) -> Frame {
+pub async fn cluster(shared: &Arc<Shared>, args: &[Bytes]) -> Reply {
     let Some(sub) = args.get(1) else {
-        return crate::cmd::table::arity_error("cluster");
+        return crate::cmd::table::arity_error("cluster").into();
     };
+    let sub_upper = String::from_utf8_lossy(sub).to_ascii_uppercase();
+    match sub_upper.as_str() {
+        "COUNTKEYSINSLOT" if args.len() == 3 => {
+            return match parse_slot(&args[2]) {
+                Some(slot) => slot_read(shared, slot, SlotRead::Count).await,
+                None => Frame::Error("ERR Invalid slot".into()).into(),
+            };
+        }
+        "GETKEYSINSLOT" if args.len() == 4 => {
+            let count = std::str::from_utf8(&args[3])
+                .ok()
+                .and_then(|s| s.parse::<usize>().ok());
+            return match (parse_slot(&args[2]), count) {
+                (Some(slot), Some(count)) => slot_read(shared, slot, SlotRead::Keys(count)).await,
+                _ => Frame::Error("ERR Invalid slot or number of keys".into()).into(),
+            };
+        }
+        _ => {}
+    }
+    map_reply(shared, args).into()
+}
+
+/// The replies built from the map alone.
+fn map_reply(shared: &Arc<Shared>, args: &[Bytes]) -> Frame {
+    let sub = &args[1];
     let sub = String::from_utf8_lossy(sub).to_ascii_uppercase();
     let map = shared.routing.map();
     let arity = |n: usize| args.len() == n;
@@ -28,19 +60,6 @@ pub async fn cluster(shared: &Arc<Shared>, args: &[Bytes]) -> Frame {
         "INFO" if arity(2) => info(&map, shared),
         "MYID" if arity(2) => Frame::bulk(shared.me.to_string()),
         "KEYSLOT" if arity(3) => Frame::Integer(key_hash_slot(&args[2]) as i64),
-        "COUNTKEYSINSLOT" if arity(3) => match parse_slot(&args[2]) {
-            Some(slot) => count_keys_in_slot(shared, slot).await,
-            None => Frame::Error("ERR Invalid slot".into()),
-        },
-        "GETKEYSINSLOT" if arity(4) => {
-            let count = std::str::from_utf8(&args[3])
-                .ok()
-                .and_then(|s| s.parse::<usize>().ok());
-            match (parse_slot(&args[2]), count) {
-                (Some(slot), Some(count)) => keys_in_slot(shared, slot, count).await,
-                _ => Frame::Error("ERR Invalid slot or number of keys".into()),
-            }
-        }
         "SLOTS" | "SHARDS" | "NODES" | "INFO" | "MYID" | "KEYSLOT" | "COUNTKEYSINSLOT"
         | "GETKEYSINSLOT" => Frame::Error(format!(
             "ERR wrong number of arguments for 'cluster|{}' command",
@@ -204,32 +223,76 @@ pub fn slot_range(slot: u16) -> KeyRange {
     }
 }
 
-async fn count_keys_in_slot(shared: &Arc<Shared>, slot: u16) -> Frame {
-    let engine = shared.engine.clone();
-    let range = slot_range(slot);
-    match tokio::task::spawn_blocking(move || engine.range_stats(&range)).await {
-        Ok(Ok((keys, _bytes))) => Frame::Integer(keys as i64),
-        Ok(Err(e)) => Frame::Error(format!("ERR storage error: {e}")),
-        Err(e) => Frame::Error(format!("ERR {e}")),
+/// A read of one slot's keys.
+#[derive(Clone, Copy)]
+enum SlotRead {
+    /// `COUNTKEYSINSLOT`: how many.
+    Count,
+    /// `GETKEYSINSLOT`: at most this many names.
+    Keys(usize),
+}
+
+/// Most key names one `GETKEYSINSLOT` returns, whatever its count says.
+const MAX_KEYS_IN_SLOT: usize = 100_000;
+
+/// Runs a slot read as a data command on that slot: on its storage thread,
+/// in order with the connection's earlier commands on the slot, admitted
+/// under the routing read guard (a lapsed lease refuses, a foreign slot is
+/// `-MOVED`, a fenced one parks), its reply released after group commit.
+async fn slot_read(shared: &Arc<Shared>, slot: u16, read: SlotRead) -> Reply {
+    match shared
+        .executor
+        .submit(slot, slot_task(shared.clone(), slot, read))
+        .await
+    {
+        Ok(rx) => Reply::Waiting(rx),
+        Err(frame) => frame.into(),
     }
 }
 
-async fn keys_in_slot(shared: &Arc<Shared>, slot: u16, count: usize) -> Frame {
-    let engine = shared.engine.clone();
-    let range = slot_range(slot);
-    let limit = count.min(100_000);
-    match tokio::task::spawn_blocking(move || engine.scan(&range, None, limit)).await {
-        Ok(Ok(chunk)) => Frame::Array(
-            chunk
-                .entries
-                .into_iter()
-                .filter_map(|(k, _)| {
-                    k.get(6..)
-                        .map(|user| Frame::Bulk(Bytes::copy_from_slice(user)))
-                })
-                .collect(),
-        ),
-        Ok(Err(e)) => Frame::Error(format!("ERR storage error: {e}")),
-        Err(e) => Frame::Error(format!("ERR {e}")),
-    }
+fn slot_task(shared: Arc<Shared>, slot: u16, read: SlotRead) -> Task {
+    Box::new(move |engine| {
+        let guard = shared.routing.read();
+        match guard.admit_slot(DEFAULT_KEYSPACE, slot, None) {
+            Ok(_) => {}
+            Err(Rejection::Fenced { .. }) => {
+                drop(guard);
+                return TaskOutput {
+                    reply: Frame::Null,
+                    wrote: false,
+                    follow: Follow::Park(slot_task(shared, slot, read)),
+                };
+            }
+            Err(rejection) => {
+                shared.metrics.rejected(rejection_kind(&rejection));
+                return TaskOutput::reply(rejection.to_frame(), false);
+            }
+        }
+        let range = slot_range(slot);
+        let reply =
+            match read {
+                SlotRead::Count => engine
+                    .range_stats(&range)
+                    .map(|(keys, _bytes)| Frame::Integer(keys as i64)),
+                SlotRead::Keys(0) => Ok(Frame::Array(vec![])),
+                SlotRead::Keys(count) => engine
+                    .scan(&range, None, count.min(MAX_KEYS_IN_SLOT))
+                    .map(|chunk| {
+                        Frame::Array(
+                            chunk
+                                .entries
+                                .into_iter()
+                                .filter_map(|(k, _)| {
+                                    k.get(6..)
+                                        .map(|user| Frame::Bulk(Bytes::copy_from_slice(user)))
+                                })
+                                .collect(),
+                        )
+                    }),
+            };
+        match reply {
+            Ok(frame) => TaskOutput::reply(frame, false),
+            Err(e) => storage_failure(e),
+        }
+    })
 }

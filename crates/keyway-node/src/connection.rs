@@ -4,7 +4,10 @@
 //! in them (a pipeline), queues each on the storage thread that owns its
 //! slot without waiting, and then writes the replies in request order. Bad
 //! input gets an error reply; input that cannot be resynchronised (a
-//! protocol error) gets the error and a closed connection. Nothing a client
+//! protocol error) gets the error and a closed connection. A node-wide read
+//! (`SCAN`, `DBSIZE`, `INFO`, `KW.SCAN`) is the exception to queueing
+//! without waiting: it is queued only after every earlier reply of the
+//! pipeline was released, and the next request only after its reply. Nothing a client
 //! sends can panic the node or stall another connection.
 
 use crate::node_cmd::{self, Reply};
@@ -57,6 +60,13 @@ pub async fn serve(
             let mut fatal = None;
             while pending.len() < MAX_PIPELINE_BATCH && !session.closing {
                 match parser.parse(&mut inbuf) {
+                    Ok(Some(args)) if node_cmd::is_node_wide(&args) => {
+                        // Ordered by the connection: after every earlier
+                        // reply was released, before the next request.
+                        settle(&mut pending).await;
+                        pending.push(dispatch(&shared, &mut session, args).await);
+                        settle(&mut pending).await;
+                    }
                     Ok(Some(args)) => pending.push(dispatch(&shared, &mut session, args).await),
                     Ok(None) => break,
                     Err(err) => {
@@ -108,6 +118,17 @@ async fn dispatch(shared: &Arc<Shared>, session: &mut Session, args: Vec<bytes::
         // HELLO switches protocol: its own reply is already in the new one.
         Reply::Frame(frame) => Pending::Ready(frame, session.protocol),
         Reply::Waiting(rx) => Pending::Waiting(rx, proto_before),
+    }
+}
+
+/// Waits for every queued reply (a node-wide read's ordering, see
+/// [`node_cmd::is_node_wide`]); they are still written in request order.
+async fn settle(pending: &mut [Pending]) {
+    for p in pending.iter_mut() {
+        if let Pending::Waiting(rx, proto) = p {
+            let frame = rx.await.unwrap_or_else(|_| shutting_down());
+            *p = Pending::Ready(frame, *proto);
+        }
     }
 }
 

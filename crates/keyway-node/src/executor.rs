@@ -15,13 +15,42 @@
 //!    could have observed is durable. With `always` the thread fsyncs after
 //!    each write; `periodic` and `none` release at once.
 //! 4. Migration hooks ([`Follow`]). A task for a partition in its cutover
-//!    fence is *parked* on its thread, not answered: the thread re-runs its
-//!    parked tasks, in arrival order, before any new task once the routing
-//!    view changed (a lifted fence, a new map), so a held request either runs
-//!    or gets its redirect, never an error, and never overtakes a request for
-//!    the same slot. A task held past `max_hold` is answered with an error.
+//!    fence (or an incoming hold) is *parked* on its thread, not answered:
+//!    the thread re-runs its parked tasks, in arrival order, before any new
+//!    task once the routing view changed (a lifted fence, a new map), so a
+//!    held request either runs or gets its redirect, never an error. A task
+//!    held past `max_hold` is answered with an error (and never runs).
 //!    A dual-written write's released reply is handed to its push, which
 //!    sends it once the target has the write.
+//!
+//! # Order per slot (nothing overtakes a parked request)
+//! Every task is queued with its *order key*: the slot (or, for `KW.*`
+//! commands, the CRC16 slot of its first key) whose commands it must stay in
+//! order with. The routing side clears a hold *before* it bumps the change
+//! counter, so a thread may see a newly arrived task pass the ownership
+//! check while an older one of the same slot is still parked. Hence:
+//! - a new task whose slot has a parked task is parked behind it **without
+//!   running** (it keeps its arrival order);
+//! - when parked tasks re-run, once a task of slot `s` parks again, every
+//!   later parked task of slot `s` is kept parked without running, so a fence
+//!   lifting in the middle of the pass cannot let a later one pass an earlier
+//!   one;
+//! - a task held past `max_hold` is answered with an error and never runs;
+//!   later tasks of its slot then proceed: the expired one had no effect, so
+//!   they overtake nothing.
+//!
+//! A connection's pipeline to *different* slots may run on different threads
+//! in any order: its replies are still written in request order (the
+//! connection awaits them in order), and linearizability is per key: two
+//! commands on different keys commute, so the order in which they took
+//! effect is not observable through any single-key history, and a pipelined
+//! command is concurrent with the ones after it (the client sent them before
+//! the first reply). Commands that read many slots at once (`SCAN`,
+//! `DBSIZE`, `INFO`'s key count, `KW.SCAN`) are queued with no order key; the
+//! connection orders them instead, by waiting for every earlier reply before
+//! queueing one and for its reply before reading on (see
+//! `node_cmd::is_node_wide`), and their reply waits for an fsync as a
+//! write's does, since they may have read other threads' undurable writes.
 
 use crate::config::Durability;
 use crate::metrics::Metrics;
@@ -38,6 +67,9 @@ use tokio::sync::{mpsc, oneshot, watch};
 /// what to do with the reply.
 pub struct TaskOutput {
     pub reply: Frame,
+    /// Whether the reply must wait for an fsync: the task changed the engine,
+    /// or it read keys that other threads write (a node-wide read), which
+    /// may not be durable yet.
     pub wrote: bool,
     pub follow: Follow,
 }
@@ -71,11 +103,16 @@ pub enum Follow {
 /// Work run on an executor thread with the engine at hand.
 pub type Task = Box<dyn FnOnce(&dyn Engine) -> TaskOutput + Send>;
 
+/// The slot a task stays in order with (`None`: a node-wide read, ordered
+/// by its connection instead; see the module doc).
+pub type OrderKey = Option<u16>;
+
 enum Job {
     Run {
         task: Task,
         reply: oneshot::Sender<Frame>,
         since: Instant,
+        slot: OrderKey,
     },
     /// Re-check parked tasks (the routing view changed, or time passed).
     Wake,
@@ -85,6 +122,7 @@ struct Parked {
     task: Task,
     reply: oneshot::Sender<Frame>,
     since: Instant,
+    slot: OrderKey,
 }
 
 struct Released {
@@ -171,6 +209,8 @@ pub struct Executor {
     shards: RwLock<Vec<mpsc::Sender<Job>>>,
     threads: Mutex<Vec<JoinHandle<()>>>,
     latency: Arc<LatencyGauge>,
+    /// Spreads node-wide reads over the threads.
+    next_node_wide: AtomicU64,
 }
 
 /// Settings of [`Executor::start`].
@@ -244,6 +284,7 @@ impl Executor {
             shards: RwLock::new(shards),
             threads: Mutex::new(handles),
             latency,
+            next_node_wide: AtomicU64::new(0),
         }
     }
 
@@ -271,21 +312,39 @@ impl Executor {
     }
 
     /// Queues `task` and returns the receiver of its reply, so a connection
-    /// can queue a whole pipeline before waiting.
+    /// can queue a whole pipeline before waiting. It runs after every task
+    /// queued earlier for `slot` (parked ones included).
     pub async fn submit(&self, slot: u16, task: Task) -> Result<oneshot::Receiver<Frame>, Frame> {
+        self.queue(slot as usize, Some(slot), task).await
+    }
+
+    /// Queues a node-wide read (no order key: the caller orders it with its
+    /// connection's other requests) on some thread.
+    pub async fn submit_node_wide(&self, task: Task) -> Result<oneshot::Receiver<Frame>, Frame> {
+        let n = self.next_node_wide.fetch_add(1, Ordering::Relaxed);
+        self.queue(n as usize, None, task).await
+    }
+
+    async fn queue(
+        &self,
+        pick: usize,
+        slot: OrderKey,
+        task: Task,
+    ) -> Result<oneshot::Receiver<Frame>, Frame> {
         let (tx, rx) = oneshot::channel();
         let shard = {
             let shards = self.shards.read().unwrap_or_else(|e| e.into_inner());
             if shards.is_empty() {
                 return Err(shutting_down());
             }
-            shards[slot as usize % shards.len()].clone()
+            shards[pick % shards.len()].clone()
         };
         shard
             .send(Job::Run {
                 task,
                 reply: tx,
                 since: Instant::now(),
+                slot,
             })
             .await
             .map_err(|_| shutting_down())?;
@@ -330,43 +389,39 @@ fn shard_loop(
             // held request never falls behind a later one for its slot.
             if !parked.is_empty() && (wake || ctx.changes.has_changed().unwrap_or(false)) {
                 ctx.changes.mark_unchanged();
-                for p in std::mem::take(&mut parked) {
-                    if p.since.elapsed() > ctx.max_hold {
-                        metrics.held_expired.inc();
-                        group.replies.push(Released {
-                            reply: p.reply,
-                            frame: held_too_long(ctx.max_hold),
-                            since: p.since,
-                            defer: None,
-                        });
-                    } else {
-                        run(
-                            engine,
-                            &ctx,
-                            p.task,
-                            p.reply,
-                            p.since,
-                            &mut group,
-                            &mut parked,
-                            metrics,
-                        );
-                    }
-                }
+                rerun_parked(engine, &ctx, &mut group, &mut parked, metrics);
             }
-            if let Job::Run { task, reply, since } = job {
-                if parked.is_empty() {
-                    ctx.changes.mark_unchanged();
+            if let Job::Run {
+                task,
+                reply,
+                since,
+                slot,
+            } = job
+            {
+                if slot.is_some() && parked.iter().any(|p| p.slot == slot) {
+                    // Behind a parked task of its slot: wait without running,
+                    // even if the hold looks lifted (the change counter may
+                    // not be bumped yet).
+                    metrics.held.inc();
+                    metrics.held_in_order.inc();
+                    parked.push(Parked {
+                        task,
+                        reply,
+                        since,
+                        slot,
+                    });
+                } else {
+                    if parked.is_empty() {
+                        ctx.changes.mark_unchanged();
+                    }
+                    let job = Parked {
+                        task,
+                        reply,
+                        since,
+                        slot,
+                    };
+                    run(engine, &ctx, job, &mut group, &mut parked, metrics);
                 }
-                run(
-                    engine,
-                    &ctx,
-                    task,
-                    reply,
-                    since,
-                    &mut group,
-                    &mut parked,
-                    metrics,
-                );
             }
             next = if group.replies.len() < ctx.max_group {
                 rx.try_recv().ok()
@@ -385,18 +440,58 @@ fn shard_loop(
     }
 }
 
-/// Runs one task and files its reply (or parks it).
-#[allow(clippy::too_many_arguments)]
-fn run(
+/// Re-runs the parked tasks in arrival order. Once a task of slot `s`
+/// parks again, every later one of slot `s` stays parked without running.
+fn rerun_parked(
     engine: &dyn Engine,
     ctx: &ShardContext,
-    task: Task,
-    reply: oneshot::Sender<Frame>,
-    since: Instant,
     group: &mut Group,
     parked: &mut Vec<Parked>,
     metrics: &Metrics,
 ) {
+    let mut still_held: Vec<u16> = Vec::new();
+    for p in std::mem::take(parked) {
+        if p.since.elapsed() > ctx.max_hold {
+            metrics.held_expired.inc();
+            group.replies.push(Released {
+                reply: p.reply,
+                frame: held_too_long(ctx.max_hold),
+                since: p.since,
+                defer: None,
+            });
+            continue;
+        }
+        if p.slot.is_some_and(|s| still_held.contains(&s)) {
+            metrics.held_in_order.inc();
+            parked.push(p);
+            continue;
+        }
+        let slot = p.slot;
+        let before = parked.len();
+        run(engine, ctx, p, group, parked, metrics);
+        if let Some(s) = slot
+            && parked.len() > before
+        {
+            still_held.push(s);
+        }
+    }
+}
+
+/// Runs one task and files its reply (or parks it).
+fn run(
+    engine: &dyn Engine,
+    ctx: &ShardContext,
+    job: Parked,
+    group: &mut Group,
+    parked: &mut Vec<Parked>,
+    metrics: &Metrics,
+) {
+    let Parked {
+        task,
+        reply,
+        since,
+        slot,
+    } = job;
     let mut out = task(engine);
     metrics.commands.inc();
     let defer = match out.follow {
@@ -404,7 +499,12 @@ fn run(
         Follow::Defer(f) => Some(f),
         Follow::Park(task) => {
             metrics.held.inc();
-            parked.push(Parked { task, reply, since });
+            parked.push(Parked {
+                task,
+                reply,
+                since,
+                slot,
+            });
             return;
         }
     };
@@ -506,6 +606,10 @@ fn release(replies: Vec<Released>, latency: &LatencyGauge) {
         }
     }
 }
+
+#[cfg(test)]
+#[path = "executor_order_tests.rs"]
+mod order_tests;
 
 #[cfg(test)]
 mod tests {

@@ -36,6 +36,9 @@ pub struct Metrics {
     pub held: Counter,
     /// Parked requests answered with an error after `max_hold_ms`.
     pub held_expired: Counter,
+    /// Requests parked without running because an earlier request of their
+    /// slot was parked (so they cannot overtake it).
+    pub held_in_order: Counter,
     /// Snapshot bytes this node pushed to migration targets.
     pub migration_copied_bytes: Counter,
     /// Change records this node forwarded to migration targets.
@@ -79,6 +82,7 @@ impl Metrics {
             lease_renewal_failures: Counter::default(),
             held: Counter::default(),
             held_expired: Counter::default(),
+            held_in_order: Counter::default(),
             migration_copied_bytes: Counter::default(),
             migration_forwarded_records: Counter::default(),
             migration_backoffs: Counter::default(),
@@ -159,6 +163,11 @@ impl Metrics {
                 "held_expired",
                 "Parked requests answered with an error after max_hold_ms",
                 m.held_expired.clone(),
+            );
+            r.register(
+                "held_in_order",
+                "Requests parked without running behind an earlier parked request of their slot",
+                m.held_in_order.clone(),
             );
             r.register(
                 "migration_copied_bytes",

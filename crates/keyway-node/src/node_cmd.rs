@@ -78,9 +78,9 @@ pub async fn dispatch(shared: &Arc<Shared>, session: &mut Session, args: Vec<Byt
             1 => Frame::ok().into(),
             _ => arity_error(&name.to_ascii_lowercase()).into(),
         },
-        "CLUSTER" => cluster_cmd::cluster(shared, &args).await.into(),
-        "DBSIZE" => crate::scan::dbsize(shared).await.into(),
-        "SCAN" => crate::scan::scan(shared, &args).await.into(),
+        "CLUSTER" => cluster_cmd::cluster(shared, &args).await,
+        "DBSIZE" => crate::scan::dbsize(shared).await,
+        "SCAN" => crate::scan::scan(shared, &args).await,
         "KW.AT" => kw_at(shared, args).await,
         "KW.MAP" => kw_map(shared, &args),
         "KW.GET" | "KW.SET" | "KW.DEL" | "KW.SCAN" => crate::kw::dispatch(shared, &args).await,
@@ -90,6 +90,19 @@ pub async fn dispatch(shared: &Arc<Shared>, session: &mut Session, args: Vec<Byt
             None => unknown_command(&args).into(),
         },
     }
+}
+
+/// Whether `args` is a node-wide read (`SCAN`, `DBSIZE`, `INFO`, `KW.SCAN`):
+/// it reads keys of many slots, so no one storage thread orders it with the
+/// connection's other requests. The connection orders it instead: it queues
+/// it only once every earlier reply of its pipeline was released, and waits
+/// for its reply before dispatching the next request.
+pub fn is_node_wide(args: &[Bytes]) -> bool {
+    args.first().is_some_and(|name| {
+        [&b"SCAN"[..], b"DBSIZE", b"INFO", b"KW.SCAN"]
+            .iter()
+            .any(|n| name.eq_ignore_ascii_case(n))
+    })
 }
 
 /// `-ERR unknown command 'x', with args beginning with: 'a' 'b' ` as Redis formats it.
@@ -246,7 +259,12 @@ fn durability_name(d: crate::Durability) -> &'static str {
 }
 
 async fn info(shared: &Arc<Shared>) -> Frame {
-    let keys = crate::scan::count_owned_keys(shared).await.unwrap_or(0);
+    // The key count is admitted like any read: without a lease (or past a
+    // fence held too long) INFO says why instead of counting.
+    let keyspace = match crate::scan::count_owned_keys(shared).await {
+        Ok(keys) => format!("db0:keys={keys},expires=0,avg_ttl=0\r\n"),
+        Err(why) => format!("keyway_keys_unavailable:{why}\r\n"),
+    };
     let map = shared.routing.map();
     let text = format!(
         "# Server\r\nredis_version:{REDIS_COMPAT_VERSION}\r\nkeyway_version:{}\r\nredis_mode:cluster\r\nprocess_id:{}\r\ntcp_port:{}\r\nuptime_in_seconds:{}\r\nrun_id:{}\r\n\r\n\
@@ -255,7 +273,7 @@ async fn info(shared: &Arc<Shared>) -> Frame {
          # Stats\r\ntotal_commands_processed:{}\r\n\r\n\
          # Replication\r\nrole:master\r\nconnected_slaves:0\r\n\r\n\
          # Cluster\r\ncluster_enabled:1\r\nkeyway_node_id:{}\r\nkeyway_map_version:{}\r\nkeyway_partitions_owned:{}\r\nkeyway_lease_remaining_ms:{}\r\n\r\n\
-         # Keyspace\r\ndb0:keys={keys},expires=0,avg_ttl=0\r\n",
+         # Keyspace\r\n{keyspace}",
         env!("CARGO_PKG_VERSION"),
         std::process::id(),
         shared

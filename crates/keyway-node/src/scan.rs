@@ -1,14 +1,26 @@
-//! SCAN and DBSIZE over the keys this node owns.
+//! SCAN, DBSIZE (and INFO's key count) over the keys this node owns.
 //!
 //! Redis cursors are integers, but Keyway's keys are ordered bytes; the node
 //! keeps the last key each open cursor reached in a bounded table
 //! (`max_scan_cursors`, oldest forgotten first) and hands the client a
 //! random number for it. A forgotten cursor gets `ERR invalid cursor`, never
 //! a silent restart. Every key present for the whole scan is returned.
+//!
+//! Admission is the data commands' (invariant 2): each step runs on a
+//! storage thread under the routing read guard, is refused when the lease
+//! lapsed (`-CLUSTERDOWN ... (node lease lapsed)`), covers only the
+//! partitions this node owns at that moment, and parks like a data command
+//! while a partition it would read is fenced. Both are node-wide reads: the
+//! connection queues one only after every earlier reply of its pipeline was
+//! released and waits for it before reading on, and its reply waits for an
+//! fsync like a write's (it may read other threads' undurable writes).
 
+use crate::executor::{Follow, Task, TaskOutput};
+use crate::node_cmd::{Reply, storage_failure};
+use crate::routing::{Rejection, RoutingGuard};
 use crate::server::Shared;
 use bytes::Bytes;
-use keyway_map::{DEFAULT_KEYSPACE, PartitionMap};
+use keyway_map::{DEFAULT_KEYSPACE, NodeId, SLOT_COUNT};
 use keyway_resp::Frame;
 use keyway_storage::{KeyRange, Value};
 use std::collections::{HashMap, VecDeque};
@@ -119,11 +131,12 @@ fn default_keyspace_range() -> KeyRange {
     }
 }
 
-/// `SCAN cursor [MATCH pattern] [COUNT count] [TYPE type]` over the keys this node owns.
-pub async fn scan(shared: &Arc<Shared>, args: &[Bytes]) -> Frame {
+/// `SCAN cursor [MATCH pattern] [COUNT count] [TYPE type]` over the keys this
+/// node owns: a node-wide task on a storage thread (see [`node_wide`]).
+pub async fn scan(shared: &Arc<Shared>, args: &[Bytes]) -> Reply {
     let args = match parse_args(args) {
         Ok(a) => a,
-        Err(frame) => return frame,
+        Err(frame) => return frame.into(),
     };
     let after = match args.cursor {
         0 => None,
@@ -134,91 +147,195 @@ pub async fn scan(shared: &Arc<Shared>, args: &[Bytes]) -> Frame {
             .take(c)
         {
             Some(position) => Some(position),
-            None => return Frame::Error("ERR invalid cursor".into()),
+            None => return Frame::Error("ERR invalid cursor".into()).into(),
         },
     };
-    let engine = shared.engine.clone();
-    let map = shared.routing.map();
-    let me = shared.me;
-    let now_ms = shared.clock.unix_ms();
-    let result = tokio::task::spawn_blocking(move || {
-        let chunk = engine.scan(&default_keyspace_range(), after.as_deref(), args.count)?;
-        let exhausted = chunk.entries.len() < args.count || chunk.next.is_none();
-        let last = chunk.entries.last().map(|(k, _)| k.clone());
-        let keys: Vec<Frame> = chunk
-            .entries
-            .into_iter()
-            .filter(|(k, v)| owned(&map, me, k) && live(v, now_ms))
-            .filter(|_| args.only_strings != Some(false))
-            .filter_map(|(k, _)| k.get(6..).map(Bytes::copy_from_slice))
-            .filter(|user| {
-                args.pattern
-                    .as_ref()
-                    .is_none_or(|p| crate::cmd::table::glob_match(p, user))
-            })
-            .map(Frame::Bulk)
-            .collect();
-        Ok::<_, keyway_storage::StorageError>((keys, if exhausted { None } else { last }))
-    })
-    .await;
-    match result {
-        Ok(Ok((keys, next))) => {
-            let cursor = match next {
-                Some(position) => shared
-                    .scan_cursors
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .open(position),
-                None => 0,
-            };
-            Frame::Array(vec![Frame::bulk(cursor.to_string()), Frame::Array(keys)])
-        }
-        Ok(Err(e)) => Frame::Error(format!("ERR storage error: {e}")),
-        Err(e) => Frame::Error(format!("ERR {e}")),
+    submit_node_wide(shared, scan_task(shared.clone(), Arc::new(args), after)).await
+}
+
+/// Queues a node-wide read; its reply comes after group commit.
+async fn submit_node_wide(shared: &Arc<Shared>, task: Task) -> Reply {
+    match shared.executor.submit_node_wide(task).await {
+        Ok(rx) => Reply::Waiting(rx),
+        Err(frame) => frame.into(),
     }
 }
 
-fn owned(map: &PartitionMap, me: keyway_map::NodeId, storage_key: &[u8]) -> bool {
-    storage_key
-        .get(4..6)
-        .map(|s| u16::from_be_bytes([s[0], s[1]]))
-        .and_then(|slot| map.locate_slot(DEFAULT_KEYSPACE, slot))
-        .is_some_and(|p| p.owner == me)
+/// What a node-wide read does with one slot's keys, judged under the
+/// routing read guard by the same admission as data commands.
+enum SlotVerdict {
+    /// Owned and served now: its keys are read.
+    Serve,
+    /// Not this node's (moved, unserved, or being received): skipped.
+    Skip,
+    /// Owned and fenced for a cutover: the read parks, like a data command.
+    Hold,
+}
+
+/// A node-wide read's verdict on `slot`, or the rejection that refuses the
+/// whole read (a lapsed lease).
+fn verdict(guard: &RoutingGuard<'_>, me: NodeId, slot: u16) -> Result<SlotVerdict, Rejection> {
+    match guard.admit_slot(DEFAULT_KEYSPACE, slot, None) {
+        Ok(_) => Ok(SlotVerdict::Serve),
+        Err(Rejection::LeaseLapsed) => Err(Rejection::LeaseLapsed),
+        Err(Rejection::Fenced { .. })
+            if guard
+                .map()
+                .locate_slot(DEFAULT_KEYSPACE, slot)
+                .is_some_and(|p| p.owner == me) =>
+        {
+            Ok(SlotVerdict::Hold)
+        }
+        Err(_) => Ok(SlotVerdict::Skip),
+    }
+}
+
+/// A node-wide read's reply: it waits for an fsync (it may have read other
+/// threads' writes that are not durable yet).
+fn node_wide(reply: Frame) -> TaskOutput {
+    TaskOutput::reply(reply, true)
+}
+
+fn park(task: Task) -> TaskOutput {
+    TaskOutput {
+        reply: Frame::Null,
+        wrote: false,
+        follow: Follow::Park(task),
+    }
+}
+
+/// One SCAN step under the routing read guard: refused without a lease;
+/// keys of partitions this node does not own at that moment are left out;
+/// a key of an owned, fenced partition parks the whole step.
+fn scan_task(shared: Arc<Shared>, args: Arc<ScanArgs>, after: Option<Bytes>) -> Task {
+    Box::new(move |engine| {
+        let guard = shared.routing.read();
+        if !shared.routing.lease_valid() {
+            shared.metrics.rejected("lease_lapsed");
+            return TaskOutput::reply(Rejection::LeaseLapsed.to_frame(), false);
+        }
+        let chunk = match engine.scan(&default_keyspace_range(), after.as_deref(), args.count) {
+            Ok(chunk) => chunk,
+            Err(e) => return storage_failure(e),
+        };
+        let now_ms = shared.clock.unix_ms();
+        let exhausted = chunk.entries.len() < args.count || chunk.next.is_none();
+        let last = chunk.entries.last().map(|(k, _)| k.clone());
+        let mut keys = Vec::new();
+        let mut judged: Option<(u16, SlotVerdict)> = None;
+        for (k, v) in &chunk.entries {
+            let Some(slot) = k.get(4..6).map(|s| u16::from_be_bytes([s[0], s[1]])) else {
+                continue;
+            };
+            if judged.as_ref().is_none_or(|(s, _)| *s != slot) {
+                match verdict(&guard, shared.me, slot) {
+                    Ok(v) => judged = Some((slot, v)),
+                    Err(rejection) => {
+                        return TaskOutput::reply(rejection.to_frame(), false);
+                    }
+                }
+            }
+            match judged.as_ref().map(|(_, v)| v) {
+                Some(SlotVerdict::Serve) => {}
+                Some(SlotVerdict::Hold) => {
+                    drop(guard);
+                    return park(scan_task(shared.clone(), args.clone(), after.clone()));
+                }
+                _ => continue,
+            }
+            let user = &k[6..];
+            let wanted = live(v, now_ms)
+                && args.only_strings != Some(false)
+                && args
+                    .pattern
+                    .as_ref()
+                    .is_none_or(|p| crate::cmd::table::glob_match(p, user));
+            if wanted {
+                keys.push(Frame::Bulk(Bytes::copy_from_slice(user)));
+            }
+        }
+        drop(guard);
+        let cursor = match (exhausted, last) {
+            (false, Some(position)) => shared
+                .scan_cursors
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .open(position),
+            _ => 0,
+        };
+        node_wide(Frame::Array(vec![
+            Frame::bulk(cursor.to_string()),
+            Frame::Array(keys),
+        ]))
+    })
 }
 
 fn live(v: &Value, now_ms: u64) -> bool {
     v.expire_at_ms.is_none_or(|at| at > now_ms)
 }
 
-/// Keys stored in the default keyspace's partitions this node owns (expired
-/// keys not yet removed included, as Redis counts them). Other keyspaces
-/// (the `KW.*` commands') are not Redis's and are not counted.
-pub async fn count_owned_keys(shared: &Arc<Shared>) -> Result<u64, String> {
-    let map = shared.routing.map();
-    let ranges: Vec<KeyRange> = map
-        .owned_by(shared.me)
-        .filter(|p| p.keyspace == DEFAULT_KEYSPACE)
-        .map(|p| {
+/// Counts the keys stored in the default keyspace's partitions this node
+/// owns (expired keys not yet removed included, as Redis counts them),
+/// walking the partitions in slot order, each counted under its own routing
+/// read guard (so the guard is held for one partition's count, not the
+/// node's). Other keyspaces (the `KW.*` commands') are not Redis's and are
+/// not counted. A lapsed lease refuses; an owned, fenced partition parks
+/// the count (it restarts when re-run). The reply is an integer.
+fn count_task(shared: Arc<Shared>) -> Task {
+    Box::new(move |engine| {
+        let mut total = 0u64;
+        let mut slot: u32 = 0;
+        while slot < SLOT_COUNT as u32 {
+            let guard = shared.routing.read();
+            let Some(p) = guard.map().locate_slot(DEFAULT_KEYSPACE, slot as u16) else {
+                if !shared.routing.lease_valid() {
+                    return TaskOutput::reply(Rejection::LeaseLapsed.to_frame(), false);
+                }
+                slot += 1;
+                continue;
+            };
+            let (first, last) = p.slot_span();
+            debug_assert!(first as u32 <= slot && slot <= last as u32);
             let (start, end) = p.storage_bounds();
-            KeyRange { start, end }
-        })
-        .collect();
-    let engine = shared.engine.clone();
-    tokio::task::spawn_blocking(move || {
-        ranges.iter().try_fold(0u64, |sum, r| {
-            engine.range_stats(r).map(|(keys, _)| sum + keys)
-        })
+            match verdict(&guard, shared.me, slot as u16) {
+                Err(rejection) => {
+                    shared.metrics.rejected("lease_lapsed");
+                    return TaskOutput::reply(rejection.to_frame(), false);
+                }
+                Ok(SlotVerdict::Hold) => {
+                    drop(guard);
+                    return park(count_task(shared.clone()));
+                }
+                Ok(SlotVerdict::Skip) => {}
+                Ok(SlotVerdict::Serve) => match engine.range_stats(&KeyRange { start, end }) {
+                    Ok((keys, _)) => total += keys,
+                    Err(e) => return storage_failure(e),
+                },
+            }
+            slot = (last as u32).max(slot) + 1;
+        }
+        node_wide(Frame::Integer(total as i64))
     })
-    .await
-    .map_err(|e| e.to_string())?
-    .map_err(|e| e.to_string())
 }
 
 /// `DBSIZE`.
-pub async fn dbsize(shared: &Arc<Shared>) -> Frame {
-    match count_owned_keys(shared).await {
-        Ok(n) => Frame::Integer(n as i64),
-        Err(e) => Frame::Error(format!("ERR storage error: {e}")),
+pub async fn dbsize(shared: &Arc<Shared>) -> Reply {
+    submit_node_wide(shared, count_task(shared.clone())).await
+}
+
+/// The key count for `INFO`: the number, or the error that refused it (a
+/// lapsed lease, a fence held too long, a storage error).
+pub async fn count_owned_keys(shared: &Arc<Shared>) -> Result<u64, String> {
+    let frame = match submit_node_wide(shared, count_task(shared.clone())).await {
+        Reply::Frame(frame) => frame,
+        Reply::Waiting(rx) => rx
+            .await
+            .unwrap_or_else(|_| Frame::Error("ERR server is shutting down".into())),
+    };
+    match frame {
+        Frame::Integer(n) => Ok(n.max(0) as u64),
+        Frame::Error(e) => Err(e),
+        other => Err(format!("unexpected count reply {other:?}")),
     }
 }
 

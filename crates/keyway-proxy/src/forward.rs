@@ -209,40 +209,12 @@ pub fn parse_kwmoved(msg: &str) -> Option<(PartitionRecord, String)> {
     KwMoved::parse(msg).map(|m| (m.partition, m.owner_addr))
 }
 
-fn has_option(args: &[Bytes], from: usize, options: &[&str]) -> bool {
-    args.iter()
-        .skip(from)
-        .any(|a| options.iter().any(|o| a.eq_ignore_ascii_case(o.as_bytes())))
-}
-
-/// Whether running `args` a second time, after a first run whose reply was
-/// lost, leaves the same data and returns the same reply: reads; `SET`
-/// without `NX`/`GET`; `SETEX`, `PSETEX`, `MSET`, `SETRANGE`, `GETEX`;
-/// `EXPIRE`/`PEXPIRE` with a positive time and without `NX`/`GT`/`LT`;
-/// `KW.SET`. Not: `INCR`/`DECR` and friends, `APPEND`, `SETNX`, `MSETNX`,
-/// `GETSET`, `GETDEL`, `DEL`/`UNLINK`/`KW.DEL` (the count would differ),
-/// `PERSIST`, `EXPIREAT`/`PEXPIREAT` (a past time deletes the key, the
-/// second run answers 0).
+/// Whether `args` may be re-sent after an ambiguous failure: the shared
+/// rule ([`keyway_resp::retry_safe`], the same the smart client applies):
+/// reads and commands whose second run leaves the same data and returns the
+/// same reply.
 pub fn retry_safe(args: &[Bytes]) -> bool {
-    let Some(first) = args.first() else {
-        return false;
-    };
-    let name = String::from_utf8_lossy(first).to_ascii_lowercase();
-    match name.as_str() {
-        "kw.get" | "kw.scan" | "kw.set" => true,
-        "set" => !has_option(args, 3, &["NX", "GET"]),
-        "setex" | "psetex" | "mset" | "setrange" | "getex" => true,
-        "expire" | "pexpire" => {
-            let positive = args
-                .get(2)
-                .and_then(|t| std::str::from_utf8(t).ok())
-                .and_then(|t| t.parse::<i64>().ok())
-                .is_some_and(|t| t > 0);
-            positive && !has_option(args, 3, &["NX", "GT", "LT"])
-        }
-        other => keyway_node::cmd::table::lookup(other.as_bytes())
-            .is_some_and(|spec| spec.family.is_some() && !spec.is_write()),
-    }
+    keyway_resp::retry_safe(args)
 }
 
 #[cfg(test)]
@@ -296,6 +268,24 @@ mod tests {
             "NOSUCH k",
         ] {
             assert!(!retry_safe(&args(unsafe_)), "{unsafe_}");
+        }
+    }
+
+    /// The shared list of reads is the node's: every data command without
+    /// the `write` flag is retry-safe, and every listed read is such a command.
+    #[test]
+    fn the_shared_reads_are_the_node_tables_reads() {
+        let table = keyway_node::cmd::table::COMMANDS;
+        for spec in table.iter().filter(|c| c.family.is_some() && !c.is_write()) {
+            assert!(
+                keyway_resp::READ_COMMANDS.contains(&spec.name),
+                "{} reads but is not in keyway_resp::READ_COMMANDS",
+                spec.name
+            );
+        }
+        for name in keyway_resp::READ_COMMANDS {
+            let spec = keyway_node::cmd::table::lookup(name.as_bytes()).expect(name);
+            assert!(spec.family.is_some() && !spec.is_write(), "{name}");
         }
     }
 }

@@ -38,6 +38,9 @@
 //!   [`encode_command`] (a request as a multibulk) and [`format_double`]
 //!   (Redis's double text).
 //! - `limits.rs`: [`Limits`], every size a peer may declare.
+//! - `retry.rs`: [`retry_safe`], which requests may be re-sent after a
+//!   failure that left their outcome unknown (shared by the proxy and the
+//!   smart client).
 //! - `error.rs`: [`ProtocolError`], whose text matches Redis's replies.
 //!
 //! # Rules
@@ -60,6 +63,7 @@ mod frame;
 mod limits;
 mod parse;
 mod response;
+mod retry;
 
 pub use encode::{DoubleText, encode, encode_command, format_double};
 pub use error::ProtocolError;
@@ -70,3 +74,4 @@ pub use limits::{
 };
 pub use parse::RequestParser;
 pub use response::ResponseParser;
+pub use retry::{READ_COMMANDS, retry_safe};

@@ -2,15 +2,31 @@
 //! and the read together, under the routing read guard (invariant 2), so no
 //! entry is read with authority that a cutover or a split already took away.
 //!
-//! Blocking (the engine is called): run it on a storage thread or under
-//! `spawn_blocking`, never on an async worker. Holding the read side while
+//! Blocking (the engine is called): run it on a storage thread
+//! ([`scan_owned_released`], what `KW.SCAN` and `RangeScan` do), never on
+//! an async worker. Holding the read side while
 //! reading delays a map install or a fence by at most one step, which is
 //! bounded by `limit` live entries and [`MAX_EXAMINED_PER_STEP`] entries read.
 
+use crate::executor::{Task, TaskOutput};
 use crate::routing::{Rejection, Routing};
 use bytes::Bytes;
 use keyway_map::{Epoch, KeyspaceId, PartitionId, PartitionRecord, keyspace_prefix};
+use keyway_resp::Frame;
 use keyway_storage::{Engine, KeyRange, StorageError};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use tokio::sync::oneshot;
+
+/// Queues a node-wide read on a storage thread and hands back the receiver
+/// of its released reply (`Executor::submit_node_wide`, boxed so the peer
+/// service can hold it).
+pub type SubmitRead = Arc<
+    dyn Fn(Task) -> Pin<Box<dyn Future<Output = Result<oneshot::Receiver<Frame>, Frame>> + Send>>
+        + Send
+        + Sync,
+>;
 
 /// Most entries (live or expired) one step reads before it answers, so a
 /// run of expired keys cannot hold the routing read side for long; the
@@ -126,6 +142,45 @@ pub fn scan_owned(
         if exhausted {
             return Ok(page);
         }
+    }
+}
+
+/// [`scan_owned`] as a node-wide read on a storage thread queued by
+/// `submit`, like every other read: the page is handed back only once the
+/// step's reply was released, after group commit (it may have read other
+/// threads' writes, so it asks for an fsync when it read anything). `Err`
+/// carries the executor's own error (shutting down, held too long).
+pub async fn scan_owned_released<F, Fut>(
+    submit: F,
+    routing: Arc<Routing>,
+    ks: KeyspaceId,
+    from: Bytes,
+    to: Option<Bytes>,
+    limit: usize,
+    expected: Option<(PartitionId, Epoch)>,
+) -> Result<Result<OwnedPage, StepError>, Frame>
+where
+    F: FnOnce(Task) -> Fut,
+    Fut: Future<Output = Result<oneshot::Receiver<Frame>, Frame>>,
+{
+    let out = Arc::new(Mutex::new(None));
+    let task: Task = {
+        let out = out.clone();
+        Box::new(move |engine| {
+            let step = scan_owned(&routing, engine, ks, &from, to.as_deref(), limit, expected);
+            let read = step.is_ok();
+            *out.lock().unwrap_or_else(|e| e.into_inner()) = Some(step);
+            TaskOutput::reply(Frame::ok(), read)
+        })
+    };
+    match submit(task).await?.await {
+        Ok(Frame::Error(e)) => Err(Frame::Error(e)),
+        Ok(_) => out
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+            .ok_or_else(|| Frame::Error("ERR scan step produced nothing".into())),
+        Err(_) => Err(Frame::Error("ERR server is shutting down".into())),
     }
 }
 

@@ -9,22 +9,23 @@
 //! covering `from` as the answering node's map has it (id, epoch, range,
 //! owner and the owner's addresses), so the asker can go there at once.
 
-use super::owned::{StepError, scan_owned};
+use super::owned::{StepError, SubmitRead, scan_owned_released};
 use crate::peer::pb;
 use crate::routing::{Rejection, Routing};
 use bytes::Bytes;
 use keyway_map::{Epoch, KeyspaceId, NodeId, PartitionId, PartitionRecord, PartitionState};
-use keyway_storage::Engine;
 use std::sync::Arc;
 use tonic::Status;
 
 /// Most entries one `RangeScan` answer carries (larger requests are clamped).
 pub const MAX_RANGE_SCAN_ENTRIES: u32 = 10_000;
 
-/// Answers one `RangeScan` request from this node's engine and routing view.
+/// Answers one `RangeScan` request from this node's engine and routing view:
+/// one step queued by `reads` on a storage thread (under the routing read
+/// guard, its answer sent only after group commit, like a local read).
 pub async fn serve_range_scan(
     routing: Arc<Routing>,
-    engine: Arc<dyn Engine>,
+    reads: SubmitRead,
     req: pb::RangeScanRequest,
 ) -> Result<pb::RangeScanResponse, Status> {
     if req.limit == 0 {
@@ -32,20 +33,17 @@ pub async fn serve_range_scan(
     }
     let limit = req.limit.min(MAX_RANGE_SCAN_ENTRIES) as usize;
     let expected = Some((PartitionId(req.partition), Epoch(req.epoch)));
-    let view = routing.clone();
-    let step = tokio::task::spawn_blocking(move || {
-        scan_owned(
-            &view,
-            &*engine,
-            KeyspaceId(req.keyspace),
-            &req.from,
-            req.to.as_deref(),
-            limit,
-            expected,
-        )
-    })
+    let step = scan_owned_released(
+        |task| reads(task),
+        routing.clone(),
+        KeyspaceId(req.keyspace),
+        req.from,
+        req.to,
+        limit,
+        expected,
+    )
     .await
-    .map_err(|e| Status::internal(format!("range scan task failed: {e}")))?;
+    .map_err(|frame| Status::unavailable(format!("range scan step: {frame:?}")))?;
     match step {
         Ok(page) => Ok(pb::RangeScanResponse {
             entries: page

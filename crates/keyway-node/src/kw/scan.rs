@@ -7,7 +7,8 @@
 //!    the route a refusal just named).
 //! 2. **Read one step** of it from the cursor to `min(end, partition end)`:
 //!    locally under the routing read guard if this node owns it
-//!    ([`scan_owned`], on the blocking pool), else with the `RangeScan` peer
+//!    ([`scan_owned`], as a node-wide read on a storage thread, its page
+//!    used only once its reply was released after group commit), else with the `RangeScan` peer
 //!    call carrying the partition and epoch, which the owner answers only if
 //!    it owns that partition at that epoch.
 //! 3. **Advance**: append the entries (each checked to lie at or after the
@@ -28,7 +29,7 @@
 //! A page may hold fewer than `LIMIT` entries (expired keys are skipped and
 //! bounded per step); only a nil cursor means the range is exhausted.
 
-use super::owned::{StepError, scan_owned};
+use super::owned::StepError;
 use super::rpc::{Route, ScanReply, read_reply, request};
 use crate::server::Shared;
 use bytes::Bytes;
@@ -273,22 +274,7 @@ async fn local_step(
     to: Option<Bytes>,
     limit: usize,
 ) -> Step {
-    let routing = shared.routing.clone();
-    let engine = shared.engine.clone();
-    let ks_id = ks.id;
-    let result = tokio::task::spawn_blocking(move || {
-        scan_owned(
-            &routing,
-            &*engine,
-            ks_id,
-            &cursor,
-            to.as_deref(),
-            limit,
-            None,
-        )
-    })
-    .await;
-    match result {
+    match read_owned(shared, ks.id, cursor, to, limit).await {
         Ok(Ok(page)) => Step::Page {
             route: route_of(shared, page.partition),
             entries: page.entries,
@@ -307,8 +293,29 @@ async fn local_step(
         Ok(Err(StepError::Storage(e))) => {
             Step::Fail(Frame::Error(format!("ERR storage error: {e}")))
         }
-        Err(e) => Step::Fail(Frame::Error(format!("ERR {e}"))),
+        Err(frame) => Step::Fail(frame),
     }
+}
+
+/// One [`scan_owned`] step as a node-wide read on a storage thread, like
+/// every other read (see [`super::owned::scan_owned_released`]).
+async fn read_owned(
+    shared: &Arc<Shared>,
+    ks: keyway_map::KeyspaceId,
+    cursor: Bytes,
+    to: Option<Bytes>,
+    limit: usize,
+) -> Result<Result<super::owned::OwnedPage, StepError>, Frame> {
+    super::owned::scan_owned_released(
+        |task| shared.executor.submit_node_wide(task),
+        shared.routing.clone(),
+        ks,
+        cursor,
+        to,
+        limit,
+        None,
+    )
+    .await
 }
 
 #[cfg(test)]

@@ -53,6 +53,8 @@ pub struct NodeRoles {
     pub stats: Arc<crate::stats::Stats>,
     /// The node's metrics (refused peer writes are counted).
     pub metrics: Arc<crate::metrics::Metrics>,
+    /// Queues a read on a storage thread (`RangeScan` steps).
+    pub reads: crate::kw::owned::SubmitRead,
 }
 
 impl std::fmt::Debug for PeerService {
@@ -595,9 +597,13 @@ impl peer_server::Peer for PeerService {
         &self,
         req: Request<pb::RangeScanRequest>,
     ) -> Result<Response<pb::RangeScanResponse>, Status> {
-        let routing = self.node()?.routing.clone();
-        let resp = crate::kw::rpc::serve_range_scan(routing, self.engine.clone(), req.into_inner())
-            .await?;
+        let node = self.node()?;
+        let resp = crate::kw::rpc::serve_range_scan(
+            node.routing.clone(),
+            node.reads.clone(),
+            req.into_inner(),
+        )
+        .await?;
         Ok(Response::new(resp))
     }
 
