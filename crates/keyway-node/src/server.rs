@@ -7,16 +7,16 @@
 //! before it holds a lease and a map.
 
 use crate::clock::{Clock, SystemClock};
+use crate::config::Durability;
 use crate::config::{EngineKind, NodeConfig};
 use crate::executor::{Executor, ExecutorConfig};
 use crate::metrics::Metrics;
 use crate::migrate::Migrations;
 use crate::routing::Routing;
 use crate::scan::ScanCursors;
+use crate::storage_health::{FailStopEngine, StorageHealth};
 use keyway_map::{DEFAULT_KEYSPACE, Keyspace, NodeId, Routing as KeyRouting};
 use keyway_meta::MetaStore;
-use crate::config::Durability;
-use crate::storage_health::{FailStopEngine, StorageHealth};
 use keyway_storage::{Engine, FaultyEngine, FjallEngine, FjallOptions, MemEngine};
 use std::net::SocketAddr;
 use std::path::Path;
@@ -148,8 +148,7 @@ impl Node {
             None => engine,
         };
         let storage_health = StorageHealth::new();
-        let engine: Arc<dyn Engine> =
-            Arc::new(FailStopEngine::new(engine, storage_health.clone()));
+        let engine: Arc<dyn Engine> = Arc::new(FailStopEngine::new(engine, storage_health.clone()));
         let listener = bind(config.listen).await?;
         let admin_listener = bind(config.admin_listen).await?;
         let resp_addr = match &config.announce {
@@ -323,10 +322,9 @@ async fn open_engine(config: &NodeConfig) -> Result<Arc<dyn Engine>, NodeError> 
                 ),
                 ..FjallOptions::default()
             };
-            let engine =
-                tokio::task::spawn_blocking(move || FjallEngine::open(&dir, options))
-            .await
-            .map_err(|e| NodeError::Config(format!("engine open task failed: {e}")))??;
+            let engine = tokio::task::spawn_blocking(move || FjallEngine::open(&dir, options))
+                .await
+                .map_err(|e| NodeError::Config(format!("engine open task failed: {e}")))??;
             Ok(Arc::new(engine))
         }
     }

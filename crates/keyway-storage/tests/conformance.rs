@@ -60,6 +60,10 @@ mod faulty_synced_replay {
         let live_log = e.changes_since(e.log_start() - 1, usize::MAX).unwrap();
         let disk = e.crash().unwrap();
         assert_eq!(disk.digest(&range).unwrap(), live);
-        assert_eq!(disk.changes_since(disk.log_start() - 1, usize::MAX).unwrap(), live_log);
+        assert_eq!(
+            disk.changes_since(disk.log_start() - 1, usize::MAX)
+                .unwrap(),
+            live_log
+        );
     }
 }

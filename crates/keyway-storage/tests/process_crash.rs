@@ -72,7 +72,9 @@ fn survivors(flush: bool, test_name: &str) -> u64 {
     c.kill().unwrap(); // SIGKILL: no destructor, no flush runs
     c.wait().unwrap();
     let e = FjallEngine::open(dir.path(), options(false)).unwrap();
-    let found = (0..BATCHES).filter(|&i| e.get(&key(i)).unwrap().is_some()).count() as u64;
+    let found = (0..BATCHES)
+        .filter(|&i| e.get(&key(i)).unwrap().is_some())
+        .count() as u64;
     // A journal replays a prefix of batches: the survivors are 0..found.
     assert_eq!(e.last_seq(), found, "recovered a prefix");
     eprintln!(
@@ -93,9 +95,15 @@ fn run_as_child_if_asked() {
 #[test]
 fn without_a_flush_a_process_crash_loses_the_journal_buffer() {
     run_as_child_if_asked();
-    let found = survivors(false, "without_a_flush_a_process_crash_loses_the_journal_buffer");
+    let found = survivors(
+        false,
+        "without_a_flush_a_process_crash_loses_the_journal_buffer",
+    );
     // fjall keeps up to 8 KiB of journal in user space: the tail is lost.
-    assert!(found < BATCHES, "expected a lost tail, all {found} survived");
+    assert!(
+        found < BATCHES,
+        "expected a lost tail, all {found} survived"
+    );
 }
 
 #[test]

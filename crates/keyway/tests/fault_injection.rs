@@ -77,7 +77,11 @@ fn an_injected_fsync_failure_stops_the_real_process_for_good() {
     let (status, body) = http(admin, "GET", "/fault");
     assert_eq!(status, 200, "{body}");
     assert!(body.contains(r#""sync_fault":"none""#), "{body}");
-    assert!(http(admin, "GET", "/status").1.contains(r#""storage":"ok""#));
+    assert!(
+        http(admin, "GET", "/status")
+            .1
+            .contains(r#""storage":"ok""#)
+    );
 
     let (status, body) = http(admin, "POST", "/fault/fsync-fail");
     assert_eq!(status, 200, "{body}");
@@ -93,7 +97,10 @@ fn an_injected_fsync_failure_stops_the_real_process_for_good() {
     assert!(read.contains("storage failed"), "{read}");
 
     let (_, status) = http(admin, "GET", "/status");
-    assert!(status.contains(r#""storage":"failed: fsync error"#), "{status}");
+    assert!(
+        status.contains(r#""storage":"failed: fsync error"#),
+        "{status}"
+    );
     let (_, metrics) = http(admin, "GET", "/metrics");
     assert!(metrics.contains("\nkeyway_storage_failed 1"), "{metrics}");
     let (_, fault) = http(admin, "GET", "/fault");
@@ -104,5 +111,9 @@ fn an_injected_fsync_failure_stops_the_real_process_for_good() {
     let plain_admin = base + 4;
     assert_eq!(http(plain_admin, "GET", "/fault").0, 404);
     assert_eq!(http(plain_admin, "POST", "/fault/fsync-fail").0, 404);
-    assert!(http(plain_admin, "GET", "/status").1.contains(r#""storage":"ok""#));
+    assert!(
+        http(plain_admin, "GET", "/status")
+            .1
+            .contains(r#""storage":"ok""#)
+    );
 }

@@ -81,10 +81,14 @@ async fn crash_mid_stream(durability: Durability) -> (usize, Vec<String>) {
             })
         })
         .collect();
-    eventually("writes acknowledged before the crash", Duration::from_secs(30), || {
-        let n = acked_count.load(Ordering::SeqCst);
-        async move { (n >= ACKED_BEFORE_CRASH).then_some(()) }
-    })
+    eventually(
+        "writes acknowledged before the crash",
+        Duration::from_secs(30),
+        || {
+            let n = acked_count.load(Ordering::SeqCst);
+            async move { (n >= ACKED_BEFORE_CRASH).then_some(()) }
+        },
+    )
     .await;
     let disk = faulty.crash().expect("a crashable engine");
     let mut acked = Vec::new();
@@ -113,14 +117,24 @@ async fn crash_mid_stream(durability: Durability) -> (usize, Vec<String>) {
 async fn group_commit_acknowledged_writes_survive_a_crash_that_drops_unsynced_writes() {
     let (acked, lost) = crash_mid_stream(Durability::Group).await;
     assert!(acked >= ACKED_BEFORE_CRASH);
-    assert!(lost.is_empty(), "group: {} of {acked} acknowledged writes lost: {:?}", lost.len(), &lost[..lost.len().min(5)]);
+    assert!(
+        lost.is_empty(),
+        "group: {} of {acked} acknowledged writes lost: {:?}",
+        lost.len(),
+        &lost[..lost.len().min(5)]
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn always_acknowledged_writes_survive_a_crash_that_drops_unsynced_writes() {
     let (acked, lost) = crash_mid_stream(Durability::Always).await;
     assert!(acked >= ACKED_BEFORE_CRASH);
-    assert!(lost.is_empty(), "always: {} of {acked} acknowledged writes lost: {:?}", lost.len(), &lost[..lost.len().min(5)]);
+    assert!(
+        lost.is_empty(),
+        "always: {} of {acked} acknowledged writes lost: {:?}",
+        lost.len(),
+        &lost[..lost.len().min(5)]
+    );
 }
 
 /// The control: without fsyncs the same crash loses acknowledged writes,
@@ -129,7 +143,11 @@ async fn always_acknowledged_writes_survive_a_crash_that_drops_unsynced_writes()
 async fn none_durability_loses_acknowledged_writes_to_the_same_crash() {
     let (acked, lost) = crash_mid_stream(Durability::None).await;
     assert!(acked >= ACKED_BEFORE_CRASH);
-    assert_eq!(lost.len(), acked, "none never syncs: the crash keeps nothing");
+    assert_eq!(
+        lost.len(),
+        acked,
+        "none never syncs: the crash keeps nothing"
+    );
 }
 
 fn metric(text: &str, name: &str) -> Option<f64> {
@@ -150,7 +168,10 @@ async fn one_failed_fsync_stops_the_node(durability: Durability) {
     client.set(b"before", b"1").await.unwrap();
     let shared = c.node(0).unwrap().shared().clone();
     assert_eq!(shared.storage_health.status(), "ok");
-    assert_eq!(metric(&shared.metrics.encode(), "keyway_storage_failed"), Some(0.0));
+    assert_eq!(
+        metric(&shared.metrics.encode(), "keyway_storage_failed"),
+        Some(0.0)
+    );
 
     faulty.fail_next_syncs(1);
     let err = client.set(b"during", b"2").await.unwrap_err().to_string();
@@ -169,9 +190,16 @@ async fn one_failed_fsync_stops_the_node(durability: Durability) {
         let err = client.get(b"before").await.unwrap_err().to_string();
         assert!(err.contains("storage failed"), "{durability:?} read: {err}");
     }
-    assert_eq!(faulty.state().sync_calls, syncs, "no fsync after the failure");
+    assert_eq!(
+        faulty.state().sync_calls,
+        syncs,
+        "no fsync after the failure"
+    );
     assert!(
-        shared.storage_health.status().starts_with("failed: fsync error"),
+        shared
+            .storage_health
+            .status()
+            .starts_with("failed: fsync error"),
         "{}",
         shared.storage_health.status()
     );
