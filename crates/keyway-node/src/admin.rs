@@ -113,6 +113,8 @@ pub struct Status {
     pub last_seq: u64,
     /// `"ok"`, or `"failed: <reason>"` once an fsync failed (for good).
     pub storage: String,
+    /// Started with `fault_injection` (testing only).
+    pub fault_injection: bool,
 }
 
 async fn status(State(shared): State<Arc<Shared>>) -> impl IntoResponse {
@@ -129,6 +131,7 @@ async fn status(State(shared): State<Arc<Shared>>) -> impl IntoResponse {
         durability: shared.config.durability,
         last_seq: shared.engine.last_seq(),
         storage: shared.storage_health.status(),
+        fault_injection: shared.faults.is_some(),
     })
 }
 
