@@ -32,7 +32,9 @@ async fn one_node_on(
     let mut spec = ClusterSpec::ephemeral(1, dir.to_path_buf());
     spec.node.engine = EngineKind::Memory;
     spec.node.durability = durability;
-    spec.node.periodic_sync_ms = 60_000;
+    // `periodic`: the background fsync runs often (the fsync-failure test
+    // waits for it); the crash tests never use `periodic`.
+    spec.node.periodic_sync_ms = 50;
     spec.manager = None;
     let mut c = LocalCluster::start(spec).await.expect("cluster starts");
     // Restart the node on the injected engine (same id, same data dir).
@@ -217,4 +219,32 @@ async fn group_one_failed_fsync_stops_reads_and_writes_for_good() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn always_one_failed_fsync_stops_reads_and_writes_for_good() {
     one_failed_fsync_stops_the_node(Durability::Always).await;
+}
+
+/// `periodic`: the background fsync fails, nothing is in flight, and the
+/// node still stops serving from then on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn periodic_a_failed_background_fsync_stops_reads_and_writes_for_good() {
+    let dir = tempfile::tempdir().unwrap();
+    let faulty = Arc::new(FaultyEngine::wrap(Arc::new(MemEngine::new())));
+    let c = one_node_on(dir.path(), Durability::Periodic, faulty.clone()).await;
+    let client = client(&c).await;
+    client.set(b"before", b"1").await.unwrap();
+    let shared = c.node(0).unwrap().shared().clone();
+    faulty.fail_syncs();
+    eventually("the periodic fsync fails", Duration::from_secs(10), || {
+        let failed = shared.storage_health.failure().is_some();
+        async move { failed.then_some(()) }
+    })
+    .await;
+    faulty.heal();
+    let err = client.set(b"after", b"2").await.unwrap_err().to_string();
+    assert!(err.contains("storage failed (fsync error"), "{err}");
+    let err = client.get(b"before").await.unwrap_err().to_string();
+    assert!(err.contains("storage failed"), "{err}");
+    assert_eq!(
+        metric(&shared.metrics.encode(), "keyway_storage_failed"),
+        Some(1.0)
+    );
+    c.shutdown().await;
 }
