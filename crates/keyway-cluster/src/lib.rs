@@ -13,6 +13,7 @@ use keyway_manager::{Manager, ManagerConfig, SeatConfig};
 use keyway_map::{NodeId, PartitionMap};
 use keyway_meta::{EmbeddedMeta, EmbeddedOptions, MetaError, MetaStore};
 use keyway_node::{Node, NodeConfig, NodeError};
+use keyway_storage::Engine;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -248,14 +249,37 @@ impl LocalCluster {
 
     /// Starts node `index` (again), on the same port and data directory.
     pub async fn start_node(&mut self, index: usize) -> Result<(), ClusterError> {
+        self.start_node_on(index, None).await
+    }
+
+    /// Starts node `index` (again) on `engine` instead of opening its own
+    /// (tests: a `FaultyEngine` whose crash drops what was not synced).
+    pub async fn start_node_with_engine(
+        &mut self,
+        index: usize,
+        engine: Arc<dyn Engine>,
+    ) -> Result<(), ClusterError> {
+        self.start_node_on(index, Some(engine)).await
+    }
+
+    async fn start_node_on(
+        &mut self,
+        index: usize,
+        engine: Option<Arc<dyn Engine>>,
+    ) -> Result<(), ClusterError> {
         let config = self
             .configs
             .get(index)
             .cloned()
             .ok_or(ClusterError::NoSuchNode(index))?;
-        let node = Node::start(config, self.meta.clone())
-            .await
-            .map_err(|source| ClusterError::Node { index, source })?;
+        let started = match engine {
+            None => Node::start(config, self.meta.clone()).await,
+            Some(engine) => {
+                let clock = Arc::new(keyway_node::clock::SystemClock);
+                Node::start_with_engine(config, self.meta.clone(), clock, engine).await
+            }
+        };
+        let node = started.map_err(|source| ClusterError::Node { index, source })?;
         // Keep the ports the node actually bound so a restart reuses them.
         let bound = &mut self.configs[index];
         if let Ok(addr) = node.resp_addr().parse() {

@@ -2,13 +2,15 @@
 //! partition map as JSON), `/status` (this node at a glance, JSON) and
 //! `/hotkeys` (per owned partition, the sampled hot keys, JSON), plus
 //! the `Peer` gRPC service of [`crate::peer`] (migration data plane).
+//! With `fault_injection` on (testing only), also `GET /fault`,
+//! `POST /fault/fsync-fail` and `POST /fault/heal`; without it they are 404.
 
 use crate::server::Shared;
 use axum::Router;
 use axum::extract::State;
 use axum::http::header;
 use axum::response::{IntoResponse, Json};
-use axum::routing::get;
+use axum::routing::{get, post};
 use serde::Serialize;
 use std::sync::Arc;
 use tokio::net::TcpListener;
@@ -24,8 +26,15 @@ pub async fn serve(
         .route("/metrics", get(metrics))
         .route("/map", get(map))
         .route("/status", get(status))
-        .route("/hotkeys", get(hotkeys))
-        .with_state(shared.clone());
+        .route("/hotkeys", get(hotkeys));
+    let app = if shared.faults.is_some() {
+        app.route("/fault", get(fault_state))
+            .route("/fault/fsync-fail", post(fault_fsync_fail))
+            .route("/fault/heal", post(fault_heal))
+    } else {
+        app
+    };
+    let app = app.with_state(shared.clone());
     // The migration data plane (`Peer` gRPC, h2c) shares this port.
     let service = crate::peer::PeerService::for_node(
         shared.engine.clone(),
@@ -114,6 +123,10 @@ pub struct Status {
     pub last_seq: u64,
     /// Incoming migrations this node accepts foreign records for.
     pub receiving: Vec<ReceivingView>,
+    /// `"ok"`, or `"failed: <reason>"` once an fsync failed (for good).
+    pub storage: String,
+    /// Started with `fault_injection` (testing only).
+    pub fault_injection: bool,
 }
 
 /// One incoming migration in `/status`.
@@ -148,5 +161,58 @@ async fn status(State(shared): State<Arc<Shared>>) -> impl IntoResponse {
                 epoch: r.epoch.0,
             })
             .collect(),
+        storage: shared.storage_health.status(),
+        fault_injection: shared.faults.is_some(),
     })
+}
+
+/// `GET /fault`: the injector's state (routes exist only with `fault_injection`).
+#[derive(Serialize)]
+pub struct FaultView {
+    /// `none`, `always` or `next <n>`.
+    pub sync_fault: String,
+    pub sync_calls: u64,
+    pub sync_failures: u64,
+    /// As in `/status`.
+    pub storage: String,
+}
+
+fn fault_view(shared: &Shared) -> Json<FaultView> {
+    let state = shared
+        .faults
+        .as_ref()
+        .expect("fault routes are registered only with an injector")
+        .state();
+    Json(FaultView {
+        sync_fault: match state.sync_fault {
+            keyway_storage::SyncFault::None => "none".into(),
+            keyway_storage::SyncFault::Always => "always".into(),
+            keyway_storage::SyncFault::Next(n) => format!("next {n}"),
+        },
+        sync_calls: state.sync_calls,
+        sync_failures: state.sync_failures,
+        storage: shared.storage_health.status(),
+    })
+}
+
+async fn fault_state(State(shared): State<Arc<Shared>>) -> impl IntoResponse {
+    fault_view(&shared)
+}
+
+/// `POST /fault/fsync-fail`: every later fsync fails.
+async fn fault_fsync_fail(State(shared): State<Arc<Shared>>) -> impl IntoResponse {
+    if let Some(f) = &shared.faults {
+        tracing::warn!("fault injection: every later fsync fails");
+        f.fail_syncs();
+    }
+    fault_view(&shared)
+}
+
+/// `POST /fault/heal`: later fsyncs reach the disk again (a node whose
+/// storage already failed stays failed: see [`crate::storage_health`]).
+async fn fault_heal(State(shared): State<Arc<Shared>>) -> impl IntoResponse {
+    if let Some(f) = &shared.faults {
+        f.heal();
+    }
+    fault_view(&shared)
 }

@@ -18,10 +18,14 @@ pub enum Durability {
     /// Acknowledge only after a group fsync shared by every write that arrived
     /// meanwhile: acknowledged means durable, one fsync per group (default).
     Group,
-    /// Acknowledge at once, fsync every `periodic_sync_ms` (Redis `appendfsync everysec`).
+    /// Acknowledge at once, fsync every `periodic_sync_ms` (Redis `appendfsync
+    /// everysec`). Each batch is handed to the OS before its reply
+    /// (`flush_journal_each_batch`), so a process crash loses no acknowledged
+    /// write; a machine crash loses up to the last `periodic_sync_ms`.
     Periodic,
-    /// Never fsync: a process crash can lose writes still buffered in the
-    /// engine's journal (a few KiB), power loss more.
+    /// Never fsync (Redis `appendfsync no`): each batch is handed to the OS
+    /// before its reply, so a process crash loses no acknowledged write; a
+    /// machine crash loses what the OS had not written back yet.
     None,
 }
 
@@ -148,6 +152,10 @@ pub struct NodeConfig {
     /// `KW.MAP SINCE`: how many map versions' changes the node keeps, so a
     /// client that far behind catches up with a delta (older: the whole map).
     pub map_history_versions: usize,
+    /// Testing only: wrap the engine in a fault injector driven over the
+    /// admin port (`POST /fault/fsync-fail`, `POST /fault/heal`, `GET /fault`).
+    /// Never on in production.
+    pub fault_injection: bool,
 }
 
 impl Default for NodeConfig {
@@ -188,6 +196,7 @@ impl Default for NodeConfig {
             stats_scan_interval_ms: 30_000,
             stats_scan_chunk_keys: 1_000,
             map_history_versions: crate::map_history::DEFAULT_MAP_HISTORY_VERSIONS,
+            fault_injection: false,
         }
     }
 }

@@ -54,6 +54,7 @@
 
 use crate::config::Durability;
 use crate::metrics::Metrics;
+use crate::storage_health::StorageHealth;
 use keyway_resp::Frame;
 use keyway_storage::Engine;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -144,6 +145,7 @@ struct ShardContext {
     max_hold: Duration,
     changes: watch::Receiver<u64>,
     latency: Arc<LatencyGauge>,
+    health: Arc<StorageHealth>,
 }
 
 /// Recent foreground latency (enqueue to reply release): the slowest reply
@@ -221,6 +223,9 @@ pub struct ExecutorConfig {
     pub max_group_commands: usize,
     /// The longest a task may stay parked behind a fence.
     pub max_hold: Duration,
+    /// Latched by the first failed fsync: no reply that could report a
+    /// non-durable write is released afterwards.
+    pub health: Arc<StorageHealth>,
 }
 
 /// How many tasks may wait for one executor before senders are held back.
@@ -242,6 +247,7 @@ impl Executor {
             periodic_sync_ms,
             max_group_commands,
             max_hold,
+            health,
         } = config;
         assert!(threads > 0 && max_group_commands > 0);
         let latency = Arc::new(LatencyGauge::default());
@@ -251,11 +257,19 @@ impl Executor {
             let engine = engine.clone();
             let metrics = metrics.clone();
             let latency = latency.clone();
+            let health = health.clone();
             let period = Duration::from_millis(periodic_sync_ms.max(1));
             std::thread::Builder::new()
                 .name("kw-syncer".into())
                 .spawn(move || {
-                    syncer_loop(&*engine, durability, period, group_rx, &metrics, &latency)
+                    let ctx = SyncerContext {
+                        durability,
+                        period,
+                        metrics: &metrics,
+                        latency: &latency,
+                        health: &health,
+                    };
+                    syncer_loop(&*engine, ctx, group_rx)
                 })
                 .expect("spawn syncer thread")
         };
@@ -272,6 +286,7 @@ impl Executor {
                 max_hold,
                 changes: changes.clone(),
                 latency: latency.clone(),
+                health: health.clone(),
             };
             let handle = std::thread::Builder::new()
                 .name(format!("kw-exec-{i}"))
@@ -508,8 +523,14 @@ fn run(
             return;
         }
     };
-    if out.wrote && ctx.durability == Durability::Always && !sync_now(engine, metrics) {
-        out.reply = fsync_failed();
+    if ctx.durability == Durability::Always {
+        if out.wrote && !sync_now(engine, metrics, &ctx.health) {
+            out.reply = fsync_failed();
+        } else if let Some(why) = ctx.health.failure() {
+            // Storage failed meanwhile (another thread's fsync): this reply
+            // may show a write that is only in the page cache.
+            out.reply = storage_failed(why);
+        }
     }
     group.needs_sync |= out.wrote;
     group.replies.push(Released {
@@ -527,21 +548,30 @@ fn held_too_long(max_hold: Duration) -> Frame {
     ))
 }
 
-fn syncer_loop(
-    engine: &dyn Engine,
+/// What the syncer thread needs.
+struct SyncerContext<'a> {
     durability: Durability,
     period: Duration,
-    rx: std_mpsc::Receiver<Group>,
-    metrics: &Metrics,
-    latency: &LatencyGauge,
-) {
+    metrics: &'a Metrics,
+    latency: &'a LatencyGauge,
+    health: &'a StorageHealth,
+}
+
+fn syncer_loop(engine: &dyn Engine, ctx: SyncerContext<'_>, rx: std_mpsc::Receiver<Group>) {
+    let SyncerContext {
+        durability,
+        period,
+        metrics,
+        latency,
+        health,
+    } = ctx;
     let mut last_sync = Instant::now();
     loop {
         let first = match durability {
             Durability::Periodic => match rx.recv_timeout(period) {
                 Ok(group) => group,
                 Err(std_mpsc::RecvTimeoutError::Timeout) => {
-                    sync_now(engine, metrics);
+                    sync_now(engine, metrics, health);
                     last_sync = Instant::now();
                     continue;
                 }
@@ -554,7 +584,7 @@ fn syncer_loop(
         };
         let mut groups = vec![first];
         groups.extend(rx.try_iter());
-        if groups.iter().any(|g| g.needs_sync) && !sync_now(engine, metrics) {
+        if groups.iter().any(|g| g.needs_sync) && !sync_now(engine, metrics, health) {
             // Nothing in these groups may be acknowledged: a reply could
             // report a write, or a read of a write, that is not durable.
             for group in &mut groups {
@@ -563,36 +593,58 @@ fn syncer_loop(
                     .iter_mut()
                     .for_each(|r| r.frame = fsync_failed());
             }
+        } else if let Some(why) = health.failure() {
+            // Storage failed before these ran or while they ran: a read
+            // among them may show a write that never reached the disk.
+            for group in &mut groups {
+                group
+                    .replies
+                    .iter_mut()
+                    .for_each(|r| r.frame = storage_failed(why));
+            }
         }
         metrics
             .group_commit_size
             .observe(groups.iter().map(|g| g.replies.len()).sum::<usize>() as f64);
         groups.into_iter().for_each(|g| release(g.replies, latency));
         if durability == Durability::Periodic && last_sync.elapsed() >= period {
-            sync_now(engine, metrics);
+            sync_now(engine, metrics, health);
             last_sync = Instant::now();
         }
     }
     // Every sender is gone: make everything applied durable before exit.
-    sync_now(engine, metrics);
+    sync_now(engine, metrics, health);
 }
 
-/// fsyncs the engine; false if the fsync failed.
-fn sync_now(engine: &dyn Engine, metrics: &Metrics) -> bool {
+/// fsyncs the engine; false if the fsync failed, now or before. The first
+/// failure latches `health` for good (fsyncgate: a later fsync that succeeds
+/// says nothing about the pages the failed one could not write), so no
+/// later sync is attempted.
+fn sync_now(engine: &dyn Engine, metrics: &Metrics, health: &StorageHealth) -> bool {
+    if health.failure().is_some() {
+        return false;
+    }
     let started = Instant::now();
     let result = engine.sync();
     metrics
         .fsync_seconds
         .observe(started.elapsed().as_secs_f64());
     if let Err(err) = &result {
-        tracing::error!(%err, "fsync failed");
         metrics.fsync_errors.inc();
+        health.fail(format!("fsync error: {err}"));
     }
     result.is_ok()
 }
 
 fn fsync_failed() -> Frame {
-    Frame::Error("ERR storage fsync failed; the write may not be durable".into())
+    Frame::Error(
+        "ERR storage fsync failed; the write may not be durable; this node no longer serves reads or writes"
+            .into(),
+    )
+}
+
+fn storage_failed(why: &str) -> Frame {
+    Frame::Error(format!("ERR {}", crate::storage_health::refusal(why)))
 }
 
 fn release(replies: Vec<Released>, latency: &LatencyGauge) {

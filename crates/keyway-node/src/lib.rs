@@ -40,6 +40,7 @@
 //!   keyspace by name), the ordered cross-partition `KW.SCAN` walk and the
 //!   `RangeScan` Peer call it uses.
 //! - `metrics.rs`: Prometheus metrics.
+//! - `storage_health.rs`: fail-stop after an fsync failure (the latch, the engine wrapper).
 //! - `clock.rs`: the clock trait (wall and monotonic time), for simulation.
 
 pub mod admin;
@@ -62,6 +63,7 @@ pub mod scan;
 pub mod server;
 pub mod session;
 pub mod stats;
+pub mod storage_health;
 pub mod watcher;
 
 pub use config::{Durability, EngineKind, NodeConfig};

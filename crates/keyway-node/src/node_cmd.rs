@@ -249,6 +249,13 @@ fn config(shared: &Shared, args: &[Bytes]) -> Reply {
     }
 }
 
+/// `CONFIG GET appendfsync`: the Redis setting with the same guarantee.
+/// `group` is `always`: no reply before the fsync covering its write (one
+/// fsync shared by a group, as Redis batches one event loop's writes).
+/// `periodic` is `everysec` and `none` is `no` because the node hands each
+/// batch to the OS before replying (`flush_journal_each_batch`), as Redis
+/// write(2)s its AOF buffer before replying: a process crash loses nothing
+/// acknowledged, a machine crash what was not fsynced.
 fn durability_name(d: crate::Durability) -> &'static str {
     match d {
         crate::Durability::Always => "always",
@@ -452,6 +459,10 @@ pub(crate) fn apply_and_reply(
 }
 
 pub(crate) fn storage_failure(e: keyway_storage::StorageError) -> TaskOutput {
+    if let keyway_storage::StorageError::Failed(why) = &e {
+        // Fail-stop after an fsync error: logged once where it happened.
+        return TaskOutput::reply(Frame::Error(format!("ERR {why}")), false);
+    }
     tracing::error!(%e, "storage error");
     TaskOutput::reply(Frame::Error(format!("ERR storage error: {e}")), false)
 }

@@ -7,15 +7,17 @@
 //! before it holds a lease and a map.
 
 use crate::clock::{Clock, SystemClock};
+use crate::config::Durability;
 use crate::config::{EngineKind, NodeConfig};
 use crate::executor::{Executor, ExecutorConfig};
 use crate::metrics::Metrics;
 use crate::migrate::Migrations;
 use crate::routing::Routing;
 use crate::scan::ScanCursors;
+use crate::storage_health::{FailStopEngine, StorageHealth};
 use keyway_map::{DEFAULT_KEYSPACE, Keyspace, NodeId, Routing as KeyRouting};
 use keyway_meta::MetaStore;
-use keyway_storage::{Engine, FjallEngine, FjallOptions, MemEngine};
+use keyway_storage::{Engine, FaultyEngine, FjallEngine, FjallOptions, MemEngine};
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -55,7 +57,12 @@ pub struct Shared {
     pub resp_addr: String,
     pub admin_addr: String,
     pub routing: Arc<Routing>,
+    /// The engine behind the fail-stop latch (see [`crate::storage_health`]).
     pub engine: Arc<dyn Engine>,
+    /// Latched by the first failed fsync: the node then serves no data.
+    pub storage_health: Arc<StorageHealth>,
+    /// The fault injector, with `fault_injection` on (testing only).
+    pub faults: Option<Arc<FaultyEngine>>,
     pub executor: Executor,
     /// The migrations this node is the source of.
     pub migrations: Arc<Migrations>,
@@ -117,6 +124,31 @@ impl Node {
     ) -> Result<Node, NodeError> {
         config.validate().map_err(NodeError::Config)?;
         let engine = open_engine(&config).await?;
+        Self::start_with_engine(config, meta, clock, engine).await
+    }
+
+    /// Starts a node on an engine opened by the caller (tests: a
+    /// [`FaultyEngine`] whose crash drops unsynced writes); `config.engine`
+    /// is then ignored. The node still keeps its id in `config.data_dir`.
+    pub async fn start_with_engine(
+        config: NodeConfig,
+        meta: Arc<dyn MetaStore>,
+        clock: Arc<dyn Clock>,
+        engine: Arc<dyn Engine>,
+    ) -> Result<Node, NodeError> {
+        config.validate().map_err(NodeError::Config)?;
+        let faults = config
+            .fault_injection
+            .then(|| Arc::new(FaultyEngine::wrap(engine.clone())));
+        let engine: Arc<dyn Engine> = match &faults {
+            Some(f) => {
+                tracing::warn!("fault injection is on: POST /fault/* can fail this node's storage");
+                f.clone()
+            }
+            None => engine,
+        };
+        let storage_health = StorageHealth::new();
+        let engine: Arc<dyn Engine> = Arc::new(FailStopEngine::new(engine, storage_health.clone()));
         let listener = bind(config.listen).await?;
         let admin_listener = bind(config.admin_listen).await?;
         let resp_addr = match &config.announce {
@@ -134,6 +166,11 @@ impl Node {
         )
         .await?;
         let metrics = Arc::new(Metrics::new());
+        metrics.register(
+            "storage_failed",
+            "1 once an fsync failed: the node then serves no reads or writes, for good",
+            storage_health.gauge.clone(),
+        );
         let routing = Arc::new(Routing::new(me, clock.clone()));
         routing.set_map_history_versions(config.map_history_versions);
         let executor = Executor::start(
@@ -144,6 +181,7 @@ impl Node {
                 periodic_sync_ms: config.periodic_sync_ms,
                 max_group_commands: config.max_group_commands,
                 max_hold: Duration::from_millis(config.max_hold_ms),
+                health: storage_health.clone(),
             },
             routing.subscribe(),
             metrics.clone(),
@@ -176,6 +214,8 @@ impl Node {
             admin_addr,
             routing,
             engine,
+            storage_health,
+            faults,
             executor,
             migrations,
             metrics,
@@ -273,11 +313,18 @@ async fn open_engine(config: &NodeConfig) -> Result<Arc<dyn Engine>, NodeError> 
         EngineKind::Memory => Ok(Arc::new(MemEngine::new())),
         EngineKind::Fjall => {
             let dir = config.data_dir.join("engine");
-            let engine = tokio::task::spawn_blocking(move || {
-                FjallEngine::open(&dir, FjallOptions::default())
-            })
-            .await
-            .map_err(|e| NodeError::Config(format!("engine open task failed: {e}")))??;
+            let options = FjallOptions {
+                // Acknowledged without a sync: at least hand each batch to
+                // the OS, so a process crash loses none of them.
+                flush_journal_each_batch: matches!(
+                    config.durability,
+                    Durability::Periodic | Durability::None
+                ),
+                ..FjallOptions::default()
+            };
+            let engine = tokio::task::spawn_blocking(move || FjallEngine::open(&dir, options))
+                .await
+                .map_err(|e| NodeError::Config(format!("engine open task failed: {e}")))??;
             Ok(Arc::new(engine))
         }
     }

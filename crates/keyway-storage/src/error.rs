@@ -54,4 +54,9 @@ pub enum StorageError {
     /// An argument outside the accepted domain (e.g. `limit == 0`).
     #[error("invalid argument: {0}")]
     InvalidArgument(&'static str),
+    /// The caller stopped using this engine after a fatal failure (a failed
+    /// fsync: see the node's fail-stop); every later call fails the same way.
+    /// The text says why and is meant for the client as is.
+    #[error("{0}")]
+    Failed(String),
 }

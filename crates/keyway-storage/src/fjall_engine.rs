@@ -17,10 +17,21 @@
 //!
 //! # fjall behaviours this relies on (fjall 3.1)
 //!
-//! * The database is opened with `manual_journal_persist(true)`: a batch is
-//!   written to the journal (OS buffers) but only [`Engine::sync`]
-//!   (`persist(SyncData)`) fsyncs. Un-synced batches may be lost on a machine
-//!   crash (never partially: batches are atomic in the journal).
+//! * By default the database is opened with `manual_journal_persist(true)`:
+//!   a committed batch is encoded into the journal writer's **user-space**
+//!   buffer (a `BufWriter` of 8 KiB, fjall's `JOURNAL_BUFFER_BYTES`), which
+//!   reaches the OS only when it fills or at [`Engine::sync`]
+//!   (`persist(SyncData)`: flush, then fdatasync). So without a sync even a
+//!   **process** crash (kill -9, panic=abort, OOM kill) loses the batches
+//!   still in that buffer (measured: `tests/process_crash.rs`), and a
+//!   machine crash loses every batch not synced; never partially, batches are
+//!   atomic in the journal. With [`FjallOptions::flush_journal_each_batch`]
+//!   every `apply`/`apply_foreign` batch is committed with
+//!   `durability(Some(PersistMode::Buffer))`: fjall flushes it to the OS (one
+//!   `write(2)`, no fsync) before `apply` returns, so a process crash loses nothing applied and only a
+//!   machine crash loses what was not synced (the node sets it for
+//!   `periodic` and `none` durability, whose acknowledgements do not wait for
+//!   a sync).
 //! * A batch becomes visible to *snapshots* atomically (fjall publishes its
 //!   seqno after inserting all items), so a snapshot read of `meta/last_seq`
 //!   tells exactly which of our seqs the snapshot reflects. Plain keyspace
@@ -78,6 +89,11 @@ pub struct FjallOptions {
     pub max_journaling_size_bytes: Option<u64>,
     /// Delete the directory when the engine is dropped (tests). Default `false`.
     pub temporary: bool,
+    /// Hand every committed batch to the OS before `apply` returns (one
+    /// `write(2)` per batch, no fsync), so a process crash loses nothing
+    /// applied; `false` = batches wait in fjall's 8 KiB user-space journal
+    /// buffer until [`Engine::sync`]. Default `false`.
+    pub flush_journal_each_batch: bool,
 }
 
 impl Default for FjallOptions {
@@ -87,6 +103,7 @@ impl Default for FjallOptions {
             worker_threads: None,
             max_journaling_size_bytes: None,
             temporary: false,
+            flush_journal_each_batch: false,
         }
     }
 }
@@ -99,6 +116,7 @@ impl FjallOptions {
             worker_threads: Some(1),
             max_journaling_size_bytes: None,
             temporary: true,
+            flush_journal_each_batch: false,
         }
     }
 }
@@ -119,6 +137,8 @@ pub struct FjallEngine {
     log_start: AtomicU64,
     /// Where the previous `delete_range_chunk` of a range stopped.
     delete_cursor: Mutex<Option<(KeyRange, Bytes)>>,
+    /// [`FjallOptions::flush_journal_each_batch`].
+    flush_each_batch: bool,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -230,6 +250,7 @@ impl FjallEngine {
             last_seq: AtomicU64::new(last_seq),
             log_start: AtomicU64::new(log_start),
             delete_cursor: Mutex::new(None),
+            flush_each_batch: opts.flush_journal_each_batch,
         };
         {
             let _t = lock(&engine.truncate_lock);
@@ -286,6 +307,9 @@ impl FjallEngine {
                 b.insert(&self.log, r.seq.to_be_bytes(), r.mutation.encode());
             }
             b.insert(&self.meta, META_LAST_SEQ, plan.last_seq.to_be_bytes());
+        }
+        if self.flush_each_batch {
+            b = b.durability(Some(PersistMode::Buffer));
         }
         b.commit()?;
         self.last_seq.store(plan.last_seq, Ordering::Release);

@@ -20,6 +20,7 @@
 //! * [`digest`] — [`RangeDigest`], the stable content fingerprint of a range;
 //! * [`error`] — [`StorageError`];
 //! * [`mem`] — [`MemEngine`];
+//! * [`faulty`] — [`FaultyEngine`], injected fsync failures and a machine-crash model (tests, `--fault-injection`);
 //! * [`fjall_engine`] — [`FjallEngine`], on-disk layout and fjall caveats;
 //! * `conformance` (hidden): the shared test suite, usable by other crates'
 //!   tests through [`conformance_tests!`].
@@ -42,6 +43,7 @@
 pub mod digest;
 pub mod engine;
 pub mod error;
+pub mod faulty;
 pub mod fjall_engine;
 pub mod mem;
 pub mod range;
@@ -54,6 +56,7 @@ pub mod conformance;
 pub use digest::{Digester, RangeDigest};
 pub use engine::{Engine, ScanChunk};
 pub use error::StorageError;
+pub use faulty::{FaultState, FaultyEngine, SyncFault};
 pub use fjall_engine::{FjallEngine, FjallOptions};
 pub use mem::MemEngine;
 pub use range::{KeyRange, prefix_successor};

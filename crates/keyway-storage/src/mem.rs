@@ -16,7 +16,7 @@ use crate::range::KeyRange;
 use crate::value::{ChangeRecord, Mutation, Seq, StoredValue, Value, check_mutation};
 use crate::versioning::{Marker, Plan, Planner, StateSource, Write};
 
-#[derive(Default)]
+#[derive(Clone, Default)]
 struct State {
     data: BTreeMap<Bytes, StoredValue>,
     markers: BTreeMap<Bytes, Marker>,
@@ -93,6 +93,17 @@ impl MemEngine {
                 ..State::default()
             }),
             last_seq: AtomicU64::new(0),
+        }
+    }
+
+    /// An independent copy of this engine's whole state (data, version
+    /// markers, change log, seqs): what [`crate::FaultyEngine`] restarts from.
+    pub fn snapshot(&self) -> MemEngine {
+        let st = self.lock().clone();
+        let last_seq = AtomicU64::new(st.last_seq);
+        MemEngine {
+            state: Mutex::new(st),
+            last_seq,
         }
     }
 

@@ -11,6 +11,17 @@ pub struct NodeFlags {
     #[arg(long)]
     config: Option<PathBuf>,
     /// When an acknowledged write is durable: always, group (default), periodic, none.
+    ///
+    /// always: fsync after each write, before its reply. group: one fsync
+    /// per group of writes, before any of their replies. Neither loses an
+    /// acknowledged write to a process crash or a machine crash (CONFIG GET
+    /// appendfsync: always). periodic: reply at once; each write is handed
+    /// to the OS before its reply and fsynced every --periodic-sync-ms: a
+    /// process crash (kill -9) loses no acknowledged write, a machine crash
+    /// loses up to the last period (appendfsync everysec). none: the same
+    /// without the fsync: a process crash loses no acknowledged write, a
+    /// machine crash loses what the OS had not written back yet (Linux: up
+    /// to about 30 s by default) (appendfsync no).
     #[arg(long)]
     durability: Option<Durability>,
     /// fsync interval for --durability periodic.
@@ -114,6 +125,13 @@ pub struct ServerArgs {
     /// Data directory of this node.
     #[arg(long, default_value = "./keyway-data/node-1")]
     data: PathBuf,
+    /// FOR TESTING ONLY (the nemesis harness): wrap the storage engine in a
+    /// fault injector driven over the admin port: `POST /fault/fsync-fail`
+    /// makes every later fsync fail (the node then stops serving for good),
+    /// `POST /fault/heal`, `GET /fault`. Off by default; without it those
+    /// paths answer 404. Never use it in production.
+    #[arg(long, hide_short_help = true)]
+    fault_injection: bool,
     #[command(flatten)]
     node: NodeFlags,
 }
@@ -124,6 +142,7 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
     config.announce = args.announce;
     config.admin_listen = args.admin_listen;
     config.data_dir = args.data;
+    config.fault_injection = config.fault_injection || args.fault_injection;
     config
         .validate()
         .map_err(|e| anyhow::anyhow!("invalid configuration: {e}"))?;
