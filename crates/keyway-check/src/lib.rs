@@ -12,6 +12,7 @@
 //!   checking each key is sound.
 //! - [`linear`]: the per-key Wing–Gong/Lowe linearizability search, with a
 //!   step budget.
+//! - [`violation`]: a violation report and its text.
 //! - [`totals`]: lost acknowledged writes, double-applied INCRs, stale
 //!   reads, torn MGETs.
 //! - [`report`]: [`check`] (all of the above), the one-line summary, the
@@ -23,6 +24,7 @@ pub mod model;
 pub mod project;
 pub mod report;
 pub mod totals;
+pub mod violation;
 
 pub use history::{Event, History, HistoryError, Op, Outcome, Reply};
 pub use linear::{SearchOptions, Verdict, Violation};
