@@ -184,18 +184,21 @@ enum ClassKey<'a> {
 /// length of its value: every GET that could see either fits neither,
 /// INCR fails on both, DEL finds both, APPEND's length is the same.
 fn class_key<'a>(op: &'a KeyOp, read_values: &str) -> ClassKey<'a> {
-    // A character that is not a digit (a leading '-' of a SET aside):
-    // no string containing it is an integer.
-    let never_int = |v: &str, leading_minus_ok: bool| {
+    // A character that is not a digit, and not a leading '-': no string
+    // starting with `v` is an integer.
+    let never_int = |v: &str| {
         v.char_indices()
-            .any(|(i, c)| !(c.is_ascii_digit() || (leading_minus_ok && i == 0 && c == '-')))
+            .any(|(i, c)| !(c.is_ascii_digit() || (i == 0 && c == '-')))
     };
     match op {
-        KeyOp::Set(v) if never_int(v, true) && !read_values.contains(v.as_str()) => {
+        KeyOp::Set(v) if never_int(v) && !read_values.contains(v.as_str()) => {
             ClassKey::UnseenSet(v.len())
         }
+        // A character other than a digit or '-': the string it is
+        // appended to is a non-integer for good.
         KeyOp::Append(v)
-            if !v.contains('-') && never_int(v, false) && !read_values.contains(v.as_str()) =>
+            if v.chars().any(|c| !c.is_ascii_digit() && c != '-')
+                && !read_values.contains(v.as_str()) =>
         {
             ClassKey::UnseenAppend(v.len())
         }
@@ -415,14 +418,17 @@ impl<'a> Search<'a> {
             e = self.list.next[e];
             let d = &self.done[j];
             steps += 1;
-            let (next, expected) = model::step(&self.states[state as usize], &d.op);
-            if !model::matches(&expected, &d.reply) {
-                continue;
-            }
+            let before = &self.states[state as usize];
             let next = if d.op.is_write() {
+                let (next, expected) = model::step(before, &d.op);
+                if !model::matches(&expected, &d.reply) {
+                    continue;
+                }
                 self.intern(next)
-            } else {
+            } else if model::fits(before, &d.op, &d.reply) {
                 state
+            } else {
+                continue;
             };
             if next == state {
                 // Fits and changes nothing: a forced move.
@@ -482,45 +488,52 @@ impl<'a> Search<'a> {
         after_unknown: bool,
     ) -> (Vec<(Cand, u32)>, u64) {
         let mut steps = 0;
-        let mut unknowns: Vec<(Cand, u32)> = Vec::new();
-        for (u, x) in self.unk.iter().enumerate() {
-            if x.call >= t_min {
-                break;
+        // The completed candidates an unknown op could be placed for: not
+        // a SET, nor a DEL that fits already.
+        let before = &self.states[state as usize];
+        let mut needy: Vec<usize> = Vec::new();
+        let mut e = self.list.next[self.list.head];
+        while e != self.list.tail && is_call(e) {
+            let j = e / 2;
+            e = self.list.next[e];
+            let d = &self.done[j];
+            let settled = match d.op {
+                KeyOp::Set(_) => true,
+                KeyOp::Del => model::fits(before, &d.op, &d.reply),
+                _ => false,
+            };
+            if !settled {
+                needy.push(j);
             }
-            if self.unk_free[x.class].first() != Some(&u) || (x.overwrites && after_unknown) {
+        }
+        let mut unknowns: Vec<(Cand, u32)> = Vec::new();
+        if needy.is_empty() {
+            return (unknowns, steps);
+        }
+        for class in 0..self.unk_free.len() {
+            let Some(&u) = self.unk_free[class].first() else {
+                continue;
+            };
+            let x = &self.unk[u];
+            if x.call >= t_min || (x.overwrites && after_unknown) {
                 continue;
             }
             steps += 1;
             let (next, _) = model::step(&self.states[state as usize], &x.op);
             let next = self.intern(next);
-            if next != state && self.some_candidate_may_need(state, next) {
-                unknowns.push((Cand::Unk(u), next));
+            if next == state {
+                continue;
+            }
+            let after = &self.states[next as usize];
+            for &j in &needy {
+                steps += 1;
+                if may_fit_after_chain(after, &self.done[j], self.unk_appends, self.unk_incrs) {
+                    unknowns.push((Cand::Unk(u), next));
+                    break;
+                }
             }
         }
         (demanded_first(unknowns, &self.wanted(state)), steps)
-    }
-
-    /// False if no completed candidate can be the next completed op after
-    /// an unknown op that leads from `state` to `next` (and maybe more
-    /// unknown APPENDs or INCRs): then no linearization from here starts
-    /// with it. A SET, or a DEL that fits `state`, is never such an op (it
-    /// would end in the same state without the unknown ones).
-    fn some_candidate_may_need(&self, state: u32, next: u32) -> bool {
-        let before = &self.states[state as usize];
-        let after = &self.states[next as usize];
-        let mut e = self.list.next[self.list.head];
-        while e != self.list.tail && is_call(e) {
-            let d = &self.done[e / 2];
-            e = self.list.next[e];
-            let overwrites = matches!(d.op, KeyOp::Set(_) | KeyOp::Del);
-            if overwrites && model::matches(&model::step(before, &d.op).1, &d.reply) {
-                continue;
-            }
-            if may_fit_after_chain(after, d, self.unk_appends, self.unk_incrs) {
-                return true;
-            }
-        }
-        false
     }
 
     fn place(&mut self, c: Cand) {
@@ -599,7 +612,7 @@ impl<'a> Search<'a> {
 /// May say yes wrongly, never no wrongly: APPENDs only extend the string;
 /// INCRs keep an integer an integer and make it larger.
 fn may_fit_after_chain(after: &State, d: &Done, appends: bool, incrs: bool) -> bool {
-    if model::matches(&model::step(after, &d.op).1, &d.reply) {
+    if model::fits(after, &d.op, &d.reply) {
         return true;
     }
     if !appends && !incrs {

@@ -95,6 +95,22 @@ pub fn step(state: &State, op: &KeyOp) -> (State, Reply) {
     }
 }
 
+/// True if `op` run on `state` replies `observed` ([`step`] then
+/// [`matches`], without building the new state).
+pub fn fits(state: &State, op: &KeyOp, observed: &Reply) -> bool {
+    match (op, observed) {
+        (KeyOp::Set(_), r) => *r == Reply::Ok,
+        (KeyOp::Get, Reply::Value(v)) => v == state,
+        (KeyOp::Get, _) => false,
+        (KeyOp::Del, r) => *r == Reply::Int(i64::from(state.is_some())),
+        (KeyOp::Append(v), r) => {
+            let len = state.as_ref().map_or(0, String::len) + v.len();
+            i64::try_from(len).is_ok_and(|len| *r == Reply::Int(len))
+        }
+        (KeyOp::Incr, r) => matches(&step(state, op).1, r),
+    }
+}
+
 /// True if `observed` is what the model `expected`: equal, or both errors
 /// (the model predicts that an error happens, not its text).
 pub fn matches(expected: &Reply, observed: &Reply) -> bool {
@@ -192,6 +208,41 @@ mod tests {
         assert_eq!((st.clone(), r), (s("ab"), Reply::Int(2)));
         let (st, r) = step(&st, &KeyOp::Append("é".into()));
         assert_eq!((st, r), (s("abé"), Reply::Int(4)));
+    }
+
+    #[test]
+    fn fits_agrees_with_step_and_matches() {
+        let states = [None, s(""), s("7"), s("x"), s(&i64::MAX.to_string())];
+        let ops = [
+            KeyOp::Set("a".into()),
+            KeyOp::Get,
+            KeyOp::Del,
+            KeyOp::Incr,
+            KeyOp::Append("bc".into()),
+        ];
+        let replies = [
+            Reply::Ok,
+            Reply::Int(0),
+            Reply::Int(1),
+            Reply::Int(2),
+            Reply::Int(3),
+            Reply::Int(8),
+            Reply::Value(None),
+            Reply::Value(s("7")),
+            Reply::Value(s("")),
+            Reply::Error("e".into()),
+        ];
+        for st in &states {
+            for op in &ops {
+                for r in &replies {
+                    assert_eq!(
+                        fits(st, op, r),
+                        matches(&step(st, op).1, r),
+                        "{st:?} {op} {r:?}"
+                    );
+                }
+            }
+        }
     }
 
     #[test]

@@ -176,3 +176,27 @@ fn a_contended_history_with_many_unknowns_is_decided_within_the_budget() {
         assert!(r.passed(), "{r}");
     }
 }
+
+#[test]
+fn fifty_thousand_events_on_ten_keys_with_ten_percent_unknown_are_decided() {
+    let shape = Shape {
+        clients: 16,
+        ops_per_client: 3125,
+        keys: 8,
+        counters: 2,
+        unknown_pct: 10,
+        failed_pct: 5,
+        max_duration_us: 2000,
+    };
+    let h = generate(5, shape);
+    assert_eq!(h.events.len(), 50_000);
+    let started = std::time::Instant::now();
+    let r = check(&h, &CheckOptions::default());
+    let worst = r.keys.iter().map(|k| k.verdict.steps()).max().unwrap();
+    println!(
+        "{r}\n{} steps in all, worst key {worst} steps, {:?}",
+        r.steps(),
+        started.elapsed()
+    );
+    assert!(r.passed(), "{r}");
+}
