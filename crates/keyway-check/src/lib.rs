@@ -29,6 +29,7 @@ pub mod violation;
 pub use history::{Event, History, HistoryError, Op, Outcome, Reply};
 pub use linear::{SearchOptions, Verdict, Violation};
 pub use report::{
-    CheckOptions, CheckReport, FailureFiles, KeyResult, OutcomeCounts, check, check_file,
+    CheckOptions, CheckReport, FailureFiles, KeyResult, OptionsError, OutcomeCounts, check,
+    check_file,
 };
 pub use totals::{Finding, FindingKind, Totals};

@@ -42,7 +42,28 @@ impl Default for CheckOptions {
     }
 }
 
+/// A [`CheckOptions`] value the checker refuses.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum OptionsError {
+    #[error("max_search_steps must be at least 1")]
+    NoSearchSteps,
+    #[error("max_failure_events must be at least 1")]
+    NoFailureEvents,
+}
+
 impl CheckOptions {
+    /// Refuses options that cannot work (call it where the options are
+    /// read, e.g. from flags; [`check`] asserts it).
+    pub fn validate(&self) -> Result<(), OptionsError> {
+        if self.max_search_steps == 0 {
+            return Err(OptionsError::NoSearchSteps);
+        }
+        if self.max_failure_events == 0 {
+            return Err(OptionsError::NoFailureEvents);
+        }
+        Ok(())
+    }
+
     pub fn search(&self) -> SearchOptions {
         SearchOptions {
             max_search_steps: self.max_search_steps,
@@ -117,6 +138,9 @@ pub struct CheckReport {
 
 /// Checks `history`: validity, per-key linearizability, totals, outcomes.
 pub fn check(history: &History, options: &CheckOptions) -> CheckReport {
+    if let Err(e) = options.validate() {
+        panic!("check called with invalid options: {e}");
+    }
     let outcomes = OutcomeCounts::of(history);
     if let Err(e) = history.validate() {
         return CheckReport {
@@ -291,7 +315,7 @@ fn cut_failure(
     if fails(base).is_none() {
         base = &events[..];
     }
-    let mut n = options.max_failure_events.max(1);
+    let mut n = options.max_failure_events;
     loop {
         let from = base.len().saturating_sub(n);
         let cut = &base[from..];

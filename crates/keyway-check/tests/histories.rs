@@ -332,6 +332,21 @@ fn the_search_budget_gives_undecided_not_a_pass() {
 }
 
 #[test]
+fn options_that_cannot_work_are_refused() {
+    assert!(CheckOptions::default().validate().is_ok());
+    let no_steps = CheckOptions {
+        max_search_steps: 0,
+        ..CheckOptions::default()
+    };
+    assert!(no_steps.validate().is_err());
+    let no_events = CheckOptions {
+        max_failure_events: 0,
+        ..CheckOptions::default()
+    };
+    assert!(no_events.validate().is_err());
+}
+
+#[test]
 fn a_malformed_history_is_reported_invalid() {
     let mut b = B::default();
     b.ok(0, set("k", "1"), 0, 10, Reply::Ok);

@@ -57,35 +57,27 @@ pub struct B {
 }
 
 impl B {
-    fn push(
-        &mut self,
-        client: u32,
-        op: Op,
-        invoke: u64,
-        complete: Option<u64>,
-        outcome: Outcome,
-    ) -> u64 {
-        let id = self.events.len() as u64 + 1;
-        self.events.push(Event {
-            id,
-            client,
-            op,
-            invoke_us: invoke,
-            complete_us: complete,
-            outcome,
-        });
-        id
+    fn next_id(&self) -> u64 {
+        self.events.len() as u64 + 1
     }
     /// Completed with `reply` over `[invoke, complete]`.
     pub fn ok(&mut self, client: u32, op: Op, invoke: u64, complete: u64, reply: Reply) -> u64 {
-        self.push(client, op, invoke, Some(complete), Outcome::Ok(reply))
+        let id = self.next_id();
+        self.events
+            .push(Event::ok(id, client, op, invoke, complete, reply));
+        id
     }
     pub fn failed(&mut self, client: u32, op: Op, invoke: u64, complete: u64) -> u64 {
-        self.push(client, op, invoke, Some(complete), Outcome::Failed)
+        let id = self.next_id();
+        self.events
+            .push(Event::failed(id, client, op, invoke, complete));
+        id
     }
     /// Unknown outcome (the client must not be used again).
     pub fn unknown(&mut self, client: u32, op: Op, invoke: u64) -> u64 {
-        self.push(client, op, invoke, None, Outcome::Unknown)
+        let id = self.next_id();
+        self.events.push(Event::unknown(id, client, op, invoke));
+        id
     }
     pub fn history(&self) -> History {
         History::new(self.events.clone())
