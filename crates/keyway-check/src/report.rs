@@ -13,11 +13,12 @@
 
 use crate::history::{Event, History, HistoryError, Op, Outcome};
 use crate::linear::{self, SearchOptions, Verdict, Violation, render_reply};
-use crate::project::{self, restrict_event};
+use crate::project::{self, KeyEvent, restrict_event};
 use crate::totals::{self, Totals};
 use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// The checker's knobs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -29,6 +30,8 @@ pub struct CheckOptions {
     /// The failing history file keeps at most about this many events when
     /// a cut that small still fails (it doubles until one does).
     pub max_failure_events: usize,
+    /// Keys are checked on this many threads at once.
+    pub threads: usize,
 }
 
 impl Default for CheckOptions {
@@ -38,6 +41,7 @@ impl Default for CheckOptions {
             max_search_steps: search.max_search_steps,
             report_prefix_ops: search.report_prefix_ops,
             max_failure_events: 40,
+            threads: 1,
         }
     }
 }
@@ -49,6 +53,8 @@ pub enum OptionsError {
     NoSearchSteps,
     #[error("max_failure_events must be at least 1")]
     NoFailureEvents,
+    #[error("threads must be at least 1")]
+    NoThreads,
 }
 
 impl CheckOptions {
@@ -60,6 +66,9 @@ impl CheckOptions {
         }
         if self.max_failure_events == 0 {
             return Err(OptionsError::NoFailureEvents);
+        }
+        if self.threads == 0 {
+            return Err(OptionsError::NoThreads);
         }
         Ok(())
     }
@@ -151,22 +160,7 @@ pub fn check(history: &History, options: &CheckOptions) -> CheckReport {
         };
     }
     let projected = project::project(history);
-    let search = options.search();
-    let keys = projected
-        .iter()
-        .map(|(key, events)| KeyResult {
-            key: key.clone(),
-            verdict: linear::check_key(key, events, &search),
-            completed: events
-                .iter()
-                .filter(|e| matches!(e.outcome, Outcome::Ok(_)))
-                .count(),
-            unknown: events
-                .iter()
-                .filter(|e| e.outcome == Outcome::Unknown)
-                .count(),
-        })
-        .collect();
+    let keys = check_keys(&projected, options);
     let totals = totals::totals(history, &projected);
     CheckReport {
         invalid: None,
@@ -174,6 +168,53 @@ pub fn check(history: &History, options: &CheckOptions) -> CheckReport {
         outcomes,
         totals,
     }
+}
+
+/// Every key's verdict, in key order, on `options.threads` threads.
+fn check_keys(
+    projected: &BTreeMap<String, Vec<KeyEvent>>,
+    options: &CheckOptions,
+) -> Vec<KeyResult> {
+    let search = options.search();
+    let keys: Vec<(&String, &Vec<KeyEvent>)> = projected.iter().collect();
+    let one = |(key, events): (&String, &Vec<KeyEvent>)| KeyResult {
+        key: key.clone(),
+        verdict: linear::check_key(key, events, &search),
+        completed: events
+            .iter()
+            .filter(|e| matches!(e.outcome, Outcome::Ok(_)))
+            .count(),
+        unknown: events
+            .iter()
+            .filter(|e| e.outcome == Outcome::Unknown)
+            .count(),
+    };
+    if options.threads <= 1 || keys.len() <= 1 {
+        return keys.into_iter().map(one).collect();
+    }
+    let next = AtomicUsize::new(0);
+    let mut done: Vec<(usize, KeyResult)> = std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..options.threads.min(keys.len()))
+            .map(|_| {
+                scope.spawn(|| {
+                    let mut mine = Vec::new();
+                    loop {
+                        let i = next.fetch_add(1, Ordering::Relaxed);
+                        let Some(&k) = keys.get(i) else { break };
+                        mine.push((i, one(k)));
+                    }
+                    mine
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .flat_map(|w| w.join().expect("a key's check panicked"))
+            .collect()
+    });
+    done.sort_by_key(|(i, _)| *i);
+    assert_eq!(done.len(), keys.len(), "every key checked once");
+    done.into_iter().map(|(_, r)| r).collect()
 }
 
 /// Reads a JSON-lines history (as [`History::write_jsonl`] writes it) and

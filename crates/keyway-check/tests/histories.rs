@@ -344,6 +344,11 @@ fn options_that_cannot_work_are_refused() {
         ..CheckOptions::default()
     };
     assert!(no_events.validate().is_err());
+    let no_threads = CheckOptions {
+        threads: 0,
+        ..CheckOptions::default()
+    };
+    assert!(no_threads.validate().is_err());
 }
 
 #[test]

@@ -143,6 +143,16 @@ fn a_big_concurrent_history_is_decided_within_the_budget() {
     );
     assert!(r.passed(), "{r}");
 
+    // On two threads: the same verdicts.
+    let two = check(
+        &h,
+        &CheckOptions {
+            threads: 2,
+            ..CheckOptions::default()
+        },
+    );
+    assert_eq!(two, r);
+
     // The same history with one read corrupted is decided too, and a no.
     let mut bad = h.clone();
     assert!(corrupt_one_read(&mut bad, 12_345));
