@@ -51,12 +51,14 @@
 //!
 //! What remains exponential: many clients on one key *and* many unknown
 //! outcomes (the unknowns never expire, so each stays a candidate for the
-//! rest of the history). Measured in `tests/random.rs`: 16 clients, 20k
-//! operations, 5% unknown, on 5 keys decide in ~100k steps; on 2 keys
-//! with 10% unknown and long operations they exceed 2M steps (undecided).
-//! Spread the workload over more keys rather than raise the budget.
+//! rest of the history). Measured with the generator of `tests/random.rs`
+//! (16 clients, debug build): 50k events on 10 keys with 10% unknown
+//! decide in ~560k steps; 20k events on 4 keys with 20% unknown in ~950k;
+//! 20k events on 2 keys with 10% unknown and long operations (~1000
+//! unknowns per key) exceed 2M steps on a key and stay undecided. Spread
+//! the workload over more keys rather than raise the budget.
 //!
-//! **Budget.** The search counts candidate attempts; past
+//! **Budget.** The search counts model evaluations; past
 //! `max_search_steps` it stops with [`Verdict::Unknown`]. That is not a
 //! pass: the report says the key could not be decided.
 //!
