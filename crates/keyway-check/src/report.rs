@@ -273,6 +273,42 @@ impl CheckReport {
         self.linearizable() == Some(true) && self.totals.clean()
     }
 
+    /// Everything behind a failing summary, for a person: each violation,
+    /// each undecided key, the totals' first findings, the keys with
+    /// repeated values. Empty when the run passed.
+    pub fn details(&self) -> String {
+        let mut out = String::new();
+        if let Some(why) = &self.invalid {
+            out.push_str(&format!("history invalid: {why}\n"));
+        }
+        for v in self.violations() {
+            out.push_str(&v.to_string());
+        }
+        for k in self.undecided() {
+            if let Verdict::Unknown {
+                steps,
+                linearized,
+                completed,
+            } = k.verdict
+            {
+                out.push_str(&format!(
+                    "key {:?}: UNDECIDED after {steps} search steps ({linearized} of {completed} completed operations placed; {} unknown)\n",
+                    k.key, k.unknown
+                ));
+            }
+        }
+        for f in &self.totals.examples {
+            out.push_str(&format!("{:?} on {:?}: {}\n", f.kind, f.key, f.detail));
+        }
+        if !self.totals.non_unique_keys.is_empty() {
+            out.push_str(&format!(
+                "values written more than once (stale and torn rules skipped) on: {}\n",
+                some_keys(self.totals.non_unique_keys.iter().map(String::as_str))
+            ));
+        }
+        out
+    }
+
     /// Search steps over all keys.
     pub fn steps(&self) -> u64 {
         self.keys.iter().map(|k| k.verdict.steps()).sum()

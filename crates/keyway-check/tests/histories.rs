@@ -46,6 +46,7 @@ fn a_sequential_history_is_linearizable() {
     b.ok(0, get("k"), 12, 13, nil());
     let r = assert_linearizable(&b.history());
     assert!(r.passed());
+    assert_eq!(r.details(), "");
     assert_eq!(
         r.to_string(),
         "linearizable: yes (1 keys) | ops ok 7 failed 0 unknown 0 | lost 0 | double-incr 0 | dup-incr 0 | stale 0 | torn-mget 0"
