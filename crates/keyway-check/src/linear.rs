@@ -27,11 +27,12 @@
 //!   are optional, a configuration is also skipped when one with the same
 //!   completed set and state but a *subset* of its unknown operations was
 //!   seen: that one has every option this one has.
-//! - A completed operation that leaves the state unchanged (a read, an
-//!   INCR error, DEL of an absent key) and fits the state now is a forced
+//! - A completed operation that changes no state it fits (a read, an
+//!   INCR error, a DEL that replied 0) and fits the state now is a forced
 //!   move: in any linearization from here it can be moved to the front
-//!   (nothing it must follow remains, and it changes nothing for the
-//!   others), so no other candidate is tried at that point.
+//!   (nothing it must follow remains, and it changed nothing where it
+//!   was), so no other candidate is tried at that point. (Not a SET of the
+//!   value already there: where it really goes, it may change the state.)
 //! - Completed candidates that fit are tried first, those whose new state
 //!   a pending read observed before the others. Unknown candidates are
 //!   only computed once those are used up (most configurations never get
@@ -83,7 +84,7 @@ use std::collections::{BTreeSet, HashMap};
 /// The knobs of one key's search.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SearchOptions {
-    /// Candidate attempts per key before the search gives up with
+    /// Model evaluations per key before the search gives up with
     /// [`Verdict::Unknown`].
     pub max_search_steps: u64,
     /// How many operations of the longest linearizable prefix a violation
@@ -432,8 +433,8 @@ impl<'a> Search<'a> {
             } else {
                 continue;
             };
-            if next == state {
-                // Fits and changes nothing: a forced move.
+            if next == state && model::preserves_state(&d.op, &d.reply) {
+                // Fits, and changes nothing wherever it fits: a forced move.
                 return (
                     Level {
                         cands: vec![(Cand::Done(j), state)],

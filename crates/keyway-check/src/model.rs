@@ -111,6 +111,19 @@ pub fn fits(state: &State, op: &KeyOp, observed: &Reply) -> bool {
     }
 }
 
+/// True if `op` with reply `observed` leaves unchanged every state it
+/// fits: GET; DEL that found nothing (`0`); INCR that failed. (A SET of
+/// the value already there, or an APPEND of `""`, changes nothing only in
+/// some of the states they fit.)
+pub fn preserves_state(op: &KeyOp, observed: &Reply) -> bool {
+    match (op, observed) {
+        (KeyOp::Get, _) => true,
+        (KeyOp::Del, Reply::Int(0)) => true,
+        (KeyOp::Incr, Reply::Error(_)) => true,
+        _ => false,
+    }
+}
+
 /// True if `observed` is what the model `expected`: equal, or both errors
 /// (the model predicts that an error happens, not its text).
 pub fn matches(expected: &Reply, observed: &Reply) -> bool {
@@ -243,6 +256,37 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn preserves_state_means_no_change_wherever_it_fits() {
+        let states = [None, s(""), s("7"), s("x")];
+        let ops = [
+            KeyOp::Set("x".into()),
+            KeyOp::Get,
+            KeyOp::Del,
+            KeyOp::Incr,
+            KeyOp::Append("".into()),
+        ];
+        let replies = [
+            Reply::Ok,
+            Reply::Int(0),
+            Reply::Int(1),
+            Reply::Int(8),
+            Reply::Value(s("x")),
+            Reply::Error("e".into()),
+        ];
+        for op in &ops {
+            for r in &replies {
+                if preserves_state(op, r) {
+                    for st in states.iter().filter(|st| fits(st, op, r)) {
+                        assert_eq!(&step(st, op).0, st, "{op} {r:?} on {st:?}");
+                    }
+                }
+            }
+        }
+        assert!(!preserves_state(&KeyOp::Set("x".into()), &Reply::Ok));
+        assert!(!preserves_state(&KeyOp::Append("".into()), &Reply::Int(0)));
     }
 
     #[test]

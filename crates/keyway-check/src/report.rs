@@ -23,7 +23,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 /// The checker's knobs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CheckOptions {
-    /// Candidate attempts per key before its search stops undecided.
+    /// Model evaluations per key before its search stops undecided.
     pub max_search_steps: u64,
     /// Operations of the longest linearizable prefix a violation shows.
     pub report_prefix_ops: usize,

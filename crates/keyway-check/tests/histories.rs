@@ -410,3 +410,23 @@ fn a_failing_history_is_written_small_and_fails_again_when_reread() {
     assert!(text.contains("could not place"), "{text}");
     assert!(text.lines().count() < 80, "{text}");
 }
+
+#[test]
+fn a_set_of_the_value_already_there_is_not_a_forced_move() {
+    // The second SET "a" must go after SET "b", though it changes nothing
+    // where the search first meets it.
+    let mut b = B::default();
+    b.ok(0, set("k", "a"), 0, 1, Reply::Ok);
+    b.ok(1, set("k", "a"), 2, 20, Reply::Ok);
+    b.ok(2, set("k", "b"), 3, 4, Reply::Ok);
+    b.ok(3, get("k"), 5, 6, val("b"));
+    b.ok(3, get("k"), 21, 22, val("a"));
+    assert_linearizable(&b.history());
+    // Likewise APPEND "" (length 0 both on an absent key and on "").
+    let mut b = B::default();
+    b.ok(0, set("k", ""), 0, 1, Reply::Ok);
+    b.ok(1, append("k", ""), 2, 20, Reply::Int(0));
+    b.ok(2, del("k"), 3, 4, Reply::Int(1));
+    b.ok(3, get("k"), 21, 22, val(""));
+    assert_linearizable(&b.history());
+}

@@ -35,6 +35,7 @@ fn shape() -> impl Strategy<Value = Shape> {
                 unknown_pct,
                 failed_pct,
                 max_duration_us,
+                value_pool: None,
             },
         )
 }
@@ -66,7 +67,12 @@ fn corrupt_one_read(h: &mut History, pick: usize) -> bool {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 200, failure_persistence: None, ..ProptestConfig::default() })]
+    // 200 cases unless PROPTEST_CASES says otherwise.
+    #![proptest_config(ProptestConfig {
+        cases: std::env::var("PROPTEST_CASES").ok().and_then(|c| c.parse().ok()).unwrap_or(200),
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    })]
 
     #[test]
     fn a_history_made_by_running_the_model_is_linearizable(seed in any::<u64>(), shape in shape()) {
@@ -99,12 +105,16 @@ proptest! {
         ops_per_client in 5usize..30,
         unknown_pct in 10u64..40,
         pick in any::<usize>(),
+        value_pool in prop::option::of(2u64..6),
     ) {
-        let shape = Shape { clients, ops_per_client, keys: 1, counters: 1, unknown_pct, failed_pct: 5, max_duration_us: 50 };
+        let shape = Shape { clients, ops_per_client, keys: 1, counters: 1, unknown_pct, failed_pct: 5, max_duration_us: 50, value_pool };
         let mut h = generate(seed, shape);
         let r = check(&h, &CheckOptions::default());
         prop_assert_eq!(r.linearizable(), Some(true), "{}\n{:#?}", r, r.violations().next());
         prop_assert!(r.totals.clean(), "{} {:?}", r, r.totals.examples);
+        if value_pool.is_none() {
+            prop_assert!(r.totals.non_unique_keys.is_empty());
+        }
         if corrupt_one_read(&mut h, pick) {
             let r = check(&h, &CheckOptions::default());
             prop_assert_eq!(r.linearizable(), Some(false), "{}", r);
@@ -122,6 +132,7 @@ fn a_big_concurrent_history_is_decided_within_the_budget() {
         unknown_pct: 2,
         failed_pct: 2,
         max_duration_us: 400,
+        value_pool: None,
     };
     let h = generate(7, shape);
     assert_eq!(h.events.len(), 20_000);
@@ -172,6 +183,7 @@ fn a_contended_history_with_many_unknowns_is_decided_within_the_budget() {
         unknown_pct: 5,
         failed_pct: 5,
         max_duration_us: 400,
+        value_pool: None,
     };
     for seed in [11, 12, 13] {
         let h = generate(seed, shape);
@@ -197,6 +209,7 @@ fn fifty_thousand_events_on_ten_keys_with_ten_percent_unknown_are_decided() {
         unknown_pct: 10,
         failed_pct: 5,
         max_duration_us: 2000,
+        value_pool: None,
     };
     let h = generate(5, shape);
     assert_eq!(h.events.len(), 50_000);

@@ -121,6 +121,8 @@ pub struct Shape {
     pub failed_pct: u64,
     /// Longest operation, in microseconds.
     pub max_duration_us: u64,
+    /// Values drawn from this many (not unique) instead of unique ones.
+    pub value_pool: Option<u64>,
 }
 
 enum Fate {
@@ -141,7 +143,8 @@ struct Planned {
 
 /// A history produced by running the sequential model at one random
 /// instant inside each operation (an unknown one: any instant after its
-/// invoke, or never): linearizable by construction. Values are unique.
+/// invoke, or never): linearizable by construction. Values are unique
+/// unless `value_pool` is set.
 pub fn generate(seed: u64, shape: Shape) -> History {
     let mut rng = Rng::new(seed);
     let keys: Vec<String> = (0..shape.keys).map(|i| format!("{{t}}k{i}")).collect();
@@ -153,7 +156,10 @@ pub fn generate(seed: u64, shape: Shape) -> History {
         let mut client = c;
         let mut t = rng.below(shape.max_duration_us);
         for seq in 0..shape.ops_per_client {
-            let value = format!("c{c}-{seq}.");
+            let value = match shape.value_pool {
+                Some(n) => format!("v{}", rng.below(n)),
+                None => format!("c{c}-{seq}."),
+            };
             let pick =
                 |rng: &mut Rng, ks: &[String]| ks[rng.below(ks.len() as u64) as usize].clone();
             let op = {
