@@ -116,12 +116,10 @@ pub fn fits(state: &State, op: &KeyOp, observed: &Reply) -> bool {
 /// the value already there, or an APPEND of `""`, changes nothing only in
 /// some of the states they fit.)
 pub fn preserves_state(op: &KeyOp, observed: &Reply) -> bool {
-    match (op, observed) {
-        (KeyOp::Get, _) => true,
-        (KeyOp::Del, Reply::Int(0)) => true,
-        (KeyOp::Incr, Reply::Error(_)) => true,
-        _ => false,
-    }
+    matches!(
+        (op, observed),
+        (KeyOp::Get, _) | (KeyOp::Del, Reply::Int(0)) | (KeyOp::Incr, Reply::Error(_))
+    )
 }
 
 /// True if `observed` is what the model `expected`: equal, or both errors
