@@ -24,6 +24,7 @@ pub mod model;
 pub mod project;
 pub mod report;
 pub mod totals;
+mod unknowns;
 pub mod violation;
 
 pub use history::{Event, History, HistoryError, Op, Outcome, Reply};

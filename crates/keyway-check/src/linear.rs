@@ -77,6 +77,7 @@
 use crate::history::{Outcome, Reply};
 use crate::model::{self, KeyOp, State};
 use crate::project::KeyEvent;
+use crate::unknowns::{ClassKey, class_key, may_fit_after_chain};
 use crate::violation::REPORT_CONCURRENT_OPS;
 pub use crate::violation::{Violation, render_key_event, render_reply};
 use std::collections::{BTreeSet, HashMap};
@@ -170,43 +171,6 @@ struct Level {
     /// the first return still in the list, and whether the last move
     /// placed an unknown op.
     unknowns_pending: Option<(u64, bool)>,
-}
-
-/// What makes two unknown writes interchangeable (see [`class_key`]).
-#[derive(Debug, PartialEq, Eq, Hash)]
-enum ClassKey<'a> {
-    Op(&'a KeyOp),
-    UnseenSet(usize),
-    UnseenAppend(usize),
-}
-
-/// Two unknown writes with the same key are interchangeable: swapping
-/// them in any linearization changes no reply. The same op trivially; and
-/// a SET or an APPEND whose value no read ever shows (not even inside a
-/// longer value) and that makes the state a non-integer for good, by the
-/// length of its value: every GET that could see either fits neither,
-/// INCR fails on both, DEL finds both, APPEND's length is the same.
-fn class_key<'a>(op: &'a KeyOp, read_values: &str) -> ClassKey<'a> {
-    // A character that is not a digit, and not a leading '-': no string
-    // starting with `v` is an integer.
-    let never_int = |v: &str| {
-        v.char_indices()
-            .any(|(i, c)| !(c.is_ascii_digit() || (i == 0 && c == '-')))
-    };
-    match op {
-        KeyOp::Set(v) if never_int(v) && !read_values.contains(v.as_str()) => {
-            ClassKey::UnseenSet(v.len())
-        }
-        // A character other than a digit or '-': the string it is
-        // appended to is a non-integer for good.
-        KeyOp::Append(v)
-            if v.chars().any(|c| !c.is_ascii_digit() && c != '-')
-                && !read_values.contains(v.as_str()) =>
-        {
-            ClassKey::UnseenAppend(v.len())
-        }
-        _ => ClassKey::Op(op),
-    }
 }
 
 fn prepare(events: &[KeyEvent]) -> (Vec<Done>, Vec<Unk>) {
@@ -530,7 +494,8 @@ impl<'a> Search<'a> {
             let after = &self.states[next as usize];
             for &j in &needy {
                 steps += 1;
-                if may_fit_after_chain(after, &self.done[j], self.unk_appends, self.unk_incrs) {
+                let d = &self.done[j];
+                if may_fit_after_chain(after, &d.op, &d.reply, self.unk_appends, self.unk_incrs) {
                     unknowns.push((Cand::Unk(u), next));
                     break;
                 }
@@ -607,57 +572,6 @@ impl<'a> Search<'a> {
             key: key.into_boxed_slice(),
         });
         true
-    }
-}
-
-/// Whether completed op `d` may fit the state `after`, or a state that
-/// unknown APPENDs (if `appends`) and INCRs (if `incrs`) can make from it.
-/// May say yes wrongly, never no wrongly: APPENDs only extend the string;
-/// INCRs keep an integer an integer and make it larger.
-fn may_fit_after_chain(after: &State, d: &Done, appends: bool, incrs: bool) -> bool {
-    if model::fits(after, &d.op, &d.reply) {
-        return true;
-    }
-    if !appends && !incrs {
-        return false;
-    }
-    let int = |s: &State| match s {
-        None => Some(0),
-        Some(s) => model::parse_i64(s.as_bytes()),
-    };
-    if appends {
-        // An APPEND can turn anything into anything with it as a prefix,
-        // including integers; keep it simple where it could matter.
-        return match (&d.op, &d.reply) {
-            (KeyOp::Get, Reply::Value(Some(x))) => {
-                after.as_ref().is_none_or(|s| x.starts_with(s.as_str())) || incrs
-            }
-            (KeyOp::Get, Reply::Value(None)) => false,
-            (KeyOp::Del, Reply::Int(1)) => true,
-            (KeyOp::Append(v), Reply::Int(l)) => {
-                incrs
-                    || after.as_ref().map_or(0, String::len) + v.len()
-                        <= usize::try_from(*l).unwrap_or(0)
-            }
-            (KeyOp::Incr, _) => true,
-            _ => false,
-        };
-    }
-    // INCR chains only: from an integer m, the states m+1, m+2, ...
-    let Some(m) = int(after) else {
-        // INCR of a non-integer changes nothing.
-        return false;
-    };
-    match (&d.op, &d.reply) {
-        (KeyOp::Get, Reply::Value(Some(x))) => {
-            model::parse_i64(x.as_bytes()).is_some_and(|x| x > m)
-        }
-        (KeyOp::Incr, Reply::Int(n)) => *n > m.saturating_add(1),
-        // Reached at i64::MAX.
-        (KeyOp::Incr, Reply::Error(_)) => true,
-        (KeyOp::Del, Reply::Int(1)) => true,
-        (KeyOp::Append(_), Reply::Int(_)) => true,
-        _ => false,
     }
 }
 
