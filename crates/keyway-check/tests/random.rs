@@ -116,8 +116,13 @@ proptest! {
             prop_assert!(r.totals.non_unique_keys.is_empty());
         }
         if corrupt_one_read(&mut h, pick) {
+            // Never a pass. Proving the violation means exhausting every
+            // placement of the unknown writes; with repeated values and
+            // this many unknowns on one key it can exceed the budget
+            // (seen once in 4000 cases: undecided, which fails a run too).
             let r = check(&h, &CheckOptions::default());
-            prop_assert_eq!(r.linearizable(), Some(false), "{}", r);
+            prop_assert_ne!(r.linearizable(), Some(true), "{}", r);
+            prop_assert!(!r.passed());
         }
     }
 }
