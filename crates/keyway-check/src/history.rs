@@ -99,6 +99,51 @@ pub struct Event {
     pub outcome: Outcome,
 }
 
+impl Event {
+    /// An operation that completed at `complete_us` with `reply`.
+    pub fn ok(
+        id: u64,
+        client: u32,
+        op: Op,
+        invoke_us: u64,
+        complete_us: u64,
+        reply: Reply,
+    ) -> Self {
+        Event {
+            id,
+            client,
+            op,
+            invoke_us,
+            complete_us: Some(complete_us),
+            outcome: Outcome::Ok(reply),
+        }
+    }
+
+    /// An operation that certainly had no effect, known at `complete_us`.
+    pub fn failed(id: u64, client: u32, op: Op, invoke_us: u64, complete_us: u64) -> Self {
+        Event {
+            id,
+            client,
+            op,
+            invoke_us,
+            complete_us: Some(complete_us),
+            outcome: Outcome::Failed,
+        }
+    }
+
+    /// An operation whose outcome is unknown (no completion time).
+    pub fn unknown(id: u64, client: u32, op: Op, invoke_us: u64) -> Self {
+        Event {
+            id,
+            client,
+            op,
+            invoke_us,
+            complete_us: None,
+            outcome: Outcome::Unknown,
+        }
+    }
+}
+
 /// A whole run's events, in any order.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct History {
