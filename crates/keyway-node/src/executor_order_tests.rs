@@ -57,6 +57,7 @@ fn rig() -> Rig {
             periodic_sync_ms: 1_000,
             max_group_commands: 64,
             max_hold: Duration::from_secs(30),
+            health: crate::storage_health::StorageHealth::new(),
         },
         rx,
         Arc::new(Metrics::new()),

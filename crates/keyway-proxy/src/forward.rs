@@ -15,7 +15,7 @@
 //! | `-KWMOVED <record>` | no | the record is patched into the map (the higher epoch wins) and the request re-sent at once; if the map already knew as much (the node is behind), as for `-MOVED` |
 //! | `-MOVED`, `-ASK`, `-CLUSTERDOWN` (lease lapsed, cutover fence), `-TRYAGAIN`, an unknown keyspace the proxy's map knows | no | wait for the map to change (or a short back-off, for the node to catch up), then re-send |
 //! | connection failure before the request was written (connect refused, queued behind a failure) | no | as for `-MOVED` |
-//! | connection failure or timeout after it was written | **unknown** | re-sent only if the command is idempotent-safe ([`retry_safe`]); otherwise the client gets an error saying the outcome is unknown |
+//! | connection failure or timeout after it was written | **unknown** | re-sent only if the command only reads ([`retry_safe`]: a re-sent write could undo a later write that was already seen); otherwise the client gets an error saying the outcome is unknown |
 //!
 //! Every retry happens within the request's deadline (`request_timeout_ms`
 //! from when the proxy read it); past it the client gets an error, the last
@@ -211,8 +211,7 @@ pub fn parse_kwmoved(msg: &str) -> Option<(PartitionRecord, String)> {
 
 /// Whether `args` may be re-sent after an ambiguous failure: the shared
 /// rule ([`keyway_resp::retry_safe`], the same the smart client applies):
-/// reads and commands whose second run leaves the same data and returns the
-/// same reply.
+/// reads only.
 pub fn retry_safe(args: &[Bytes]) -> bool {
     keyway_resp::retry_safe(args)
 }
