@@ -36,7 +36,9 @@ impl std::str::FromStr for MetaKind {
         match s {
             "embedded" | "keyway" => Ok(MetaKind::Embedded),
             "etcd" => Ok(MetaKind::Etcd),
-            _ => Err(format!("unknown metadata store '{s}' (expected embedded or etcd)")),
+            _ => Err(format!(
+                "unknown metadata store '{s}' (expected embedded or etcd)"
+            )),
         }
     }
 }
@@ -363,8 +365,9 @@ impl Cluster {
         self.etcd.as_ref().map_or(0, |e| e.len())
     }
 
-    pub fn kill_node(&mut self, i: usize) {
+    pub fn kill_node(&mut self, i: usize) -> Result<(), NemesisError> {
         self.nodes[i].kill9();
+        Ok(())
     }
 
     pub fn restart_node(&mut self, i: usize) -> Result<(), NemesisError> {
@@ -380,8 +383,9 @@ impl Cluster {
         self.nodes[i].resume()
     }
 
-    pub fn kill_manager(&mut self, i: usize) {
+    pub fn kill_manager(&mut self, i: usize) -> Result<(), NemesisError> {
         self.managers[i].kill9();
+        Ok(())
     }
 
     pub fn restart_manager(&mut self, i: usize) -> Result<(), NemesisError> {
@@ -390,7 +394,7 @@ impl Cluster {
     }
 
     /// Kills the `keyway meta` process, or etcd member `member`.
-    pub fn kill_meta(&mut self, member: usize) {
+    pub fn kill_meta(&mut self, member: usize) -> Result<(), NemesisError> {
         match (&mut self.meta, &mut self.etcd) {
             (Some(meta), _) => meta.kill9(),
             (None, Some(etcd)) => {
@@ -400,6 +404,7 @@ impl Cluster {
             }
             (None, None) => unreachable!("a cluster has a metadata store"),
         }
+        Ok(())
     }
 
     /// Restarts what [`Cluster::kill_meta`] killed.
@@ -439,8 +444,8 @@ impl Cluster {
     pub fn heal_all(&mut self) -> Result<Vec<String>, NemesisError> {
         self.note_crashes();
         let mut healed = Vec::new();
-        let needs_meta = self.meta.as_ref().is_some_and(|m| m.proc.is_none())
-            || !self.etcd_down.is_empty();
+        let needs_meta =
+            self.meta.as_ref().is_some_and(|m| m.proc.is_none()) || !self.etcd_down.is_empty();
         if needs_meta {
             self.restart_meta()?;
             healed.push("restarted the metadata store".to_string());
@@ -490,13 +495,20 @@ fn tail(path: &Path, lines: usize) -> String {
 
 /// Runs `keyway ctl --meta URL ARGS...` with a deadline (killed past it);
 /// its stdout on success, else what went wrong (stderr's last line).
-pub async fn ctl(bin: &Path, meta_url: &str, args: &[&str], within: Duration) -> Result<String, String> {
+pub async fn ctl(
+    bin: &Path,
+    meta_url: &str,
+    args: &[&str],
+    within: Duration,
+) -> Result<String, String> {
     let child = tokio::process::Command::new(bin)
         .arg("ctl")
         .arg("--meta")
         .arg(meta_url)
         .args(args)
         .env("KEYWAY_LOG", "error")
+        .env("RUST_BACKTRACE", "0")
+        .env("RUST_LIB_BACKTRACE", "0")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -504,16 +516,26 @@ pub async fn ctl(bin: &Path, meta_url: &str, args: &[&str], within: Duration) ->
         .spawn()
         .map_err(|e| format!("spawn keyway ctl: {e}"))?;
     match tokio::time::timeout(within, child.wait_with_output()).await {
-        Err(_) => Err(format!("`ctl {}` timed out after {within:?}", args.join(" "))),
+        Err(_) => Err(format!(
+            "`ctl {}` timed out after {within:?}",
+            args.join(" ")
+        )),
         Ok(Err(e)) => Err(format!("`ctl {}`: {e}", args.join(" "))),
-        Ok(Ok(out)) if out.status.success() => Ok(String::from_utf8_lossy(&out.stdout).into_owned()),
+        Ok(Ok(out)) if out.status.success() => {
+            Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+        }
         Ok(Ok(out)) => {
             let err = String::from_utf8_lossy(&out.stderr);
+            // anyhow's `Error: ...` line (a backtrace may follow it).
+            let why = err
+                .lines()
+                .find(|l| l.starts_with("Error:"))
+                .or_else(|| err.trim().lines().last())
+                .unwrap_or("");
             Err(format!(
-                "`ctl {}` failed ({}): {}",
+                "`ctl {}` failed ({}): {why}",
                 args.join(" "),
-                out.status,
-                err.trim().lines().last().unwrap_or("")
+                out.status
             ))
         }
     }

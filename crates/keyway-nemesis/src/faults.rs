@@ -230,7 +230,7 @@ pub async fn inject(target: &Target, fault: &Fault) -> Result<(), NemesisError> 
     match fault.clone() {
         Fault::KillNode { node, .. } => {
             target.log.note(&format!("kill -9 node{node}"));
-            target.blocking(move |c| Ok(c.kill_node(node))).await?;
+            target.blocking(move |c| c.kill_node(node)).await?;
             tokio::time::sleep(hold).await;
             target.blocking(move |c| c.restart_node(node)).await?;
             target.log.note(&format!("node{node} restarted"));
@@ -246,16 +246,25 @@ pub async fn inject(target: &Target, fault: &Fault) -> Result<(), NemesisError> 
             let leader = leading_manager(target).await;
             let managers = target.blocking(|c| Ok(c.managers())).await?;
             let i = leader.unwrap_or(0) % managers;
-            let was = if leader.is_some() { "leading" } else { "no leader known;" };
+            let was = if leader.is_some() {
+                "leading"
+            } else {
+                "no leader known;"
+            };
             target.log.note(&format!("kill -9 mgr{i} ({was} manager)"));
-            target.blocking(move |c| Ok(c.kill_manager(i))).await?;
+            target.blocking(move |c| c.kill_manager(i)).await?;
             tokio::time::sleep(hold).await;
             target.blocking(move |c| c.restart_manager(i)).await?;
             target.log.note(&format!("mgr{i} restarted"));
         }
         Fault::KillMeta { member, .. } => {
-            target.log.note(&format!("kill -9 the metadata store (member {member})"));
-            target.blocking(move |c| Ok(c.kill_meta(member))).await?;
+            let what = if target.blocking(|c| Ok(c.etcd_members())).await? > 0 {
+                format!("kill -9 etcd member {member}")
+            } else {
+                "kill -9 keyway meta".to_string()
+            };
+            target.log.note(&what);
+            target.blocking(move |c| c.kill_meta(member)).await?;
             tokio::time::sleep(hold).await;
             target.blocking(|c| c.restart_meta()).await?;
             target.log.note("metadata store restarted");
@@ -266,9 +275,14 @@ pub async fn inject(target: &Target, fault: &Fault) -> Result<(), NemesisError> 
 
 /// The index of the manager holding the seat, per `keyway ctl manager`.
 async fn leading_manager(target: &Target) -> Option<usize> {
-    let out = ctl(&target.bin, &target.meta_url, &["--json", "manager"], CTL_TIMEOUT)
-        .await
-        .ok()?;
+    let out = ctl(
+        &target.bin,
+        &target.meta_url,
+        &["--json", "manager"],
+        CTL_TIMEOUT,
+    )
+    .await
+    .ok()?;
     let v: serde_json::Value = serde_json::from_str(&out).ok()?;
     let name = v.get("leader")?.as_str()?.to_string();
     let cluster = target.cluster.lock().unwrap_or_else(|e| e.into_inner());
@@ -328,11 +342,20 @@ pub async fn churn_worker(
         }
         let kind = kinds[rng.random_range(0..kinds.len())];
         let pick: u64 = rng.random();
-        let map = match ctl(&target.bin, &target.meta_url, &["--json", "map"], CTL_TIMEOUT).await {
-            Ok(out) => serde_json::from_str::<PartitionMap>(&out).ok().map(|mut m| {
-                m.reindex();
-                m
-            }),
+        let map = match ctl(
+            &target.bin,
+            &target.meta_url,
+            &["--json", "map"],
+            CTL_TIMEOUT,
+        )
+        .await
+        {
+            Ok(out) => serde_json::from_str::<PartitionMap>(&out)
+                .ok()
+                .map(|mut m| {
+                    m.reindex();
+                    m
+                }),
             Err(_) => None,
         };
         let Some(map) = map else {
@@ -349,7 +372,9 @@ pub async fn churn_worker(
             Ok(_) => target.log.note(&format!("ctl {}", args.join(" "))),
             Err(e) => {
                 *counts.failed.entry(kind).or_default() += 1;
-                target.log.note(&format!("ctl {} failed: {e}", args.join(" ")));
+                target
+                    .log
+                    .note(&format!("ctl {} failed: {e}", args.join(" ")));
             }
         }
     }
@@ -424,11 +449,20 @@ fn churn_args(
                 let (a, b) = (parts[i], parts[i + 1]);
                 return Some((
                     ChurnKind::Move,
-                    s(&["move", &b.id.to_string(), "--to", &a.owner.to_string(), "--detach"]),
+                    s(&[
+                        "move",
+                        &b.id.to_string(),
+                        "--to",
+                        &a.owner.to_string(),
+                        "--detach",
+                    ]),
                 ));
             }
             let w = pairs[nth(pairs.len())];
-            Some((kind, s(&["merge", &w[0].id.to_string(), &w[1].id.to_string()])))
+            Some((
+                kind,
+                s(&["merge", &w[0].id.to_string(), &w[1].id.to_string()]),
+            ))
         }
     }
 }

@@ -205,7 +205,10 @@ mod tests {
         ]);
         let v = judge(&h);
         assert!(v.ok, "{v:?}");
-        assert_eq!(v.linearizable, None, "the local judge claims no linearizability");
+        assert_eq!(
+            v.linearizable, None,
+            "the local judge claims no linearizability"
+        );
     }
 
     #[test]

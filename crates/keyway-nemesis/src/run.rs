@@ -62,9 +62,15 @@ impl RunConfig {
         let check = |ok: bool, what: &str| if ok { Ok(()) } else { Err(what.to_string()) };
         check((1..=16).contains(&self.nodes), "--nodes must be 1..=16")?;
         check((1..=4).contains(&self.managers), "managers must be 1..=4")?;
-        check(self.partitions_per_node > 0, "--partitions-per-node must be > 0")?;
+        check(
+            self.partitions_per_node > 0,
+            "--partitions-per-node must be > 0",
+        )?;
         check((1..=64).contains(&self.clients), "--clients must be 1..=64")?;
-        check(self.time_limit_ms >= 1_000, "--time-limit must be at least 1 s")?;
+        check(
+            self.time_limit_ms >= 1_000,
+            "--time-limit must be at least 1 s",
+        )?;
         check(
             (100..=60_000).contains(&self.op_timeout_ms),
             "--op-timeout-ms must be 100..=60000",
@@ -212,7 +218,11 @@ pub async fn run_one(
                 think: Duration::from_millis(cfg.think_ms),
                 final_read_timeout: settle,
             };
-            tokio::spawn(workload::client_task(plan, shared.clone(), phase_rx.clone()))
+            tokio::spawn(workload::client_task(
+                plan,
+                shared.clone(),
+                phase_rx.clone(),
+            ))
         })
         .collect();
 
@@ -270,7 +280,10 @@ pub async fn run_one(
         *injected.entry(step.fault.kind()).or_default() += 1;
         progress.faults.fetch_add(1, Relaxed);
         if let Err(e) = faults::inject(&target, &step.fault).await {
-            failures.push(format!("fault {:?} could not be carried out: {e}", step.fault));
+            failures.push(format!(
+                "fault {:?} could not be carried out: {e}",
+                step.fault
+            ));
             log.note(&format!("fault {:?} failed: {e}", step.fault));
             break;
         }
@@ -343,14 +356,12 @@ pub async fn run_one(
         ));
     }
     report.failures = failures;
-    if !report.passed() {
+    if !report.passed() || cfg.keep {
         let path = cfg.out.join(format!("run-{seed}.jsonl"));
         let file = std::fs::File::create(&path)
             .map_err(|e| NemesisError::io(format!("create {}", path.display()), e))?;
         history.write_jsonl(std::io::BufWriter::new(file))?;
         report.history_file = Some(path);
-        report.kept_dir = Some(dir);
-    } else if cfg.keep {
         report.kept_dir = Some(dir);
     } else {
         drop(cluster);
@@ -377,7 +388,10 @@ async fn wait_serving(
                 return Err(format!("{key} never answered: {last}"));
             }
             let get = [b"GET".to_vec(), key.as_bytes().to_vec()];
-            match client.exec(slot, &get, left.min(Duration::from_secs(2))).await {
+            match client
+                .exec(slot, &get, left.min(Duration::from_secs(2)))
+                .await
+            {
                 Exec::Reply(keyway_resp::Frame::Error(e)) => last = e,
                 Exec::Reply(_) => break,
                 Exec::Failed(e) | Exec::Unknown(e) => last = e,
@@ -391,7 +405,14 @@ async fn wait_serving(
 /// Migration records by state (`DONE`, `ABORTED`, ...), per `keyway ctl migrations`.
 async fn migration_states(bin: &std::path::Path, meta_url: &str) -> BTreeMap<String, u64> {
     let mut states = BTreeMap::new();
-    let Ok(out) = ctl(bin, meta_url, &["--json", "migrations"], faults::CTL_TIMEOUT).await else {
+    let Ok(out) = ctl(
+        bin,
+        meta_url,
+        &["--json", "migrations"],
+        faults::CTL_TIMEOUT,
+    )
+    .await
+    else {
         states.insert("unreadable".to_string(), 1);
         return states;
     };

@@ -39,7 +39,9 @@ impl RunReport {
         churn: ChurnCounts,
         migrations: BTreeMap<String, u64>,
     ) -> RunReport {
-        let count = |f: fn(&Outcome) -> bool| history.events.iter().filter(|e| f(&e.outcome)).count() as u64;
+        let count = |f: fn(&Outcome) -> bool| {
+            history.events.iter().filter(|e| f(&e.outcome)).count() as u64
+        };
         RunReport {
             seed,
             faults,
@@ -112,7 +114,8 @@ impl fmt::Display for RunReport {
             v.lost,
             v.double_incr,
             opt(v.stale),
-            v.linearizable.map_or("not checked".to_string(), |l| l.to_string()),
+            v.linearizable
+                .map_or("not checked".to_string(), |l| l.to_string()),
         )?;
         for why in &self.failures {
             write!(f, "\n    failed: {why}")?;

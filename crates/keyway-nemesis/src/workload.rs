@@ -146,7 +146,7 @@ enum Driver {
     Smart {
         seeds: Vec<String>,
         config: ClientConfig,
-        client: Option<Client>,
+        client: Option<Box<Client>>,
     },
     Plain(ClusterClient),
 }
@@ -182,7 +182,7 @@ impl Driver {
                     let refs: Vec<&str> = seeds.iter().map(String::as_str).collect();
                     let connect = Client::connect(&refs, config.clone());
                     if let Ok(Ok(c)) = tokio::time::timeout(op_timeout, connect).await {
-                        *client = Some(c);
+                        *client = Some(Box::new(c));
                     }
                 }
                 client.is_some()
@@ -285,7 +285,9 @@ pub fn outcome_of(op: &Op, frame: &Frame) -> Outcome {
                     Frame::Bulk(b) => values.push(Some(text(b))),
                     Frame::Null => values.push(None),
                     other => {
-                        return Outcome::Ok(Reply::Error(format!("unexpected MGET item {other:?}")));
+                        return Outcome::Ok(Reply::Error(format!(
+                            "unexpected MGET item {other:?}"
+                        )));
                     }
                 }
             }
@@ -373,6 +375,11 @@ fn random_op(rng: &mut StdRng, keys: &KeySet, tag: &str) -> Op {
     }
 }
 
+/// A client's pause after its first operation in a row that did not
+/// succeed; doubled for each further one, [`BACKOFF_DOUBLINGS`] times at most.
+const BACKOFF_BASE: Duration = Duration::from_millis(25);
+const BACKOFF_DOUBLINGS: u32 = 5;
+
 /// One workload client's settings.
 pub struct ClientPlan {
     pub index: usize,
@@ -399,6 +406,7 @@ pub async fn client_task(
     let mut driver = Driver::new(plan.kind, plan.seeds.clone(), plan.op_timeout);
     let mut client = shared.client_id();
     let mut seq = 0u64;
+    let mut misses = 0u32;
     let mut events = Vec::new();
     let prefix = match plan.kind {
         ClientKind::Smart => "s",
@@ -413,9 +421,20 @@ pub async fn client_task(
         let tag = format!("{prefix}{}.{seq}", plan.index);
         let op = random_op(&mut rng, &plan.keys, &tag);
         let event = record(&shared, &mut driver, &mut client, op, plan.op_timeout).await;
+        // Back off while operations fail (as real clients do): an outage
+        // then adds a few unknown operations to the history, not thousands.
+        misses = match event.outcome {
+            Outcome::Ok(_) => 0,
+            _ => misses + 1,
+        };
         events.push(event);
-        if !plan.think.is_zero() {
-            tokio::time::sleep(plan.think).await;
+        let pause = if misses == 0 {
+            plan.think
+        } else {
+            BACKOFF_BASE * 2u32.pow(misses.min(BACKOFF_DOUBLINGS))
+        };
+        if !pause.is_zero() {
+            tokio::time::sleep(pause).await;
         }
     }
     while *phase.borrow_and_update() != Phase::FinalRead {
@@ -499,7 +518,11 @@ mod tests {
     #[test]
     fn random_ops_are_well_formed_and_counters_only_count() {
         let keys = KeySet::new(3, 6, 3);
-        let counters: Vec<String> = keys.groups.iter().flat_map(|g| g.counters.clone()).collect();
+        let counters: Vec<String> = keys
+            .groups
+            .iter()
+            .flat_map(|g| g.counters.clone())
+            .collect();
         let mut rng = StdRng::seed_from_u64(7);
         for i in 0..2000 {
             let op = random_op(&mut rng, &keys, &format!("x{i}"));

@@ -35,7 +35,7 @@ pub struct NemesisArgs {
     /// Where failing runs' histories (run-SEED.jsonl) and directories (run-SEED/) go.
     #[arg(long, default_value = "nemesis-out")]
     out: PathBuf,
-    /// Keep passing runs' directories (logs, data) too.
+    /// Keep passing runs' directories (logs, data) and histories too.
     #[arg(long)]
     keep: bool,
     /// Per-operation timeout, milliseconds; past it the outcome is unknown.
@@ -99,7 +99,9 @@ pub async fn run(args: NemesisArgs) -> anyhow::Result<()> {
     };
     config.validate().map_err(anyhow::Error::msg)?;
     std::fs::create_dir_all(&args.out)?;
-    let first = args.seed.unwrap_or_else(|| u64::from(rand::random::<u32>()));
+    let first = args
+        .seed
+        .unwrap_or_else(|| u64::from(rand::random::<u32>()));
     let faults: Vec<&str> = config.faults.iter().map(|k| k.name()).collect();
     println!(
         "keyway nemesis: {} runs from seed {first} (--seed {first} replays), {} s each, {} nodes, {} clients, faults {}",
