@@ -110,7 +110,8 @@ impl std::fmt::Display for FaultKind {
 pub enum Fault {
     /// Kill node `node`; restart it `down_ms` later.
     KillNode { node: usize, down_ms: u64 },
-    /// Freeze node `node` for `hold_ms` (longer than its lease TTL).
+    /// Freeze node `node` for `hold_ms`: past its lease TTL, or (a short
+    /// pause) a fraction of it.
     PauseNode { node: usize, hold_ms: u64 },
     /// Kill the leading manager (any, if none leads); restart it `down_ms` later.
     KillManager { down_ms: u64 },
@@ -147,12 +148,33 @@ pub struct Step {
     pub fault: Fault,
 }
 
+/// The random streams one run's seed is split into (so no two share draws).
+pub const SCHEDULE_STREAM: u64 = 1;
+pub const CHURN_STREAM: u64 = 1_000;
+pub const CLIENT_STREAM: u64 = 2_000;
+
+/// An independent seed for `stream` of the run `seed` (SplitMix64 of both).
+pub fn sub_seed(seed: u64, stream: u64) -> u64 {
+    let mut z = seed ^ stream.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
 /// Quiet time between two process faults, milliseconds.
 const QUIET_MS: std::ops::Range<u64> = 500..2_500;
 /// How long a killed process stays down, milliseconds.
 const DOWN_MS: std::ops::Range<u64> = 0..3_000;
 /// How far past the lease TTL a paused node is held, milliseconds.
 const PAST_LEASE_MS: std::ops::Range<u64> = 200..2_000;
+/// Share (percent) of pauses that are short instead: held for a fraction
+/// of the lease TTL (a GC-like stall the node's lease survives), so
+/// requests time out at the client and may be re-sent while the first copy
+/// still waits in the frozen node's socket.
+const SHORT_PAUSE_PCT: u32 = 50;
+/// A short pause's length, in percent of the lease TTL.
+const SHORT_PAUSE_OF_TTL_PCT: std::ops::Range<u64> = 30..50;
 
 /// The process faults of one run, drawn from `seed`, enough to fill
 /// `time_limit_ms` (the run stops starting them once its time is up).
@@ -170,7 +192,7 @@ pub fn schedule(
         .copied()
         .filter(|k| k.is_process_fault())
         .collect();
-    let mut rng = StdRng::seed_from_u64(seed);
+    let mut rng = StdRng::seed_from_u64(sub_seed(seed, SCHEDULE_STREAM));
     let mut steps = Vec::new();
     let mut planned = 0u64;
     while !kinds.is_empty() && planned < time_limit_ms {
@@ -182,7 +204,11 @@ pub fn schedule(
             },
             FaultKind::Pause => Fault::PauseNode {
                 node: rng.random_range(0..nodes),
-                hold_ms: node_lease_ttl_ms + rng.random_range(PAST_LEASE_MS),
+                hold_ms: if rng.random_range(0..100) < SHORT_PAUSE_PCT {
+                    node_lease_ttl_ms * rng.random_range(SHORT_PAUSE_OF_TTL_PCT) / 100
+                } else {
+                    node_lease_ttl_ms + rng.random_range(PAST_LEASE_MS)
+                },
             },
             FaultKind::Manager => Fault::KillManager {
                 down_ms: rng.random_range(DOWN_MS),
@@ -481,7 +507,11 @@ mod tests {
         assert!(planned >= 30_000, "{planned}");
         for s in &a {
             if let Fault::PauseNode { hold_ms, node } = s.fault {
-                assert!(hold_ms > 2000 && node < 3);
+                assert!(node < 3);
+                assert!(
+                    hold_ms > 2000 || (600..1000).contains(&hold_ms),
+                    "{hold_ms}"
+                );
             }
         }
         assert!(schedule(1, &[FaultKind::Move], 3, 0, 2000, 30_000).is_empty());

@@ -211,7 +211,7 @@ pub async fn run_one(
                 } else {
                     ClientKind::Plain
                 },
-                seed: seed.wrapping_mul(1_000_003).wrapping_add(i as u64 + 1),
+                seed: faults::sub_seed(seed, faults::CLIENT_STREAM + i as u64),
                 seeds: seeds.clone(),
                 keys: keys.clone(),
                 op_timeout,
@@ -241,7 +241,7 @@ pub async fn run_one(
         .map(|w| {
             tokio::spawn(faults::churn_worker(
                 target.clone(),
-                seed ^ (0x5eed_c4a2 + w as u64),
+                faults::sub_seed(seed, faults::CHURN_STREAM + w as u64),
                 churn_kinds.clone(),
                 stop_rx.clone(),
             ))
@@ -325,6 +325,7 @@ pub async fn run_one(
             Err(e) => failures.push(format!("a client task panicked: {e}")),
         }
     }
+    let _ = std::fs::write(dir.join("clients.txt"), shared.client_table());
     let migrations = migration_states(&cfg.bin, &meta_url).await;
     let crashes = {
         let mut c = cluster.lock().unwrap_or_else(|e| e.into_inner());

@@ -102,6 +102,8 @@ pub struct Shared {
     next_event: AtomicU64,
     next_client: AtomicU32,
     pub progress: Arc<Progress>,
+    /// Which workload client (index and library) each history client id is.
+    ids: std::sync::Mutex<Vec<(u32, usize, ClientKind)>>,
 }
 
 impl Shared {
@@ -111,10 +113,26 @@ impl Shared {
             next_event: AtomicU64::new(0),
             next_client: AtomicU32::new(0),
             progress,
+            ids: Default::default(),
         }
     }
-    fn client_id(&self) -> u32 {
-        self.next_client.fetch_add(1, Ordering::Relaxed)
+
+    fn client_id(&self, index: usize, kind: ClientKind) -> u32 {
+        let id = self.next_client.fetch_add(1, Ordering::Relaxed);
+        self.ids
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((id, index, kind));
+        id
+    }
+
+    /// `client id -> workload client and library`, one a line (the run's `clients.txt`).
+    pub fn client_table(&self) -> String {
+        let mut ids = self.ids.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        ids.sort_by_key(|(id, _, _)| *id);
+        ids.iter()
+            .map(|(id, index, kind)| format!("{id} client{index} {kind:?}\n"))
+            .collect()
     }
     fn event_id(&self) -> u64 {
         self.next_event.fetch_add(1, Ordering::Relaxed)
@@ -141,6 +159,11 @@ pub enum ClientKind {
     Plain,
 }
 
+/// The smart client's per-send timeout is the operation timeout divided by
+/// this, so it can time out and re-send within one operation (as an
+/// application with a short client timeout would).
+const SMART_SENDS_PER_OP: u64 = 4;
+
 /// One operation's driver: either client library.
 enum Driver {
     Smart {
@@ -156,7 +179,7 @@ impl Driver {
         match kind {
             ClientKind::Smart => Driver::Smart {
                 config: ClientConfig {
-                    request_timeout_ms: (op_timeout.as_millis() as u64 / 2).max(1),
+                    request_timeout_ms: (op_timeout.as_millis() as u64 / SMART_SENDS_PER_OP).max(1),
                     max_redirects: 10,
                     ..ClientConfig::default()
                 },
@@ -404,7 +427,7 @@ pub async fn client_task(
 ) -> Vec<Event> {
     let mut rng = StdRng::seed_from_u64(plan.seed);
     let mut driver = Driver::new(plan.kind, plan.seeds.clone(), plan.op_timeout);
-    let mut client = shared.client_id();
+    let mut client = shared.client_id(plan.index, plan.kind);
     let mut seq = 0u64;
     let mut misses = 0u32;
     let mut events = Vec::new();
@@ -420,7 +443,7 @@ pub async fn client_task(
         seq += 1;
         let tag = format!("{prefix}{}.{seq}", plan.index);
         let op = random_op(&mut rng, &plan.keys, &tag);
-        let event = record(&shared, &mut driver, &mut client, op, plan.op_timeout).await;
+        let event = record(&shared, &plan, &mut driver, &mut client, op).await;
         // Back off while operations fail (as real clients do): an outage
         // then adds a few unknown operations to the history, not thousands.
         misses = match event.outcome {
@@ -450,7 +473,7 @@ pub async fn client_task(
                 continue;
             }
             let op = Op::Get { key: key.clone() };
-            let event = record(&shared, &mut driver, &mut client, op, plan.op_timeout).await;
+            let event = record(&shared, &plan, &mut driver, &mut client, op).await;
             let done = matches!(event.outcome, Outcome::Ok(_));
             if done {
                 shared.progress.final_reads.fetch_add(1, Ordering::Relaxed);
@@ -469,11 +492,12 @@ pub async fn client_task(
 /// client to a fresh id.
 async fn record(
     shared: &Shared,
+    plan: &ClientPlan,
     driver: &mut Driver,
     client: &mut u32,
     op: Op,
-    op_timeout: Duration,
 ) -> Event {
+    let op_timeout = plan.op_timeout;
     let invoke_us = shared.clock.now_us();
     let outcome = driver.exec(&op, op_timeout).await;
     let complete_us = (outcome != Outcome::Unknown).then(|| shared.clock.now_us());
@@ -487,7 +511,7 @@ async fn record(
         outcome,
     };
     if event.outcome == Outcome::Unknown {
-        *client = shared.client_id();
+        *client = shared.client_id(plan.index, plan.kind);
     }
     event
 }
