@@ -464,6 +464,18 @@ impl Cluster {
         Ok(healed)
     }
 
+    /// Copies the etcd members' logs (kept in the etcd cluster's own
+    /// temporary directory, removed with it) into the run's `logs/`.
+    pub fn copy_store_logs(&self) {
+        let Some(etcd) = &self.etcd else {
+            return;
+        };
+        let logs = self.spec.dir.join("logs");
+        for i in 0..etcd.len() {
+            let _ = std::fs::copy(etcd.log_path(i), logs.join(format!("etcd{i}.log")));
+        }
+    }
+
     /// Kills every process now (also done on drop).
     pub fn stop(&mut self) {
         for d in self

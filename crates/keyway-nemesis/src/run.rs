@@ -331,6 +331,7 @@ pub async fn run_one(
         let mut c = cluster.lock().unwrap_or_else(|e| e.into_inner());
         c.note_crashes();
         let crashes = c.crashes().to_vec();
+        c.copy_store_logs();
         c.stop();
         crashes
     };
