@@ -206,11 +206,7 @@ pub async fn run_one(
         .map(|i| {
             let plan = ClientPlan {
                 index: i,
-                kind: if i % 2 == 0 {
-                    ClientKind::Smart
-                } else {
-                    ClientKind::Plain
-                },
+                kind: kind_of_index(i),
                 seed: faults::sub_seed(seed, faults::CLIENT_STREAM + i as u64),
                 seeds: seeds.clone(),
                 keys: keys.clone(),
@@ -350,6 +346,31 @@ pub async fn run_one(
             report.ops_ok, cfg.min_ok_ops
         ));
     }
+    // Both libraries must really have run: a smart client that never
+    // connected would leave a run that tested only the plain one.
+    for kind in [ClientKind::Smart, ClientKind::Plain] {
+        let clients = (0..cfg.clients)
+            .filter(|i| kind_of_index(*i) == kind)
+            .count();
+        if clients == 0 {
+            continue;
+        }
+        let ok = history
+            .events
+            .iter()
+            .filter(|e| matches!(e.outcome, Outcome::Ok(_)))
+            .filter(|e| shared.kind_of(e.client) == Some(kind))
+            .count() as u64;
+        report
+            .ops_ok_by_kind
+            .insert(format!("{kind:?}").to_lowercase(), ok);
+        let want = cfg.min_ok_ops / 4;
+        if ok < want {
+            failures.push(format!(
+                "only {ok} successful operations of the {kind:?} clients (at least {want} required)"
+            ));
+        }
+    }
     let want_final = (cfg.clients * keys.all().len()) as u64;
     if report.final_reads < want_final {
         failures.push(format!(
@@ -370,6 +391,15 @@ pub async fn run_one(
         let _ = std::fs::remove_dir_all(&dir);
     }
     Ok(report)
+}
+
+/// Even clients use the smart client, odd ones the plain one.
+fn kind_of_index(i: usize) -> ClientKind {
+    if i.is_multiple_of(2) {
+        ClientKind::Smart
+    } else {
+        ClientKind::Plain
+    }
 }
 
 /// Waits until every key answers a GET through the plain client (so every

@@ -20,6 +20,8 @@ pub struct RunReport {
     pub ops_ok: u64,
     pub ops_failed: u64,
     pub ops_unknown: u64,
+    /// Successful operations by client library (`smart`, `plain`).
+    pub ops_ok_by_kind: BTreeMap<String, u64>,
     /// Keys read successfully in the final reads (over all clients).
     pub final_reads: u64,
     pub verdict: Verdict,
@@ -50,6 +52,7 @@ impl RunReport {
             ops_ok: count(|o| matches!(o, Outcome::Ok(_))),
             ops_failed: count(|o| *o == Outcome::Failed),
             ops_unknown: count(|o| *o == Outcome::Unknown),
+            ops_ok_by_kind: BTreeMap::new(),
             final_reads: 0,
             verdict,
             failures: Vec::new(),
@@ -98,7 +101,7 @@ impl fmt::Display for RunReport {
         let v = &self.verdict;
         write!(
             f,
-            "seed {} {} in {:.0}s | faults: {} | churn: {} | migrations: {} | ops: ok={} failed={} unknown={} final_reads={} | checker {}: {} lost={} double_incr={} stale={} linearizable={}",
+            "seed {} {} in {:.0}s | faults: {} | churn: {} | migrations: {} | ops: ok={} ({}) failed={} unknown={} final_reads={} | checker {}: {} lost={} double_incr={} stale={} linearizable={}",
             self.seed,
             if self.passed() { "PASS" } else { "FAIL" },
             self.duration.as_secs_f64(),
@@ -106,6 +109,7 @@ impl fmt::Display for RunReport {
             churn_text(&self.churn),
             counts(&self.migrations),
             self.ops_ok,
+            counts(&self.ops_ok_by_kind),
             self.ops_failed,
             self.ops_unknown,
             self.final_reads,

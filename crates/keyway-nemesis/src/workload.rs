@@ -126,6 +126,12 @@ impl Shared {
         id
     }
 
+    /// Which library history client `id` used.
+    pub fn kind_of(&self, id: u32) -> Option<ClientKind> {
+        let ids = self.ids.lock().unwrap_or_else(|e| e.into_inner());
+        ids.iter().find(|(i, _, _)| *i == id).map(|(_, _, k)| *k)
+    }
+
     /// `client id -> workload client and library`, one a line (the run's `clients.txt`).
     pub fn client_table(&self) -> String {
         let mut ids = self.ids.lock().unwrap_or_else(|e| e.into_inner()).clone();
