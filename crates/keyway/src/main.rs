@@ -9,6 +9,7 @@
 //! - `keyway bench routing`: the client strategies and the proxy through a rebalance.
 //! - `keyway sim`: the placement schemes' moved fraction and balance.
 //! - `keyway proxy`: the routing tier for Redis clients without cluster support.
+//! - `keyway nemesis`: a real cluster under seeded faults, its client history judged.
 
 mod bench_migrate;
 mod bench_routing;
@@ -23,6 +24,7 @@ mod manager_cmd;
 mod manager_flags;
 mod meta_cmd;
 mod monitor_flags;
+mod nemesis_cmd;
 mod proxy_cmd;
 mod rebalance_flags;
 mod server_cmd;
@@ -68,6 +70,9 @@ enum Command {
     Sim(sim::SimArgs),
     /// Run the routing proxy: plain Redis clients in, routed by the partition map.
     Proxy(proxy_cmd::ProxyArgs),
+    /// Fault-injection runs against real processes: faults from a seeded
+    /// schedule, a recorded workload, the history judged.
+    Nemesis(nemesis_cmd::NemesisArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -89,6 +94,7 @@ fn main() -> anyhow::Result<()> {
             Command::Bench(args) => bench_migrate::run(args).await,
             Command::Sim(args) => sim::run(args).await,
             Command::Proxy(args) => proxy_cmd::run(args).await,
+            Command::Nemesis(args) => nemesis_cmd::run(args).await,
         }
     })
 }

@@ -1,0 +1,554 @@
+//! [`Cluster`]: the run's processes. A metadata store (`keyway meta`, or a
+//! 3-member etcd), `nodes` `keyway server`s and `managers` `keyway
+//! manager`s, each a [`Daemon`] that can be killed -9 and restarted with
+//! the same arguments (same data directory, same ports), or frozen and
+//! thawed. Each process's stderr (its log) and stdout are appended to
+//! `logs/<label>.log` in the run's directory. The API is blocking (std):
+//! the run calls it from `spawn_blocking`. Everything is killed on drop.
+
+use crate::NemesisError;
+use keyway_testkit::{EtcdCluster, HarnessError, Proc};
+use std::fs::OpenOptions;
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+/// The processes' log filter: info, without the libraries' chatter.
+const LOG_FILTER: &str = "info,fjall=warn,lsm_tree=warn,h2=warn,tower=warn,hyper=warn";
+/// Times a process that exits before printing its ready line is started
+/// again (a port still held by the killed incarnation, say).
+const MAX_SPAWN_ATTEMPTS: u32 = 3;
+
+/// Which metadata store the cluster runs on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MetaKind {
+    /// One `keyway meta` process (the embedded store over RPC).
+    Embedded,
+    /// A 3-member etcd (`keyway_testkit::EtcdCluster`); the servers bootstrap the map.
+    Etcd,
+}
+
+impl std::str::FromStr for MetaKind {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "embedded" | "keyway" => Ok(MetaKind::Embedded),
+            "etcd" => Ok(MetaKind::Etcd),
+            _ => Err(format!(
+                "unknown metadata store '{s}' (expected embedded or etcd)"
+            )),
+        }
+    }
+}
+
+/// What to start.
+#[derive(Clone, Debug)]
+pub struct ClusterSpec {
+    /// The `keyway` binary.
+    pub bin: PathBuf,
+    /// The run's directory: `logs/` and each process's data directory.
+    pub dir: PathBuf,
+    pub meta: MetaKind,
+    pub nodes: usize,
+    pub managers: usize,
+    pub partitions_per_node: u16,
+    /// `keyway server --lease-ttl-ms`: a node paused past it stops serving.
+    pub node_lease_ttl_ms: u64,
+    pub node_lease_margin_ms: u64,
+    /// `keyway manager --lease-ttl-ms`: a dead leader's seat passes on within about it.
+    pub manager_lease_ttl_ms: u64,
+    /// How long a process may take to print its ready line.
+    pub start_timeout: Duration,
+}
+
+/// One `keyway` process, restartable with the same arguments.
+pub struct Daemon {
+    label: String,
+    args: Vec<String>,
+    ready: String,
+    log: PathBuf,
+    proc: Option<Proc>,
+    paused: bool,
+    incarnation: u32,
+}
+
+impl Daemon {
+    fn new(label: &str, args: Vec<String>, ready: &str, logs: &Path) -> Daemon {
+        Daemon {
+            label: label.to_string(),
+            args,
+            ready: ready.to_string(),
+            log: logs.join(format!("{label}.log")),
+            proc: None,
+            paused: false,
+            incarnation: 0,
+        }
+    }
+
+    /// Starts it and waits for its ready line (retrying a start that exits early).
+    fn start(&mut self, bin: &Path, within: Duration) -> Result<(), NemesisError> {
+        let mut last = None;
+        for _ in 0..MAX_SPAWN_ATTEMPTS {
+            match self.spawn_once(bin, within) {
+                Ok(()) => return Ok(()),
+                Err(e @ NemesisError::Harness(HarnessError::Timeout { .. })) => return Err(e),
+                Err(e) => {
+                    self.kill9();
+                    last = Some(e);
+                    std::thread::sleep(Duration::from_millis(200));
+                }
+            }
+        }
+        Err(last.expect("at least one attempt"))
+    }
+
+    fn spawn_once(&mut self, bin: &Path, within: Duration) -> Result<(), NemesisError> {
+        assert!(self.proc.is_none(), "{} is already running", self.label);
+        self.incarnation += 1;
+        let open_log = || {
+            OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&self.log)
+                .map_err(|e| NemesisError::io(format!("open {}", self.log.display()), e))
+        };
+        let mut log = open_log()?;
+        let _ = writeln!(
+            log,
+            "===== nemesis: starting {} incarnation {} =====",
+            self.label, self.incarnation
+        );
+        let mut cmd = Command::new(bin);
+        cmd.args(&self.args)
+            .env("KEYWAY_LOG", LOG_FILTER)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::from(open_log()?));
+        let mut proc = Proc::spawn(&self.label, &mut cmd)?;
+        let stdout = proc.child_mut().stdout.take().expect("stdout is piped");
+        // Drain stdout for the process's whole life (a full pipe would
+        // block its prints), copying each line into the log.
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                let _ = writeln!(log, "stdout: {line}");
+                let _ = tx.send(line);
+            }
+        });
+        self.proc = Some(proc);
+        self.paused = false;
+        let deadline = Instant::now() + within;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match rx.recv_timeout(left) {
+                Ok(line) if line.contains(&self.ready) => return Ok(()),
+                Ok(_) => {}
+                Err(mpsc::RecvTimeoutError::Timeout) => {
+                    return Err(HarnessError::Timeout {
+                        what: format!("{} to print {:?}", self.label, self.ready),
+                        after: within,
+                        log_tail: tail(&self.log, 30),
+                    }
+                    .into());
+                }
+                Err(mpsc::RecvTimeoutError::Disconnected) => {
+                    return Err(NemesisError::Invalid(format!(
+                        "{} exited before printing {:?}; log tail:\n{}",
+                        self.label,
+                        self.ready,
+                        tail(&self.log, 30)
+                    )));
+                }
+            }
+        }
+    }
+
+    /// SIGKILL (and reap); a no-op if it is not running.
+    fn kill9(&mut self) {
+        if let Some(mut p) = self.proc.take() {
+            p.kill9();
+        }
+        self.paused = false;
+    }
+
+    fn pause(&mut self) -> Result<(), NemesisError> {
+        let p = self.running()?;
+        p.pause()?;
+        self.paused = true;
+        Ok(())
+    }
+
+    fn resume(&mut self) -> Result<(), NemesisError> {
+        let p = self.running()?;
+        p.resume()?;
+        self.paused = false;
+        Ok(())
+    }
+
+    fn running(&self) -> Result<&Proc, NemesisError> {
+        self.proc
+            .as_ref()
+            .ok_or_else(|| NemesisError::Invalid(format!("{} is not running", self.label)))
+    }
+
+    /// If it was believed running but exited by itself: how it ended.
+    fn exited_by_itself(&mut self) -> Option<String> {
+        let status = self.proc.as_mut()?.try_wait()?;
+        self.proc = None;
+        Some(format!(
+            "{} (incarnation {}) exited by itself: {status}",
+            self.label, self.incarnation
+        ))
+    }
+}
+
+/// The whole cluster.
+pub struct Cluster {
+    spec: ClusterSpec,
+    meta_url: String,
+    meta: Option<Daemon>,
+    etcd: Option<EtcdCluster>,
+    /// Etcd members killed and not restarted yet.
+    etcd_down: Vec<usize>,
+    nodes: Vec<Daemon>,
+    node_addrs: Vec<String>,
+    managers: Vec<Daemon>,
+    /// Processes found exited by themselves (a crash), for the report.
+    crashes: Vec<String>,
+}
+
+impl Cluster {
+    /// Starts the metadata store, the nodes and the managers, each waited
+    /// for (ready line). The map is bootstrapped once every node registered.
+    pub fn start(spec: ClusterSpec) -> Result<Cluster, NemesisError> {
+        if spec.nodes == 0 || spec.managers == 0 {
+            return Err(NemesisError::Invalid(
+                "a cluster needs at least one node and one manager".into(),
+            ));
+        }
+        let logs = spec.dir.join("logs");
+        std::fs::create_dir_all(&logs)
+            .map_err(|e| NemesisError::io(format!("create {}", logs.display()), e))?;
+        let ports = keyway_testkit::free_ports(1 + 2 * spec.nodes + spec.managers);
+        let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+        let path = |name: &str| spec.dir.join(name).display().to_string();
+        let n = spec.nodes.to_string();
+        let ppn = spec.partitions_per_node.to_string();
+        let (meta, etcd, meta_url) = match spec.meta {
+            MetaKind::Embedded => {
+                let addr = format!("127.0.0.1:{}", ports[0]);
+                let mut meta = Daemon::new(
+                    "meta",
+                    s(&[
+                        "meta",
+                        "--listen",
+                        &addr,
+                        "--data",
+                        &path("meta"),
+                        "--bootstrap-nodes",
+                        &n,
+                        "--partitions-per-node",
+                        &ppn,
+                    ]),
+                    "keyway meta listening",
+                    &logs,
+                );
+                meta.start(&spec.bin, spec.start_timeout)?;
+                (Some(meta), None, format!("keyway://{addr}"))
+            }
+            MetaKind::Etcd => {
+                let etcd = EtcdCluster::start(3)?;
+                let url = etcd.url("/keyway/nemesis");
+                (None, Some(etcd), url)
+            }
+        };
+        let mut cluster = Cluster {
+            meta_url,
+            meta,
+            etcd,
+            etcd_down: Vec::new(),
+            nodes: Vec::new(),
+            node_addrs: Vec::new(),
+            managers: Vec::new(),
+            crashes: Vec::new(),
+            spec: spec.clone(),
+        };
+        for i in 0..spec.nodes {
+            let resp = format!("127.0.0.1:{}", ports[1 + 2 * i]);
+            let admin = format!("127.0.0.1:{}", ports[2 + 2 * i]);
+            let mut args = s(&[
+                "server",
+                "--meta",
+                &cluster.meta_url,
+                "--listen",
+                &resp,
+                "--admin-listen",
+                &admin,
+                "--data",
+                &path(&format!("node{i}")),
+                "--durability",
+                "group",
+                "--lease-ttl-ms",
+                &spec.node_lease_ttl_ms.to_string(),
+                "--lease-margin-ms",
+                &spec.node_lease_margin_ms.to_string(),
+            ]);
+            if spec.meta == MetaKind::Etcd {
+                args.extend(s(&["--bootstrap-nodes", &n, "--partitions-per-node", &ppn]));
+            }
+            let mut node = Daemon::new(&format!("node{i}"), args, "serving redis://", &logs);
+            node.start(&spec.bin, spec.start_timeout)?;
+            cluster.nodes.push(node);
+            cluster.node_addrs.push(resp);
+        }
+        for i in 0..spec.managers {
+            let name = format!("mgr{i}");
+            let admin = format!("127.0.0.1:{}", ports[1 + 2 * spec.nodes + i]);
+            let mut mgr = Daemon::new(
+                &name,
+                s(&[
+                    "manager",
+                    "--meta",
+                    &cluster.meta_url,
+                    "--name",
+                    &name,
+                    "--admin-listen",
+                    &admin,
+                    "--lease-ttl-ms",
+                    &spec.manager_lease_ttl_ms.to_string(),
+                    "--no-rebalance",
+                    "--no-auto-split",
+                    "--no-auto-merge",
+                    "--migration-stuck-timeout-ms",
+                    "10000",
+                    "--migration-fence-timeout-ms",
+                    "3000",
+                    "--migration-cleanup-grace-ms",
+                    "1000",
+                ]),
+                &format!("manager {name} "),
+                &logs,
+            );
+            mgr.start(&spec.bin, spec.start_timeout)?;
+            cluster.managers.push(mgr);
+        }
+        Ok(cluster)
+    }
+
+    /// `keyway://HOST:PORT` or `etcd://...`: what `keyway ctl --meta` takes.
+    pub fn meta_url(&self) -> &str {
+        &self.meta_url
+    }
+
+    /// Every node's RESP address, in node order.
+    pub fn node_addrs(&self) -> &[String] {
+        &self.node_addrs
+    }
+
+    pub fn nodes(&self) -> usize {
+        self.nodes.len()
+    }
+
+    pub fn managers(&self) -> usize {
+        self.managers.len()
+    }
+
+    /// Which manager is called `name` (`mgrI`).
+    pub fn manager_index(&self, name: &str) -> Option<usize> {
+        self.managers.iter().position(|m| m.label == name)
+    }
+
+    /// The etcd members, or 0 on the embedded store.
+    pub fn etcd_members(&self) -> usize {
+        self.etcd.as_ref().map_or(0, |e| e.len())
+    }
+
+    pub fn kill_node(&mut self, i: usize) -> Result<(), NemesisError> {
+        self.nodes[i].kill9();
+        Ok(())
+    }
+
+    pub fn restart_node(&mut self, i: usize) -> Result<(), NemesisError> {
+        self.nodes[i].kill9();
+        self.nodes[i].start(&self.spec.bin, self.spec.start_timeout)
+    }
+
+    pub fn pause_node(&mut self, i: usize) -> Result<(), NemesisError> {
+        self.nodes[i].pause()
+    }
+
+    pub fn resume_node(&mut self, i: usize) -> Result<(), NemesisError> {
+        self.nodes[i].resume()
+    }
+
+    pub fn kill_manager(&mut self, i: usize) -> Result<(), NemesisError> {
+        self.managers[i].kill9();
+        Ok(())
+    }
+
+    pub fn restart_manager(&mut self, i: usize) -> Result<(), NemesisError> {
+        self.managers[i].kill9();
+        self.managers[i].start(&self.spec.bin, self.spec.start_timeout)
+    }
+
+    /// Kills the `keyway meta` process, or etcd member `member`.
+    pub fn kill_meta(&mut self, member: usize) -> Result<(), NemesisError> {
+        match (&mut self.meta, &mut self.etcd) {
+            (Some(meta), _) => meta.kill9(),
+            (None, Some(etcd)) => {
+                let member = member % etcd.len();
+                etcd.kill_member(member);
+                self.etcd_down.push(member);
+            }
+            (None, None) => unreachable!("a cluster has a metadata store"),
+        }
+        Ok(())
+    }
+
+    /// Restarts what [`Cluster::kill_meta`] killed.
+    pub fn restart_meta(&mut self) -> Result<(), NemesisError> {
+        if let Some(meta) = &mut self.meta {
+            meta.kill9();
+            return meta.start(&self.spec.bin, self.spec.start_timeout);
+        }
+        let etcd = self.etcd.as_mut().expect("a cluster has a metadata store");
+        for member in std::mem::take(&mut self.etcd_down) {
+            etcd.restart_member(member)?;
+        }
+        etcd.wait_healthy()?;
+        Ok(())
+    }
+
+    /// Notes every process that exited by itself since the last look
+    /// (they are restarted by [`Cluster::heal_all`]).
+    pub fn note_crashes(&mut self) {
+        let found: Vec<String> = self
+            .meta
+            .iter_mut()
+            .chain(self.nodes.iter_mut())
+            .chain(self.managers.iter_mut())
+            .filter_map(Daemon::exited_by_itself)
+            .collect();
+        self.crashes.extend(found);
+    }
+
+    /// Processes that exited by themselves during the run.
+    pub fn crashes(&self) -> &[String] {
+        &self.crashes
+    }
+
+    /// Ends every fault: thaws what is frozen, starts what is down (the
+    /// store first, then the nodes, then the managers). Returns what it did.
+    pub fn heal_all(&mut self) -> Result<Vec<String>, NemesisError> {
+        self.note_crashes();
+        let mut healed = Vec::new();
+        let needs_meta =
+            self.meta.as_ref().is_some_and(|m| m.proc.is_none()) || !self.etcd_down.is_empty();
+        if needs_meta {
+            self.restart_meta()?;
+            healed.push("restarted the metadata store".to_string());
+        }
+        let bin = self.spec.bin.clone();
+        let within = self.spec.start_timeout;
+        for d in self.nodes.iter_mut().chain(self.managers.iter_mut()) {
+            if d.proc.is_none() {
+                d.start(&bin, within)?;
+                healed.push(format!("restarted {}", d.label));
+            } else if d.paused {
+                d.resume()?;
+                healed.push(format!("resumed {}", d.label));
+            }
+        }
+        Ok(healed)
+    }
+
+    /// Copies the etcd members' logs (kept in the etcd cluster's own
+    /// temporary directory, removed with it) into the run's `logs/`.
+    pub fn copy_store_logs(&self) {
+        let Some(etcd) = &self.etcd else {
+            return;
+        };
+        let logs = self.spec.dir.join("logs");
+        for i in 0..etcd.len() {
+            let _ = std::fs::copy(etcd.log_path(i), logs.join(format!("etcd{i}.log")));
+        }
+    }
+
+    /// Kills every process now (also done on drop).
+    pub fn stop(&mut self) {
+        for d in self
+            .managers
+            .iter_mut()
+            .chain(self.nodes.iter_mut())
+            .chain(self.meta.iter_mut())
+        {
+            d.kill9();
+        }
+        if let Some(etcd) = &mut self.etcd {
+            etcd.stop_all();
+        }
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// The last `lines` lines of a log file.
+fn tail(path: &Path, lines: usize) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let all: Vec<&str> = text.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
+}
+
+/// Runs `keyway ctl --meta URL ARGS...` with a deadline (killed past it);
+/// its stdout on success, else what went wrong (stderr's last line).
+pub async fn ctl(
+    bin: &Path,
+    meta_url: &str,
+    args: &[&str],
+    within: Duration,
+) -> Result<String, String> {
+    let child = tokio::process::Command::new(bin)
+        .arg("ctl")
+        .arg("--meta")
+        .arg(meta_url)
+        .args(args)
+        .env("KEYWAY_LOG", "error")
+        .env("RUST_BACKTRACE", "0")
+        .env("RUST_LIB_BACKTRACE", "0")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|e| format!("spawn keyway ctl: {e}"))?;
+    match tokio::time::timeout(within, child.wait_with_output()).await {
+        Err(_) => Err(format!(
+            "`ctl {}` timed out after {within:?}",
+            args.join(" ")
+        )),
+        Ok(Err(e)) => Err(format!("`ctl {}`: {e}", args.join(" "))),
+        Ok(Ok(out)) if out.status.success() => {
+            Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+        }
+        Ok(Ok(out)) => {
+            let err = String::from_utf8_lossy(&out.stderr);
+            // anyhow's `Error: ...` line (a backtrace may follow it).
+            let why = err
+                .lines()
+                .find(|l| l.starts_with("Error:"))
+                .or_else(|| err.trim().lines().last())
+                .unwrap_or("");
+            Err(format!(
+                "`ctl {}` failed ({}): {why}",
+                args.join(" "),
+                out.status
+            ))
+        }
+    }
+}

@@ -1,0 +1,531 @@
+//! Faults: what can be injected ([`FaultKind`], chosen with `--faults`),
+//! the seeded schedule of process faults ([`schedule`]: one at a time, each
+//! started and healed by the schedule, with random quiet gaps and
+//! durations), their injection into a [`Cluster`], and the topology churn
+//! (live moves, splits and merges through `keyway ctl`) that runs beside
+//! the schedule, several at once.
+//!
+//! Adding a fault (a network partition through netns/veth, a disk fault
+//! through a node's fault-injection endpoint) is one [`FaultKind`], one
+//! [`Fault`] variant with its duration, a line in [`schedule`]'s draw and
+//! an arm in [`inject`] that starts it and heals it.
+
+use crate::NemesisError;
+use crate::cluster::{Cluster, ctl};
+use keyway_map::{DEFAULT_KEYSPACE, PartitionMap};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// The kinds `--faults` chooses from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum FaultKind {
+    /// `kill -9` of a node, restarted (same data dir and ports) after a while.
+    Kill,
+    /// SIGSTOP of a node past its lease TTL, then SIGCONT.
+    Pause,
+    /// `kill -9` of the leading manager, restarted after a while.
+    Manager,
+    /// `kill -9` of the metadata store (`keyway meta`, or one etcd member).
+    Meta,
+    /// Live moves (`keyway ctl move`), throughout.
+    Move,
+    /// Splits (`keyway ctl split`), throughout.
+    Split,
+    /// Merges (`keyway ctl merge`), throughout.
+    Merge,
+}
+
+impl FaultKind {
+    pub const ALL: [FaultKind; 7] = [
+        FaultKind::Kill,
+        FaultKind::Pause,
+        FaultKind::Manager,
+        FaultKind::Meta,
+        FaultKind::Move,
+        FaultKind::Split,
+        FaultKind::Merge,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            FaultKind::Kill => "kill",
+            FaultKind::Pause => "pause",
+            FaultKind::Manager => "manager",
+            FaultKind::Meta => "meta",
+            FaultKind::Move => "move",
+            FaultKind::Split => "split",
+            FaultKind::Merge => "merge",
+        }
+    }
+
+    /// Whether the schedule injects it (else the churn does).
+    pub fn is_process_fault(self) -> bool {
+        matches!(
+            self,
+            FaultKind::Kill | FaultKind::Pause | FaultKind::Manager | FaultKind::Meta
+        )
+    }
+
+    /// `kill,pause,move` (or `all`).
+    pub fn parse_list(s: &str) -> Result<Vec<FaultKind>, String> {
+        if s.trim() == "all" {
+            return Ok(FaultKind::ALL.to_vec());
+        }
+        let mut kinds: Vec<FaultKind> = s
+            .split(',')
+            .map(str::trim)
+            .filter(|w| !w.is_empty())
+            .map(str::parse)
+            .collect::<Result<_, _>>()?;
+        kinds.sort();
+        kinds.dedup();
+        Ok(kinds)
+    }
+}
+
+impl std::str::FromStr for FaultKind {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        FaultKind::ALL
+            .into_iter()
+            .find(|k| k.name() == s)
+            .ok_or_else(|| {
+                format!("unknown fault '{s}' (expected kill, pause, manager, meta, move, split, merge or all)")
+            })
+    }
+}
+
+impl std::fmt::Display for FaultKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// One process fault, with everything the schedule drew for it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Fault {
+    /// Kill node `node`; restart it `down_ms` later.
+    KillNode { node: usize, down_ms: u64 },
+    /// Freeze node `node` for `hold_ms`: past its lease TTL, or (a short
+    /// pause) a fraction of it.
+    PauseNode { node: usize, hold_ms: u64 },
+    /// Kill the leading manager (any, if none leads); restart it `down_ms` later.
+    KillManager { down_ms: u64 },
+    /// Kill the metadata store (etcd: member `member`); restart it `down_ms` later.
+    KillMeta { member: usize, down_ms: u64 },
+}
+
+impl Fault {
+    pub fn kind(&self) -> FaultKind {
+        match self {
+            Fault::KillNode { .. } => FaultKind::Kill,
+            Fault::PauseNode { .. } => FaultKind::Pause,
+            Fault::KillManager { .. } => FaultKind::Manager,
+            Fault::KillMeta { .. } => FaultKind::Meta,
+        }
+    }
+
+    /// How long the fault lasts once started.
+    pub fn duration_ms(&self) -> u64 {
+        match self {
+            Fault::KillNode { down_ms, .. }
+            | Fault::KillManager { down_ms }
+            | Fault::KillMeta { down_ms, .. } => *down_ms,
+            Fault::PauseNode { hold_ms, .. } => *hold_ms,
+        }
+    }
+}
+
+/// One step of the schedule: wait `quiet_ms`, then inject `fault` (which
+/// heals itself after its duration).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Step {
+    pub quiet_ms: u64,
+    pub fault: Fault,
+}
+
+/// The random streams one run's seed is split into (so no two share draws).
+pub const SCHEDULE_STREAM: u64 = 1;
+pub const CHURN_STREAM: u64 = 1_000;
+pub const CLIENT_STREAM: u64 = 2_000;
+
+/// An independent seed for `stream` of the run `seed` (SplitMix64 of both).
+pub fn sub_seed(seed: u64, stream: u64) -> u64 {
+    let mut z = seed ^ stream.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// Quiet time between two process faults, milliseconds.
+const QUIET_MS: std::ops::Range<u64> = 500..2_500;
+/// How long a killed process stays down, milliseconds.
+const DOWN_MS: std::ops::Range<u64> = 0..3_000;
+/// How far past the lease TTL a paused node is held, milliseconds.
+const PAST_LEASE_MS: std::ops::Range<u64> = 200..2_000;
+/// Share (percent) of pauses that are short instead: held for a fraction
+/// of the lease TTL (a GC-like stall the node's lease survives), so
+/// requests time out at the client and may be re-sent while the first copy
+/// still waits in the frozen node's socket.
+const SHORT_PAUSE_PCT: u32 = 50;
+/// A short pause's length, in percent of the lease TTL.
+const SHORT_PAUSE_OF_TTL_PCT: std::ops::Range<u64> = 30..50;
+
+/// The process faults of one run, drawn from `seed`, enough to fill
+/// `time_limit_ms` (the run stops starting them once its time is up).
+/// The same arguments give the same schedule.
+pub fn schedule(
+    seed: u64,
+    kinds: &[FaultKind],
+    nodes: usize,
+    etcd_members: usize,
+    node_lease_ttl_ms: u64,
+    time_limit_ms: u64,
+) -> Vec<Step> {
+    let kinds: Vec<FaultKind> = kinds
+        .iter()
+        .copied()
+        .filter(|k| k.is_process_fault())
+        .collect();
+    let mut rng = StdRng::seed_from_u64(sub_seed(seed, SCHEDULE_STREAM));
+    let mut steps = Vec::new();
+    let mut planned = 0u64;
+    while !kinds.is_empty() && planned < time_limit_ms {
+        let quiet_ms = rng.random_range(QUIET_MS);
+        let fault = match kinds[rng.random_range(0..kinds.len())] {
+            FaultKind::Kill => Fault::KillNode {
+                node: rng.random_range(0..nodes),
+                down_ms: rng.random_range(DOWN_MS),
+            },
+            FaultKind::Pause => Fault::PauseNode {
+                node: rng.random_range(0..nodes),
+                hold_ms: if rng.random_range(0..100) < SHORT_PAUSE_PCT {
+                    node_lease_ttl_ms * rng.random_range(SHORT_PAUSE_OF_TTL_PCT) / 100
+                } else {
+                    node_lease_ttl_ms + rng.random_range(PAST_LEASE_MS)
+                },
+            },
+            FaultKind::Manager => Fault::KillManager {
+                down_ms: rng.random_range(DOWN_MS),
+            },
+            FaultKind::Meta => Fault::KillMeta {
+                member: rng.random_range(0..etcd_members.max(1)),
+                down_ms: rng.random_range(DOWN_MS),
+            },
+            churn => unreachable!("{churn} is not a process fault"),
+        };
+        planned += quiet_ms + fault.duration_ms();
+        steps.push(Step { quiet_ms, fault });
+    }
+    steps
+}
+
+/// What the injectors share: the cluster (behind a mutex: it is driven from
+/// `spawn_blocking`), the binary for `ctl`, and the fault log.
+#[derive(Clone)]
+pub struct Target {
+    pub cluster: Arc<Mutex<Cluster>>,
+    pub bin: PathBuf,
+    pub meta_url: String,
+    pub log: Arc<crate::run::FaultLog>,
+}
+
+impl Target {
+    pub(crate) async fn blocking<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut Cluster) -> Result<T, NemesisError> + Send + 'static,
+    ) -> Result<T, NemesisError> {
+        let cluster = self.cluster.clone();
+        tokio::task::spawn_blocking(move || {
+            let mut c = cluster.lock().unwrap_or_else(|e| e.into_inner());
+            f(&mut c)
+        })
+        .await
+        .map_err(|e| NemesisError::Invalid(format!("fault task panicked: {e}")))?
+    }
+}
+
+/// Starts `fault`, holds it for its duration, heals it.
+pub async fn inject(target: &Target, fault: &Fault) -> Result<(), NemesisError> {
+    let hold = Duration::from_millis(fault.duration_ms());
+    match fault.clone() {
+        Fault::KillNode { node, .. } => {
+            target.log.note(&format!("kill -9 node{node}"));
+            target.blocking(move |c| c.kill_node(node)).await?;
+            tokio::time::sleep(hold).await;
+            target.blocking(move |c| c.restart_node(node)).await?;
+            target.log.note(&format!("node{node} restarted"));
+        }
+        Fault::PauseNode { node, .. } => {
+            target.log.note(&format!("SIGSTOP node{node} for {hold:?}"));
+            target.blocking(move |c| c.pause_node(node)).await?;
+            tokio::time::sleep(hold).await;
+            target.blocking(move |c| c.resume_node(node)).await?;
+            target.log.note(&format!("SIGCONT node{node}"));
+        }
+        Fault::KillManager { .. } => {
+            let leader = leading_manager(target).await;
+            let managers = target.blocking(|c| Ok(c.managers())).await?;
+            let i = leader.unwrap_or(0) % managers;
+            let was = if leader.is_some() {
+                "leading"
+            } else {
+                "no leader known;"
+            };
+            target.log.note(&format!("kill -9 mgr{i} ({was} manager)"));
+            target.blocking(move |c| c.kill_manager(i)).await?;
+            tokio::time::sleep(hold).await;
+            target.blocking(move |c| c.restart_manager(i)).await?;
+            target.log.note(&format!("mgr{i} restarted"));
+        }
+        Fault::KillMeta { member, .. } => {
+            let what = if target.blocking(|c| Ok(c.etcd_members())).await? > 0 {
+                format!("kill -9 etcd member {member}")
+            } else {
+                "kill -9 keyway meta".to_string()
+            };
+            target.log.note(&what);
+            target.blocking(move |c| c.kill_meta(member)).await?;
+            tokio::time::sleep(hold).await;
+            target.blocking(|c| c.restart_meta()).await?;
+            target.log.note("metadata store restarted");
+        }
+    }
+    Ok(())
+}
+
+/// The index of the manager holding the seat, per `keyway ctl manager`.
+async fn leading_manager(target: &Target) -> Option<usize> {
+    let out = ctl(
+        &target.bin,
+        &target.meta_url,
+        &["--json", "manager"],
+        CTL_TIMEOUT,
+    )
+    .await
+    .ok()?;
+    let v: serde_json::Value = serde_json::from_str(&out).ok()?;
+    let name = v.get("leader")?.as_str()?.to_string();
+    let cluster = target.cluster.lock().unwrap_or_else(|e| e.into_inner());
+    cluster.manager_index(&name)
+}
+
+/// Longest a `keyway ctl` call may take (killed past it; counted as failed).
+pub const CTL_TIMEOUT: Duration = Duration::from_secs(10);
+/// Most partitions churn splits up to (beyond it, it merges instead).
+const MAX_PARTITIONS: usize = 40;
+/// Pause between two churn actions of one worker, milliseconds.
+const CHURN_GAP_MS: std::ops::Range<u64> = 200..1_500;
+
+/// A topology change the churn makes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum ChurnKind {
+    Move,
+    Split,
+    Merge,
+}
+
+impl ChurnKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            ChurnKind::Move => "move",
+            ChurnKind::Split => "split",
+            ChurnKind::Merge => "merge",
+        }
+    }
+}
+
+/// Requested and failed churn actions by kind.
+#[derive(Clone, Debug, Default)]
+pub struct ChurnCounts {
+    pub requested: BTreeMap<ChurnKind, u64>,
+    pub failed: BTreeMap<ChurnKind, u64>,
+}
+
+/// One churn worker: until `stop`, every few hundred milliseconds one
+/// random move, split or merge (of the enabled kinds) through `keyway ctl`.
+/// Failures are expected under faults: they are counted, not errors.
+pub async fn churn_worker(
+    target: Target,
+    seed: u64,
+    kinds: Vec<ChurnKind>,
+    stop: tokio::sync::watch::Receiver<bool>,
+) -> ChurnCounts {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut counts = ChurnCounts::default();
+    if kinds.is_empty() {
+        return counts;
+    }
+    while !*stop.borrow() {
+        tokio::time::sleep(Duration::from_millis(rng.random_range(CHURN_GAP_MS))).await;
+        if *stop.borrow() {
+            break;
+        }
+        let kind = kinds[rng.random_range(0..kinds.len())];
+        let pick: u64 = rng.random();
+        let map = match ctl(
+            &target.bin,
+            &target.meta_url,
+            &["--json", "map"],
+            CTL_TIMEOUT,
+        )
+        .await
+        {
+            Ok(out) => serde_json::from_str::<PartitionMap>(&out)
+                .ok()
+                .map(|mut m| {
+                    m.reindex();
+                    m
+                }),
+            Err(_) => None,
+        };
+        let Some(map) = map else {
+            *counts.failed.entry(kind).or_default() += 1;
+            *counts.requested.entry(kind).or_default() += 1;
+            continue;
+        };
+        let Some((kind, args)) = churn_args(&map, kind, &kinds, pick) else {
+            continue;
+        };
+        *counts.requested.entry(kind).or_default() += 1;
+        let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+        match ctl(&target.bin, &target.meta_url, &refs, CTL_TIMEOUT).await {
+            Ok(_) => target.log.note(&format!("ctl {}", args.join(" "))),
+            Err(e) => {
+                *counts.failed.entry(kind).or_default() += 1;
+                target
+                    .log
+                    .note(&format!("ctl {} failed: {e}", args.join(" ")));
+            }
+        }
+    }
+    counts
+}
+
+/// The `keyway ctl` arguments of one churn action on `map` (`pick` chooses
+/// among the candidates). A split beyond [`MAX_PARTITIONS`] becomes a merge;
+/// a merge with no two neighbours on one node becomes a move that makes some.
+fn churn_args(
+    map: &PartitionMap,
+    kind: ChurnKind,
+    enabled: &[ChurnKind],
+    pick: u64,
+) -> Option<(ChurnKind, Vec<String>)> {
+    let parts: Vec<_> = map.keyspace_partitions(DEFAULT_KEYSPACE).collect();
+    let nodes: Vec<_> = map.nodes.keys().copied().collect();
+    if parts.is_empty() || nodes.is_empty() {
+        return None;
+    }
+    let nth = |n: usize| (pick % n as u64) as usize;
+    let kind = if kind == ChurnKind::Split
+        && parts.len() >= MAX_PARTITIONS
+        && enabled.contains(&ChurnKind::Merge)
+    {
+        ChurnKind::Merge
+    } else {
+        kind
+    };
+    let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+    match kind {
+        ChurnKind::Move => {
+            let p = parts[nth(parts.len())];
+            let others: Vec<_> = nodes.iter().filter(|n| **n != p.owner).collect();
+            if others.is_empty() {
+                return None;
+            }
+            let to = others[(pick / 7 % others.len() as u64) as usize].to_string();
+            Some((
+                kind,
+                s(&["move", &p.id.to_string(), "--to", &to, "--detach"]),
+            ))
+        }
+        ChurnKind::Split => {
+            if parts.len() >= MAX_PARTITIONS {
+                return None;
+            }
+            let splittable: Vec<_> = parts
+                .iter()
+                .filter(|p| {
+                    let (a, b) = p.slot_span();
+                    b > a
+                })
+                .collect();
+            if splittable.is_empty() {
+                return None;
+            }
+            let p = splittable[nth(splittable.len())];
+            Some((kind, s(&["split", &p.id.to_string()])))
+        }
+        ChurnKind::Merge => {
+            let pairs: Vec<_> = parts
+                .windows(2)
+                .filter(|w| w[0].owner == w[1].owner)
+                .collect();
+            if pairs.is_empty() {
+                // Make a mergeable pair for a later round, if moves are allowed.
+                if !enabled.contains(&ChurnKind::Move) || parts.len() < 2 {
+                    return None;
+                }
+                let i = nth(parts.len() - 1);
+                let (a, b) = (parts[i], parts[i + 1]);
+                return Some((
+                    ChurnKind::Move,
+                    s(&[
+                        "move",
+                        &b.id.to_string(),
+                        "--to",
+                        &a.owner.to_string(),
+                        "--detach",
+                    ]),
+                ));
+            }
+            let w = pairs[nth(pairs.len())];
+            Some((
+                kind,
+                s(&["merge", &w[0].id.to_string(), &w[1].id.to_string()]),
+            ))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_schedule_is_a_function_of_its_seed() {
+        let kinds = FaultKind::ALL.to_vec();
+        let a = schedule(42, &kinds, 3, 0, 2000, 30_000);
+        assert_eq!(a, schedule(42, &kinds, 3, 0, 2000, 30_000));
+        assert_ne!(a, schedule(43, &kinds, 3, 0, 2000, 30_000));
+        let planned: u64 = a.iter().map(|s| s.quiet_ms + s.fault.duration_ms()).sum();
+        assert!(planned >= 30_000, "{planned}");
+        for s in &a {
+            if let Fault::PauseNode { hold_ms, node } = s.fault {
+                assert!(node < 3);
+                assert!(
+                    hold_ms > 2000 || (600..1000).contains(&hold_ms),
+                    "{hold_ms}"
+                );
+            }
+        }
+        assert!(schedule(1, &[FaultKind::Move], 3, 0, 2000, 30_000).is_empty());
+        let only_kill = schedule(1, &[FaultKind::Kill], 3, 0, 2000, 10_000);
+        assert!(only_kill.iter().all(|s| s.fault.kind() == FaultKind::Kill));
+    }
+
+    #[test]
+    fn fault_lists_parse() {
+        assert_eq!(
+            FaultKind::parse_list("pause, kill,kill").unwrap(),
+            vec![FaultKind::Kill, FaultKind::Pause]
+        );
+        assert_eq!(FaultKind::parse_list("all").unwrap().len(), 7);
+        assert!(FaultKind::parse_list("kill,flood").is_err());
+    }
+}

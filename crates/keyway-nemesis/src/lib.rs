@@ -1,0 +1,72 @@
+//! The fault-injecting harness behind `keyway nemesis`.
+//!
+//! One *run* starts a real cluster as separate `keyway` processes (a
+//! metadata store, `nodes` servers, two managers), drives a recorded client
+//! workload against it, injects faults from a schedule seeded by the run's
+//! seed, heals everything, reads every key once more, stops the cluster and
+//! judges the recorded [`keyway_check::History`]. Everything it talks to is
+//! on 127.0.0.1.
+//!
+//! The seed fixes every choice the harness makes (the fault schedule, the
+//! topology churn's picks, each client's operations), so `--seed S` replays
+//! a run's schedule; the interleaving with the cluster's own timing is not
+//! reproducible and need not be: the history is the evidence.
+//!
+//! # Layout
+//! - `cluster.rs`: [`Cluster`]: the processes (spawn with each stderr to a
+//!   log file in the run's directory, wait for the ready line, `kill -9`,
+//!   restart with the same data dir and ports, SIGSTOP/SIGCONT), `keyway
+//!   ctl` calls, kill-everything-on-drop.
+//! - `resp_client.rs`: [`ClusterClient`]: a plain Redis Cluster client over
+//!   the raw RESP codec (`CLUSTER SLOTS`, `-MOVED`), telling "certainly not
+//!   applied" apart from "unknown".
+//! - `workload.rs`: the key set, the operations, the two client drivers
+//!   (the smart client and the plain one) and the recorder that turns each
+//!   operation into an [`keyway_check::Event`].
+//! - `faults.rs`: [`FaultKind`], [`Fault`], the seeded schedule, the
+//!   injectors, and the topology churn (live moves, splits, merges).
+//! - `judge.rs`: [`judge`]: the boundary where the checker plugs in.
+//! - `run.rs`: [`RunConfig`] and [`run_one`]: one whole run.
+//! - `summary.rs`: [`RunReport`] (one line per run) and [`Totals`].
+
+mod cluster;
+mod faults;
+mod judge;
+mod resp_client;
+mod run;
+mod summary;
+mod workload;
+
+pub use cluster::{Cluster, ClusterSpec, MetaKind};
+pub use faults::{ChurnKind, Fault, FaultKind, Step, schedule};
+pub use judge::{Verdict, judge};
+pub use resp_client::{ClusterClient, Exec};
+pub use run::{Progress, RunConfig, run_one};
+pub use summary::{RunReport, Totals};
+
+/// What can stop a run from being carried out (as opposed to a run that
+/// was carried out and found a violation, which is a failing [`RunReport`]).
+#[derive(Debug, thiserror::Error)]
+pub enum NemesisError {
+    #[error("harness: {0}")]
+    Harness(#[from] keyway_testkit::HarnessError),
+    #[error("{what}: {source}")]
+    Io {
+        what: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{0}")]
+    Invalid(String),
+    #[error("history: {0}")]
+    History(#[from] keyway_check::HistoryError),
+}
+
+impl NemesisError {
+    pub(crate) fn io(what: impl Into<String>, source: std::io::Error) -> Self {
+        NemesisError::Io {
+            what: what.into(),
+            source,
+        }
+    }
+}
