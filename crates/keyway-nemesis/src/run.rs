@@ -336,7 +336,7 @@ pub async fn run_one(
 
     events.sort_by_key(|e| (e.invoke_us, e.id));
     let history = History::new(events);
-    let verdict = judge(&history);
+    let (verdict, check) = judge(&history);
     let mut report = RunReport::new(seed, &history, verdict, injected, churned, migrations);
     report.final_reads = progress.final_reads.load(Relaxed);
     report.duration = started.elapsed();
@@ -385,6 +385,15 @@ pub async fn run_one(
             .map_err(|e| NemesisError::io(format!("create {}", path.display()), e))?;
         history.write_jsonl(std::io::BufWriter::new(file))?;
         report.history_file = Some(path);
+        if !report.verdict.ok {
+            // The failing key's events, cut small enough to read.
+            let options = keyway_check::CheckOptions::default();
+            match check.write_failure(&history, &options, &cfg.out, &format!("run-{seed}-failure")) {
+                Ok(Some(files)) => report.failure_file = Some(files.text),
+                Ok(None) => {}
+                Err(e) => report.failures.push(format!("writing the failing history: {e}")),
+            }
+        }
         report.kept_dir = Some(dir);
     } else {
         drop(cluster);

@@ -28,6 +28,8 @@ pub struct RunReport {
     /// Why the run failed besides the verdict (starved, did not recover, a crash).
     pub failures: Vec<String>,
     pub history_file: Option<PathBuf>,
+    /// The failing key's events, cut small (`keyway_check`'s failure file).
+    pub failure_file: Option<PathBuf>,
     pub kept_dir: Option<PathBuf>,
     pub duration: Duration,
 }
@@ -57,6 +59,7 @@ impl RunReport {
             verdict,
             failures: Vec::new(),
             history_file: None,
+            failure_file: None,
             kept_dir: None,
             duration: Duration::ZERO,
         }
@@ -126,6 +129,12 @@ impl fmt::Display for RunReport {
         }
         if let Some(h) = &self.history_file {
             write!(f, "\n    history: {}", h.display())?;
+        }
+        if let Some(h) = &self.failure_file {
+            write!(f, "\n    failing key's history: {}", h.display())?;
+        }
+        for line in self.verdict.details.lines().take(12) {
+            write!(f, "\n    {line}")?;
         }
         if let Some(d) = &self.kept_dir {
             write!(f, "\n    logs and data: {}", d.display())?;
