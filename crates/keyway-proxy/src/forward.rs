@@ -218,58 +218,6 @@ pub fn retry_safe(args: &[Bytes]) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
-
-    fn args(text: &str) -> Vec<Bytes> {
-        text.split(' ')
-            .map(|a| Bytes::copy_from_slice(a.as_bytes()))
-            .collect()
-    }
-
-    #[test]
-    fn only_idempotent_commands_are_retry_safe() {
-        for safe in [
-            "GET k",
-            "MGET a b",
-            "EXISTS a",
-            "TTL k",
-            "SET k v",
-            "set k v XX EX 10",
-            "SETEX k 10 v",
-            "MSET a 1 b 2",
-            "SETRANGE k 0 v",
-            "EXPIRE k 10",
-            "KW.SET ks k v",
-            "KW.GET ks k",
-            "KW.SCAN ks a b",
-        ] {
-            assert!(retry_safe(&args(safe)), "{safe}");
-        }
-        for unsafe_ in [
-            "INCR k",
-            "INCRBY k 2",
-            "DECR k",
-            "INCRBYFLOAT k 1.5",
-            "APPEND k v",
-            "SETNX k v",
-            "SET k v NX",
-            "SET k v get",
-            "MSETNX a 1 b 2",
-            "GETSET k v",
-            "GETDEL k",
-            "DEL k",
-            "UNLINK k",
-            "KW.DEL ks k",
-            "PERSIST k",
-            "EXPIRE k 10 NX",
-            "EXPIRE k -1",
-            "EXPIREAT k 1",
-            "NOSUCH k",
-        ] {
-            assert!(!retry_safe(&args(unsafe_)), "{unsafe_}");
-        }
-    }
-
     /// The shared list of reads is the node's: every data command without
     /// the `write` flag is retry-safe, and every listed read is such a command.
     #[test]
