@@ -34,6 +34,7 @@ pub async fn serve(
             routing: shared.routing.clone(),
             latency: shared.executor.latency().clone(),
             stats: shared.stats.clone(),
+            snapshot_hold: std::time::Duration::from_millis(shared.config.log_snapshot_hold_ms),
         },
     );
     let app = crate::peer::merge_routes(app, service);
@@ -67,6 +68,9 @@ pub fn nodelay(
 async fn metrics(State(shared): State<Arc<Shared>>) -> impl IntoResponse {
     crate::watcher::publish_gauges(&shared);
     shared.stats.publish_gauges();
+    shared
+        .log_gc
+        .observe(&*shared.engine, shared.migrations.holds().list().len());
     shared
         .metrics
         .lease_remaining_ms
@@ -102,6 +106,22 @@ pub struct Status {
     pub clients: usize,
     pub durability: crate::Durability,
     pub last_seq: u64,
+    /// The change log: retained range and size, and what holds it.
+    pub change_log: ChangeLogStatus,
+    /// Keys removed by the active expiry pass since start.
+    pub expired_keys_removed: u64,
+}
+
+/// The `change_log` field of `/status`.
+#[derive(Serialize)]
+pub struct ChangeLogStatus {
+    /// Oldest seq retained (`log_start`).
+    pub first_seq: u64,
+    pub last_seq: u64,
+    pub records: u64,
+    pub bytes: u64,
+    pub retention_bytes: u64,
+    pub holds: Vec<crate::log_gc::HoldView>,
 }
 
 async fn status(State(shared): State<Arc<Shared>>) -> impl IntoResponse {
@@ -117,5 +137,14 @@ async fn status(State(shared): State<Arc<Shared>>) -> impl IntoResponse {
         clients: shared.clients.load(std::sync::atomic::Ordering::SeqCst),
         durability: shared.config.durability,
         last_seq: shared.engine.last_seq(),
+        change_log: ChangeLogStatus {
+            first_seq: shared.engine.log_start(),
+            last_seq: shared.engine.last_seq(),
+            records: (shared.engine.last_seq() + 1).saturating_sub(shared.engine.log_start()),
+            bytes: shared.engine.log_bytes(),
+            retention_bytes: shared.config.log_retention_bytes,
+            holds: shared.migrations.holds().list(),
+        },
+        expired_keys_removed: shared.active_expiry.removed.get(),
     })
 }
