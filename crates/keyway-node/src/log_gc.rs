@@ -299,6 +299,8 @@ pub struct GcMetrics {
     pub first_seq: Gauge,
     pub last_seq: Gauge,
     pub truncated_records: Counter,
+    /// Truncation passes completed (each looks at every hold once at least).
+    pub passes: Counter,
     pub retention_failures: Counter,
     pub holds: Gauge,
 }
@@ -332,6 +334,11 @@ impl GcMetrics {
             m.truncated_records.clone(),
         );
         metrics.register(
+            "change_log_truncation_passes",
+            "Background truncation passes completed",
+            m.passes.clone(),
+        );
+        metrics.register(
             "change_log_retention_failures",
             "Log holds failed because they would keep more than log_retention_bytes",
             m.retention_failures.clone(),
@@ -360,8 +367,11 @@ impl GcMetrics {
 pub fn run(holds: &LogHolds, limits: GcLimits, metrics: &GcMetrics, stop: &AtomicBool) {
     assert!(limits.chunk_records > 0 && !limits.interval.is_zero());
     while !stop.load(Ordering::Acquire) {
-        if let Err(e) = pass(holds, limits, metrics, stop) {
-            tracing::warn!(%e, "change log truncation failed; retrying next interval");
+        match pass(holds, limits, metrics, stop) {
+            Ok(()) => {
+                metrics.passes.inc();
+            }
+            Err(e) => tracing::warn!(%e, "change log truncation failed; retrying next interval"),
         }
         metrics.observe(&*holds.engine, holds.list().len());
         let until = Instant::now() + limits.interval;
