@@ -171,6 +171,10 @@ pub struct NodeConfig {
     /// (at least 1 MiB); small memtables drop overwritten versions and free
     /// journals sooner. Applies to a new data directory.
     pub storage_max_memtable_bytes: u64,
+    /// fjall: the active journal is sealed (and deleted once flushed) past
+    /// this size, at least 1 MiB; it bounds the journal a node keeps
+    /// however little data it holds.
+    pub storage_journal_rotation_bytes: u64,
     /// Active expiry: how often a cycle runs (Redis `hz` 10 = 100 ms).
     pub active_expire_interval_ms: u64,
     /// Active expiry: keys examined per step of a cycle.
@@ -223,6 +227,7 @@ impl Default for NodeConfig {
             log_snapshot_hold_ms: 60_000,
             storage_max_journal_bytes: MIN_JOURNAL_BYTES,
             storage_max_memtable_bytes: 4 * 1024 * 1024,
+            storage_journal_rotation_bytes: 8 * 1024 * 1024,
             active_expire_interval_ms: 100,
             active_expire_scan_keys: 200,
             active_expire_cycle_budget_ms: 25,
@@ -274,11 +279,17 @@ impl NodeConfig {
             ("stats_scan_chunk_keys", self.stats_scan_chunk_keys as u64),
             ("map_history_versions", self.map_history_versions as u64),
             ("log_truncate_interval_ms", self.log_truncate_interval_ms),
-            ("log_truncate_chunk_records", self.log_truncate_chunk_records),
+            (
+                "log_truncate_chunk_records",
+                self.log_truncate_chunk_records,
+            ),
             ("log_retention_bytes", self.log_retention_bytes),
             ("log_snapshot_hold_ms", self.log_snapshot_hold_ms),
             ("active_expire_interval_ms", self.active_expire_interval_ms),
-            ("active_expire_scan_keys", self.active_expire_scan_keys as u64),
+            (
+                "active_expire_scan_keys",
+                self.active_expire_scan_keys as u64,
+            ),
             (
                 "active_expire_cycle_budget_ms",
                 self.active_expire_cycle_budget_ms,
@@ -294,6 +305,9 @@ impl NodeConfig {
         }
         if self.storage_max_memtable_bytes < 1024 * 1024 {
             return Err("storage_max_memtable_bytes must be at least 1048576".into());
+        }
+        if self.storage_journal_rotation_bytes < 1024 * 1024 {
+            return Err("storage_journal_rotation_bytes must be at least 1048576".into());
         }
         if self.log_truncate_chunk_records > 1_000_000 {
             return Err("log_truncate_chunk_records must be at most 1000000".into());

@@ -177,7 +177,9 @@ impl LogHolds {
             return;
         }
         let now = Instant::now();
-        inner.entries.retain(|_, e| e.expires.is_none_or(|t| t > now));
+        inner
+            .entries
+            .retain(|_, e| e.expires.is_none_or(|t| t > now));
         let leases = inner
             .entries
             .values()
@@ -245,7 +247,9 @@ impl LogHolds {
     fn truncate_chunk(&self, chunk: u64) -> Result<bool, keyway_storage::StorageError> {
         let mut inner = self.lock();
         let now = Instant::now();
-        inner.entries.retain(|_, e| e.expires.is_none_or(|t| t > now));
+        inner
+            .entries
+            .retain(|_, e| e.expires.is_none_or(|t| t > now));
         let head = self.engine.last_seq();
         let keep_from = Self::min_of(&inner, now).map_or(head + 1, |(_, s)| s.min(head + 1));
         let start = self.engine.log_start();
@@ -355,7 +359,8 @@ impl GcMetrics {
     pub fn observe(&self, engine: &dyn Engine, holds: usize) {
         let (first, last) = (engine.log_start(), engine.last_seq());
         self.log_bytes.set(engine.log_bytes() as i64);
-        self.log_records.set((last + 1).saturating_sub(first) as i64);
+        self.log_records
+            .set((last + 1).saturating_sub(first) as i64);
         self.first_seq.set(first as i64);
         self.last_seq.set(last as i64);
         self.holds.set(holds as i64);

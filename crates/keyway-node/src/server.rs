@@ -106,7 +106,10 @@ pub struct Node {
     shutdown: watch::Sender<bool>,
     tasks: JoinSet<()>,
     /// The change-log truncator's thread and its stop flag.
-    log_gc: Option<(Arc<std::sync::atomic::AtomicBool>, std::thread::JoinHandle<()>)>,
+    log_gc: Option<(
+        Arc<std::sync::atomic::AtomicBool>,
+        std::thread::JoinHandle<()>,
+    )>,
 }
 
 impl Node {
@@ -317,11 +320,12 @@ async fn open_engine(config: &NodeConfig) -> Result<Arc<dyn Engine>, NodeError> 
             let opts = FjallOptions {
                 max_journaling_size_bytes: Some(config.storage_max_journal_bytes),
                 max_memtable_bytes: Some(config.storage_max_memtable_bytes),
+                journal_rotation_bytes: Some(config.storage_journal_rotation_bytes),
                 ..FjallOptions::default()
             };
             let engine = tokio::task::spawn_blocking(move || FjallEngine::open(&dir, opts))
-            .await
-            .map_err(|e| NodeError::Config(format!("engine open task failed: {e}")))??;
+                .await
+                .map_err(|e| NodeError::Config(format!("engine open task failed: {e}")))??;
             Ok(Arc::new(engine))
         }
     }

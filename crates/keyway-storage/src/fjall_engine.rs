@@ -43,9 +43,10 @@
 //!   the journals exceed `max_journaling_size_bytes`), and (c) the log's
 //!   tombstones are compacted away ([`Engine::reclaim_space`] major-compacts
 //!   the small log keyspace after every `LOG_COMPACT_RECORDS` truncated
-//!   records). fjall rotates the active journal only once it is past 64 MB
-//!   (a fixed threshold in fjall 3.1), so each node keeps up to ~64 MB of
-//!   journal however little it holds.
+//!   records). The active journal is sealed only once it is past
+//!   `journal_rotation_bytes` (upstream fjall 3.1 fixes that at 64 MB;
+//!   Keyway's patch in `vendor/fjall` makes it a setting), so each node
+//!   keeps up to about that much journal however little it holds.
 //! * Writes are serialised by an engine mutex (seq assignment, read-modify-write
 //!   of `SetExpiry` and foreign records); `persist` holds fjall's journal lock
 //!   while it fsyncs, so applies wait for a concurrent `sync`.
@@ -99,6 +100,11 @@ pub struct FjallOptions {
     /// keyspaces created by this open (fjall keeps an existing keyspace's
     /// setting). Must be >= 1 MiB.
     pub max_memtable_bytes: Option<u64>,
+    /// Size past which the active journal is sealed so it can be deleted
+    /// once flushed; `None` = 64 MB (upstream fjall's fixed value; the
+    /// setting comes from Keyway's fjall patch, `vendor/fjall`). Must be
+    /// >= 1 MiB.
+    pub journal_rotation_bytes: Option<u64>,
     /// Delete the directory when the engine is dropped (tests). Default `false`.
     pub temporary: bool,
 }
@@ -110,6 +116,7 @@ impl Default for FjallOptions {
             worker_threads: None,
             max_journaling_size_bytes: None,
             max_memtable_bytes: None,
+            journal_rotation_bytes: None,
             temporary: false,
         }
     }
@@ -123,6 +130,7 @@ impl FjallOptions {
             worker_threads: Some(1),
             max_journaling_size_bytes: None,
             max_memtable_bytes: None,
+            journal_rotation_bytes: None,
             temporary: true,
         }
     }
@@ -184,6 +192,13 @@ impl FjallEngine {
                 "max_memtable_bytes must be >= 1 MiB",
             ));
         }
+        if let Some(r) = opts.journal_rotation_bytes
+            && r < 1024 * 1024
+        {
+            return Err(StorageError::InvalidArgument(
+                "journal_rotation_bytes must be >= 1 MiB",
+            ));
+        }
         if opts.worker_threads == Some(0) {
             return Err(StorageError::InvalidArgument("worker_threads must be >= 1"));
         }
@@ -197,6 +212,9 @@ impl FjallEngine {
         }
         if let Some(j) = opts.max_journaling_size_bytes {
             builder = builder.max_journaling_size(j);
+        }
+        if let Some(r) = opts.journal_rotation_bytes {
+            builder = builder.journal_rotation_size(r);
         }
         let db = builder.open()?;
         let ks_opts = || {

@@ -64,6 +64,10 @@ pub struct NodeFlags {
     /// 4 MiB, at least 1 MiB).
     #[arg(long)]
     storage_max_memtable_bytes: Option<u64>,
+    /// fjall: seal the active journal past this size so it can be deleted
+    /// once flushed (default 8 MiB, at least 1 MiB).
+    #[arg(long)]
+    storage_journal_rotation_bytes: Option<u64>,
     /// Active expiry: run a cycle this often, Redis `hz` (default 100 = hz 10).
     #[arg(long)]
     active_expire_interval_ms: Option<u64>,
@@ -101,6 +105,7 @@ impl NodeFlags {
             log_retention_bytes,
             storage_max_journal_bytes,
             storage_max_memtable_bytes,
+            storage_journal_rotation_bytes,
             active_expire_interval_ms
         );
         if self.requirepass.is_some() {

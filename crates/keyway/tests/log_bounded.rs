@@ -88,15 +88,16 @@ async fn truncation_advances_log_start_without_migrations_and_stops_at_a_hold() 
     let from = engine.last_seq() + 1;
     let hold = holds.hold("test", from, Box::new(|_| {})).unwrap();
     for i in 0..300 {
-        kv.set(format!("k{}", i % 3).as_bytes(), b"w").await.unwrap();
+        kv.set(format!("k{}", i % 3).as_bytes(), b"w")
+            .await
+            .unwrap();
     }
     two_passes(&c, 0).await;
     assert_eq!(engine.log_start(), from, "the hold's records stay");
     assert_eq!(engine.changes_since(from - 1, 1000).unwrap().len(), 300);
-    let status: Value = serde_json::from_str(
-        &common::http_get(admin_port(&c, 0), "/status").expect("/status"),
-    )
-    .unwrap();
+    let status: Value =
+        serde_json::from_str(&common::http_get(admin_port(&c, 0), "/status").expect("/status"))
+            .unwrap();
     assert_eq!(status["change_log"]["first_seq"], from);
     assert_eq!(status["change_log"]["holds"][0]["name"], "test");
     assert!(status["change_log"]["bytes"].as_u64().unwrap() >= 300 * 8);
@@ -139,8 +140,7 @@ async fn ctl(meta: &str, args: &[&str]) -> (bool, String) {
         .unwrap();
     (
         out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned()
-            + &String::from_utf8_lossy(&out.stderr),
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr),
     )
 }
 
@@ -184,15 +184,7 @@ async fn a_migration_that_falls_behind_aborts_with_log_retention_exceeded() {
         tokio::spawn(async move {
             ctl(
                 &meta,
-                &[
-                    "move",
-                    &pid,
-                    "--to",
-                    &to,
-                    "--wait",
-                    "--timeout-secs",
-                    "60",
-                ],
+                &["move", &pid, "--to", &to, "--wait", "--timeout-secs", "60"],
             )
             .await
         })
@@ -229,7 +221,10 @@ async fn a_migration_that_falls_behind_aborts_with_log_retention_exceeded() {
         "move output: {out}\nmigrations: {migrations}"
     );
     assert!(
-        holds.list().iter().all(|h| !h.name.starts_with("migration")),
+        holds
+            .list()
+            .iter()
+            .all(|h| !h.name.starts_with("migration")),
         "the hold was released"
     );
     let engine = c.node(source).unwrap().shared().engine.clone();
@@ -237,7 +232,15 @@ async fn a_migration_that_falls_behind_aborts_with_log_retention_exceeded() {
         (engine.log_bytes() <= 64 * 1024).then_some(())
     })
     .await;
-    assert!(c.node(source).unwrap().shared().log_gc.retention_failures.get() >= 1);
+    assert!(
+        c.node(source)
+            .unwrap()
+            .shared()
+            .log_gc
+            .retention_failures
+            .get()
+            >= 1
+    );
     // Nothing was lost at the source, which still owns the partition.
     assert_eq!(
         c.map().await.unwrap().partitions[&p.id].owner,
@@ -252,7 +255,10 @@ async fn a_migration_that_falls_behind_aborts_with_log_retention_exceeded() {
 async fn stored(engine: &Arc<dyn keyway_storage::Engine>) -> u64 {
     let engine = engine.clone();
     tokio::task::spawn_blocking(move || {
-        let all = KeyRange::new(Bytes::from_static(&[0, 0, 0, 0]), Some(Bytes::from_static(&[0, 0, 0, 1])));
+        let all = KeyRange::new(
+            Bytes::from_static(&[0, 0, 0, 0]),
+            Some(Bytes::from_static(&[0, 0, 0, 1])),
+        );
         let mut n = 0;
         let mut after: Option<Bytes> = None;
         loop {
@@ -306,7 +312,10 @@ async fn active_expiry_removes_keys_nobody_reads_as_logged_deletes() {
         (stored(&engine).await == 1).then_some(())
     })
     .await;
-    assert_eq!(kv.get(b"persistent").await.unwrap(), Some(Bytes::from_static(b"stays")));
+    assert_eq!(
+        kv.get(b"persistent").await.unwrap(),
+        Some(Bytes::from_static(b"stays"))
+    );
     assert!(shared.active_expiry.removed.get() >= 4 * ROUND);
     let deletes = engine
         .changes_since(hold.needed() - 1, 100_000)
@@ -352,8 +361,10 @@ fn overwrites() -> u64 {
 
 const MB: u64 = 1024 * 1024;
 
-/// Pipelines `n` SETs of 100-byte values onto `key` at `port`, `depth` at a time.
-fn overwrite(port: u16, key: &str, n: u64, seed: u64, done: &AtomicU64) {
+/// Pipelines `n` SETs of 100-byte values onto `key` at `port`, `depth` at a
+/// time; returns each batch's round trip.
+fn overwrite(port: u16, key: &str, n: u64, seed: u64, done: &AtomicU64) -> Vec<Duration> {
+    let mut rtts = Vec::new();
     let mut conn = Resp::connect(port);
     let mut rng = seed | 1;
     let depth = 256;
@@ -377,20 +388,28 @@ fn overwrite(port: u16, key: &str, n: u64, seed: u64, done: &AtomicU64) {
             ]);
             encode(&frame, Protocol::Resp2, &mut out);
         }
+        let sent_at = Instant::now();
         conn.stream.write_all(&out).unwrap();
         for _ in 0..batch {
             assert_eq!(conn.read_reply().unwrap(), Frame::Simple("OK".into()));
         }
+        rtts.push(sent_at.elapsed());
         sent += batch;
         done.fetch_add(batch, Ordering::Relaxed);
     }
+    rtts
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn overwrites_of_three_keys_leave_the_data_directories_small() {
     let n = overwrites();
     let dir = tempfile::tempdir().unwrap();
-    let spec = spec(dir.path(), 3);
+    let mut spec = spec(dir.path(), 3);
+    // For comparing the foreground effect: KEYWAY_TEST_TRUNCATE_MS=3600000
+    // keeps the truncator idle during the run (the size bounds then fail).
+    if let Ok(ms) = std::env::var("KEYWAY_TEST_TRUNCATE_MS") {
+        spec.node.log_truncate_interval_ms = ms.parse().expect("KEYWAY_TEST_TRUNCATE_MS");
+    }
     let c = LocalCluster::start(spec).await.unwrap();
     c.wait_serving(DEADLINE).await.unwrap();
     let map = c.map().await.unwrap();
@@ -401,7 +420,13 @@ async fn overwrites_of_three_keys_leave_the_data_directories_small() {
             let p = map
                 .locate_slot(DEFAULT_KEYSPACE, key_hash_slot(k.as_bytes()))
                 .unwrap();
-            map.nodes[&p.owner].resp_addr.rsplit_once(':').unwrap().1.parse().unwrap()
+            map.nodes[&p.owner]
+                .resp_addr
+                .rsplit_once(':')
+                .unwrap()
+                .1
+                .parse()
+                .unwrap()
         })
         .collect();
     let data = dir.path().to_path_buf();
@@ -431,11 +456,15 @@ async fn overwrites_of_three_keys_leave_the_data_directories_small() {
         })
         .collect();
     let writers = tokio::task::spawn_blocking(move || {
-        for w in writers {
-            w.join().unwrap();
-        }
+        let mut all: Vec<Duration> = writers
+            .into_iter()
+            .flat_map(|w| w.join().unwrap())
+            .collect();
+        all.sort();
+        all
     });
-    writers.await.unwrap();
+    let rtts = writers.await.unwrap();
+    let p99 = rtts[(rtts.len() * 99 / 100).min(rtts.len() - 1)];
     let took = started.elapsed();
     assert_eq!(done.load(Ordering::Relaxed), n);
     stop.store(true, Ordering::Release);
@@ -444,21 +473,24 @@ async fn overwrites_of_three_keys_leave_the_data_directories_small() {
         .unwrap();
     // Settled: every node's log truncated to its head and the directories
     // under the bound.
-    let heads: Vec<u64> = (0..3).map(|i| c.node(i).unwrap().shared().engine.last_seq()).collect();
+    let heads: Vec<u64> = (0..3)
+        .map(|i| c.node(i).unwrap().shared().engine.last_seq())
+        .collect();
     let settle = Instant::now();
     let after = eventually("the data directories to shrink", || {
         let data = data.clone();
         let c = &c;
         let heads = heads.clone();
         async move {
-            let truncated = (0..3).all(|i| c.node(i).unwrap().shared().engine.log_start() > heads[i]);
+            let truncated =
+                (0..3).all(|i| c.node(i).unwrap().shared().engine.log_start() > heads[i]);
             let size = du(&data);
             (truncated && size < 64 * MB).then_some(size)
         }
     })
     .await;
     println!(
-        "{n} overwrites in {took:?} ({:.0}/s): data directories {} KiB before, {} KiB max during, {} KiB after settling ({:?})",
+        "{n} overwrites in {took:?} ({:.0}/s, p99 of a 256-SET pipeline {p99:?}): data directories {} KiB before, {} KiB max during, {} KiB after settling ({:?})",
         n as f64 / took.as_secs_f64(),
         before / 1024,
         during / 1024,

@@ -576,12 +576,10 @@ impl peer_server::Peer for PeerService {
     ) -> Result<Response<pb::LastSeqResponse>, Status> {
         // A node keeps the records after this seq for a while: a migration's
         // catch-up starts after it once its push registers (`crate::log_gc`).
-        let holds = self.node.as_ref().map(|n| {
-            (
-                n.migrations.holds().clone(),
-                n.snapshot_hold,
-            )
-        });
+        let holds = self
+            .node
+            .as_ref()
+            .map(|n| (n.migrations.holds().clone(), n.snapshot_hold));
         let (seq, log_start) = self
             .blocking(move |e| {
                 let seq = e.last_seq();
