@@ -161,9 +161,22 @@ async fn cycle(
             .active_expiry
             .examined
             .inc_by(chunk.entries.len() as u64);
-        for key in &expired {
-            let Some(routing) = routing else { break };
-            if delete_if_expired(shared, key.clone(), routing).await {
+        // Queue every deletion first: each storage thread then commits
+        // them as one group (one fsync), not one fsync per key.
+        let mut pending = Vec::with_capacity(expired.len());
+        if let Some(routing) = routing {
+            for key in &expired {
+                let Some(shard) = user_key(key, routing).map(key_hash_slot) else {
+                    continue;
+                };
+                let task = expire_task(shared.clone(), key.clone(), routing);
+                if let Ok(rx) = shared.executor.submit(shard, task).await {
+                    pending.push(rx);
+                }
+            }
+        }
+        for rx in pending {
+            if matches!(rx.await, Ok(Frame::Integer(1))) {
                 removed += 1;
                 shared.active_expiry.removed.inc();
             }
@@ -177,16 +190,6 @@ async fn cycle(
         }
     }
     Ok(removed)
-}
-
-/// Deletes `key` (a storage key) on its storage thread if it is still
-/// expired and this node may write it now; whether it did.
-async fn delete_if_expired(shared: &Arc<Shared>, key: Bytes, routing: KeyRouting) -> bool {
-    let Some(shard) = user_key(&key, routing).map(key_hash_slot) else {
-        return false;
-    };
-    let task = expire_task(shared.clone(), key, routing);
-    matches!(shared.executor.run(shard, task).await, Frame::Integer(1))
 }
 
 /// The user key inside a storage key (`be32(keyspace) ++ [be16 slot] ++ key`).

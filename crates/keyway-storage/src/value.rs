@@ -456,6 +456,7 @@ mod tests {
     use super::*;
 
     fn roundtrip(m: Mutation) {
+        assert_eq!(m.encoded_len(), m.encode().len(), "{m:?}");
         let enc = Bytes::from(m.encode());
         assert_eq!(Mutation::decode(&enc).unwrap(), m);
         let rec = ChangeRecord {
