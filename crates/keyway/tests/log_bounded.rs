@@ -102,6 +102,8 @@ async fn truncation_advances_log_start_without_migrations_and_stops_at_a_hold() 
     assert_eq!(status["change_log"]["first_seq"], from);
     assert_eq!(status["change_log"]["holds"][0]["name"], "test");
     assert!(status["change_log"]["bytes"].as_u64().unwrap() >= 300 * 8);
+    let (ok, out) = ctl(&c.meta_url(), &["changelog"]).await;
+    assert!(ok && out.contains(&format!("test@{from}")), "{out}");
 
     hold.advance(from + 100);
     eventually("log_start at the advanced hold", || async {
