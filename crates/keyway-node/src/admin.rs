@@ -51,6 +51,7 @@ pub async fn serve(
                     Box::pin(async move { shared.executor.submit_node_wide(task).await })
                 })
             },
+            snapshot_hold: std::time::Duration::from_millis(shared.config.log_snapshot_hold_ms),
         },
     );
     let app = crate::peer::merge_routes(app, service);
@@ -84,6 +85,9 @@ pub fn nodelay(
 async fn metrics(State(shared): State<Arc<Shared>>) -> impl IntoResponse {
     crate::watcher::publish_gauges(&shared);
     shared.stats.publish_gauges();
+    shared
+        .log_gc
+        .observe(&*shared.engine, shared.migrations.holds().list().len());
     shared
         .metrics
         .lease_remaining_ms
@@ -127,6 +131,10 @@ pub struct Status {
     pub storage: String,
     /// Started with `fault_injection` (testing only).
     pub fault_injection: bool,
+    /// The change log: retained range and size, and what holds it.
+    pub change_log: ChangeLogStatus,
+    /// Keys removed by the active expiry pass since start.
+    pub expired_keys_removed: u64,
 }
 
 /// One incoming migration in `/status`.
@@ -135,6 +143,18 @@ pub struct ReceivingView {
     pub migration: u64,
     pub partition: u64,
     pub epoch: u64,
+}
+
+/// The `change_log` field of `/status`.
+#[derive(Serialize)]
+pub struct ChangeLogStatus {
+    /// Oldest seq retained (`log_start`).
+    pub first_seq: u64,
+    pub last_seq: u64,
+    pub records: u64,
+    pub bytes: u64,
+    pub retention_bytes: u64,
+    pub holds: Vec<crate::log_gc::HoldView>,
 }
 
 async fn status(State(shared): State<Arc<Shared>>) -> impl IntoResponse {
@@ -163,6 +183,15 @@ async fn status(State(shared): State<Arc<Shared>>) -> impl IntoResponse {
             .collect(),
         storage: shared.storage_health.status(),
         fault_injection: shared.faults.is_some(),
+        change_log: ChangeLogStatus {
+            first_seq: shared.engine.log_start(),
+            last_seq: shared.engine.last_seq(),
+            records: (shared.engine.last_seq() + 1).saturating_sub(shared.engine.log_start()),
+            bytes: shared.engine.log_bytes(),
+            retention_bytes: shared.config.log_retention_bytes,
+            holds: shared.migrations.holds().list(),
+        },
+        expired_keys_removed: shared.active_expiry.removed.get(),
     })
 }
 

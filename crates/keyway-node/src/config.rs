@@ -9,6 +9,9 @@ use std::str::FromStr;
 /// The largest `map_history_versions` accepted.
 pub const MAX_MAP_HISTORY_VERSIONS: usize = 1_000_000;
 
+/// fjall's smallest journal size cap (`max_journaling_size`).
+pub const MIN_JOURNAL_BYTES: u64 = 64 * 1024 * 1024;
+
 /// When an acknowledged write is durable.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -156,6 +159,36 @@ pub struct NodeConfig {
     /// admin port (`POST /fault/fsync-fail`, `POST /fault/heal`, `GET /fault`).
     /// Never on in production.
     pub fault_injection: bool,
+    /// Change log: how often the background truncator drops the records no
+    /// migration (or replica) still needs.
+    pub log_truncate_interval_ms: u64,
+    /// Change log: records dropped per truncation step (one engine batch);
+    /// small steps keep each step short next to foreground writes.
+    pub log_truncate_chunk_records: u64,
+    /// Change log: most bytes the log may keep for a migration that fell
+    /// behind; past it that migration's push fails ("log retention
+    /// exceeded") and its hold is released.
+    pub log_retention_bytes: u64,
+    /// Change log: how long a `LastSeq` answer (a migration's snapshot seq)
+    /// keeps the records after it, until the migration's push holds them.
+    pub log_snapshot_hold_ms: u64,
+    /// fjall: total journal size past which memtables are flushed so old
+    /// journals can be deleted (fjall's minimum is 64 MiB).
+    pub storage_max_journal_bytes: u64,
+    /// fjall: memtable size per keyspace before it is flushed to a table
+    /// (at least 1 MiB); small memtables drop overwritten versions and free
+    /// journals sooner. Applies to a new data directory.
+    pub storage_max_memtable_bytes: u64,
+    /// fjall: the active journal is sealed (and deleted once flushed) past
+    /// this size, at least 1 MiB; it bounds the journal a node keeps
+    /// however little data it holds.
+    pub storage_journal_rotation_bytes: u64,
+    /// Active expiry: how often a cycle runs (Redis `hz` 10 = 100 ms).
+    pub active_expire_interval_ms: u64,
+    /// Active expiry: keys examined per step of a cycle.
+    pub active_expire_scan_keys: usize,
+    /// Active expiry: longest one cycle may run (at most the interval).
+    pub active_expire_cycle_budget_ms: u64,
 }
 
 impl Default for NodeConfig {
@@ -197,6 +230,16 @@ impl Default for NodeConfig {
             stats_scan_chunk_keys: 1_000,
             map_history_versions: crate::map_history::DEFAULT_MAP_HISTORY_VERSIONS,
             fault_injection: false,
+            log_truncate_interval_ms: 1_000,
+            log_truncate_chunk_records: 4_096,
+            log_retention_bytes: 1024 * 1024 * 1024,
+            log_snapshot_hold_ms: 60_000,
+            storage_max_journal_bytes: MIN_JOURNAL_BYTES,
+            storage_max_memtable_bytes: 4 * 1024 * 1024,
+            storage_journal_rotation_bytes: 8 * 1024 * 1024,
+            active_expire_interval_ms: 100,
+            active_expire_scan_keys: 200,
+            active_expire_cycle_budget_ms: 25,
         }
     }
 }
@@ -244,9 +287,48 @@ impl NodeConfig {
             ("stats_scan_interval_ms", self.stats_scan_interval_ms),
             ("stats_scan_chunk_keys", self.stats_scan_chunk_keys as u64),
             ("map_history_versions", self.map_history_versions as u64),
+            ("log_truncate_interval_ms", self.log_truncate_interval_ms),
+            (
+                "log_truncate_chunk_records",
+                self.log_truncate_chunk_records,
+            ),
+            ("log_retention_bytes", self.log_retention_bytes),
+            ("log_snapshot_hold_ms", self.log_snapshot_hold_ms),
+            ("active_expire_interval_ms", self.active_expire_interval_ms),
+            (
+                "active_expire_scan_keys",
+                self.active_expire_scan_keys as u64,
+            ),
+            (
+                "active_expire_cycle_budget_ms",
+                self.active_expire_cycle_budget_ms,
+            ),
         ];
         if let Some((name, _)) = positive.iter().find(|(_, v)| *v == 0) {
             return Err(format!("{name} must be greater than 0"));
+        }
+        if self.storage_max_journal_bytes < MIN_JOURNAL_BYTES {
+            return Err(format!(
+                "storage_max_journal_bytes must be at least {MIN_JOURNAL_BYTES} (fjall's minimum)"
+            ));
+        }
+        if self.storage_max_memtable_bytes < 1024 * 1024 {
+            return Err("storage_max_memtable_bytes must be at least 1048576".into());
+        }
+        if self.storage_journal_rotation_bytes < 1024 * 1024 {
+            return Err("storage_journal_rotation_bytes must be at least 1048576".into());
+        }
+        if self.log_truncate_chunk_records > 1_000_000 {
+            return Err("log_truncate_chunk_records must be at most 1000000".into());
+        }
+        if self.active_expire_cycle_budget_ms > self.active_expire_interval_ms {
+            return Err(format!(
+                "active_expire_cycle_budget_ms ({}) must be at most active_expire_interval_ms ({})",
+                self.active_expire_cycle_budget_ms, self.active_expire_interval_ms
+            ));
+        }
+        if self.active_expire_scan_keys > 100_000 {
+            return Err("active_expire_scan_keys must be at most 100000".into());
         }
         if self.executor_threads > 256 {
             return Err("executor_threads must be at most 256".into());
@@ -316,6 +398,26 @@ impl NodeConfig {
         }
     }
 
+    /// The change-log truncator's limits.
+    pub fn gc_limits(&self) -> crate::log_gc::GcLimits {
+        use std::time::Duration;
+        crate::log_gc::GcLimits {
+            interval: Duration::from_millis(self.log_truncate_interval_ms),
+            chunk_records: self.log_truncate_chunk_records,
+            retention_bytes: self.log_retention_bytes,
+        }
+    }
+
+    /// The active expiry cycle's limits.
+    pub fn expire_limits(&self) -> crate::active_expire::ExpireLimits {
+        use std::time::Duration;
+        crate::active_expire::ExpireLimits {
+            interval: Duration::from_millis(self.active_expire_interval_ms),
+            scan_keys: self.active_expire_scan_keys,
+            cycle_budget: Duration::from_millis(self.active_expire_cycle_budget_ms),
+        }
+    }
+
     /// The RESP protocol limits derived from this configuration.
     pub fn resp_limits(&self) -> keyway_resp::Limits {
         keyway_resp::Limits {
@@ -382,6 +484,31 @@ mod tests {
                 ..NodeConfig::default()
             };
             assert!(c.validate().unwrap_err().contains("map_history_versions"));
+        }
+        for (c, name) in [
+            (
+                NodeConfig {
+                    log_retention_bytes: 0,
+                    ..NodeConfig::default()
+                },
+                "log_retention_bytes",
+            ),
+            (
+                NodeConfig {
+                    storage_max_journal_bytes: 1024,
+                    ..NodeConfig::default()
+                },
+                "storage_max_journal_bytes",
+            ),
+            (
+                NodeConfig {
+                    active_expire_cycle_budget_ms: 500,
+                    ..NodeConfig::default()
+                },
+                "active_expire_cycle_budget_ms",
+            ),
+        ] {
+            assert!(c.validate().unwrap_err().contains(name), "{name}");
         }
         assert!("sometimes".parse::<Durability>().is_err());
         assert_eq!("group".parse::<Durability>(), Ok(Durability::Group));

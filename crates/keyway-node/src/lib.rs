@@ -39,10 +39,14 @@
 //! - `kw/`: the keyspace commands `KW.GET`/`KW.SET`/`KW.DEL`/`KW.SCAN` (any
 //!   keyspace by name), the ordered cross-partition `KW.SCAN` walk and the
 //!   `RangeScan` Peer call it uses.
+//! - `log_gc.rs`: the change log stays bounded: log holds (what migrations
+//!   still need) and the background truncator with its retention limit.
+//! - `active_expire.rs`: the background active expiry cycle.
 //! - `metrics.rs`: Prometheus metrics.
 //! - `storage_health.rs`: fail-stop after an fsync failure (the latch, the engine wrapper).
 //! - `clock.rs`: the clock trait (wall and monotonic time), for simulation.
 
+pub mod active_expire;
 pub mod admin;
 pub mod clock;
 pub mod cluster_cmd;
@@ -53,6 +57,7 @@ pub mod db;
 pub mod executor;
 pub mod kw;
 pub mod lease;
+pub mod log_gc;
 pub mod map_history;
 pub mod metrics;
 pub mod migrate;

@@ -67,6 +67,10 @@ pub struct Shared {
     /// The migrations this node is the source of.
     pub migrations: Arc<Migrations>,
     pub metrics: Arc<Metrics>,
+    /// The change-log truncator's metrics.
+    pub log_gc: crate::log_gc::GcMetrics,
+    /// The active expiry cycle's metrics.
+    pub active_expiry: crate::active_expire::ExpiryMetrics,
     /// Per-partition load statistics (rates, hot keys, sizes, split keys).
     pub stats: Arc<crate::stats::Stats>,
     pub clock: Arc<dyn Clock>,
@@ -108,6 +112,11 @@ pub struct Node {
     shared: Arc<Shared>,
     shutdown: watch::Sender<bool>,
     tasks: JoinSet<()>,
+    /// The change-log truncator's thread and its stop flag.
+    log_gc: Option<(
+        Arc<std::sync::atomic::AtomicBool>,
+        std::thread::JoinHandle<()>,
+    )>,
 }
 
 impl Node {
@@ -186,13 +195,17 @@ impl Node {
             routing.subscribe(),
             metrics.clone(),
         );
+        let holds = crate::log_gc::LogHolds::new(engine.clone());
         let migrations = Arc::new(Migrations::new(
             engine.clone(),
             routing.clone(),
             metrics.clone(),
             executor.latency().clone(),
             config.role_limits(),
+            holds.clone(),
         ));
+        let log_gc = crate::log_gc::GcMetrics::register(&metrics);
+        let active_expiry = crate::active_expire::ExpiryMetrics::register(&metrics);
         let stats = Arc::new(crate::stats::Stats::new(
             me,
             routing.clone(),
@@ -219,6 +232,8 @@ impl Node {
             executor,
             migrations,
             metrics,
+            log_gc,
+            active_expiry,
             clock,
             meta,
             keyspace: Keyspace {
@@ -242,6 +257,20 @@ impl Node {
         ));
         tasks.spawn(wake_held(shared.clone(), shutdown_rx.clone()));
         tasks.spawn(shared.stats.clone().run(shutdown_rx.clone()));
+        tasks.spawn(crate::active_expire::run(
+            shared.clone(),
+            shared.config.expire_limits(),
+            shutdown_rx.clone(),
+        ));
+        let gc_stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let gc_thread = {
+            let (stop, limits) = (gc_stop.clone(), shared.config.gc_limits());
+            let metrics = shared.log_gc.clone();
+            std::thread::Builder::new()
+                .name("kw-log-gc".into())
+                .spawn(move || crate::log_gc::run(&holds, limits, &metrics, &stop))
+                .map_err(|e| NodeError::Config(format!("cannot start the log truncator: {e}")))?
+        };
         tasks.spawn(crate::admin::serve(
             shared.clone(),
             admin_listener,
@@ -253,6 +282,7 @@ impl Node {
             shared,
             shutdown,
             tasks,
+            log_gc: Some((gc_stop, gc_thread)),
         })
     }
 
@@ -299,12 +329,26 @@ impl Node {
     pub async fn shutdown(mut self) {
         let _ = self.shutdown.send(true);
         while self.tasks.join_next().await.is_some() {}
+        if let Some((stop, thread)) = self.log_gc.take() {
+            stop.store(true, Ordering::Release);
+            let _ = tokio::task::spawn_blocking(move || thread.join()).await;
+        }
         let shared = self.shared.clone();
         let _ = tokio::task::spawn_blocking(move || shared.executor.shutdown()).await;
         crate::lease::release(&self.shared).await;
         let engine = self.shared.engine.clone();
         let _ = tokio::task::spawn_blocking(move || engine.sync()).await;
         tracing::info!(node = %self.shared.me, "node stopped");
+    }
+}
+
+impl Drop for Node {
+    /// A node dropped without [`Node::shutdown`] still stops its truncator
+    /// (the thread ends within one sleep step).
+    fn drop(&mut self) {
+        if let Some((stop, _)) = &self.log_gc {
+            stop.store(true, Ordering::Release);
+        }
     }
 }
 
@@ -320,6 +364,9 @@ async fn open_engine(config: &NodeConfig) -> Result<Arc<dyn Engine>, NodeError> 
                     config.durability,
                     Durability::Periodic | Durability::None
                 ),
+                max_journaling_size_bytes: Some(config.storage_max_journal_bytes),
+                max_memtable_bytes: Some(config.storage_max_memtable_bytes),
+                journal_rotation_bytes: Some(config.storage_journal_rotation_bytes),
                 ..FjallOptions::default()
             };
             let engine = tokio::task::spawn_blocking(move || FjallEngine::open(&dir, options))

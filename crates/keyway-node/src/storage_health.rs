@@ -142,6 +142,15 @@ impl Engine for FailStopEngine {
         self.inner.log_start()
     }
 
+    fn log_bytes(&self) -> u64 {
+        self.inner.log_bytes()
+    }
+
+    fn reclaim_space(&self) -> Result<(), StorageError> {
+        self.health.check()?;
+        self.inner.reclaim_space()
+    }
+
     fn truncate_log(&self, upto: Seq) -> Result<(), StorageError> {
         self.health.check()?;
         self.inner.truncate_log(upto)

@@ -81,6 +81,20 @@ pub trait Engine: Send + Sync + 'static {
     /// `log_start() == upto + 1`.
     fn truncate_log(&self, upto: Seq) -> Result<(), StorageError>;
 
+    /// Bytes of the change records still retained (`log_start..=last_seq`):
+    /// for each, 8 (its seq) plus its encoded mutation. Kept as a counter,
+    /// so O(1); the node's log retention limit is checked against it.
+    fn log_bytes(&self) -> u64;
+
+    /// Gives disk space back after truncations and overwrites, where the
+    /// engine needs a nudge for that (fjall: flush the memtables that pin
+    /// a sealed journal, compact the log's tombstones away). Blocking,
+    /// bounded work; called now and then from a background thread, never
+    /// from the write path. Engines with nothing to reclaim do nothing.
+    fn reclaim_space(&self) -> Result<(), StorageError> {
+        Ok(())
+    }
+
     /// Deletes up to `limit` entries of `range` **without** writing change
     /// records or consuming seqs (local cleanup of a range this node no longer
     /// owns; a replica of this node must run the same cleanup). Removes values

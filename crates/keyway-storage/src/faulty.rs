@@ -307,6 +307,15 @@ impl Engine for FaultyEngine {
         self.live.log_start()
     }
 
+    fn log_bytes(&self) -> u64 {
+        self.live.log_bytes()
+    }
+
+    fn reclaim_space(&self) -> Result<(), StorageError> {
+        self.check_up()?;
+        self.live.reclaim_space()
+    }
+
     fn truncate_log(&self, upto: Seq) -> Result<(), StorageError> {
         self.write(|e| e.truncate_log(upto), |()| Op::Truncate(upto))
     }

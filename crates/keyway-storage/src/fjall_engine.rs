@@ -44,6 +44,20 @@
 //!   tombstones, with one final full pass before reporting the range empty.
 //! * A long-open snapshot pins old versions: scans page with a fresh snapshot
 //!   per chunk; `digest`/`range_stats` hold one snapshot for one range pass.
+//! * Disk space after truncation: deleting log records only writes
+//!   tombstones. Space comes back when (a) the memtables holding the deleted
+//!   records and the overwritten versions are flushed (versions no snapshot
+//!   pins are dropped at flush and compaction; `max_memtable_bytes` keeps
+//!   that frequent), (b) a sealed journal is deleted, which needs every
+//!   keyspace with data in it flushed ([`Engine::reclaim_space`] rotates the
+//!   memtables while sealed journals exist; fjall itself does so only once
+//!   the journals exceed `max_journaling_size_bytes`), and (c) the log's
+//!   tombstones are compacted away ([`Engine::reclaim_space`] major-compacts
+//!   the small log keyspace after every `LOG_COMPACT_RECORDS` truncated
+//!   records). The active journal is sealed only once it is past
+//!   `journal_rotation_bytes` (upstream fjall 3.1 fixes that at 64 MB;
+//!   Keyway's patch in `vendor/fjall` makes it a setting), so each node
+//!   keeps up to about that much journal however little it holds.
 //! * Writes are serialised by an engine mutex (seq assignment, read-modify-write
 //!   of `SetExpiry` and foreign records); `persist` holds fjall's journal lock
 //!   while it fsyncs, so applies wait for a concurrent `sync`.
@@ -75,6 +89,10 @@ const META_LOG_PURGED: &[u8] = b"log_purged";
 /// Log records deleted per batch when truncating.
 const PURGE_CHUNK: u64 = 4096;
 
+/// Truncated log records after which [`Engine::reclaim_space`] major-compacts
+/// the log keyspace (dropping the records' tombstones).
+const LOG_COMPACT_RECORDS: u64 = 200_000;
+
 /// Tuning for [`FjallEngine::open`]. `Default` suits a node.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FjallOptions {
@@ -87,6 +105,17 @@ pub struct FjallOptions {
     /// Cap on the total size of fjall journals before memtables are flushed;
     /// `None` = fjall's default (512 MiB). Must be >= 64 MiB.
     pub max_journaling_size_bytes: Option<u64>,
+    /// Memtable size per keyspace before it is flushed to a table; `None` =
+    /// fjall's default (64 MiB). Small memtables flush often, which drops
+    /// overwritten versions and lets journals go sooner. Applies to
+    /// keyspaces created by this open (fjall keeps an existing keyspace's
+    /// setting). Must be >= 1 MiB.
+    pub max_memtable_bytes: Option<u64>,
+    /// Size past which the active journal is sealed so it can be deleted
+    /// once flushed; `None` = 64 MB (upstream fjall's fixed value; the
+    /// setting comes from Keyway's fjall patch, `vendor/fjall`). Must be
+    /// >= 1 MiB.
+    pub journal_rotation_bytes: Option<u64>,
     /// Delete the directory when the engine is dropped (tests). Default `false`.
     pub temporary: bool,
     /// Hand every committed batch to the OS before `apply` returns (one
@@ -102,6 +131,8 @@ impl Default for FjallOptions {
             cache_size_bytes: 256 * 1024 * 1024,
             worker_threads: None,
             max_journaling_size_bytes: None,
+            max_memtable_bytes: None,
+            journal_rotation_bytes: None,
             temporary: false,
             flush_journal_each_batch: false,
         }
@@ -115,6 +146,8 @@ impl FjallOptions {
             cache_size_bytes: 8 * 1024 * 1024,
             worker_threads: Some(1),
             max_journaling_size_bytes: None,
+            max_memtable_bytes: None,
+            journal_rotation_bytes: None,
             temporary: true,
             flush_journal_each_batch: false,
         }
@@ -135,6 +168,10 @@ pub struct FjallEngine {
     truncate_lock: Mutex<()>,
     last_seq: AtomicU64,
     log_start: AtomicU64,
+    /// See [`Engine::log_bytes`]: added at commit, subtracted at purge.
+    log_bytes: AtomicU64,
+    /// Log records purged since the log keyspace was last compacted.
+    purged_since_compaction: AtomicU64,
     /// Where the previous `delete_range_chunk` of a range stopped.
     delete_cursor: Mutex<Option<(KeyRange, Bytes)>>,
     /// [`FjallOptions::flush_journal_each_batch`].
@@ -168,6 +205,20 @@ impl FjallEngine {
                 "max_journaling_size_bytes must be >= 64 MiB",
             ));
         }
+        if let Some(m) = opts.max_memtable_bytes
+            && m < 1024 * 1024
+        {
+            return Err(StorageError::InvalidArgument(
+                "max_memtable_bytes must be >= 1 MiB",
+            ));
+        }
+        if let Some(r) = opts.journal_rotation_bytes
+            && r < 1024 * 1024
+        {
+            return Err(StorageError::InvalidArgument(
+                "journal_rotation_bytes must be >= 1 MiB",
+            ));
+        }
         if opts.worker_threads == Some(0) {
             return Err(StorageError::InvalidArgument("worker_threads must be >= 1"));
         }
@@ -182,11 +233,21 @@ impl FjallEngine {
         if let Some(j) = opts.max_journaling_size_bytes {
             builder = builder.max_journaling_size(j);
         }
+        if let Some(r) = opts.journal_rotation_bytes {
+            builder = builder.journal_rotation_size(r);
+        }
         let db = builder.open()?;
-        let data = db.keyspace("data", KeyspaceCreateOptions::default)?;
-        let tombstones = db.keyspace("tombstones", KeyspaceCreateOptions::default)?;
-        let log = db.keyspace("log", KeyspaceCreateOptions::default)?;
-        let meta = db.keyspace("meta", KeyspaceCreateOptions::default)?;
+        let ks_opts = || {
+            let o = KeyspaceCreateOptions::default();
+            match opts.max_memtable_bytes {
+                Some(m) => o.max_memtable_size(m),
+                None => o,
+            }
+        };
+        let data = db.keyspace("data", ks_opts)?;
+        let tombstones = db.keyspace("tombstones", ks_opts)?;
+        let log = db.keyspace("log", ks_opts)?;
+        let meta = db.keyspace("meta", ks_opts)?;
 
         match meta.get(META_FORMAT)? {
             Some(raw) => {
@@ -249,6 +310,8 @@ impl FjallEngine {
             truncate_lock: Mutex::new(()),
             last_seq: AtomicU64::new(last_seq),
             log_start: AtomicU64::new(log_start),
+            log_bytes: AtomicU64::new(0),
+            purged_since_compaction: AtomicU64::new(0),
             delete_cursor: Mutex::new(None),
             flush_each_batch: opts.flush_journal_each_batch,
         };
@@ -256,6 +319,12 @@ impl FjallEngine {
             let _t = lock(&engine.truncate_lock);
             engine.purge_log(log_start - 1)?;
         }
+        let mut retained = 0u64;
+        for g in engine.log.iter() {
+            let (k, v) = g.into_inner()?;
+            retained += (k.len() + v.len()) as u64;
+        }
+        engine.log_bytes.store(retained, Ordering::Release);
         tracing::debug!(path = %dir.display(), last_seq, log_start, "opened fjall storage engine");
         Ok(engine)
     }
@@ -302,8 +371,10 @@ impl FjallEngine {
                 Write::DeleteMarker(k) => b.remove(&self.tombstones, &k[..]),
             }
         }
+        let mut appended = 0u64;
         if !plan.log.is_empty() {
             for r in &plan.log {
+                appended += crate::value::log_record_bytes(&r.mutation);
                 b.insert(&self.log, r.seq.to_be_bytes(), r.mutation.encode());
             }
             b.insert(&self.meta, META_LAST_SEQ, plan.last_seq.to_be_bytes());
@@ -312,6 +383,7 @@ impl FjallEngine {
             b = b.durability(Some(PersistMode::Buffer));
         }
         b.commit()?;
+        self.log_bytes.fetch_add(appended, Ordering::AcqRel);
         self.last_seq.store(plan.last_seq, Ordering::Release);
         Ok(plan.last_seq)
     }
@@ -338,11 +410,27 @@ impl FjallEngine {
         while purged < upto {
             let end = upto.min(purged + PURGE_CHUNK);
             let mut b = self.db.batch();
-            for seq in purged + 1..=end {
-                b.remove(&self.log, seq.to_be_bytes());
+            let mut freed = 0u64;
+            // Delete the records that exist (reading their sizes for
+            // `log_bytes`); a crash mid-purge leaves none to re-delete.
+            for g in self
+                .log
+                .range((purged + 1).to_be_bytes()..=end.to_be_bytes())
+            {
+                let (k, v) = g.into_inner()?;
+                freed += (k.len() + v.len()) as u64;
+                b.remove(&self.log, k);
             }
             b.insert(&self.meta, META_LOG_PURGED, end.to_be_bytes());
             b.commit()?;
+            // Saturating: at open the counter is computed after the purge.
+            let _ = self
+                .log_bytes
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |b| {
+                    Some(b.saturating_sub(freed))
+                });
+            self.purged_since_compaction
+                .fetch_add(end - purged, Ordering::Relaxed);
             purged = end;
         }
         Ok(())
@@ -512,6 +600,30 @@ impl Engine for FjallEngine {
         b.commit()?;
         self.log_start.store(upto + 1, Ordering::Release);
         self.purge_log(upto)
+    }
+
+    fn log_bytes(&self) -> u64 {
+        self.log_bytes.load(Ordering::Acquire)
+    }
+
+    fn reclaim_space(&self) -> Result<(), StorageError> {
+        // A sealed journal is deleted only once every keyspace with data in
+        // it has flushed past it; with few writes fjall would wait for the
+        // memtables to fill (or the journals to pass their cap) first.
+        // `rotate_memtable` is a no-op for an empty memtable.
+        if self.db.journal_count() > 1 {
+            for ks in [&self.data, &self.tombstones, &self.log, &self.meta] {
+                ks.rotate_memtable()?;
+            }
+        }
+        // Truncated records leave tombstones that leveled compaction drops
+        // only at the last level; the log keyspace holds little live data,
+        // so compacting it whole is cheap.
+        if self.purged_since_compaction.load(Ordering::Relaxed) >= LOG_COMPACT_RECORDS {
+            self.purged_since_compaction.store(0, Ordering::Relaxed);
+            self.log.major_compact()?;
+        }
+        Ok(())
     }
 
     fn delete_range_chunk(&self, range: &KeyRange, limit: usize) -> Result<usize, StorageError> {

@@ -23,6 +23,7 @@ struct State {
     log: BTreeMap<Seq, Mutation>,
     last_seq: Seq,
     log_start: Seq,
+    log_bytes: u64,
 }
 
 impl StateSource for State {
@@ -54,6 +55,7 @@ impl State {
             }
         }
         for r in plan.log {
+            self.log_bytes += crate::value::log_record_bytes(&r.mutation);
             self.log.insert(r.seq, r.mutation);
         }
         self.last_seq = plan.last_seq;
@@ -209,9 +211,16 @@ impl Engine for MemEngine {
         if upto < st.log_start {
             return Ok(());
         }
-        st.log = st.log.split_off(&(upto + 1));
+        let kept = st.log.split_off(&(upto + 1));
+        let dropped: u64 = st.log.values().map(crate::value::log_record_bytes).sum();
+        st.log = kept;
+        st.log_bytes -= dropped;
         st.log_start = upto + 1;
         Ok(())
+    }
+
+    fn log_bytes(&self) -> u64 {
+        self.lock().log_bytes
     }
 
     fn delete_range_chunk(&self, range: &KeyRange, limit: usize) -> Result<usize, StorageError> {

@@ -153,6 +153,21 @@ impl Mutation {
         }
     }
 
+    /// Length of [`Mutation::encode`]'s output, without encoding.
+    pub fn encoded_len(&self) -> usize {
+        let expiry = |e: &Option<u64>| 1 + if e.is_some() { 8 } else { 0 };
+        match self {
+            Mutation::Put {
+                key,
+                expire_at_ms,
+                data,
+                ..
+            } => 1 + 4 + key.len() + 1 + expiry(expire_at_ms) + data.len(),
+            Mutation::Delete { key } => 1 + 4 + key.len(),
+            Mutation::SetExpiry { key, expire_at_ms } => 1 + 4 + key.len() + expiry(expire_at_ms),
+        }
+    }
+
     /// The binary encoding (see the module docs).
     pub fn encode(&self) -> Vec<u8> {
         let mut buf = Vec::new();
@@ -313,6 +328,11 @@ pub(crate) fn encode_expiry(buf: &mut Vec<u8>, expire_at_ms: Option<u64>) {
     }
 }
 
+/// What one retained change record counts for in [`crate::Engine::log_bytes`].
+pub(crate) fn log_record_bytes(m: &Mutation) -> u64 {
+    8 + m.encoded_len() as u64
+}
+
 pub(crate) fn corrupt(what: &'static str, detail: String) -> StorageError {
     StorageError::Corrupt { what, detail }
 }
@@ -436,6 +456,7 @@ mod tests {
     use super::*;
 
     fn roundtrip(m: Mutation) {
+        assert_eq!(m.encoded_len(), m.encode().len(), "{m:?}");
         let enc = Bytes::from(m.encode());
         assert_eq!(Mutation::decode(&enc).unwrap(), m);
         let rec = ChangeRecord {

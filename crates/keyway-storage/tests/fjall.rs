@@ -53,7 +53,7 @@ fn all(e: &impl Engine) -> Vec<(Bytes, Value)> {
 #[test]
 fn restart_restores_data_seq_and_log() {
     let dir = tempfile::tempdir().unwrap();
-    let (snapshot, log, digest);
+    let (snapshot, log, digest, log_bytes);
     {
         let e = open(dir.path());
         for i in 0..100 {
@@ -79,10 +79,13 @@ fn restart_restores_data_seq_and_log() {
         snapshot = all(&e);
         log = e.changes_since(40, usize::MAX).unwrap();
         digest = e.digest(&KeyRange::all()).unwrap();
+        log_bytes = e.log_bytes();
+        assert!(log_bytes > 0);
     }
     let e = open(dir.path());
     assert_eq!(e.last_seq(), 103);
     assert_eq!(e.log_start(), 41);
+    assert_eq!(e.log_bytes(), log_bytes, "log_bytes is recounted at open");
     assert_eq!(all(&e), snapshot);
     assert_eq!(e.changes_since(40, usize::MAX).unwrap(), log);
     assert!(matches!(

@@ -36,6 +36,8 @@ enum CtlCommand {
     Move(crate::ctl_move::MoveArgs),
     /// Running and recent migrations: state, bytes, duration, cutover pause.
     Migrations,
+    /// Each node's change log, asked of the nodes: retained range, bytes, holds.
+    Changelog,
     /// Abort a migration that has not reached its flip (the source stays owner).
     Abort(crate::ctl_move::AbortArgs),
     /// The busiest sampled keys per partition, asked of the nodes: partition, node, key, rate, share.
@@ -64,6 +66,7 @@ pub async fn run(args: CtlArgs) -> anyhow::Result<()> {
         CtlCommand::Manager => manager(&*meta, args.json).await,
         CtlCommand::Move(m) => crate::ctl_move::move_cmd(&*meta, m, args.json).await,
         CtlCommand::Migrations => crate::ctl_move::migrations_cmd(&*meta, args.json).await,
+        CtlCommand::Changelog => crate::ctl_log::changelog_cmd(&*meta, args.json).await,
         CtlCommand::Abort(a) => crate::ctl_move::abort_cmd(&*meta, a).await,
         CtlCommand::Hotkeys(h) => crate::ctl_hotkeys::hotkeys_cmd(&*meta, h, args.json).await,
         CtlCommand::Keyspace(k) => crate::ctl_keyspace::keyspace_cmd(&*meta, k, args.json).await,

@@ -183,7 +183,7 @@ async fn decisions_cmd(args: DecisionsArgs, json: bool) -> anyhow::Result<()> {
 
 /// A plain HTTP/1.0 GET (the reply ends with the connection): the body of a
 /// 200 answer.
-async fn http_get(addr: &str, path: &str) -> anyhow::Result<String> {
+pub(crate) async fn http_get(addr: &str, path: &str) -> anyhow::Result<String> {
     let limit = Duration::from_secs(10);
     let mut conn = tokio::time::timeout(limit, tokio::net::TcpStream::connect(addr))
         .await

@@ -16,6 +16,7 @@ mod bench_routing;
 mod ctl;
 mod ctl_hotkeys;
 mod ctl_keyspace;
+mod ctl_log;
 mod ctl_move;
 mod ctl_rebalance;
 mod ctl_split;

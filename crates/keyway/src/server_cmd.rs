@@ -60,6 +60,28 @@ pub struct NodeFlags {
     /// Load statistics: rescan each owned partition's size this often (default 30000).
     #[arg(long)]
     stats_scan_interval_ms: Option<u64>,
+    /// Change log: truncate what no migration needs this often (default 1000).
+    #[arg(long)]
+    log_truncate_interval_ms: Option<u64>,
+    /// Change log: most bytes kept for a migration that fell behind; past it
+    /// the migration aborts with "log retention exceeded" (default 1 GiB).
+    #[arg(long)]
+    log_retention_bytes: Option<u64>,
+    /// fjall: journal size cap before memtables are flushed (default and
+    /// minimum 64 MiB).
+    #[arg(long)]
+    storage_max_journal_bytes: Option<u64>,
+    /// fjall: memtable size per keyspace, for a new data directory (default
+    /// 4 MiB, at least 1 MiB).
+    #[arg(long)]
+    storage_max_memtable_bytes: Option<u64>,
+    /// fjall: seal the active journal past this size so it can be deleted
+    /// once flushed (default 8 MiB, at least 1 MiB).
+    #[arg(long)]
+    storage_journal_rotation_bytes: Option<u64>,
+    /// Active expiry: run a cycle this often, Redis `hz` (default 100 = hz 10).
+    #[arg(long)]
+    active_expire_interval_ms: Option<u64>,
 }
 
 impl NodeFlags {
@@ -89,7 +111,13 @@ impl NodeFlags {
             stats_window_ms,
             stats_sample_every,
             hot_keys_k,
-            stats_scan_interval_ms
+            stats_scan_interval_ms,
+            log_truncate_interval_ms,
+            log_retention_bytes,
+            storage_max_journal_bytes,
+            storage_max_memtable_bytes,
+            storage_journal_rotation_bytes,
+            active_expire_interval_ms
         );
         if self.requirepass.is_some() {
             c.requirepass = self.requirepass.clone();

@@ -77,6 +77,8 @@ pub struct Migrations {
     metrics: Arc<Metrics>,
     latency: Arc<LatencyGauge>,
     limits: RoleLimits,
+    /// The change-log holds each push registers (see `crate::log_gc`).
+    holds: Arc<crate::log_gc::LogHolds>,
     pushes: Mutex<BTreeMap<u64, Arc<Push>>>,
     /// Fences set at start from `CUTOVER` records (migration id → partition).
     recovered: Mutex<BTreeMap<u64, PartitionId>>,
@@ -89,6 +91,7 @@ impl Migrations {
         metrics: Arc<Metrics>,
         latency: Arc<LatencyGauge>,
         limits: RoleLimits,
+        holds: Arc<crate::log_gc::LogHolds>,
     ) -> Self {
         Migrations {
             engine,
@@ -96,9 +99,15 @@ impl Migrations {
             metrics,
             latency,
             limits,
+            holds,
             pushes: Mutex::new(BTreeMap::new()),
             recovered: Mutex::new(BTreeMap::new()),
         }
+    }
+
+    /// The node's change-log holds.
+    pub fn holds(&self) -> &Arc<crate::log_gc::LogHolds> {
+        &self.holds
     }
 
     fn push(&self, id: u64) -> Result<Arc<Push>, RoleError> {
@@ -147,13 +156,15 @@ impl Migrations {
             self.limits.push,
         );
         let mut pushes = self.pushes.lock().unwrap_or_else(|e| e.into_inner());
-        let push = pushes
-            .entry(spec.id)
-            .or_insert_with(|| {
-                tokio::spawn(push.clone().run());
-                push
-            })
-            .clone();
+        if let Some(running) = pushes.get(&spec.id) {
+            return Ok(self.status_of(running));
+        }
+        // The records after `after_seq` must still be there, and stay.
+        push.hold_log(&self.holds).map_err(|e| {
+            RoleError::Refused(format!("migration {}: cannot catch up: {e}", spec.id))
+        })?;
+        tokio::spawn(push.clone().run());
+        pushes.insert(spec.id, push.clone());
         self.metrics.migration_pushes.set(pushes.len() as i64);
         drop(pushes);
         tracing::info!(migration = spec.id, partition = %spec.partition, target = %spec.target,

@@ -25,6 +25,12 @@
 //!    longer than `dual_ack_timeout` fails the push (the migration must then
 //!    abort) and is released: the write is durable here, at the owner.
 //!
+//! The push holds this node's change log from `acked_seq + 1` on (a
+//! [`crate::log_gc::HoldGuard`], advanced with `acked_seq`, released when the
+//! push stops or fails); if that hold would keep more than the node's
+//! `log_retention_bytes`, the truncator fails the push with
+//! [`crate::log_gc::RETENTION_EXCEEDED`].
+//!
 //! Why the replay after S converges onto the snapshot is explained in
 //! `crate::peer` (fuzzy snapshot plus replay from the first chunk's seq;
 //! versions make every repeat harmless).
@@ -130,6 +136,8 @@ pub struct Push {
     wake: Notify,
     stopped: AtomicBool,
     pub(crate) dual: AtomicBool,
+    /// This push's hold on the change log (see the module docs).
+    hold: Mutex<Option<crate::log_gc::HoldGuard>>,
 }
 
 impl Push {
@@ -161,7 +169,33 @@ impl Push {
             wake: Notify::new(),
             stopped: AtomicBool::new(false),
             dual: AtomicBool::new(false),
+            hold: Mutex::new(None),
         })
+    }
+
+    /// Holds the change log from `after_seq + 1` on for this push; the
+    /// push fails if the truncator gives the hold up for retention.
+    pub fn hold_log(
+        self: &Arc<Self>,
+        holds: &Arc<crate::log_gc::LogHolds>,
+    ) -> Result<(), crate::log_gc::AlreadyTruncated> {
+        let weak = Arc::downgrade(self);
+        let guard = holds.hold(
+            format!("migration {}", self.plan.id),
+            self.acked_seq() + 1,
+            Box::new(move |why| {
+                if let Some(push) = weak.upgrade() {
+                    push.fail(why.to_string());
+                }
+            }),
+        )?;
+        *self.hold.lock().unwrap_or_else(|e| e.into_inner()) = Some(guard);
+        Ok(())
+    }
+
+    fn release_hold(&self) {
+        let guard = self.hold.lock().unwrap_or_else(|e| e.into_inner()).take();
+        drop(guard);
     }
 
     /// The progress report `MigrateStatus` answers with.
@@ -274,6 +308,7 @@ impl Push {
         self.stopped.store(true, Ordering::Release);
         self.wake.notify_one();
         self.release_all();
+        self.release_hold();
     }
 
     fn stopped(&self) -> bool {
@@ -281,10 +316,19 @@ impl Push {
     }
 
     /// Marks the push failed for good and releases every waiting reply.
+    /// The first failure is the one reported.
     fn fail(&self, why: String) {
-        tracing::warn!(migration = self.plan.id, %why, "migration push failed");
-        *self.error.lock().unwrap_or_else(|e| e.into_inner()) = Some(why);
+        {
+            let mut error = self.error.lock().unwrap_or_else(|e| e.into_inner());
+            if error.is_some() {
+                return;
+            }
+            tracing::warn!(migration = self.plan.id, %why, "migration push failed");
+            *error = Some(why);
+        }
         self.release_all();
+        self.release_hold();
+        self.wake.notify_one();
         self.acked.send_modify(|_| {});
     }
 
@@ -362,6 +406,9 @@ impl Push {
         loop {
             if self.stopped() {
                 return Err("stopped".into());
+            }
+            if let Some(e) = self.error() {
+                return Err(e);
             }
             if let Some(pause) = self.backoff(&mut in_a_row) {
                 tokio::time::sleep(pause).await;
@@ -487,6 +534,9 @@ impl Push {
             if self.stopped() {
                 return Ok(());
             }
+            if let Some(e) = self.error() {
+                return Err(e);
+            }
             if self.dual_overdue() {
                 return Err(format!(
                     "a dual write waited more than {} ms for the target",
@@ -516,6 +566,9 @@ impl Push {
                 .inc_by(records.len() as u64);
         }
         self.acked.send_replace(examined);
+        if let Some(hold) = &*self.hold.lock().unwrap_or_else(|e| e.into_inner()) {
+            hold.advance(examined + 1);
+        }
         self.release_acked(examined);
         Ok(())
     }

@@ -55,6 +55,8 @@ pub struct NodeRoles {
     pub metrics: Arc<crate::metrics::Metrics>,
     /// Queues a read on a storage thread (`RangeScan` steps).
     pub reads: crate::kw::owned::SubmitRead,
+    /// How long a `LastSeq` answer holds the change log after it.
+    pub snapshot_hold: std::time::Duration,
 }
 
 impl std::fmt::Debug for PeerService {
@@ -742,7 +744,21 @@ impl peer_server::Peer for PeerService {
         &self,
         _req: Request<pb::LastSeqRequest>,
     ) -> Result<Response<pb::LastSeqResponse>, Status> {
-        let (seq, log_start) = self.blocking(|e| Ok((e.last_seq(), e.log_start()))).await?;
+        // A node keeps the records after this seq for a while: a migration's
+        // catch-up starts after it once its push registers (`crate::log_gc`).
+        let holds = self
+            .node
+            .as_ref()
+            .map(|n| (n.migrations.holds().clone(), n.snapshot_hold));
+        let (seq, log_start) = self
+            .blocking(move |e| {
+                let seq = e.last_seq();
+                if let Some((holds, ttl)) = holds {
+                    holds.lease("snapshot", seq + 1, ttl);
+                }
+                Ok((seq, e.log_start()))
+            })
+            .await?;
         Ok(Response::new(pb::LastSeqResponse { seq, log_start }))
     }
 }

@@ -20,6 +20,16 @@ pub fn change_log<E: Engine>(make: &dyn Fn() -> E) {
         expected.push(rec(u64::from(i), m));
     }
     assert_eq!(log_all(&e), expected);
+    let bytes = |recs: &[crate::ChangeRecord]| -> u64 {
+        recs.iter()
+            .map(|r| 8 + r.mutation.encoded_len() as u64)
+            .sum()
+    };
+    assert_eq!(
+        e.log_bytes(),
+        bytes(&expected),
+        "log_bytes counts every record"
+    );
     assert_eq!(ok(e.changes_since(0, 3)), expected[..3].to_vec());
     assert_eq!(ok(e.changes_since(17, 100)), expected[17..].to_vec());
     assert!(ok(e.changes_since(20, 100)).is_empty());
@@ -27,6 +37,7 @@ pub fn change_log<E: Engine>(make: &dyn Fn() -> E) {
 
     ok(e.truncate_log(7));
     assert_eq!(e.log_start(), 8);
+    assert_eq!(e.log_bytes(), bytes(&expected[7..]), "truncation subtracts");
     assert_eq!(e.last_seq(), 20, "truncation never changes last_seq");
     assert_eq!(ok(e.changes_since(7, 100)), expected[7..].to_vec());
     assert!(matches!(
@@ -48,6 +59,7 @@ pub fn change_log<E: Engine>(make: &dyn Fn() -> E) {
     // Truncate everything (clamped to last_seq): counter continues.
     ok(e.truncate_log(1_000));
     assert_eq!(e.log_start(), 21);
+    assert_eq!(e.log_bytes(), 0);
     assert!(ok(e.changes_since(20, 10)).is_empty());
     assert!(matches!(
         e.changes_since(19, 10),
