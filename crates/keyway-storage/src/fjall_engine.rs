@@ -93,6 +93,9 @@ const PURGE_CHUNK: u64 = 4096;
 /// the log keyspace (dropping the records' tombstones).
 const LOG_COMPACT_RECORDS: u64 = 200_000;
 
+/// fjall's own journal rotation size, used when `journal_rotation_bytes` is unset.
+const FJALL_JOURNAL_ROTATION_BYTES: u64 = 64_000_000;
+
 /// Tuning for [`FjallEngine::open`]. `Default` suits a node.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FjallOptions {
@@ -176,6 +179,8 @@ pub struct FjallEngine {
     delete_cursor: Mutex<Option<(KeyRange, Bytes)>>,
     /// [`FjallOptions::flush_journal_each_batch`].
     flush_each_batch: bool,
+    /// The active journal's rotation size (fjall's default when unset).
+    journal_rotation_bytes: u64,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -314,6 +319,9 @@ impl FjallEngine {
             purged_since_compaction: AtomicU64::new(0),
             delete_cursor: Mutex::new(None),
             flush_each_batch: opts.flush_journal_each_batch,
+            journal_rotation_bytes: opts
+                .journal_rotation_bytes
+                .unwrap_or(FJALL_JOURNAL_ROTATION_BYTES),
         };
         {
             let _t = lock(&engine.truncate_lock);
@@ -611,7 +619,14 @@ impl Engine for FjallEngine {
         // it has flushed past it; with few writes fjall would wait for the
         // memtables to fill (or the journals to pass their cap) first.
         // `rotate_memtable` is a no-op for an empty memtable.
-        if self.db.journal_count() > 1 {
+        // fjall seals the active journal only when a flush finds it past the
+        // rotation size. A journal that grew past it after the last flush
+        // (writes stopped, or the flush ran while it was still small) would
+        // stay until the memtables fill again: rotating them makes the flush
+        // that seals it.
+        let active_too_big = self.db.journal_count() == 1
+            && self.db.journal_disk_space()? > self.journal_rotation_bytes;
+        if self.db.journal_count() > 1 || active_too_big {
             for ks in [&self.data, &self.tombstones, &self.log, &self.meta] {
                 ks.rotate_memtable()?;
             }
