@@ -582,8 +582,7 @@ mod tests {
         let planned: u64 = a.iter().map(|s| s.quiet_ms + s.fault.duration_ms()).sum();
         assert!(planned >= 30_000, "{planned}");
         for s in &a {
-            if let Fault::PauseNode { hold_ms, node } | Fault::Partition { hold_ms, node } =
-                s.fault
+            if let Fault::PauseNode { hold_ms, node } | Fault::Partition { hold_ms, node } = s.fault
             {
                 assert!(node < 3);
                 assert!(
@@ -604,9 +603,9 @@ mod tests {
             assert!(many.iter().any(|s| s.fault.kind() == kind), "{kind}");
         }
         let holds = |long: bool| {
-            many.iter().any(|s| {
-                matches!(s.fault, Fault::Partition { hold_ms, .. } if (hold_ms > 2000) == long)
-            })
+            many.iter().any(
+                |s| matches!(s.fault, Fault::Partition { hold_ms, .. } if (hold_ms > 2000) == long),
+            )
         };
         assert!(holds(true) && holds(false));
         assert!(schedule(1, &[FaultKind::Move], 3, 0, 2000, 30_000).is_empty());

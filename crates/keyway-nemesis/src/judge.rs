@@ -71,7 +71,13 @@ mod tests {
 
     fn incr(id: u64, client: u32, at: (u64, u64), n: i64) -> Event {
         let op = Op::Incr { key: "c".into() };
-        ev(id, client, op, (at.0, Some(at.1)), Outcome::Ok(Reply::Int(n)))
+        ev(
+            id,
+            client,
+            op,
+            (at.0, Some(at.1)),
+            Outcome::Ok(Reply::Int(n)),
+        )
     }
 
     #[test]

@@ -95,9 +95,10 @@ impl Network {
             "{nodes} nodes do not fit the /24"
         );
         ip_output(&["-V"]).map_err(unavailable)?;
-        let start = (std::process::id() ^ std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.subsec_nanos()))
+        let start = (std::process::id()
+            ^ std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.subsec_nanos()))
             % MAX_TAGS;
         let mut last = String::from("no tag tried");
         for attempt in 0..MAX_TAG_ATTEMPTS {
@@ -135,10 +136,7 @@ impl Network {
         let addrs = ip_output(&["-o", "-4", "addr", "show"]).map_err(unavailable)?;
         let routes = ip_output(&["-4", "route", "show"]).map_err(unavailable)?;
         let prefix = format!(" {}.", self.prefix());
-        let in_use = |text: &str| {
-            text.lines()
-                .any(|l| format!(" {l}").contains(&prefix))
-        };
+        let in_use = |text: &str| text.lines().any(|l| format!(" {l}").contains(&prefix));
         Ok(in_use(&addrs) || in_use(&routes))
     }
 

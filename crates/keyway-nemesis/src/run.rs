@@ -394,10 +394,13 @@ pub async fn run_one(
         if !report.verdict.ok {
             // The failing key's events, cut small enough to read.
             let options = keyway_check::CheckOptions::default();
-            match check.write_failure(&history, &options, &cfg.out, &format!("run-{seed}-failure")) {
+            match check.write_failure(&history, &options, &cfg.out, &format!("run-{seed}-failure"))
+            {
                 Ok(Some(files)) => report.failure_file = Some(files.text),
                 Ok(None) => {}
-                Err(e) => report.failures.push(format!("writing the failing history: {e}")),
+                Err(e) => report
+                    .failures
+                    .push(format!("writing the failing history: {e}")),
             }
         }
         report.kept_dir = Some(dir);
