@@ -249,4 +249,43 @@ mod tests {
         assert_eq!(net.host_ip(), Ipv4Addr::new(10, 215, 255, 1));
         assert_eq!(net.node_ip(15), Ipv4Addr::new(10, 215, 255, 25));
     }
+
+    fn link_state(name: &str) -> Option<String> {
+        let out = ip_output(&["-br", "link", "show", "dev", name]).ok()?;
+        out.split_whitespace().nth(1).map(str::to_string)
+    }
+
+    /// Against the real kernel (root; `KEYWAY_NEMESIS_NO_PARTITION=1` leaves
+    /// it out on a machine without namespaces): two runs' networks never
+    /// share a tag or a subnet, a partition takes exactly that node's veth
+    /// down and the heal brings it back, and drop removes everything made.
+    #[test]
+    fn networks_are_disjoint_cut_and_healed_and_removed_on_drop() {
+        if std::env::var_os("KEYWAY_NEMESIS_NO_PARTITION").is_some() {
+            return;
+        }
+        let a = Network::create(2).unwrap_or_else(|e| panic!("{e}"));
+        let b = Network::create(1).unwrap_or_else(|e| panic!("{e}"));
+        assert_ne!(a.tag, b.tag);
+        assert_ne!(a.subnet, b.subnet);
+        let namespaces = ip_output(&["netns", "list"]).unwrap();
+        assert!(namespaces.contains(&a.netns(1)), "{namespaces}");
+        assert_eq!(link_state(&a.bridge()).as_deref(), Some("UP"));
+        a.partition(1).unwrap();
+        assert_eq!(link_state(&a.host_veth(1)).as_deref(), Some("DOWN"));
+        assert_ne!(link_state(&a.host_veth(0)).as_deref(), Some("DOWN"));
+        a.heal(1).unwrap();
+        assert_ne!(link_state(&a.host_veth(1)).as_deref(), Some("DOWN"));
+        let names = [a.bridge(), a.host_veth(0), a.host_veth(1), a.netns(0)];
+        drop(a);
+        let namespaces = ip_output(&["netns", "list"]).unwrap();
+        for n in &names[..3] {
+            assert_eq!(link_state(n), None, "{n} left behind");
+        }
+        assert!(!namespaces.contains(&names[3]), "{namespaces}");
+        assert!(
+            namespaces.contains(&b.netns(0)),
+            "another run's network is untouched"
+        );
+    }
 }
