@@ -5,8 +5,16 @@
 //! thawed. Each process's stderr (its log) and stdout are appended to
 //! `logs/<label>.log` in the run's directory. The API is blocking (std):
 //! the run calls it from `spawn_blocking`. Everything is killed on drop.
+//!
+//! With [`ClusterSpec::network`] each node runs in its own network
+//! namespace (`ip netns exec`, see `netns.rs`) on its own address, and the
+//! metadata store listens on the bridge's address, so a node can be cut
+//! off ([`Cluster::partition_node`]). With [`ClusterSpec::fault_injection`]
+//! the nodes run with `--fault-injection`, so their fsyncs can be failed
+//! over the admin port ([`Cluster::fail_disk`]).
 
 use crate::NemesisError;
+use crate::netns::Network;
 use keyway_testkit::{EtcdCluster, HarnessError, Proc};
 use std::fs::OpenOptions;
 use std::io::{BufRead, BufReader, Write};
@@ -20,6 +28,11 @@ const LOG_FILTER: &str = "info,fjall=warn,lsm_tree=warn,h2=warn,tower=warn,hyper
 /// Times a process that exits before printing its ready line is started
 /// again (a port still held by the killed incarnation, say).
 const MAX_SPAWN_ATTEMPTS: u32 = 3;
+/// A namespaced node's RESP and admin ports (its address is its own).
+const NETNS_RESP_PORT: u16 = 7001;
+const NETNS_ADMIN_PORT: u16 = 8001;
+/// Longest wait for a node's admin port to answer a fault request.
+const ADMIN_HTTP_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Which metadata store the cluster runs on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -61,12 +74,18 @@ pub struct ClusterSpec {
     pub manager_lease_ttl_ms: u64,
     /// How long a process may take to print its ready line.
     pub start_timeout: Duration,
+    /// Run each node in its own network namespace (the `partition` fault).
+    pub network: bool,
+    /// Start the nodes with `--fault-injection` (the `disk` fault).
+    pub fault_injection: bool,
 }
 
 /// One `keyway` process, restartable with the same arguments.
 pub struct Daemon {
     label: String,
     args: Vec<String>,
+    /// The network namespace it runs in (`ip netns exec`), if any.
+    netns: Option<String>,
     ready: String,
     log: PathBuf,
     proc: Option<Proc>,
@@ -79,6 +98,7 @@ impl Daemon {
         Daemon {
             label: label.to_string(),
             args,
+            netns: None,
             ready: ready.to_string(),
             log: logs.join(format!("{label}.log")),
             proc: None,
@@ -120,7 +140,16 @@ impl Daemon {
             "===== nemesis: starting {} incarnation {} =====",
             self.label, self.incarnation
         );
-        let mut cmd = Command::new(bin);
+        // `ip netns exec` execs the binary in place (same pid), so kill -9
+        // and SIGSTOP reach the node itself.
+        let mut cmd = match &self.netns {
+            Some(ns) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", ns]).arg(bin);
+                c
+            }
+            None => Command::new(bin),
+        };
         cmd.args(&self.args)
             .env("KEYWAY_LOG", LOG_FILTER)
             .stdin(Stdio::null())
@@ -214,9 +243,16 @@ pub struct Cluster {
     etcd_down: Vec<usize>,
     nodes: Vec<Daemon>,
     node_addrs: Vec<String>,
+    node_admins: Vec<String>,
+    /// Nodes whose fsyncs were made to fail and that were not restarted yet.
+    disk_failed: Vec<bool>,
+    /// Nodes cut off and not healed yet.
+    partitioned: Vec<bool>,
     managers: Vec<Daemon>,
     /// Processes found exited by themselves (a crash), for the report.
     crashes: Vec<String>,
+    /// Last, so it is removed after every process was killed (on drop).
+    network: Option<Network>,
 }
 
 impl Cluster {
@@ -232,13 +268,26 @@ impl Cluster {
         std::fs::create_dir_all(&logs)
             .map_err(|e| NemesisError::io(format!("create {}", logs.display()), e))?;
         let ports = keyway_testkit::free_ports(1 + 2 * spec.nodes + spec.managers);
+        let network = match (spec.network, spec.meta) {
+            (false, _) => None,
+            (true, MetaKind::Embedded) => Some(Network::create(spec.nodes)?),
+            (true, MetaKind::Etcd) => {
+                return Err(NemesisError::Invalid(
+                    "network namespaces need the embedded metadata store (etcd listens on 127.0.0.1)"
+                        .into(),
+                ));
+            }
+        };
+        let meta_host = network
+            .as_ref()
+            .map_or("127.0.0.1".to_string(), |n| n.host_ip().to_string());
         let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
         let path = |name: &str| spec.dir.join(name).display().to_string();
         let n = spec.nodes.to_string();
         let ppn = spec.partitions_per_node.to_string();
         let (meta, etcd, meta_url) = match spec.meta {
             MetaKind::Embedded => {
-                let addr = format!("127.0.0.1:{}", ports[0]);
+                let addr = format!("{meta_host}:{}", ports[0]);
                 let mut meta = Daemon::new(
                     "meta",
                     s(&[
@@ -271,13 +320,25 @@ impl Cluster {
             etcd_down: Vec::new(),
             nodes: Vec::new(),
             node_addrs: Vec::new(),
+            node_admins: Vec::new(),
+            disk_failed: vec![false; spec.nodes],
+            partitioned: vec![false; spec.nodes],
             managers: Vec::new(),
             crashes: Vec::new(),
             spec: spec.clone(),
+            network,
         };
         for i in 0..spec.nodes {
-            let resp = format!("127.0.0.1:{}", ports[1 + 2 * i]);
-            let admin = format!("127.0.0.1:{}", ports[2 + 2 * i]);
+            let (resp, admin) = match &cluster.network {
+                Some(net) => (
+                    format!("{}:{NETNS_RESP_PORT}", net.node_ip(i)),
+                    format!("{}:{NETNS_ADMIN_PORT}", net.node_ip(i)),
+                ),
+                None => (
+                    format!("127.0.0.1:{}", ports[1 + 2 * i]),
+                    format!("127.0.0.1:{}", ports[2 + 2 * i]),
+                ),
+            };
             let mut args = s(&[
                 "server",
                 "--meta",
@@ -298,10 +359,15 @@ impl Cluster {
             if spec.meta == MetaKind::Etcd {
                 args.extend(s(&["--bootstrap-nodes", &n, "--partitions-per-node", &ppn]));
             }
+            if spec.fault_injection {
+                args.push("--fault-injection".into());
+            }
             let mut node = Daemon::new(&format!("node{i}"), args, "serving redis://", &logs);
+            node.netns = cluster.network.as_ref().map(|n| n.netns(i));
             node.start(&spec.bin, spec.start_timeout)?;
             cluster.nodes.push(node);
             cluster.node_addrs.push(resp);
+            cluster.node_admins.push(admin);
         }
         for i in 0..spec.managers {
             let name = format!("mgr{i}");
@@ -367,12 +433,56 @@ impl Cluster {
 
     pub fn kill_node(&mut self, i: usize) -> Result<(), NemesisError> {
         self.nodes[i].kill9();
+        self.disk_failed[i] = false;
         Ok(())
     }
 
+    /// kill -9 and start again: also the heal of [`Cluster::fail_disk`]
+    /// (the new process's storage is healthy: nothing on disk was damaged).
     pub fn restart_node(&mut self, i: usize) -> Result<(), NemesisError> {
-        self.nodes[i].kill9();
+        self.kill_node(i)?;
         self.nodes[i].start(&self.spec.bin, self.spec.start_timeout)
+    }
+
+    /// Makes every later fsync of node `i` fail (`POST /fault/fsync-fail`
+    /// on its admin port; needs [`ClusterSpec::fault_injection`]): the
+    /// node then serves nothing until [`Cluster::restart_node`].
+    pub fn fail_disk(&mut self, i: usize) -> Result<(), NemesisError> {
+        if !self.spec.fault_injection {
+            return Err(NemesisError::Invalid(
+                "the disk fault needs nodes started with --fault-injection".into(),
+            ));
+        }
+        let addr = self.node_admins[i].clone();
+        let (status, body) = http_post(&addr, "/fault/fsync-fail", ADMIN_HTTP_TIMEOUT)
+            .map_err(|e| NemesisError::io(format!("POST http://{addr}/fault/fsync-fail"), e))?;
+        if status != 200 || !body.contains(r#""sync_fault":"always""#) {
+            return Err(NemesisError::Invalid(format!(
+                "POST http://{addr}/fault/fsync-fail answered {status}: {body}"
+            )));
+        }
+        self.disk_failed[i] = true;
+        Ok(())
+    }
+
+    /// Cuts node `i` off from the store, its peers, the managers and the
+    /// clients (needs [`ClusterSpec::network`]).
+    pub fn partition_node(&mut self, i: usize) -> Result<(), NemesisError> {
+        let net = self.network.as_ref().ok_or_else(|| {
+            NemesisError::Invalid("the partition fault needs network namespaces".into())
+        })?;
+        net.partition(i)?;
+        self.partitioned[i] = true;
+        Ok(())
+    }
+
+    /// Ends [`Cluster::partition_node`].
+    pub fn heal_partition(&mut self, i: usize) -> Result<(), NemesisError> {
+        if let Some(net) = &self.network {
+            net.heal(i)?;
+        }
+        self.partitioned[i] = false;
+        Ok(())
     }
 
     pub fn pause_node(&mut self, i: usize) -> Result<(), NemesisError> {
@@ -439,8 +549,9 @@ impl Cluster {
         &self.crashes
     }
 
-    /// Ends every fault: thaws what is frozen, starts what is down (the
-    /// store first, then the nodes, then the managers). Returns what it did.
+    /// Ends every fault: thaws what is frozen, reconnects what is cut off,
+    /// restarts a node whose disk failed, starts what is down (the store
+    /// first, then the nodes, then the managers). Returns what it did.
     pub fn heal_all(&mut self) -> Result<Vec<String>, NemesisError> {
         self.note_crashes();
         let mut healed = Vec::new();
@@ -449,6 +560,16 @@ impl Cluster {
         if needs_meta {
             self.restart_meta()?;
             healed.push("restarted the metadata store".to_string());
+        }
+        for i in 0..self.nodes.len() {
+            if self.partitioned[i] {
+                self.heal_partition(i)?;
+                healed.push(format!("healed node{i}'s partition"));
+            }
+            if self.disk_failed[i] {
+                self.restart_node(i)?;
+                healed.push(format!("restarted node{i} (failed disk)"));
+            }
         }
         let bin = self.spec.bin.clone();
         let within = self.spec.start_timeout;
@@ -476,7 +597,8 @@ impl Cluster {
         }
     }
 
-    /// Kills every process now (also done on drop).
+    /// Kills every process now (also done on drop; the network namespaces,
+    /// if any, are removed when the cluster is dropped, after this).
     pub fn stop(&mut self) {
         for d in self
             .managers
@@ -495,7 +617,32 @@ impl Cluster {
 impl Drop for Cluster {
     fn drop(&mut self) {
         self.stop();
+        // `network` is dropped after this body: no process is left in it.
     }
+}
+
+/// A plain HTTP/1.1 POST with an empty body: (status code, body).
+fn http_post(addr: &str, path: &str, within: Duration) -> std::io::Result<(u16, String)> {
+    use std::io::Read;
+    let sock: std::net::SocketAddr = addr
+        .parse()
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, format!("{e}")))?;
+    let mut stream = std::net::TcpStream::connect_timeout(&sock, within)?;
+    stream.set_read_timeout(Some(within))?;
+    stream.set_write_timeout(Some(within))?;
+    write!(
+        stream,
+        "POST {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+    )?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response)?;
+    let (head, body) = response.split_once("\r\n\r\n").unwrap_or((&response, ""));
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    Ok((status, body.to_string()))
 }
 
 /// The last `lines` lines of a log file.

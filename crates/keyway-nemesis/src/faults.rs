@@ -5,10 +5,9 @@
 //! (live moves, splits and merges through `keyway ctl`) that runs beside
 //! the schedule, several at once.
 //!
-//! Adding a fault (a network partition through netns/veth, a disk fault
-//! through a node's fault-injection endpoint) is one [`FaultKind`], one
-//! [`Fault`] variant with its duration, a line in [`schedule`]'s draw and
-//! an arm in [`inject`] that starts it and heals it.
+//! Adding a fault is one [`FaultKind`], one [`Fault`] variant with its
+//! duration, a line in [`schedule`]'s draw and an arm in [`inject`] that
+//! starts it and heals it (`disk` and `partition` are the latest).
 
 use crate::NemesisError;
 use crate::cluster::{Cluster, ctl};
@@ -37,10 +36,17 @@ pub enum FaultKind {
     Split,
     /// Merges (`keyway ctl merge`), throughout.
     Merge,
+    /// A node's fsyncs fail (`--fault-injection`, `POST /fault/fsync-fail`):
+    /// it stops serving for good; healed by kill -9 and restart.
+    Disk,
+    /// A node is cut off from the store, its peers and the clients (its own
+    /// network namespace; its veth taken down), then reconnected. Needs
+    /// root and iproute2, so it is not in [`FaultKind::DEFAULT`].
+    Partition,
 }
 
 impl FaultKind {
-    pub const ALL: [FaultKind; 7] = [
+    pub const ALL: [FaultKind; 9] = [
         FaultKind::Kill,
         FaultKind::Pause,
         FaultKind::Manager,
@@ -48,6 +54,21 @@ impl FaultKind {
         FaultKind::Move,
         FaultKind::Split,
         FaultKind::Merge,
+        FaultKind::Disk,
+        FaultKind::Partition,
+    ];
+
+    /// What `--faults default` (the default) injects: every kind that
+    /// needs nothing of the machine (all but `partition`).
+    pub const DEFAULT: [FaultKind; 8] = [
+        FaultKind::Kill,
+        FaultKind::Pause,
+        FaultKind::Manager,
+        FaultKind::Meta,
+        FaultKind::Move,
+        FaultKind::Split,
+        FaultKind::Merge,
+        FaultKind::Disk,
     ];
 
     pub fn name(self) -> &'static str {
@@ -59,6 +80,8 @@ impl FaultKind {
             FaultKind::Move => "move",
             FaultKind::Split => "split",
             FaultKind::Merge => "merge",
+            FaultKind::Disk => "disk",
+            FaultKind::Partition => "partition",
         }
     }
 
@@ -66,14 +89,21 @@ impl FaultKind {
     pub fn is_process_fault(self) -> bool {
         matches!(
             self,
-            FaultKind::Kill | FaultKind::Pause | FaultKind::Manager | FaultKind::Meta
+            FaultKind::Kill
+                | FaultKind::Pause
+                | FaultKind::Manager
+                | FaultKind::Meta
+                | FaultKind::Disk
+                | FaultKind::Partition
         )
     }
 
-    /// `kill,pause,move` (or `all`).
+    /// `kill,pause,move` (or `default`, or `all`).
     pub fn parse_list(s: &str) -> Result<Vec<FaultKind>, String> {
-        if s.trim() == "all" {
-            return Ok(FaultKind::ALL.to_vec());
+        match s.trim() {
+            "all" => return Ok(FaultKind::ALL.to_vec()),
+            "default" => return Ok(FaultKind::DEFAULT.to_vec()),
+            _ => {}
         }
         let mut kinds: Vec<FaultKind> = s
             .split(',')
@@ -94,7 +124,7 @@ impl std::str::FromStr for FaultKind {
             .into_iter()
             .find(|k| k.name() == s)
             .ok_or_else(|| {
-                format!("unknown fault '{s}' (expected kill, pause, manager, meta, move, split, merge or all)")
+                format!("unknown fault '{s}' (expected kill, pause, manager, meta, move, split, merge, disk, partition, default or all)")
             })
     }
 }
@@ -117,6 +147,11 @@ pub enum Fault {
     KillManager { down_ms: u64 },
     /// Kill the metadata store (etcd: member `member`); restart it `down_ms` later.
     KillMeta { member: usize, down_ms: u64 },
+    /// Fail node `node`'s fsyncs; `down_ms` later kill -9 and restart it.
+    DiskFail { node: usize, down_ms: u64 },
+    /// Cut node `node` off for `hold_ms`: past its lease TTL, or (a short
+    /// partition) a fraction of it.
+    Partition { node: usize, hold_ms: u64 },
 }
 
 impl Fault {
@@ -126,6 +161,8 @@ impl Fault {
             Fault::PauseNode { .. } => FaultKind::Pause,
             Fault::KillManager { .. } => FaultKind::Manager,
             Fault::KillMeta { .. } => FaultKind::Meta,
+            Fault::DiskFail { .. } => FaultKind::Disk,
+            Fault::Partition { .. } => FaultKind::Partition,
         }
     }
 
@@ -134,8 +171,9 @@ impl Fault {
         match self {
             Fault::KillNode { down_ms, .. }
             | Fault::KillManager { down_ms }
-            | Fault::KillMeta { down_ms, .. } => *down_ms,
-            Fault::PauseNode { hold_ms, .. } => *hold_ms,
+            | Fault::KillMeta { down_ms, .. }
+            | Fault::DiskFail { down_ms, .. } => *down_ms,
+            Fault::PauseNode { hold_ms, .. } | Fault::Partition { hold_ms, .. } => *hold_ms,
         }
     }
 }
@@ -175,6 +213,20 @@ const PAST_LEASE_MS: std::ops::Range<u64> = 200..2_000;
 const SHORT_PAUSE_PCT: u32 = 50;
 /// A short pause's length, in percent of the lease TTL.
 const SHORT_PAUSE_OF_TTL_PCT: std::ops::Range<u64> = 30..50;
+/// Share (percent) of partitions that are short (a fraction of the lease
+/// TTL: the node keeps its lease, requests in flight time out and may be
+/// re-sent); the rest last past the TTL, so the node must stop serving.
+const SHORT_PARTITION_PCT: u32 = 50;
+
+/// A hold drawn like a pause's: past the lease TTL, or `short_pct` percent
+/// of the time a fraction of it.
+fn lease_hold_ms(rng: &mut StdRng, node_lease_ttl_ms: u64, short_pct: u32) -> u64 {
+    if rng.random_range(0..100) < short_pct {
+        node_lease_ttl_ms * rng.random_range(SHORT_PAUSE_OF_TTL_PCT) / 100
+    } else {
+        node_lease_ttl_ms + rng.random_range(PAST_LEASE_MS)
+    }
+}
 
 /// The process faults of one run, drawn from `seed`, enough to fill
 /// `time_limit_ms` (the run stops starting them once its time is up).
@@ -204,11 +256,15 @@ pub fn schedule(
             },
             FaultKind::Pause => Fault::PauseNode {
                 node: rng.random_range(0..nodes),
-                hold_ms: if rng.random_range(0..100) < SHORT_PAUSE_PCT {
-                    node_lease_ttl_ms * rng.random_range(SHORT_PAUSE_OF_TTL_PCT) / 100
-                } else {
-                    node_lease_ttl_ms + rng.random_range(PAST_LEASE_MS)
-                },
+                hold_ms: lease_hold_ms(&mut rng, node_lease_ttl_ms, SHORT_PAUSE_PCT),
+            },
+            FaultKind::Disk => Fault::DiskFail {
+                node: rng.random_range(0..nodes),
+                down_ms: rng.random_range(DOWN_MS),
+            },
+            FaultKind::Partition => Fault::Partition {
+                node: rng.random_range(0..nodes),
+                hold_ms: lease_hold_ms(&mut rng, node_lease_ttl_ms, SHORT_PARTITION_PCT),
             },
             FaultKind::Manager => Fault::KillManager {
                 down_ms: rng.random_range(DOWN_MS),
@@ -294,6 +350,26 @@ pub async fn inject(target: &Target, fault: &Fault) -> Result<(), NemesisError> 
             tokio::time::sleep(hold).await;
             target.blocking(|c| c.restart_meta()).await?;
             target.log.note("metadata store restarted");
+        }
+        Fault::DiskFail { node, .. } => {
+            target
+                .log
+                .note(&format!("fsync failure on node{node} for {hold:?}"));
+            target.blocking(move |c| c.fail_disk(node)).await?;
+            tokio::time::sleep(hold).await;
+            target.blocking(move |c| c.restart_node(node)).await?;
+            target
+                .log
+                .note(&format!("node{node} restarted on healthy storage"));
+        }
+        Fault::Partition { node, .. } => {
+            target
+                .log
+                .note(&format!("partition node{node} off for {hold:?}"));
+            target.blocking(move |c| c.partition_node(node)).await?;
+            tokio::time::sleep(hold).await;
+            target.blocking(move |c| c.heal_partition(node)).await?;
+            target.log.note(&format!("node{node} reconnected"));
         }
     }
     Ok(())
@@ -506,14 +582,32 @@ mod tests {
         let planned: u64 = a.iter().map(|s| s.quiet_ms + s.fault.duration_ms()).sum();
         assert!(planned >= 30_000, "{planned}");
         for s in &a {
-            if let Fault::PauseNode { hold_ms, node } = s.fault {
+            if let Fault::PauseNode { hold_ms, node } | Fault::Partition { hold_ms, node } = s.fault
+            {
                 assert!(node < 3);
                 assert!(
                     hold_ms > 2000 || (600..1000).contains(&hold_ms),
                     "{hold_ms}"
                 );
             }
+            if let Fault::DiskFail { node, down_ms } = s.fault {
+                assert!(node < 3 && down_ms < 3_000);
+            }
         }
+        // Over a few seeds, every process fault is drawn, and partitions
+        // both past the lease and short of it.
+        let many: Vec<Step> = (0..20)
+            .flat_map(|seed| schedule(seed, &kinds, 3, 0, 2000, 30_000))
+            .collect();
+        for kind in FaultKind::ALL.into_iter().filter(|k| k.is_process_fault()) {
+            assert!(many.iter().any(|s| s.fault.kind() == kind), "{kind}");
+        }
+        let holds = |long: bool| {
+            many.iter().any(
+                |s| matches!(s.fault, Fault::Partition { hold_ms, .. } if (hold_ms > 2000) == long),
+            )
+        };
+        assert!(holds(true) && holds(false));
         assert!(schedule(1, &[FaultKind::Move], 3, 0, 2000, 30_000).is_empty());
         let only_kill = schedule(1, &[FaultKind::Kill], 3, 0, 2000, 10_000);
         assert!(only_kill.iter().all(|s| s.fault.kind() == FaultKind::Kill));
@@ -525,7 +619,14 @@ mod tests {
             FaultKind::parse_list("pause, kill,kill").unwrap(),
             vec![FaultKind::Kill, FaultKind::Pause]
         );
-        assert_eq!(FaultKind::parse_list("all").unwrap().len(), 7);
+        assert_eq!(FaultKind::parse_list("all").unwrap().len(), 9);
+        let default = FaultKind::parse_list("default").unwrap();
+        assert_eq!(default, FaultKind::DEFAULT.to_vec());
+        assert!(default.contains(&FaultKind::Disk) && !default.contains(&FaultKind::Partition));
+        assert_eq!(
+            FaultKind::parse_list("disk,partition").unwrap(),
+            vec![FaultKind::Disk, FaultKind::Partition]
+        );
         assert!(FaultKind::parse_list("kill,flood").is_err());
     }
 }

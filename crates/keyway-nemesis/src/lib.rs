@@ -5,7 +5,8 @@
 //! workload against it, injects faults from a schedule seeded by the run's
 //! seed, heals everything, reads every key once more, stops the cluster and
 //! judges the recorded [`keyway_check::History`]. Everything it talks to is
-//! on 127.0.0.1.
+//! on 127.0.0.1, or (with the `partition` fault) in network namespaces it
+//! creates itself.
 //!
 //! The seed fixes every choice the harness makes (the fault schedule, the
 //! topology churn's picks, each client's operations), so `--seed S` replays
@@ -25,6 +26,8 @@
 //!   operation into an [`keyway_check::Event`].
 //! - `faults.rs`: [`FaultKind`], [`Fault`], the seeded schedule, the
 //!   injectors, and the topology churn (live moves, splits, merges).
+//! - `netns.rs`: [`Network`]: the bridge, namespaces and veth pairs the
+//!   `partition` fault cuts, removed on drop.
 //! - `judge.rs`: [`judge`]: the boundary where the checker plugs in.
 //! - `run.rs`: [`RunConfig`] and [`run_one`]: one whole run.
 //! - `summary.rs`: [`RunReport`] (one line per run) and [`Totals`].
@@ -32,6 +35,7 @@
 mod cluster;
 mod faults;
 mod judge;
+mod netns;
 mod resp_client;
 mod run;
 mod summary;
@@ -40,6 +44,7 @@ mod workload;
 pub use cluster::{Cluster, ClusterSpec, MetaKind};
 pub use faults::{ChurnKind, Fault, FaultKind, Step, schedule};
 pub use judge::{Verdict, judge};
+pub use netns::Network;
 pub use resp_client::{ClusterClient, Exec};
 pub use run::{Progress, RunConfig, run_one};
 pub use summary::{RunReport, Totals};
@@ -58,6 +63,9 @@ pub enum NemesisError {
     },
     #[error("{0}")]
     Invalid(String),
+    /// A fault this machine cannot inject (e.g. `partition` without root).
+    #[error("{0}")]
+    Unavailable(String),
     #[error("history: {0}")]
     History(#[from] keyway_check::HistoryError),
 }

@@ -97,6 +97,10 @@ impl RunConfig {
             self.settle_timeout_ms >= 5_000,
             "--settle-timeout-ms must be at least 5000",
         )?;
+        check(
+            !(self.faults.contains(&FaultKind::Partition) && self.meta == MetaKind::Etcd),
+            "the partition fault needs --meta embedded (the etcd members listen on 127.0.0.1, which a node's network namespace cannot reach)",
+        )?;
         Ok(())
     }
 }
@@ -175,6 +179,8 @@ pub async fn run_one(
         node_lease_margin_ms: cfg.node_lease_ttl_ms / 4,
         manager_lease_ttl_ms: cfg.manager_lease_ttl_ms,
         start_timeout: Duration::from_millis(cfg.settle_timeout_ms),
+        network: cfg.faults.contains(&FaultKind::Partition),
+        fault_injection: cfg.faults.contains(&FaultKind::Disk),
     };
     let cluster = tokio::task::spawn_blocking(move || Cluster::start(spec))
         .await

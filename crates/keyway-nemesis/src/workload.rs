@@ -591,4 +591,31 @@ mod tests {
             Outcome::Ok(Reply::Int(3))
         );
     }
+
+    /// A node whose fsync failed (the `disk` fault) answers the write whose
+    /// fsync failed with "fsync failed", and, for good after, "storage
+    /// failed (...)". Both must stay Unknown: the first write was applied
+    /// (only its durability is in doubt, and the restarted node has it), and
+    /// the executor gives the "storage failed" text also to every reply of
+    /// a group that was applied while another thread's fsync failed.
+    #[test]
+    fn storage_failure_replies_are_unknown() {
+        let set = Op::Set {
+            key: "k".into(),
+            value: "v".into(),
+        };
+        for msg in [
+            "ERR storage fsync failed; the write may not be durable; this node no longer serves reads or writes",
+            "ERR storage failed (fsync error: I/O: fsync failed (injected by FaultyEngine)); this node no longer serves reads or writes (restart it on healthy storage)",
+        ] {
+            assert!(!is_rejection(msg) && !is_command_error(msg), "{msg}");
+            for op in [
+                &set,
+                &Op::Incr { key: "c".into() },
+                &Op::Get { key: "k".into() },
+            ] {
+                assert_eq!(outcome_of(op, &Frame::Error(msg.into())), Outcome::Unknown);
+            }
+        }
+    }
 }

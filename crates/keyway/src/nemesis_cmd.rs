@@ -3,7 +3,7 @@
 //! per run and a total line; non-zero exit if any run failed.
 
 use indicatif::{ProgressBar, ProgressStyle};
-use keyway_nemesis::{FaultKind, MetaKind, Progress, RunConfig, Totals, run_one};
+use keyway_nemesis::{FaultKind, MetaKind, Network, Progress, RunConfig, Totals, run_one};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
@@ -26,8 +26,10 @@ pub struct NemesisArgs {
     /// Concurrent workload clients (half smart, half plain Redis Cluster).
     #[arg(long, default_value_t = 6)]
     clients: usize,
-    /// Faults to inject: kill,pause,manager,meta,move,split,merge (or all).
-    #[arg(long, default_value = "all")]
+    /// Faults to inject: kill,pause,manager,meta,move,split,merge,disk,partition;
+    /// `default` is all but partition (which needs root and iproute2: each
+    /// node then runs in its own network namespace); `all` is every kind.
+    #[arg(long, default_value = "default")]
     faults: String,
     /// Metadata store: embedded (`keyway meta`) or etcd (3 members; needs etcd installed).
     #[arg(long, default_value = "embedded")]
@@ -98,6 +100,10 @@ pub async fn run(args: NemesisArgs) -> anyhow::Result<()> {
         keep: args.keep,
     };
     config.validate().map_err(anyhow::Error::msg)?;
+    if config.faults.contains(&FaultKind::Partition) {
+        // Not silently skipped: a machine that cannot make namespaces says so.
+        Network::probe()?;
+    }
     std::fs::create_dir_all(&args.out)?;
     let first = args
         .seed
