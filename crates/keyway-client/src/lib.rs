@@ -38,10 +38,10 @@
 //! A rejection, or a failure before the request was written (connect
 //! refused, say), proves the command did not run: the client re-routes and
 //! re-sends it. A failure or timeout after it was written leaves the outcome
-//! unknown: only commands that are safe to run twice
-//! ([`keyway_resp::retry_safe`], the rule `keyway proxy` applies too: reads,
-//! `SET`, `MSET`, `KW.SET`, ...) are re-sent; any other (`INCR`, `APPEND`,
-//! the salted counters, `DEL`, ...) returns [`ClientError::UnknownOutcome`].
+//! unknown: only reads ([`keyway_resp::retry_safe`], the rule `keyway
+//! proxy` applies too) are re-sent; any write (`SET` too: a second run could
+//! bring back a value a later write replaced; `INCR`, `APPEND`, the salted
+//! counters, `DEL`, ...) returns [`ClientError::UnknownOutcome`].
 //!
 //! It owns nothing but its cache: it never decides ownership and never
 //! guesses where a key lives beyond what a map or a rejection told it.
@@ -96,7 +96,7 @@ pub enum ClientError {
         source: std::io::Error,
     },
     /// The connection failed or timed out after the request was written:
-    /// the node may or may not have applied it. Only retry-safe commands
+    /// the node may or may not have applied it. Only reads
     /// ([`keyway_resp::retry_safe`]) are re-sent after this; any other
     /// command surfaces it.
     #[error(
