@@ -339,7 +339,7 @@ impl CheckReport {
         let reproduces = shown.is_some();
         match &shown {
             Some(again) => out.push_str(&format!(
-                "this file ({} events of key {:?}) fails on its own:\n{again}\n",
+                "this file ({} events of key {:?}, cut where no earlier operation can matter) fails on its own:\n{again}\n",
                 cut.events.len(),
                 v.key
             )),
@@ -392,9 +392,25 @@ fn cut_failure(
     if fails(base).is_none() {
         base = &events[..];
     }
+    // A cut may start only where the key's history can be cut without
+    // changing it: at an acknowledged SET/MSET/DEL of the key (it sets the
+    // whole state) that every earlier operation completed before (none can
+    // be linearized after it; an unknown one never completes). From there
+    // the cut is exactly the whole history's behaviour.
+    let mut quiet = vec![false; base.len()];
+    let mut done_before = 0u64;
+    for (i, e) in base.iter().enumerate() {
+        let sets_all = matches!(e.op, Op::Set { .. } | Op::MSet { .. } | Op::Del { .. })
+            && matches!(e.outcome, Outcome::Ok(_));
+        quiet[i] = i == 0 || (sets_all && done_before <= e.invoke_us);
+        done_before = done_before.max(e.complete_us.unwrap_or(u64::MAX));
+    }
     let mut n = options.max_failure_events;
     loop {
-        let from = base.len().saturating_sub(n);
+        let mut from = base.len().saturating_sub(n);
+        while !quiet[from] {
+            from -= 1;
+        }
         let cut = &base[from..];
         if let Some(found) = fails(cut) {
             return (History::new(cut.to_vec()), Some(found));
@@ -402,7 +418,7 @@ fn cut_failure(
         if from == 0 {
             return (History::new(cut.to_vec()), None);
         }
-        n *= 2;
+        n = (base.len() - from) * 2;
     }
 }
 

@@ -401,8 +401,13 @@ fn a_failing_history_is_written_small_and_fails_again_when_reread() {
         .expect("a violation to write");
     assert_eq!(files.key, "{t}b");
     assert!(files.reproduces);
-    assert!(files.events <= options.max_failure_events, "{files:?}");
+    // About `max_failure_events`: the cut moves back to a write every
+    // earlier operation completed before, so nothing it leaves out matters.
+    assert!(files.events <= 2 * options.max_failure_events, "{files:?}");
     let again = check_file(&files.jsonl).unwrap();
+    let first = std::fs::read_to_string(&files.jsonl).unwrap();
+    let first = first.lines().next().unwrap();
+    assert!(first.contains("\"m_set\"") || first.contains("\"set\""), "{first}");
     assert_eq!(again.linearizable(), Some(false), "{again}");
     assert_eq!(again.keys.len(), 1, "only the violating key is written");
     let text = std::fs::read_to_string(&files.text).unwrap();
