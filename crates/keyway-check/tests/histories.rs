@@ -407,7 +407,10 @@ fn a_failing_history_is_written_small_and_fails_again_when_reread() {
     let again = check_file(&files.jsonl).unwrap();
     let first = std::fs::read_to_string(&files.jsonl).unwrap();
     let first = first.lines().next().unwrap();
-    assert!(first.contains("\"m_set\"") || first.contains("\"set\""), "{first}");
+    assert!(
+        first.contains("\"m_set\"") || first.contains("\"set\""),
+        "{first}"
+    );
     assert_eq!(again.linearizable(), Some(false), "{again}");
     assert_eq!(again.keys.len(), 1, "only the violating key is written");
     let text = std::fs::read_to_string(&files.text).unwrap();
