@@ -107,6 +107,19 @@ fn default_weight() -> u32 {
 }
 
 impl NodeInfo {
+    /// A node that is up, at the default weight, not draining, with no
+    /// admin address: what registration makes of a fresh node.
+    pub fn up(id: NodeId, resp_addr: String) -> Self {
+        NodeInfo {
+            id,
+            resp_addr,
+            admin_addr: String::new(),
+            state: NodeState::Up,
+            weight: DEFAULT_NODE_WEIGHT,
+            draining: false,
+        }
+    }
+
     /// Host and port of the RESP address, split for `CLUSTER SLOTS` and `-MOVED`.
     pub fn resp_host_port(&self) -> (&str, u16) {
         match self.resp_addr.rsplit_once(':') {
