@@ -159,6 +159,7 @@ mod tests {
             state: NodeState::Up,
             weight: keyway_map::DEFAULT_NODE_WEIGHT,
             draining: false,
+            zone: None,
         }];
         let map = PartitionMap::bootstrap(&nodes, 3).unwrap();
         let dir = tempfile::tempdir().unwrap();

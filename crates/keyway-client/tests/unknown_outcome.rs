@@ -42,6 +42,7 @@ fn map_at(addr: &str, version: u64) -> PartitionMap {
         state: NodeState::Up,
         weight: keyway_map::DEFAULT_NODE_WEIGHT,
         draining: false,
+        zone: None,
     };
     let mut map = PartitionMap::bootstrap(&[node], 1).unwrap();
     map.version = MapVersion(version);

@@ -164,6 +164,8 @@ pub fn plan(
         id,
         name: name.to_string(),
         routing,
+        replication_factor: 1,
+        min_in_sync: 1,
     };
     let first = map.next_partition_id.0.max(1);
     let mut txn = MapTxn {
@@ -184,6 +186,7 @@ pub fn plan(
                 end,
                 owner: owners[i % owners.len()],
                 replicas: Vec::new(),
+                in_sync: Vec::new(),
                 epoch: Epoch(1),
                 state: PartitionState::Active,
             }));

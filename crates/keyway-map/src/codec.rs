@@ -28,6 +28,17 @@ const MAGIC_DELTA: u8 = 0x44; // 'D'
 const NODE_STATE_MASK: u8 = 0x0f;
 const NODE_DRAINING: u8 = 0x10;
 const NODE_WEIGHTED: u8 = 0x20;
+/// The node record carries a zone string after the tag (and weight).
+const NODE_ZONED: u8 = 0x40;
+// A keyspace's routing byte and a partition's state byte take the same
+// trick: a flag says extra fields follow, so records without replication
+// encode exactly as before.
+const ROUTING_MASK: u8 = 0x0f;
+/// The keyspace carries `replication_factor, min_in_sync` after the routing byte.
+const KEYSPACE_REPLICATED: u8 = 0x10;
+const PARTITION_STATE_MASK: u8 = 0x0f;
+/// The partition carries its in-sync list after the state byte.
+const PARTITION_IN_SYNC: u8 = 0x10;
 
 /// Encodes a whole map.
 pub fn encode_map(map: &PartitionMap) -> Vec<u8> {
@@ -208,10 +219,16 @@ impl MapWrite for Writer {
     fn keyspace(&mut self, k: &Keyspace) {
         self.var(k.id.0 as u64);
         self.bytes(k.name.as_bytes());
-        self.u8(match k.routing {
+        let routing = match k.routing {
             Routing::Hash => 0,
             Routing::Range => 1,
-        });
+        };
+        let replicated = k.replication_factor != 1 || k.min_in_sync != 1;
+        self.u8(routing | if replicated { KEYSPACE_REPLICATED } else { 0 });
+        if replicated {
+            self.u8(k.replication_factor);
+            self.u8(k.min_in_sync);
+        }
     }
     fn node(&mut self, n: &NodeInfo) {
         self.var(n.id.0);
@@ -223,9 +240,13 @@ impl MapWrite for Writer {
         };
         let weighted = n.weight != DEFAULT_NODE_WEIGHT;
         let draining = if n.draining { NODE_DRAINING } else { 0 };
-        self.u8(state | draining | if weighted { NODE_WEIGHTED } else { 0 });
+        let zoned = if n.zone.is_some() { NODE_ZONED } else { 0 };
+        self.u8(state | draining | zoned | if weighted { NODE_WEIGHTED } else { 0 });
         if weighted {
             self.var(u64::from(n.weight));
+        }
+        if let Some(zone) = &n.zone {
+            self.bytes(zone.as_bytes());
         }
     }
     fn partition(&mut self, p: &PartitionRecord) {
@@ -243,9 +264,16 @@ impl MapWrite for Writer {
         self.var(p.replicas.len() as u64);
         p.replicas.iter().for_each(|r| self.var(r.0));
         self.var(p.epoch.0);
-        self.u8(match p.state {
+        let state = match p.state {
             PartitionState::Active => 0,
-        });
+        };
+        if p.in_sync.is_empty() {
+            self.u8(state);
+        } else {
+            self.u8(state | PARTITION_IN_SYNC);
+            self.var(p.in_sync.len() as u64);
+            p.in_sync.iter().for_each(|r| self.var(r.0));
+        }
     }
 }
 
@@ -280,19 +308,34 @@ impl MapRead for Reader<'_> {
     fn keyspace(&mut self) -> Result<Keyspace, MapError> {
         let id = KeyspaceId(self.u32()?);
         let name = self.string()?;
-        let routing = match self.u8()? {
+        let tag = self.u8()?;
+        if tag & !(ROUTING_MASK | KEYSPACE_REPLICATED) != 0 {
+            return Err(MapError::Decode("routing tag"));
+        }
+        let routing = match tag & ROUTING_MASK {
             0 => Routing::Hash,
             1 => Routing::Range,
             _ => return Err(MapError::Decode("routing tag")),
         };
-        Ok(Keyspace { id, name, routing })
+        let (replication_factor, min_in_sync) = if tag & KEYSPACE_REPLICATED != 0 {
+            (self.u8()?, self.u8()?)
+        } else {
+            (1, 1)
+        };
+        Ok(Keyspace {
+            id,
+            name,
+            routing,
+            replication_factor,
+            min_in_sync,
+        })
     }
     fn node(&mut self) -> Result<NodeInfo, MapError> {
         let id = NodeId(self.var()?);
         let resp_addr = self.string()?;
         let admin_addr = self.string()?;
         let tag = self.u8()?;
-        if tag & !(NODE_STATE_MASK | NODE_DRAINING | NODE_WEIGHTED) != 0 {
+        if tag & !(NODE_STATE_MASK | NODE_DRAINING | NODE_WEIGHTED | NODE_ZONED) != 0 {
             return Err(MapError::Decode("node state tag"));
         }
         let state = match tag & NODE_STATE_MASK {
@@ -305,6 +348,11 @@ impl MapRead for Reader<'_> {
         } else {
             DEFAULT_NODE_WEIGHT
         };
+        let zone = if tag & NODE_ZONED != 0 {
+            Some(self.string()?)
+        } else {
+            None
+        };
         Ok(NodeInfo {
             id,
             resp_addr,
@@ -312,6 +360,7 @@ impl MapRead for Reader<'_> {
             state,
             weight,
             draining: tag & NODE_DRAINING != 0,
+            zone,
         })
     }
     fn partition(&mut self) -> Result<PartitionRecord, MapError> {
@@ -326,9 +375,18 @@ impl MapRead for Reader<'_> {
         let owner = NodeId(self.var()?);
         let replicas = self.list(|r| Ok(NodeId(r.var()?)))?;
         let epoch = Epoch(self.var()?);
-        let state = match self.u8()? {
+        let tag = self.u8()?;
+        if tag & !(PARTITION_STATE_MASK | PARTITION_IN_SYNC) != 0 {
+            return Err(MapError::Decode("partition state tag"));
+        }
+        let state = match tag & PARTITION_STATE_MASK {
             0 => PartitionState::Active,
             _ => return Err(MapError::Decode("partition state tag")),
+        };
+        let in_sync = if tag & PARTITION_IN_SYNC != 0 {
+            self.list(|r| Ok(NodeId(r.var()?)))?
+        } else {
+            Vec::new()
         };
         Ok(PartitionRecord {
             id,
@@ -337,6 +395,7 @@ impl MapRead for Reader<'_> {
             end,
             owner,
             replicas,
+            in_sync,
             epoch,
             state,
         })
@@ -355,6 +414,7 @@ mod tests {
             state,
             weight,
             draining,
+            zone: None,
         }
     }
 
@@ -415,6 +475,30 @@ mod tests {
     }
 
     #[test]
+    fn replication_fields_round_trip_and_unreplicated_records_encode_as_before() {
+        let mut n = node(NodeState::Up, DEFAULT_NODE_WEIGHT, false);
+        let plain = PartitionMap::bootstrap(std::slice::from_ref(&n), 2).unwrap();
+        let plain_bytes = encode_map(&plain);
+        n.zone = Some("zone-a".into());
+        let mut map = plain.clone();
+        map.nodes.insert(n.id, n.clone());
+        let ks = map.keyspaces.values_mut().next().unwrap();
+        ks.replication_factor = 3;
+        ks.min_in_sync = 2;
+        let p = map.partitions.values_mut().next().unwrap();
+        p.replicas = vec![NodeId(8), NodeId(9)];
+        p.in_sync = vec![NodeId(9)];
+        let bytes = encode_map(&map);
+        assert_eq!(decode_map(&bytes).unwrap(), map);
+        assert!(bytes.len() > plain_bytes.len());
+        // Without replication the bytes are what older nodes wrote and read.
+        assert_eq!(decode_map(&plain_bytes).unwrap(), plain);
+        for cut in 0..bytes.len() {
+            assert!(decode_map(&bytes[..cut]).is_err(), "cut at {cut}");
+        }
+    }
+
+    #[test]
     fn deltas_and_maps_round_trip_and_are_told_apart() {
         let n = node(NodeState::Up, 150, true);
         let map = PartitionMap::bootstrap(std::slice::from_ref(&n), 4).unwrap();
@@ -448,7 +532,7 @@ mod tests {
 
     #[test]
     fn unknown_node_flags_and_oversized_weights_are_refused() {
-        let mut bad = old_format(0x40);
+        let mut bad = old_format(0x80);
         assert_eq!(
             decode_changes(&bad),
             Err(MapError::Decode("node state tag"))

@@ -29,6 +29,13 @@ pub enum MapError {
         partition: PartitionId,
         node: NodeId,
     },
+    #[error("partition {partition}: {why}")]
+    BadReplicas {
+        partition: PartitionId,
+        why: &'static str,
+    },
+    #[error("keyspace {keyspace}: {why}")]
+    BadReplication { keyspace: KeyspaceId, why: String },
     #[error("partition {0} not found")]
     NoSuchPartition(PartitionId),
     #[error("map version must grow: have {have}, got {got}")]

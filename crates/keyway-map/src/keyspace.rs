@@ -29,9 +29,52 @@ pub struct Keyspace {
     pub id: KeyspaceId,
     pub name: String,
     pub routing: Routing,
+    /// Copies per partition (the owner and `replication_factor - 1`
+    /// replicas), [`MIN_REPLICATION_FACTOR`]..=[`MAX_REPLICATION_FACTOR`].
+    #[serde(default = "one")]
+    pub replication_factor: u8,
+    /// In-sync copies (owner included) a write needs: below it writes are
+    /// refused with `-NOREPLICAS` and reads still served. 1..=replication_factor.
+    #[serde(default = "one")]
+    pub min_in_sync: u8,
+}
+
+fn one() -> u8 {
+    1
+}
+
+/// Fewest copies per partition.
+pub const MIN_REPLICATION_FACTOR: u8 = 1;
+/// Most copies per partition.
+pub const MAX_REPLICATION_FACTOR: u8 = 5;
+
+/// Why a replication setting is invalid (checked where it is set).
+pub fn check_replication(replication_factor: u8, min_in_sync: u8) -> Result<(), String> {
+    if !(MIN_REPLICATION_FACTOR..=MAX_REPLICATION_FACTOR).contains(&replication_factor) {
+        return Err(format!(
+            "replication factor must be {MIN_REPLICATION_FACTOR}..={MAX_REPLICATION_FACTOR}, got {replication_factor}"
+        ));
+    }
+    if min_in_sync == 0 || min_in_sync > replication_factor {
+        return Err(format!(
+            "min_in_sync must be 1..={replication_factor} (the replication factor), got {min_in_sync}"
+        ));
+    }
+    Ok(())
 }
 
 impl Keyspace {
+    /// A keyspace with one copy per partition.
+    pub fn new(id: KeyspaceId, name: impl Into<String>, routing: Routing) -> Self {
+        Keyspace {
+            id,
+            name: name.into(),
+            routing,
+            replication_factor: 1,
+            min_in_sync: 1,
+        }
+    }
+
     /// The keyspace-local routing key of `key`.
     pub fn local_routing_key(&self, key: &[u8]) -> Bytes {
         match self.routing {
@@ -87,11 +130,7 @@ mod tests {
 
     #[test]
     fn storage_key_round_trips() {
-        let ks = Keyspace {
-            id: KeyspaceId(7),
-            name: "t".into(),
-            routing: Routing::Hash,
-        };
+        let ks = Keyspace::new(KeyspaceId(7), "t", Routing::Hash);
         let sk = ks.storage_key(b"foo");
         assert_eq!(&sk[..4], &[0, 0, 0, 7]);
         assert_eq!(u16::from_be_bytes([sk[4], sk[5]]), 12182);

@@ -64,6 +64,7 @@ impl KwMoved {
             end,
             owner,
             replicas: Vec::new(),
+            in_sync: Vec::new(),
             epoch,
             state: PartitionState::Active,
         };

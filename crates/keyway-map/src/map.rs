@@ -55,31 +55,51 @@ impl PartitionMap {
 
     /// The initial map: keyspace `0` (hash) split evenly into
     /// `nodes.len() * partitions_per_node` slot-aligned partitions, each node
-    /// owning a contiguous run of them, all at epoch 1.
+    /// owning a contiguous run of them, all at epoch 1, one copy each.
     pub fn bootstrap(nodes: &[NodeInfo], partitions_per_node: u16) -> Result<Self, MapError> {
+        Self::bootstrap_replicated(nodes, partitions_per_node, 1)
+    }
+
+    /// [`Self::bootstrap`] with `replication_factor` copies per partition:
+    /// the replicas of each partition are the next nodes after its owner (by
+    /// position), preferring zones not yet used by the partition's copies
+    /// ([`place_replicas`]). Every replica starts in the in-sync set: all
+    /// copies are empty and no write was acknowledged yet.
+    /// `replication_factor` is capped at the number of nodes.
+    pub fn bootstrap_replicated(
+        nodes: &[NodeInfo],
+        partitions_per_node: u16,
+        replication_factor: u8,
+    ) -> Result<Self, MapError> {
         assert!(!nodes.is_empty(), "bootstrap needs at least one node");
         assert!(
             partitions_per_node > 0,
             "partitions_per_node must be positive"
         );
         let count = (nodes.len() as u32 * partitions_per_node as u32).min(SLOT_COUNT as u32);
-        let keyspace = Keyspace {
-            id: crate::DEFAULT_KEYSPACE,
-            name: "default".into(),
-            routing: Routing::Hash,
-        };
+        crate::keyspace::check_replication(replication_factor, 1).map_err(|why| {
+            MapError::BadReplication {
+                keyspace: crate::DEFAULT_KEYSPACE,
+                why,
+            }
+        })?;
+        let mut keyspace = Keyspace::new(crate::DEFAULT_KEYSPACE, "default", Routing::Hash);
+        keyspace.replication_factor = replication_factor;
         let ks_id = keyspace.id;
         let partitions = (0..count).map(|i| {
             let first = (i * SLOT_COUNT as u32 / count) as u16;
             let next = ((i + 1) * SLOT_COUNT as u32 / count) as u16;
-            let owner = nodes[(i as usize * nodes.len()) / count as usize].id;
+            let owner_at = (i as usize * nodes.len()) / count as usize;
+            let owner = nodes[owner_at].id;
+            let replicas = place_replicas(nodes, owner_at, replication_factor);
             PartitionRecord {
                 id: PartitionId(i as u64 + 1),
                 keyspace: ks_id,
                 start: Bytes::copy_from_slice(&slot_bound(first)),
                 end: (i + 1 < count).then(|| Bytes::copy_from_slice(&slot_bound(next))),
                 owner,
-                replicas: Vec::new(),
+                in_sync: replicas.clone(),
+                replicas,
                 epoch: Epoch(1),
                 state: PartitionState::Active,
             }
@@ -155,6 +175,7 @@ impl PartitionMap {
                     node: p.owner,
                 });
             }
+            validate_copies(p)?;
         }
         for ks in self.keyspaces.values() {
             self.validate_keyspace(ks)?;
@@ -206,6 +227,73 @@ impl PartitionMap {
         }
         Ok(())
     }
+}
+
+/// The replicas of a partition whose owner is `nodes[owner_at]`: up to
+/// `replication_factor - 1` other nodes, walking on from the owner, taking
+/// first the nodes whose zone no copy has yet, then any (so a cluster with
+/// fewer zones than copies still gets its copies).
+pub fn place_replicas(nodes: &[NodeInfo], owner_at: usize, replication_factor: u8) -> Vec<NodeId> {
+    let wanted = (replication_factor as usize)
+        .saturating_sub(1)
+        .min(nodes.len().saturating_sub(1));
+    let ring: Vec<&NodeInfo> = (1..nodes.len())
+        .map(|k| &nodes[(owner_at + k) % nodes.len()])
+        .collect();
+    let mut zones: Vec<&Option<String>> = vec![&nodes[owner_at].zone];
+    let mut chosen: Vec<NodeId> = Vec::with_capacity(wanted);
+    for n in &ring {
+        if chosen.len() == wanted {
+            break;
+        }
+        let new_zone = n.zone.is_none() || !zones.contains(&&n.zone);
+        if new_zone {
+            chosen.push(n.id);
+            zones.push(&n.zone);
+        }
+    }
+    for n in &ring {
+        if chosen.len() == wanted {
+            break;
+        }
+        if !chosen.contains(&n.id) {
+            chosen.push(n.id);
+        }
+    }
+    chosen
+}
+
+/// A partition's copies: replicas distinct and not the owner, the in-sync
+/// set a subset of the replicas (the producing half of the pair whose
+/// applying half is [`PartitionMap::validate`] where a map is installed).
+fn validate_copies(p: &PartitionRecord) -> Result<(), MapError> {
+    let bad = |why| {
+        Err(MapError::BadReplicas {
+            partition: p.id,
+            why,
+        })
+    };
+    if p.replicas.contains(&p.owner) {
+        return bad("the owner is listed as its own replica");
+    }
+    if p.replicas
+        .iter()
+        .enumerate()
+        .any(|(i, r)| p.replicas[..i].contains(r))
+    {
+        return bad("a replica is listed twice");
+    }
+    if p.in_sync.iter().any(|r| !p.replicas.contains(r)) {
+        return bad("an in-sync node is not a replica");
+    }
+    if p.in_sync
+        .iter()
+        .enumerate()
+        .any(|(i, r)| p.in_sync[..i].contains(r))
+    {
+        return bad("an in-sync node is listed twice");
+    }
+    Ok(())
 }
 
 fn hash_bounds_aligned(p: &PartitionRecord) -> bool {

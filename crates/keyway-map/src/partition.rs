@@ -26,7 +26,17 @@ pub struct PartitionRecord {
     #[serde(with = "hex_opt_bytes")]
     pub end: Option<Bytes>,
     pub owner: NodeId,
+    /// Every other node holding a copy (never the owner, no duplicates):
+    /// in sync or catching up. The manager decides who is listed here.
     pub replicas: Vec<NodeId>,
+    /// The replicas that hold every acknowledged write (a subset of
+    /// `replicas`; the owner is always implicitly in sync). Changed only by
+    /// compare-and-set at a new epoch: shrunk by the primary after
+    /// `replica_lag_timeout_ms`, grown by the primary once a replica caught
+    /// up, emptied by a failover. Only these may be promoted (invariant 10)
+    /// or serve `READONLY` reads (invariant 11).
+    #[serde(default)]
+    pub in_sync: Vec<NodeId>,
     pub epoch: Epoch,
     pub state: PartitionState,
 }
@@ -51,6 +61,27 @@ impl PartitionRecord {
                 .map(|next| next.to_be_bytes().to_vec()),
         };
         (Bytes::from(start), end.map(Bytes::from))
+    }
+
+    /// Whether `node` holds a copy (owner or replica).
+    pub fn has_copy(&self, node: NodeId) -> bool {
+        self.owner == node || self.replicas.contains(&node)
+    }
+
+    /// Whether `node` is a replica in the in-sync set.
+    pub fn is_in_sync_replica(&self, node: NodeId) -> bool {
+        self.in_sync.contains(&node)
+    }
+
+    /// Copies that hold every acknowledged write: the owner plus the in-sync
+    /// replicas (what `min_in_sync` is compared with).
+    pub fn in_sync_copies(&self) -> usize {
+        1 + self.in_sync.len()
+    }
+
+    /// Every node with a copy, the owner first.
+    pub fn copies(&self) -> impl Iterator<Item = NodeId> + '_ {
+        std::iter::once(self.owner).chain(self.replicas.iter().copied())
     }
 
     /// For a hash keyspace: the slots `[first, last]` this partition covers.
@@ -100,6 +131,10 @@ pub struct NodeInfo {
     /// partition away and never moves one to it. Kept by re-registration.
     #[serde(default)]
     pub draining: bool,
+    /// Failure-domain label (`--zone`): placement puts a partition's copies
+    /// in distinct zones when it can. `None`: no zone given.
+    #[serde(default)]
+    pub zone: Option<String>,
 }
 
 fn default_weight() -> u32 {
@@ -117,6 +152,7 @@ impl NodeInfo {
             state: NodeState::Up,
             weight: DEFAULT_NODE_WEIGHT,
             draining: false,
+            zone: None,
         }
     }
 

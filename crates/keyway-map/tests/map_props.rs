@@ -15,6 +15,7 @@ fn nodes(n: u64) -> Vec<NodeInfo> {
             state: NodeState::Up,
             weight: keyway_map::DEFAULT_NODE_WEIGHT,
             draining: false,
+            zone: None,
         })
         .collect()
 }
@@ -168,6 +169,8 @@ fn range_keyspace_lookup_is_byte_ordered() {
         id: KeyspaceId(1),
         name: "r".into(),
         routing: Routing::Range,
+        replication_factor: 1,
+        min_in_sync: 1,
     };
     let n = nodes(2);
     let parts = [
@@ -178,6 +181,7 @@ fn range_keyspace_lookup_is_byte_ordered() {
             end: Some(Bytes::from_static(b"m")),
             owner: NodeId(1),
             replicas: vec![],
+            in_sync: Vec::new(),
             epoch: Epoch(1),
             state: PartitionState::Active,
         },
@@ -188,6 +192,7 @@ fn range_keyspace_lookup_is_byte_ordered() {
             end: None,
             owner: NodeId(2),
             replicas: vec![],
+            in_sync: Vec::new(),
             epoch: Epoch(1),
             state: PartitionState::Active,
         },

@@ -548,6 +548,7 @@ impl MetaStore for EmbeddedMeta {
                 state: NodeState::Up,
                 weight: kept.map_or(keyway_map::DEFAULT_NODE_WEIGHT, |n| n.weight),
                 draining: kept.is_some_and(|n| n.draining),
+                zone: None,
             };
             let txn = MapTxn::unconditional(vec![MapChange::UpsertNode(node)]);
             let (map, entry) = Inner::prepare(&state, txn)?;

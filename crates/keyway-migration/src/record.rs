@@ -417,6 +417,7 @@ pub(crate) mod tests {
             end: Some(Bytes::from_static(&[0x20, 0x00])),
             owner: NodeId(1),
             replicas: vec![NodeId(2), NodeId(3)],
+            in_sync: Vec::new(),
             epoch: Epoch(4),
             state: PartitionState::Active,
         }

@@ -250,6 +250,8 @@ mod tests {
             id: DEFAULT_KEYSPACE,
             name: "default".into(),
             routing: Routing::Hash,
+            replication_factor: 1,
+            min_in_sync: 1,
         }
     }
 

@@ -36,6 +36,7 @@ fn rig() -> Rig {
         state: NodeState::Up,
         weight: keyway_map::DEFAULT_NODE_WEIGHT,
         draining: false,
+        zone: None,
     };
     let routing = Arc::new(Routing::new(NodeId(1), Arc::new(SystemClock)));
     routing

@@ -80,6 +80,13 @@ pub struct Routing {
     /// Bumped after every change that may let a held request proceed (a new
     /// map, a lifted fence).
     changes: watch::Sender<u64>,
+    /// Replica read leases: for each partition this node is an in-sync
+    /// replica of, the epoch the primary's stream last named and until when
+    /// (monotonic ns after `base`) the primary counts on this replica serving
+    /// reads. Granted by the replica side of the stream on every apply or
+    /// heartbeat (`crate::replicate`); read by
+    /// [`RoutingGuard::admit_replica_read`] (invariant 11).
+    replica_reads: std::sync::Mutex<BTreeMap<PartitionId, (Epoch, u64)>>,
 }
 
 /// What the ownership check reads, all under one lock: the map and this
@@ -126,7 +133,40 @@ impl Routing {
                 history: MapHistory::new(crate::map_history::DEFAULT_MAP_HISTORY_VERSIONS),
             }),
             changes: watch::channel(0).0,
+            replica_reads: std::sync::Mutex::new(BTreeMap::new()),
         }
+    }
+
+    /// The primary's stream vouched, at `epoch`, that this replica may serve
+    /// `partition`'s reads until `until` (a monotonic instant computed by the
+    /// caller from when the stream message *arrived*, see `crate::replicate`).
+    /// A later grant replaces an earlier one; an older epoch never replaces a newer.
+    pub fn grant_replica_read(&self, partition: PartitionId, epoch: Epoch, until: Instant) {
+        let ns = self.ns_since_base(until);
+        let mut reads = self.replica_reads.lock().unwrap_or_else(|e| e.into_inner());
+        let entry = reads.entry(partition).or_insert((epoch, ns));
+        if epoch >= entry.0 {
+            *entry = (epoch, ns);
+        }
+    }
+
+    /// Withdraws every replica read lease of `partition` (it stopped being a
+    /// replica here, or its copy is being rebuilt).
+    pub fn revoke_replica_read(&self, partition: PartitionId) {
+        self.replica_reads
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&partition);
+    }
+
+    /// Whether a replica read lease for `partition` at `epoch` is valid now.
+    pub fn replica_read_valid(&self, partition: PartitionId, epoch: Epoch) -> bool {
+        let now = self.now_ns();
+        self.replica_reads
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&partition)
+            .is_some_and(|(e, deadline)| *e == epoch && now < *deadline)
     }
 
     /// Fires after every change that may let a held request proceed.
@@ -465,6 +505,37 @@ impl RoutingGuard<'_> {
         Ok(p)
     }
 
+    /// Admits a read of hash `slot` sent on a `READONLY` connection: the
+    /// owner admits it as any request ([`Self::admit_slot`]); a replica
+    /// admits it only while it is in the partition's in-sync set at the epoch
+    /// its map holds, its own lease is valid, and the primary's replica read
+    /// lease for that epoch has not run out (invariant 11). Anything else is
+    /// `-MOVED` to the owner.
+    pub fn admit_replica_read(
+        &self,
+        ks: KeyspaceId,
+        slot: u16,
+    ) -> Result<&PartitionRecord, Rejection> {
+        if !self.routing.lease_valid() {
+            return Err(Rejection::LeaseLapsed);
+        }
+        let p = self
+            .map
+            .map
+            .locate(ks, &slot.to_be_bytes())
+            .ok_or(Rejection::Unserved)?;
+        if p.owner == self.routing.me {
+            return self.admit_slot(ks, slot, None);
+        }
+        if p.is_in_sync_replica(self.routing.me) && self.routing.replica_read_valid(p.id, p.epoch) {
+            return Ok(p);
+        }
+        Err(Rejection::Moved {
+            slot,
+            addr: self.addr_of(p.owner),
+        })
+    }
+
     /// This node is about to receive `p` (its map still shows the old row).
     fn incoming(&self, p: &PartitionRecord) -> bool {
         self.map
@@ -506,6 +577,7 @@ mod tests {
                 state: NodeState::Up,
                 weight: keyway_map::DEFAULT_NODE_WEIGHT,
                 draining: false,
+                zone: None,
             })
             .collect()
     }
@@ -567,6 +639,70 @@ mod tests {
             }
             other => panic!("expected a stale-epoch rejection, got {other:?}"),
         }
+    }
+
+    #[test]
+    fn a_replica_reads_only_in_sync_at_its_epoch_with_a_read_lease() {
+        let r = Routing::new(NodeId(2), Arc::new(SystemClock));
+        let mut map = PartitionMap::bootstrap_replicated(&nodes(), 2, 2).unwrap();
+        let p = map.locate_slot(DEFAULT_KEYSPACE, 0).unwrap().clone();
+        assert_eq!((p.owner, p.in_sync.clone()), (NodeId(1), vec![NodeId(2)]));
+        r.install(map.clone()).unwrap();
+        r.set_lease_deadline(Instant::now() + Duration::from_secs(60));
+        let moved = Rejection::Moved {
+            slot: 0,
+            addr: "127.0.0.1:7001".into(),
+        };
+        // No read lease from the primary yet.
+        assert_eq!(
+            r.read()
+                .admit_replica_read(DEFAULT_KEYSPACE, 0)
+                .unwrap_err(),
+            moved
+        );
+        let soon = Instant::now() + Duration::from_secs(5);
+        r.grant_replica_read(p.id, p.epoch, soon);
+        assert_eq!(
+            r.read().admit_replica_read(DEFAULT_KEYSPACE, 0).unwrap().id,
+            p.id
+        );
+        // An ordinary read is still redirected to the owner.
+        assert_eq!(
+            r.read().admit_slot(DEFAULT_KEYSPACE, 0, None).unwrap_err(),
+            moved
+        );
+        // Dropped from the in-sync set at a new epoch: the old grant is void.
+        let row = map.partitions.get_mut(&p.id).unwrap();
+        row.in_sync.clear();
+        row.epoch = Epoch(p.epoch.0 + 1);
+        map.version = MapVersion(map.version.0 + 1);
+        r.install(map.clone()).unwrap();
+        assert_eq!(
+            r.read()
+                .admit_replica_read(DEFAULT_KEYSPACE, 0)
+                .unwrap_err(),
+            moved
+        );
+        // Back in sync at a newer epoch, but the grant names the old one.
+        let row = map.partitions.get_mut(&p.id).unwrap();
+        row.in_sync = vec![NodeId(2)];
+        row.epoch = Epoch(p.epoch.0 + 2);
+        map.version = MapVersion(map.version.0 + 1);
+        r.install(map).unwrap();
+        assert!(r.read().admit_replica_read(DEFAULT_KEYSPACE, 0).is_err());
+        r.grant_replica_read(p.id, Epoch(p.epoch.0 + 2), soon);
+        assert!(r.read().admit_replica_read(DEFAULT_KEYSPACE, 0).is_ok());
+        // An expired read lease, or an expired node lease, ends it.
+        r.grant_replica_read(p.id, Epoch(p.epoch.0 + 2), Instant::now());
+        assert!(r.read().admit_replica_read(DEFAULT_KEYSPACE, 0).is_err());
+        r.grant_replica_read(p.id, Epoch(p.epoch.0 + 2), soon);
+        r.revoke_lease();
+        assert_eq!(
+            r.read()
+                .admit_replica_read(DEFAULT_KEYSPACE, 0)
+                .unwrap_err(),
+            Rejection::LeaseLapsed
+        );
     }
 
     #[test]

@@ -240,6 +240,8 @@ impl Node {
                 id: DEFAULT_KEYSPACE,
                 name: "default".into(),
                 routing: KeyRouting::Hash,
+                replication_factor: 1,
+                min_in_sync: 1,
             },
             next_client_id: AtomicU64::new(1),
             clients: AtomicUsize::new(0),

@@ -113,6 +113,8 @@ impl Keyway {
                 id: DEFAULT_KEYSPACE,
                 name: "default".into(),
                 routing: Routing::Hash,
+                replication_factor: 1,
+                min_in_sync: 1,
             },
             limits: DbLimits::default(),
         }

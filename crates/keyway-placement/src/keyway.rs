@@ -145,6 +145,7 @@ mod tests {
                         state: NodeState::Up,
                         weight: keyway_map::DEFAULT_NODE_WEIGHT,
                         draining: false,
+                        zone: None,
                     })
                     .collect();
                 let map = PartitionMap::bootstrap(&infos, per_node).unwrap();

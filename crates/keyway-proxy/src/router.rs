@@ -224,6 +224,7 @@ fn apply_patch(view: &mut PartitionMap, patch: &Patch) -> bool {
         state: NodeState::Up,
         weight: keyway_map::DEFAULT_NODE_WEIGHT,
         draining: false,
+        zone: None,
     });
     node.resp_addr = patch.owner_addr.clone();
     view.partitions.insert(fresh.id, fresh.clone());

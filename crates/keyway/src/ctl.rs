@@ -93,6 +93,7 @@ struct NodeRow {
     state: keyway_map::NodeState,
     weight: u32,
     draining: bool,
+    zone: Option<String>,
     partitions: usize,
     lease_remaining_ms: Option<u64>,
 }
@@ -115,6 +116,7 @@ async fn nodes(meta: &dyn MetaStore, json: bool) -> anyhow::Result<()> {
             state: n.state,
             weight: n.weight,
             draining: n.draining,
+            zone: n.zone.clone(),
             partitions: map.owned_by(n.id).count(),
             lease_remaining_ms: leases.get(&n.id).copied(),
         })

@@ -207,6 +207,7 @@ mod tests {
             end: Some(Bytes::copy_from_slice(end)),
             owner,
             replicas: vec![],
+            in_sync: Vec::new(),
             epoch: Epoch(epoch),
             state: PartitionState::Active,
         }

@@ -273,6 +273,7 @@ mod tests {
             state,
             weight: DEFAULT_NODE_WEIGHT,
             draining: false,
+            zone: None,
         });
         PartitionMap::from_parts(Default::default(), Default::default(), [], nodes, [])
     }

@@ -26,6 +26,7 @@ fn node(id: u64) -> NodeInfo {
         state: NodeState::Up,
         weight: DEFAULT_NODE_WEIGHT,
         draining: false,
+        zone: None,
     }
 }
 

@@ -46,6 +46,7 @@ pub fn with_range_keyspace(map: &PartitionMap, bounds: &[&str], owner: NodeId) -
             end: starts.get(i + 1).cloned(),
             owner,
             replicas: Vec::new(),
+            in_sync: Vec::new(),
             epoch: Epoch(1),
             state: PartitionState::Active,
         })
@@ -54,6 +55,8 @@ pub fn with_range_keyspace(map: &PartitionMap, bounds: &[&str], owner: NodeId) -
         id: RANGE_KS,
         name: "ordered".into(),
         routing: Routing::Range,
+        replication_factor: 1,
+        min_in_sync: 1,
     };
     let out = PartitionMap::from_parts(
         MapVersion(map.version.0 + 1),

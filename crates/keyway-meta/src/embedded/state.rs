@@ -268,6 +268,7 @@ mod tests {
             state: NodeState::Up,
             weight: keyway_map::DEFAULT_NODE_WEIGHT,
             draining: false,
+            zone: None,
         })
     }
 

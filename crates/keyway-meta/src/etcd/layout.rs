@@ -404,6 +404,7 @@ mod tests {
             state: NodeState::Up,
             weight: keyway_map::DEFAULT_NODE_WEIGHT,
             draining: false,
+            zone: None,
         };
         let part = PartitionRecord {
             id: PartitionId(5),
@@ -412,6 +413,7 @@ mod tests {
             end: None,
             owner: NodeId(3),
             replicas: vec![],
+            in_sync: Vec::new(),
             epoch: Epoch(2),
             state: PartitionState::Active,
         };

@@ -42,6 +42,7 @@ impl Inner {
                     state: NodeState::Up,
                     weight: kept.map_or(keyway_map::DEFAULT_NODE_WEIGHT, |n| n.weight),
                     draining: kept.is_some_and(|n| n.draining),
+                    zone: None,
                 };
                 Ok(Step::Commit {
                     txn: MapTxn::unconditional(vec![MapChange::UpsertNode(node)]),

@@ -135,6 +135,14 @@ fn map_error_to_pb(e: &MapError) -> pb::MapErrorDetail {
             got: *got,
         }),
         MapError::Decode(what) => MapKind::Decode(what.to_string()),
+        MapError::BadReplicas { partition, why } => MapKind::BadReplicas(pb::PartitionWhy {
+            partition: partition.0,
+            why: why.to_string(),
+        }),
+        MapError::BadReplication { keyspace, why } => MapKind::BadReplication(pb::KeyspaceWhy {
+            keyspace: keyspace.0,
+            why: why.clone(),
+        }),
     };
     pb::MapErrorDetail { kind: Some(kind) }
 }
@@ -180,7 +188,30 @@ fn map_error_from_pb(e: pb::MapErrorDetail) -> Option<MapError> {
             got: phg.got,
         },
         MapKind::Decode(what) => MapError::Decode(decode_reason(&what)),
+        MapKind::BadReplicas(w) => MapError::BadReplicas {
+            partition: PartitionId(w.partition),
+            why: replicas_reason(&w.why),
+        },
+        MapKind::BadReplication(w) => MapError::BadReplication {
+            keyspace: KeyspaceId(w.keyspace),
+            why: w.why,
+        },
     })
+}
+
+/// `MapError::BadReplicas` carries a `&'static str`, as `Decode` does.
+fn replicas_reason(what: &str) -> &'static str {
+    const KNOWN: &[&str] = &[
+        "the owner is listed as its own replica",
+        "a replica is listed twice",
+        "an in-sync node is not a replica",
+        "an in-sync node is listed twice",
+    ];
+    KNOWN
+        .iter()
+        .find(|k| **k == what)
+        .copied()
+        .unwrap_or("replicas invalid (reason not known to this client)")
 }
 
 /// `MapError::Decode` carries a `&'static str`: map the text back onto the

@@ -155,6 +155,7 @@ pub fn partition() -> PartitionRecord {
         end: Some(bytes::Bytes::from_static(&[0x20, 0x00])),
         owner: SRC,
         replicas: vec![],
+        in_sync: Vec::new(),
         epoch: E,
         state: PartitionState::Active,
     }

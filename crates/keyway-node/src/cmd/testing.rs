@@ -27,6 +27,8 @@ impl TestDb {
                 id: DEFAULT_KEYSPACE,
                 name: "default".into(),
                 routing: Routing::Hash,
+                replication_factor: 1,
+                min_in_sync: 1,
             },
             limits: DbLimits::default(),
             now: T0,

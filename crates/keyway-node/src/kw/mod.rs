@@ -282,6 +282,7 @@ mod tests {
                 state: NodeState::Up,
                 weight: keyway_map::DEFAULT_NODE_WEIGHT,
                 draining: false,
+                zone: None,
             }],
             1,
         )
@@ -292,6 +293,8 @@ mod tests {
                 id: KeyspaceId(3),
                 name: "events".into(),
                 routing: KeyRouting::Range,
+                replication_factor: 1,
+                min_in_sync: 1,
             })],
         )
         .unwrap();

@@ -206,6 +206,7 @@ mod tests {
             end: end.map(|e| Bytes::copy_from_slice(e.as_bytes())),
             owner: NodeId(owner),
             replicas: vec![],
+            in_sync: Vec::new(),
             epoch: Epoch(2),
             state: PartitionState::Active,
         }
@@ -221,6 +222,7 @@ mod tests {
                 state: NodeState::Up,
                 weight: keyway_map::DEFAULT_NODE_WEIGHT,
                 draining: false,
+                zone: None,
             }),
             1,
         )
@@ -229,6 +231,8 @@ mod tests {
             id: KS,
             name: "r".into(),
             routing: KeyRouting::Range,
+            replication_factor: 1,
+            min_in_sync: 1,
         };
         map.apply(
             MapVersion(2),

@@ -136,6 +136,7 @@ pub fn read_reply(ks: KeyspaceId, resp: pb::RangeScanResponse) -> ScanReply {
                 end: r.end,
                 owner: NodeId(r.owner),
                 replicas: Vec::new(),
+                in_sync: Vec::new(),
                 epoch: Epoch(r.epoch),
                 state: PartitionState::Active,
             },

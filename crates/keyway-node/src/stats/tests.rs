@@ -67,6 +67,7 @@ fn world(config: StatsConfig) -> World {
         state: NodeState::Up,
         weight: keyway_map::DEFAULT_NODE_WEIGHT,
         draining: false,
+        zone: None,
     };
     routing
         .install(PartitionMap::bootstrap(&[node], 4).unwrap())
@@ -95,6 +96,8 @@ fn ks() -> Keyspace {
         id: DEFAULT_KEYSPACE,
         name: "default".into(),
         routing: keyway_map::Routing::Hash,
+        replication_factor: 1,
+        min_in_sync: 1,
     }
 }
 

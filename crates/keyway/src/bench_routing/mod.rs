@@ -578,6 +578,7 @@ mod tests {
                 state: keyway_map::NodeState::Up,
                 weight: keyway_map::DEFAULT_NODE_WEIGHT,
                 draining: false,
+                zone: None,
             })
             .collect();
         let map = PartitionMap::bootstrap(&nodes, 8).unwrap();
