@@ -587,6 +587,14 @@ impl peer_server::Peer for PeerService {
         Ok(Response::new(pb::MigrateStopResponse {}))
     }
 
+    async fn switchover(
+        &self,
+        _req: Request<pb::SwitchoverRequest>,
+    ) -> Result<Response<pb::SwitchoverResponse>, Status> {
+        // Replaced by the replication work (issue 12) before it lands.
+        Err(Status::unimplemented("switchover is not implemented yet"))
+    }
+
     async fn partition_stats(
         &self,
         _req: Request<pb::PartitionStatsRequest>,
