@@ -24,6 +24,7 @@ struct Admin {
     migrations: DriverView,
     decisions: DecisionLog,
     load: crate::monitor::LoadReceiver,
+    replication: crate::replication::ReplicationStatus,
 }
 
 /// Serves the admin routes until `shutdown` turns true.
@@ -33,6 +34,7 @@ pub async fn serve(
     migrations: DriverView,
     decisions: DecisionLog,
     load: crate::monitor::LoadReceiver,
+    replication: crate::replication::ReplicationStatus,
     listener: TcpListener,
     mut shutdown: watch::Receiver<bool>,
 ) {
@@ -48,6 +50,7 @@ pub async fn serve(
             migrations,
             decisions,
             load,
+            replication,
         });
     let stop = async move {
         while !*shutdown.borrow_and_update() {
@@ -77,6 +80,8 @@ pub struct Status {
     pub lease_remaining_ms: u64,
     /// Migrations over with a copy still left on an unreachable node.
     pub migration_stray_copies: u64,
+    /// Failover and replica membership as of the leader's last round.
+    pub replication: crate::replication::ReplicationView,
 }
 
 async fn status(State(admin): State<Admin>) -> impl IntoResponse {
@@ -86,6 +91,7 @@ async fn status(State(admin): State<Admin>) -> impl IntoResponse {
         leader: admin.seat.leader(),
         lease_remaining_ms: admin.seat.lease_remaining().as_millis() as u64,
         migration_stray_copies: admin.migrations.stray_copies(),
+        replication: admin.replication.get(),
     })
 }
 

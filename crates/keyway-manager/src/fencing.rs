@@ -56,6 +56,11 @@ impl FencingGate {
         }
     }
 
+    /// When `node`'s lease was first seen gone (`None`: seen live, or never checked).
+    pub fn gone_since(&self, node: NodeId) -> Option<Instant> {
+        self.gone_since.get(&node).copied()
+    }
+
     /// Asks the store and decides.
     pub async fn check_store(
         &mut self,

@@ -48,6 +48,13 @@
 //!   decisions and metrics); `plan.rs`: the pure planner; `config.rs`:
 //!   [`RebalanceConfig`]; `nodes.rs`: Up/Down from the leases and the
 //!   operator's drain, weight and decommission; `tests.rs`, `loop_tests.rs`.
+//! - `replication/`: failover (promote an in-sync replica once the
+//!   primary's lease is gone past `failover_margin_ms`), the replica
+//!   membership reconciler (keep every partition at its replication factor)
+//!   and the in-sync observer (every in-sync change in `/decisions`); pure
+//!   plans in `failover.rs` and `membership.rs`, the loop in `run.rs`.
+//! - `switchover.rs`: the planned switchover (`Switchover` Peer RPC on the
+//!   primary) for `keyway ctl failover` and `ctl drain`.
 //! - `admin.rs`: the admin HTTP routes.
 //! - `metrics.rs`: [`Metrics`].
 
@@ -60,6 +67,7 @@ pub mod merge;
 pub mod metrics;
 pub mod monitor;
 pub mod rebalance;
+pub mod replication;
 pub mod seat;
 pub mod split;
 pub mod splitter;
@@ -77,6 +85,7 @@ pub use merge::{MergeConfig, MergeError, merge_partitions};
 pub use metrics::Metrics;
 pub use monitor::{LoadMonitor, LoadReceiver, MonitorConfig};
 pub use rebalance::{RebalanceConfig, Rebalancer};
+pub use replication::{Replication, ReplicationConfig, ReplicationStatus, ReplicationView};
 pub use seat::{MANAGER_ELECTION, Seat, SeatConfig, SeatState, SeatView};
 pub use split::{SplitAt, SplitConfig, SplitError, split_partition};
 pub use splitter::Splitter;
@@ -102,6 +111,8 @@ pub struct ManagerConfig {
     pub merge: MergeConfig,
     /// The rebalancer (moves, drains, node liveness).
     pub rebalance: RebalanceConfig,
+    /// Failover and replica membership.
+    pub replication: ReplicationConfig,
 }
 
 impl ManagerConfig {
@@ -112,7 +123,8 @@ impl ManagerConfig {
         self.split.validate()?;
         self.merge.validate()?;
         self.merge.validate_against(&self.split)?;
-        self.rebalance.validate()
+        self.rebalance.validate()?;
+        self.replication.validate()
     }
 }
 
@@ -123,6 +135,7 @@ pub struct Manager {
     monitor: LoadMonitor,
     splitter: Splitter,
     rebalancer: Rebalancer,
+    replication: Replication,
     admin_addr: SocketAddr,
     admin_stop: watch::Sender<bool>,
     admin: JoinHandle<()>,
@@ -156,6 +169,7 @@ impl Manager {
             split,
             merge,
             rebalance,
+            replication,
         } = config;
         let listener = tokio::net::TcpListener::bind(admin_listen).await?;
         let admin_addr = listener.local_addr()?;
@@ -186,6 +200,13 @@ impl Manager {
             decisions.clone(),
             &metrics,
         );
+        let replication = Replication::start(
+            meta.clone(),
+            seat.view(),
+            replication,
+            decisions.clone(),
+            &metrics,
+        );
         let driver = Driver::start(
             meta,
             seat.view(),
@@ -200,6 +221,7 @@ impl Manager {
             driver.view(),
             decisions.clone(),
             monitor.subscribe(),
+            replication.status(),
             listener,
             stop_rx,
         ));
@@ -209,6 +231,7 @@ impl Manager {
             monitor,
             splitter,
             rebalancer,
+            replication,
             admin_addr,
             admin_stop,
             admin,
@@ -228,6 +251,11 @@ impl Manager {
         self.driver.view()
     }
 
+    /// Failover and replica membership as of the leader's last round.
+    pub fn replication(&self) -> ReplicationView {
+        self.replication.status().get()
+    }
+
     /// The load monitor's latest round (`None` while not leading).
     pub fn load(&self) -> LoadReceiver {
         self.monitor.subscribe()
@@ -238,6 +266,7 @@ impl Manager {
     pub async fn shutdown(self) {
         self.splitter.shutdown().await;
         self.rebalancer.shutdown().await;
+        self.replication.shutdown().await;
         self.driver.shutdown().await;
         self.monitor.shutdown().await;
         self.seat.shutdown().await;

@@ -271,9 +271,14 @@ impl MetaStore for Flaky {
         self.check()?;
         self.inner.leases().await
     }
-    async fn bootstrap_if_empty(&self, min: usize, per: u16) -> Result<bool, MetaError> {
+    async fn bootstrap_if_empty_with(
+        &self,
+        min: usize,
+        per: u16,
+        replication: keyway_meta::Replication,
+    ) -> Result<bool, MetaError> {
         self.check()?;
-        self.inner.bootstrap_if_empty(min, per).await
+        self.inner.bootstrap_if_empty_with(min, per, replication).await
     }
     async fn grant_session_lease(&self, ttl_ms: u64) -> Result<LeaseId, MetaError> {
         self.check()?;

@@ -774,15 +774,18 @@ impl MetaStore for EmbeddedMeta {
         .await
     }
 
-    async fn bootstrap_if_empty(
+    async fn bootstrap_if_empty_with(
         &self,
         min_nodes: usize,
         partitions_per_node: u16,
+        replication: crate::Replication,
     ) -> Result<bool, MetaError> {
         self.run(move |inner| async move {
             let mut state = inner.state.lock().await;
             state.check_healthy()?;
-            let Some(txn) = bootstrap_txn(&state.map, min_nodes, partitions_per_node)? else {
+            let Some(txn) =
+                bootstrap_txn(&state.map, min_nodes, partitions_per_node, replication)?
+            else {
                 return Ok(false);
             };
             let (map, entry) = Inner::prepare(&state, txn)?;

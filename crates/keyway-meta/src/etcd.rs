@@ -304,13 +304,14 @@ impl MetaStore for EtcdMeta {
         self.inner.delete_migration(id, expected).await
     }
 
-    async fn bootstrap_if_empty(
+    async fn bootstrap_if_empty_with(
         &self,
         min_nodes: usize,
         partitions_per_node: u16,
+        replication: crate::Replication,
     ) -> Result<bool, MetaError> {
         self.inner
-            .bootstrap_if_empty(min_nodes, partitions_per_node)
+            .bootstrap_if_empty(min_nodes, partitions_per_node, replication)
             .await
     }
 }

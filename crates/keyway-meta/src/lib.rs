@@ -57,6 +57,6 @@ pub use rpc::client::{RemoteMeta, RemoteOptions};
 pub use rpc::server::serve;
 pub use store::{
     LeaderWatch, Leadership, LeaseId, LeaseInfo, MapTxn, MapUpdate, MapWatch, MetaStore,
-    StoredMigration, bootstrap_txn, election_unsupported,
+    Replication, StoredMigration, bootstrap_txn, election_unsupported,
 };
 pub use url::connect;

@@ -332,29 +332,77 @@ pub trait MetaStore: Send + Sync + 'static {
         &self,
         min_nodes: usize,
         partitions_per_node: u16,
+    ) -> Result<bool, MetaError> {
+        self.bootstrap_if_empty_with(min_nodes, partitions_per_node, Replication::default())
+            .await
+    }
+
+    /// [`MetaStore::bootstrap_if_empty`] with keyspace 0 replicated:
+    /// `replication.factor` copies per partition placed by
+    /// [`PartitionMap::bootstrap_replicated`] (distinct nodes, distinct zones
+    /// first; capped at the node count) and `replication.min_in_sync`.
+    /// [`MetaError::InvalidArgument`] if the pair fails
+    /// [`keyway_map::check_replication`].
+    async fn bootstrap_if_empty_with(
+        &self,
+        min_nodes: usize,
+        partitions_per_node: u16,
+        replication: Replication,
     ) -> Result<bool, MetaError>;
 }
 
+/// The replication settings of a keyspace being created (keyspace 0 at
+/// bootstrap): copies per partition and the in-sync copies a write needs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Replication {
+    pub factor: u8,
+    pub min_in_sync: u8,
+}
+
+impl Default for Replication {
+    /// One copy, one needed: no replication.
+    fn default() -> Self {
+        Replication {
+            factor: 1,
+            min_in_sync: 1,
+        }
+    }
+}
+
+impl Replication {
+    /// Checks the pair ([`keyway_map::check_replication`]).
+    pub fn check(&self) -> Result<(), MetaError> {
+        keyway_map::check_replication(self.factor, self.min_in_sync)
+            .map_err(MetaError::InvalidArgument)
+    }
+}
+
 /// The transaction that bootstraps `map` (which has no keyspace yet): the
-/// default keyspace and its partitions from [`PartitionMap::bootstrap`] over
-/// `map`'s nodes, with partition ids starting at `map.next_partition_id` so
+/// default keyspace and its partitions from [`PartitionMap::bootstrap_replicated`]
+/// over `map`'s nodes (with `replication`), with partition ids starting at `map.next_partition_id` so
 /// ids stay never-reused, each conditional on its partition being absent.
 /// `None` if there are fewer than `min_nodes` (or no) nodes.
 pub fn bootstrap_txn(
     map: &PartitionMap,
     min_nodes: usize,
     partitions_per_node: u16,
+    replication: Replication,
 ) -> Result<Option<MapTxn>, MetaError> {
     if partitions_per_node == 0 {
         return Err(MetaError::InvalidArgument(
             "partitions_per_node must be positive".into(),
         ));
     }
+    replication.check()?;
     if !map.keyspaces.is_empty() || map.nodes.is_empty() || map.nodes.len() < min_nodes {
         return Ok(None);
     }
     let nodes: Vec<_> = map.nodes.values().cloned().collect();
-    let boot = PartitionMap::bootstrap(&nodes, partitions_per_node)?;
+    let mut boot =
+        PartitionMap::bootstrap_replicated(&nodes, partitions_per_node, replication.factor)?;
+    for ks in boot.keyspaces.values_mut() {
+        ks.min_in_sync = replication.min_in_sync;
+    }
     // Bootstrap numbers partitions from 1; shift past any id already handed out.
     let offset = map.next_partition_id.0.max(1) - 1;
     let mut txn = MapTxn::default();
@@ -437,11 +485,11 @@ mod tests {
         )
         .unwrap();
         assert!(
-            bootstrap_txn(&map, 3, 2).unwrap().is_none(),
+            bootstrap_txn(&map, 3, 2, Replication::default()).unwrap().is_none(),
             "too few nodes"
         );
-        assert!(bootstrap_txn(&map, 2, 0).is_err());
-        let txn = bootstrap_txn(&map, 2, 2).unwrap().unwrap();
+        assert!(bootstrap_txn(&map, 2, 0, Replication::default()).is_err());
+        let txn = bootstrap_txn(&map, 2, 2, Replication::default()).unwrap().unwrap();
         let mut booted = map.clone();
         booted.apply(MapVersion(2), &txn.changes).unwrap();
         booted.validate().unwrap();
@@ -454,7 +502,7 @@ mod tests {
                 .all(|c| c.expected.is_none() && !c.holds(&booted))
         );
         assert!(
-            bootstrap_txn(&booted, 1, 2).unwrap().is_none(),
+            bootstrap_txn(&booted, 1, 2, Replication::default()).unwrap().is_none(),
             "already bootstrapped"
         );
     }

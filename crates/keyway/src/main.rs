@@ -28,6 +28,7 @@ mod monitor_flags;
 mod nemesis_cmd;
 mod proxy_cmd;
 mod rebalance_flags;
+mod replication_flags;
 mod server_cmd;
 mod sim;
 mod split_flags;

@@ -13,6 +13,8 @@ pub struct ManagerFlags {
     pub split: crate::split_flags::SplitFlags,
     #[command(flatten)]
     pub rebalance: crate::rebalance_flags::RebalanceFlags,
+    #[command(flatten)]
+    pub replication: crate::replication_flags::ReplicationFlags,
 }
 
 impl ManagerFlags {
@@ -24,6 +26,7 @@ impl ManagerFlags {
             split: self.split.split_config()?,
             merge: self.split.merge_config()?,
             rebalance: self.rebalance.to_config()?,
+            replication: self.replication.to_config()?,
         };
         config.validate().map_err(anyhow::Error::msg)?;
         Ok(config)

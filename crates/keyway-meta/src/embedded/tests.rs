@@ -284,3 +284,50 @@ fn open_works_outside_a_runtime() {
         assert_eq!(store.leases().await.unwrap().len(), 1);
     });
 }
+
+#[tokio::test]
+async fn bootstrap_with_replication_factor_2_places_copies_on_distinct_nodes() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path(), EmbeddedOptions::default());
+    for i in 0..3 {
+        store
+            .register_node(None, format!("127.0.0.1:{}", 7000 + i), String::new())
+            .await
+            .unwrap();
+    }
+    let bad = crate::Replication {
+        factor: 2,
+        min_in_sync: 3,
+    };
+    assert!(matches!(
+        store.bootstrap_if_empty_with(3, 2, bad).await,
+        Err(MetaError::InvalidArgument(_))
+    ));
+    let rf2 = crate::Replication {
+        factor: 2,
+        min_in_sync: 2,
+    };
+    assert!(store.bootstrap_if_empty_with(3, 2, rf2).await.unwrap());
+    let map = store.get_map().await.unwrap();
+    let ks = &map.keyspaces[&keyway_map::DEFAULT_KEYSPACE];
+    assert_eq!((ks.replication_factor, ks.min_in_sync), (2, 2));
+    assert_eq!(map.partitions.len(), 6);
+    let mut replicas_per_node = std::collections::BTreeMap::new();
+    for p in map.partitions.values() {
+        assert_eq!(p.replicas.len(), 1, "{p:?}");
+        assert_ne!(p.replicas[0], p.owner, "two copies on one node: {p:?}");
+        assert_eq!(p.in_sync, p.replicas, "bootstrap copies start in sync");
+        *replicas_per_node.entry(p.replicas[0]).or_insert(0) += 1;
+    }
+    assert_eq!(
+        replicas_per_node.values().copied().collect::<Vec<_>>(),
+        [2, 2, 2],
+        "replicas spread like primaries"
+    );
+    // Reopened, the settings are still there.
+    drop(store);
+    let store = open(dir.path(), EmbeddedOptions::default());
+    let again = store.get_map().await.unwrap();
+    assert_eq!(again.keyspaces[&keyway_map::DEFAULT_KEYSPACE].min_in_sync, 2);
+    assert_eq!(again.partitions, map.partitions);
+}

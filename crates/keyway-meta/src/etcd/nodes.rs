@@ -60,11 +60,12 @@ impl Inner {
         &self,
         min_nodes: usize,
         partitions_per_node: u16,
+        replication: crate::Replication,
     ) -> Result<bool, MetaError> {
         let (_, booted) = self
             .commit_with(|snap| {
                 Ok(
-                    match bootstrap_txn(&snap.map, min_nodes, partitions_per_node)? {
+                    match bootstrap_txn(&snap.map, min_nodes, partitions_per_node, replication)? {
                         None => Step::Done(false),
                         Some(txn) => Step::Commit {
                             txn,

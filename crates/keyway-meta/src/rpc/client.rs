@@ -235,14 +235,17 @@ impl MetaStore for RemoteMeta {
         Ok(resp.leases.into_iter().map(lease_from_pb).collect())
     }
 
-    async fn bootstrap_if_empty(
+    async fn bootstrap_if_empty_with(
         &self,
         min_nodes: usize,
         partitions_per_node: u16,
+        replication: crate::Replication,
     ) -> Result<bool, MetaError> {
         let req = self.request(pb::BootstrapIfEmptyRequest {
             min_nodes: min_nodes as u64,
             partitions_per_node: partitions_per_node.into(),
+            replication_factor: replication.factor.into(),
+            min_in_sync: replication.min_in_sync.into(),
         });
         let resp = self
             .call("BootstrapIfEmpty", |mut c| async move {

@@ -199,9 +199,19 @@ impl meta_server::Meta for MetaService {
                 u16::MAX
             )))
         })?;
+        // 0 (a client from before replication) means 1.
+        let setting = |v: u32, what: &str| {
+            u8::try_from(v.max(1)).map_err(|_| {
+                status(MetaError::InvalidArgument(format!("{what} {v} exceeds 255")))
+            })
+        };
+        let replication = crate::Replication {
+            factor: setting(req.replication_factor, "replication_factor")?,
+            min_in_sync: setting(req.min_in_sync, "min_in_sync")?,
+        };
         let bootstrapped = self
             .store
-            .bootstrap_if_empty(min_nodes, per_node)
+            .bootstrap_if_empty_with(min_nodes, per_node, replication)
             .await
             .map_err(status)?;
         Ok(Response::new(pb::BootstrapIfEmptyResponse { bootstrapped }))

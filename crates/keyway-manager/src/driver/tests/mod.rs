@@ -526,6 +526,7 @@ async fn the_admin_port_lists_migrations_and_exports_their_metrics() {
         env.driver.as_ref().unwrap().view(),
         env.decisions.clone(),
         watch::channel(None).1,
+        crate::replication::ReplicationStatus::default(),
         listener,
         stop_rx,
     ));

@@ -112,13 +112,14 @@ impl MetaStore for FlakyMeta {
     async fn delete_migration(&self, id: u64, expected: u64) -> Result<(), MetaError> {
         self.inner.delete_migration(id, expected).await
     }
-    async fn bootstrap_if_empty(
+    async fn bootstrap_if_empty_with(
         &self,
         min_nodes: usize,
         partitions_per_node: u16,
+        replication: keyway_meta::Replication,
     ) -> Result<bool, MetaError> {
         self.inner
-            .bootstrap_if_empty(min_nodes, partitions_per_node)
+            .bootstrap_if_empty_with(min_nodes, partitions_per_node, replication)
             .await
     }
 }

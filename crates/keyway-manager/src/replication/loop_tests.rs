@@ -1,0 +1,290 @@
+//! The replication loop against an embedded metadata store and a real seat:
+//! a primary "dies" (its lease is revoked) and the leader promotes.
+
+use super::*;
+use crate::seat::{Seat, SeatConfig};
+use keyway_map::{Epoch, MapChange, NodeId, OwnershipCondition, PartitionId, PartitionMap};
+use keyway_meta::{EmbeddedMeta, EmbeddedOptions, LeaseId, MapTxn};
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::time::Duration;
+
+const DEADLINE: Duration = Duration::from_secs(15);
+
+async fn eventually<T, F: Future<Output = Option<T>>>(what: &str, probe: impl FnMut() -> F) -> T {
+    keyway_testkit::eventually(what, DEADLINE, probe).await
+}
+
+struct Env {
+    meta: Arc<EmbeddedMeta>,
+    _dir: tempfile::TempDir,
+    seat: Seat,
+    metrics: Arc<Metrics>,
+    decisions: DecisionLog,
+    leases: BTreeMap<NodeId, LeaseId>,
+    duty: Replication,
+}
+
+impl Env {
+    /// `nodes` nodes holding leases, 2 partitions each at factor `rf`;
+    /// `prepare` runs on the store before the duty starts.
+    async fn new(nodes: u64, rf: u8, config: ReplicationConfig) -> Env {
+        let dir = tempfile::tempdir().unwrap();
+        let meta = Arc::new(EmbeddedMeta::open(dir.path(), EmbeddedOptions::default()).unwrap());
+        let mut leases = BTreeMap::new();
+        for i in 1..=nodes {
+            let id = meta
+                .register_node(None, format!("r{i}:6379"), format!("a{i}:7000"))
+                .await
+                .unwrap();
+            leases.insert(id, meta.grant_lease(id, 60_000).await.unwrap());
+        }
+        let replication = keyway_meta::Replication {
+            factor: rf,
+            min_in_sync: 1,
+        };
+        assert!(
+            meta.bootstrap_if_empty_with(nodes as usize, 2, replication)
+                .await
+                .unwrap()
+        );
+        let metrics = Arc::new(Metrics::new());
+        let decisions = DecisionLog::new(&metrics);
+        let seat = Seat::start(
+            meta.clone(),
+            SeatConfig::new("m", Duration::from_millis(2_000)),
+            metrics.clone(),
+        );
+        eventually("the seat to lead", || {
+            let l = seat.leading();
+            async move { l }
+        })
+        .await;
+        let duty = Replication::start(
+            meta.clone(),
+            seat.view(),
+            config,
+            decisions.clone(),
+            &metrics,
+        );
+        Env {
+            meta,
+            _dir: dir,
+            seat,
+            metrics,
+            decisions,
+            leases,
+            duty,
+        }
+    }
+
+    async fn map(&self) -> PartitionMap {
+        self.meta.get_map().await.unwrap()
+    }
+
+    /// The node "dies": its lease is gone from the store.
+    async fn kill(&mut self, node: u64) {
+        let lease = self.leases.remove(&NodeId(node)).unwrap();
+        self.meta.revoke_lease(lease).await.unwrap();
+    }
+
+    async fn revive(&mut self, node: u64) {
+        let lease = self.meta.grant_lease(NodeId(node), 60_000).await.unwrap();
+        self.leases.insert(NodeId(node), lease);
+    }
+
+    /// Sets `p`'s in-sync set by CAS (as its primary would).
+    async fn set_in_sync(&self, p: PartitionId, in_sync: &[u64]) {
+        let map = self.map().await;
+        let mut row = map.partitions[&p].clone();
+        let cond = OwnershipCondition {
+            partition: p,
+            expected: Some((row.owner, row.epoch)),
+        };
+        row.in_sync = in_sync.iter().map(|n| NodeId(*n)).collect();
+        row.epoch = Epoch(row.epoch.0 + 1);
+        self.meta
+            .commit(MapTxn {
+                conditions: vec![cond],
+                changes: vec![MapChange::UpsertPartition(row)],
+            })
+            .await
+            .unwrap();
+    }
+
+    async fn shutdown(self) {
+        self.duty.shutdown().await;
+        self.seat.shutdown().await;
+    }
+}
+
+fn fast() -> ReplicationConfig {
+    ReplicationConfig {
+        failover_margin_ms: 200,
+        interval_ms: 20,
+        ..ReplicationConfig::default()
+    }
+}
+
+#[tokio::test]
+async fn a_dead_primary_s_partitions_go_to_in_sync_replicas_by_one_cas_each() {
+    let mut env = Env::new(3, 2, fast()).await;
+    let before = env.map().await;
+    let owned: Vec<_> = before.owned_by(NodeId(1)).cloned().collect();
+    assert_eq!(owned.len(), 2);
+    env.kill(1).await;
+    let after = eventually("node 1's partitions to fail over", || {
+        let meta = env.meta.clone();
+        async move {
+            let map = meta.get_map().await.ok()?;
+            (map.owned_by(NodeId(1)).count() == 0).then_some(map)
+        }
+    })
+    .await;
+    for old in &owned {
+        let new = &after.partitions[&old.id];
+        assert_eq!(new.epoch, Epoch(old.epoch.0 + 1), "exactly one CAS: {new:?}");
+        assert!(old.in_sync.contains(&new.owner), "promoted from in_sync: {new:?}");
+        assert!(new.replicas.contains(&NodeId(1)), "the old primary stays listed");
+        assert!(new.in_sync.is_empty());
+    }
+    // Nobody else moved.
+    for p in before.partitions.values().filter(|p| p.owner != NodeId(1)) {
+        assert_eq!(after.partitions[&p.id], *p);
+    }
+    let text = env.metrics.encode();
+    assert!(
+        text.contains(r#"keyway_manager_failovers_total{reason="lease_expired"} 2"#),
+        "{text}"
+    );
+    assert!(text.contains("keyway_manager_failover_duration_ms_count 2"), "{text}");
+    let d: Vec<_> = env
+        .decisions
+        .recent()
+        .into_iter()
+        .filter(|d| d.action == "failover")
+        .collect();
+    assert_eq!(d.len(), 2, "{d:?}");
+    // Each promotion waited out the margin after the lease vanished.
+    assert!(env.duty.status().get().failovers == 2);
+    // The observer saw both in-sync changes.
+    eventually("the observer to log the owner changes", || {
+        let n = env
+            .decisions
+            .recent()
+            .iter()
+            .filter(|d| d.action == "in_sync_change" && d.reason == "owner_changed")
+            .count();
+        async move { (n == 2).then_some(()) }
+    })
+    .await;
+    // The partitions are under-replicated now: nothing is in sync.
+    eventually("the under-replicated gauge", || {
+        let text = env.metrics.encode();
+        async move { text.contains("keyway_manager_under_replicated_partitions 2").then_some(()) }
+    })
+    .await;
+    env.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_replica_out_of_sync_is_never_promoted() {
+    let mut env = Env::new(3, 3, fast()).await;
+    let map = env.map().await;
+    let p = map.owned_by(NodeId(1)).next().unwrap().id;
+    let q = map.owned_by(NodeId(1)).nth(1).unwrap().id;
+    // p: only node 3 is in sync; q: nobody is.
+    env.set_in_sync(p, &[3]).await;
+    env.set_in_sync(q, &[]).await;
+    env.kill(3).await;
+    env.kill(1).await;
+    eventually("the decision not to promote", || {
+        let found = env.decisions.recent().iter().any(|d| {
+            d.partition == Some(p)
+                && d.reason == "no_in_sync_replica_alive"
+                && d.detail.contains("waiting: no in-sync replica alive")
+        });
+        async move { found.then_some(()) }
+    })
+    .await;
+    // Ten more rounds later nothing moved: node 2 is alive but not in sync.
+    let before = env.map().await;
+    let rounds = |text: &str| -> u64 {
+        let key = r#"keyway_manager_decisions_total{duty="replication",action="no_failover",reason="no_in_sync_replica_alive"} "#;
+        text.lines()
+            .find_map(|l| l.strip_prefix(key))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0)
+    };
+    let start = rounds(&env.metrics.encode());
+    eventually("ten more rounds", || {
+        let n = rounds(&env.metrics.encode());
+        async move { (n >= start + 20).then_some(()) }
+    })
+    .await;
+    let map = env.map().await;
+    assert_eq!(map.partitions[&p], before.partitions[&p]);
+    assert_eq!(map.partitions[&p].owner, NodeId(1));
+    assert_eq!(map.partitions[&q].owner, NodeId(1));
+    assert!(env.metrics.encode().contains("keyway_manager_offline_partitions 2"));
+    // Node 3 is back: p goes to it, q still waits.
+    env.revive(3).await;
+    let map = eventually("p to fail over to node 3", || {
+        let meta = env.meta.clone();
+        async move {
+            let map = meta.get_map().await.ok()?;
+            (map.partitions[&p].owner == NodeId(3)).then_some(map)
+        }
+    })
+    .await;
+    assert_eq!(map.partitions[&q].owner, NodeId(1));
+    env.shutdown().await;
+}
+
+#[tokio::test]
+async fn raising_the_factor_adds_replicas_and_lowering_it_removes_them() {
+    let env = Env::new(3, 1, fast()).await;
+    let mut map = env.map().await;
+    let mut ks = map.keyspaces[&keyway_map::DEFAULT_KEYSPACE].clone();
+    ks.replication_factor = 3;
+    env.meta
+        .commit(MapTxn::unconditional(vec![MapChange::UpsertKeyspace(ks.clone())]))
+        .await
+        .unwrap();
+    let grown = eventually("two replicas per partition", || {
+        let meta = env.meta.clone();
+        async move {
+            let map = meta.get_map().await.ok()?;
+            map.partitions
+                .values()
+                .all(|p| p.replicas.len() == 2)
+                .then_some(map)
+        }
+    })
+    .await;
+    for p in grown.partitions.values() {
+        assert!(p.in_sync.is_empty(), "added replicas start out of sync");
+        assert_eq!(p.epoch, Epoch(map.partitions[&p.id].epoch.0 + 1), "one CAS");
+    }
+    map = grown;
+    ks.replication_factor = 2;
+    env.meta
+        .commit(MapTxn::unconditional(vec![MapChange::UpsertKeyspace(ks)]))
+        .await
+        .unwrap();
+    eventually("one replica per partition", || {
+        let meta = env.meta.clone();
+        async move {
+            let m = meta.get_map().await.ok()?;
+            m.partitions.values().all(|p| p.replicas.len() == 1).then_some(())
+        }
+    })
+    .await;
+    let text = env.metrics.encode();
+    let added = 2 * map.partitions.len();
+    assert!(
+        text.contains(&format!("keyway_manager_replicas_added_total {added}")),
+        "{text}"
+    );
+    env.shutdown().await;
+}

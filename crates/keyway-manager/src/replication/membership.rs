@@ -1,0 +1,187 @@
+//! The membership reconciler's decision (pure: the map, the live leases and
+//! the partitions in migration in; one compare-and-set per partition out).
+//!
+//! It keeps `1 + replicas.len() == replication_factor` for every partition,
+//! the factor capped at the number of registered nodes:
+//! - **too few copies**: add replicas on nodes that are Up, hold a lease,
+//!   are not draining and have no copy of p: a node whose zone no copy of p
+//!   has yet first, then the fewest copies over the whole map (counting the
+//!   additions of the same round), then the lowest id. A new replica is not
+//!   in sync: the primary copies it and grows the in-sync set itself.
+//! - **too many copies** (the factor was lowered): remove replicas,
+//!   out-of-sync ones first, then the ones on nodes with the most copies,
+//!   then the highest id.
+//!
+//! A replica on a node that is merely Down still counts as a copy: it is
+//! never replaced (invariant 12, no move on suspicion; re-replication after
+//! the grace is a later issue). Partitions whose primary holds no lease (the
+//! failover's business) or that are in a live migration (its flip writes the
+//! row it read at creation, so a membership change would abort it) are left
+//! alone this round, with the reason.
+
+use keyway_map::{Epoch, NodeId, NodeState, PartitionId, PartitionMap, PartitionRecord};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// One planned membership change: the CAS and what it changes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MembershipChange {
+    pub partition: PartitionId,
+    /// The condition: the row's (owner, epoch) as planned from.
+    pub expected: (NodeId, Epoch),
+    /// The row the CAS writes (epoch + 1).
+    pub row: PartitionRecord,
+    pub added: Vec<NodeId>,
+    pub removed: Vec<NodeId>,
+    /// `under_replicated` or `over_replicated`.
+    pub reason: &'static str,
+}
+
+/// A partition whose copy count is off but which is left alone this round.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Skipped {
+    pub partition: PartitionId,
+    /// `primary_gone`, `migration_in_flight`, `no_eligible_node`.
+    pub reason: &'static str,
+    pub detail: String,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MembershipPlan {
+    pub changes: Vec<MembershipChange>,
+    pub skipped: Vec<Skipped>,
+}
+
+/// The copies `p` should have: its keyspace's factor, capped at `nodes`.
+pub fn wanted_copies(map: &PartitionMap, p: &PartitionRecord) -> usize {
+    let rf = map
+        .keyspaces
+        .get(&p.keyspace)
+        .map_or(1, |k| k.replication_factor.max(1)) as usize;
+    rf.min(map.nodes.len().max(1))
+}
+
+/// Plans this round's changes; see the module docs.
+pub fn plan(
+    map: &PartitionMap,
+    live: &BTreeSet<NodeId>,
+    migrating: &BTreeSet<PartitionId>,
+) -> MembershipPlan {
+    let mut copies: BTreeMap<NodeId, usize> = map.nodes.keys().map(|n| (*n, 0)).collect();
+    for p in map.partitions.values() {
+        for n in p.copies() {
+            *copies.entry(n).or_default() += 1;
+        }
+    }
+    let mut out = MembershipPlan::default();
+    for p in map.partitions.values() {
+        let wanted = wanted_copies(map, p);
+        let have = 1 + p.replicas.len();
+        if have == wanted {
+            continue;
+        }
+        let skip = |reason, detail: String| Skipped {
+            partition: p.id,
+            reason,
+            detail,
+        };
+        if !live.contains(&p.owner) {
+            out.skipped.push(skip(
+                "primary_gone",
+                format!(
+                    "{have} of {wanted} copies, but primary node {} holds no lease (failover first)",
+                    p.owner
+                ),
+            ));
+            continue;
+        }
+        if migrating.contains(&p.id) {
+            out.skipped.push(skip(
+                "migration_in_flight",
+                format!("{have} of {wanted} copies; waiting for its migration to end"),
+            ));
+            continue;
+        }
+        let mut row = p.clone();
+        let (mut added, mut removed) = (Vec::new(), Vec::new());
+        if have < wanted {
+            while 1 + row.replicas.len() < wanted {
+                let Some(n) = pick_new_replica(map, &row, live, &copies) else {
+                    break;
+                };
+                row.replicas.push(n);
+                *copies.entry(n).or_default() += 1;
+                added.push(n);
+            }
+            if added.is_empty() {
+                out.skipped.push(skip(
+                    "no_eligible_node",
+                    format!(
+                        "{have} of {wanted} copies; no Up, non-draining node with a lease lacks a copy"
+                    ),
+                ));
+                continue;
+            }
+        } else {
+            while 1 + row.replicas.len() > wanted {
+                let victim = row
+                    .replicas
+                    .iter()
+                    .copied()
+                    .max_by_key(|r| {
+                        (
+                            !row.in_sync.contains(r),
+                            copies.get(r).copied().unwrap_or(0),
+                            *r,
+                        )
+                    })
+                    .expect("more copies than wanted means a replica exists");
+                row.replicas.retain(|r| *r != victim);
+                row.in_sync.retain(|r| *r != victim);
+                if let Some(c) = copies.get_mut(&victim) {
+                    *c = c.saturating_sub(1);
+                }
+                removed.push(victim);
+            }
+        }
+        row.epoch = Epoch(p.epoch.0 + 1);
+        debug_assert!(!row.replicas.contains(&row.owner));
+        debug_assert!(row.in_sync.iter().all(|r| row.replicas.contains(r)));
+        out.changes.push(MembershipChange {
+            partition: p.id,
+            expected: (p.owner, p.epoch),
+            row,
+            reason: if added.is_empty() {
+                "over_replicated"
+            } else {
+                "under_replicated"
+            },
+            added,
+            removed,
+        });
+    }
+    out
+}
+
+/// The node to add as a replica of `p`: Up, holding a lease, not draining,
+/// no copy of `p`; a zone no copy has first, then fewest copies, then id.
+fn pick_new_replica(
+    map: &PartitionMap,
+    p: &PartitionRecord,
+    live: &BTreeSet<NodeId>,
+    copies: &BTreeMap<NodeId, usize>,
+) -> Option<NodeId> {
+    let used_zones: BTreeSet<&str> = p
+        .copies()
+        .filter_map(|n| map.nodes.get(&n).and_then(|n| n.zone.as_deref()))
+        .collect();
+    map.nodes
+        .values()
+        .filter(|n| {
+            n.state == NodeState::Up && !n.draining && live.contains(&n.id) && !p.has_copy(n.id)
+        })
+        .min_by_key(|n| {
+            let zone_used = n.zone.as_deref().is_some_and(|z| used_zones.contains(z));
+            (zone_used, copies.get(&n.id).copied().unwrap_or(0), n.id)
+        })
+        .map(|n| n.id)
+}

@@ -1,0 +1,260 @@
+//! Replication's control plane (issue 12): failover, replica membership and
+//! the in-sync observer. The manager decides *membership* (who is in
+//! `replicas`) and *failover* (who is owner after the owner's lease
+//! expired); the primary decides its in-sync set (`keyway-node`).
+//!
+//! Every change is one compare-and-set at epoch + 1 conditional on the
+//! row's `(owner, epoch)`, decided by pure functions from a freshly read map
+//! (`failover.rs`, `membership.rs`) and carried out by the leader's loop
+//! (`run.rs`), so a row that changed under a planned CAS is re-planned from
+//! its new state the next round.
+//!
+//! # Layout
+//! - `mod.rs`: [`ReplicationConfig`], [`ReplicationMetrics`],
+//!   [`ReplicationView`] (`/status`), [`Replication`] (start / shutdown).
+//! - `failover.rs`: [`Failover`]: who to promote, and why not (pure).
+//! - `membership.rs`: the replica reconciler's plan (pure).
+//! - `observe.rs`: the in-sync observer over the map watch.
+//! - `run.rs`: the leader's loop: rounds, CASes, decisions, metrics.
+//! - `tests.rs`: the pure plans; `loop_tests.rs`: the loop against an
+//!   embedded store.
+
+mod failover;
+#[cfg(test)]
+mod loop_tests;
+pub mod membership;
+pub mod observe;
+mod run;
+#[cfg(test)]
+mod tests;
+
+pub use failover::{Failover, FailoverPlan, Promotion, Waiting, promoted};
+pub use membership::{MembershipChange, MembershipPlan, Skipped};
+
+use crate::decisions::DecisionLog;
+use crate::metrics::{Metrics, ReasonLabel};
+use crate::seat::SeatView;
+use keyway_meta::MetaStore;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use serde::Serialize;
+use std::sync::{Arc, Mutex};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+/// The duty name in `/decisions` and `keyway_manager_decisions`.
+pub const DUTY: &str = "replication";
+
+/// The longest margin or interval accepted (a minute).
+pub const MAX_REPLICATION_MS: u64 = 60_000;
+
+/// Buckets of the failover-duration histogram, in milliseconds.
+pub const FAILOVER_BUCKETS_MS: [f64; 12] = [
+    10.0, 50.0, 100.0, 250.0, 500.0, 1000.0, 1500.0, 2000.0, 3000.0, 5000.0, 10000.0, 30000.0,
+];
+
+/// Settings of failover and replica membership.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReplicationConfig {
+    /// Promote an in-sync replica when a primary's lease is gone.
+    pub failover: bool,
+    /// How long a primary's lease must have been gone from the store before
+    /// its partitions fail over. The node stops serving at its own deadline,
+    /// `lease_margin_ms` before the store can expire its lease (invariant
+    /// 4), so once the store's lease is gone the node has already stopped;
+    /// this margin covers clock-rate differences between the node, the store
+    /// and this manager on top of that, and defaults to the node's default
+    /// `lease_margin_ms` (1000 ms). 0 is refused: it would leave only the
+    /// node's own margin between two primaries.
+    pub failover_margin_ms: u64,
+    /// Keep every partition at its keyspace's replication factor (add and
+    /// remove replicas).
+    pub reconcile: bool,
+    /// How often the leader checks the leases and the copy counts. Failover
+    /// time is at most lease TTL + margin + this (+ the CAS).
+    pub interval_ms: u64,
+}
+
+impl Default for ReplicationConfig {
+    fn default() -> Self {
+        ReplicationConfig {
+            failover: true,
+            failover_margin_ms: 1_000,
+            reconcile: true,
+            interval_ms: 250,
+        }
+    }
+}
+
+impl ReplicationConfig {
+    /// Checks every field; the error names the first bad setting.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.failover_margin_ms == 0 || self.failover_margin_ms > MAX_REPLICATION_MS {
+            return Err(format!(
+                "failover_margin_ms must be in 1..={MAX_REPLICATION_MS}, got {}",
+                self.failover_margin_ms
+            ));
+        }
+        if self.interval_ms == 0 || self.interval_ms > MAX_REPLICATION_MS {
+            return Err(format!(
+                "replication_interval_ms must be in 1..={MAX_REPLICATION_MS}, got {}",
+                self.interval_ms
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// The replication metrics (registered under `keyway_manager_*`).
+#[derive(Clone)]
+pub struct ReplicationMetrics {
+    /// Promotions committed, by reason (`lease_expired`).
+    pub failovers: Family<ReasonLabel, Counter>,
+    /// Lease gone first seen → promotion CAS committed, ms.
+    pub failover_duration_ms: Histogram,
+    /// Partitions with fewer in-sync copies than their replication factor.
+    pub under_replicated: Gauge,
+    /// Partitions whose primary is gone with no in-sync replica alive.
+    pub offline: Gauge,
+    /// Replicas added / removed by the reconciler.
+    pub replicas_added: Counter,
+    pub replicas_removed: Counter,
+    /// In-sync changes seen in the map watch, by inferred reason.
+    pub in_sync_changes_seen: Family<observe::InSyncLabel, Counter>,
+}
+
+impl ReplicationMetrics {
+    pub fn register(metrics: &Metrics) -> Self {
+        let m = ReplicationMetrics {
+            failovers: Family::default(),
+            failover_duration_ms: Histogram::new(FAILOVER_BUCKETS_MS),
+            under_replicated: Gauge::default(),
+            offline: Gauge::default(),
+            replicas_added: Counter::default(),
+            replicas_removed: Counter::default(),
+            in_sync_changes_seen: Family::default(),
+        };
+        metrics.register(
+            "failovers",
+            "Partitions failed over to an in-sync replica, by reason",
+            m.failovers.clone(),
+        );
+        metrics.register(
+            "failover_duration_ms",
+            "From the old primary's lease first seen gone to the promotion committed, ms",
+            m.failover_duration_ms.clone(),
+        );
+        metrics.register(
+            "under_replicated_partitions",
+            "Partitions with fewer in-sync copies (primary included) than their replication factor (capped at the node count)",
+            m.under_replicated.clone(),
+        );
+        metrics.register(
+            "offline_partitions",
+            "Partitions whose primary's lease is gone past the margin with no in-sync replica alive to promote",
+            m.offline.clone(),
+        );
+        metrics.register(
+            "replicas_added",
+            "Replicas the membership reconciler added",
+            m.replicas_added.clone(),
+        );
+        metrics.register(
+            "replicas_removed",
+            "Replicas the membership reconciler removed (replication factor lowered)",
+            m.replicas_removed.clone(),
+        );
+        metrics.register(
+            "in_sync_changes_seen",
+            "In-sync set changes seen in the map watch, by inferred reason",
+            m.in_sync_changes_seen.clone(),
+        );
+        m
+    }
+}
+
+/// `/status`'s `replication` field: the last round of the leader.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct ReplicationView {
+    pub failover_enabled: bool,
+    pub failover_margin_ms: u64,
+    pub reconcile_enabled: bool,
+    pub failovers: u64,
+    pub under_replicated_partitions: usize,
+    /// Partitions waiting for a failover that cannot happen (no in-sync
+    /// replica alive), by id.
+    pub offline_partitions: Vec<u64>,
+    pub replicas_added: u64,
+    pub replicas_removed: u64,
+}
+
+/// A shared, cheap-to-clone handle on the [`ReplicationView`].
+#[derive(Clone, Default)]
+pub struct ReplicationStatus(Arc<Mutex<ReplicationView>>);
+
+impl ReplicationStatus {
+    pub fn get(&self) -> ReplicationView {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    fn update(&self, f: impl FnOnce(&mut ReplicationView)) {
+        f(&mut self.0.lock().unwrap_or_else(|e| e.into_inner()));
+    }
+}
+
+/// The running duty: the leader's loop and the in-sync observer.
+pub struct Replication {
+    stop: watch::Sender<bool>,
+    tasks: Vec<JoinHandle<()>>,
+    status: ReplicationStatus,
+}
+
+impl Replication {
+    /// Starts both. `config` must pass [`ReplicationConfig::validate`]
+    /// (panics otherwise).
+    pub fn start(
+        meta: Arc<dyn MetaStore>,
+        seat: SeatView,
+        config: ReplicationConfig,
+        decisions: DecisionLog,
+        metrics: &Metrics,
+    ) -> Replication {
+        if let Err(e) = config.validate() {
+            panic!("Replication::start: {e}");
+        }
+        let (stop, stop_rx) = watch::channel(false);
+        let m = ReplicationMetrics::register(metrics);
+        let status = ReplicationStatus::default();
+        status.update(|v| {
+            v.failover_enabled = config.failover;
+            v.failover_margin_ms = config.failover_margin_ms;
+            v.reconcile_enabled = config.reconcile;
+        });
+        let observer = tokio::spawn(observe::run(
+            meta.clone(),
+            decisions.clone(),
+            m.in_sync_changes_seen.clone(),
+            stop_rx.clone(),
+        ));
+        let state = run::Loop::new(meta, seat, config, decisions, m, status.clone());
+        let lp = tokio::spawn(state.run(stop_rx));
+        Replication {
+            stop,
+            tasks: vec![observer, lp],
+            status,
+        }
+    }
+
+    pub fn status(&self) -> ReplicationStatus {
+        self.status.clone()
+    }
+
+    pub async fn shutdown(self) {
+        let _ = self.stop.send(true);
+        for t in self.tasks {
+            let _ = t.await;
+        }
+    }
+}

@@ -1,0 +1,267 @@
+//! The leader's replication loop: every `interval_ms`, while the seat
+//! leads, read the map and the leases, plan failovers ([`Failover`]) and
+//! commit each promotion (one CAS per partition); re-read the map and plan
+//! the membership changes ([`super::membership::plan`]) and commit each.
+//! Every decision (and every decision not to act, once per change of
+//! reason per partition) goes to the decision log.
+
+use super::failover::{Failover, Promotion};
+use super::membership::{self, MembershipChange};
+use super::{DUTY, ReplicationConfig, ReplicationMetrics, ReplicationStatus};
+use crate::decisions::{Decision, DecisionLog};
+use crate::metrics::ReasonLabel;
+use crate::seat::SeatView;
+use keyway_map::{MapChange, NodeId, OwnershipCondition, PartitionId, PartitionMap};
+use keyway_meta::{Leadership, MapTxn, MetaError, MetaStore};
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::watch;
+
+pub(super) struct Loop {
+    meta: Arc<dyn MetaStore>,
+    seat: SeatView,
+    config: ReplicationConfig,
+    decisions: DecisionLog,
+    metrics: ReplicationMetrics,
+    status: ReplicationStatus,
+    failover: Failover,
+    /// The leadership the in-memory state belongs to.
+    term: Option<Leadership>,
+}
+
+/// What committing one CAS came to.
+enum Outcome {
+    Committed,
+    /// The row changed under the plan (condition failed): re-planned next round.
+    Stale(String),
+    /// This manager stopped leading before the CAS.
+    NotLeading,
+}
+
+impl Loop {
+    pub(super) fn new(
+        meta: Arc<dyn MetaStore>,
+        seat: SeatView,
+        config: ReplicationConfig,
+        decisions: DecisionLog,
+        metrics: ReplicationMetrics,
+        status: ReplicationStatus,
+    ) -> Self {
+        Loop {
+            failover: Failover::new(Duration::from_millis(config.failover_margin_ms)),
+            meta,
+            seat,
+            config,
+            decisions,
+            metrics,
+            status,
+            term: None,
+        }
+    }
+
+    pub(super) async fn run(mut self, mut stop: watch::Receiver<bool>) {
+        let mut tick = tokio::time::interval(Duration::from_millis(self.config.interval_ms));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {}
+                changed = stop.changed() => if changed.is_err() || *stop.borrow() { return },
+            }
+            if let Err(err) = self.round().await {
+                tracing::debug!(%err, "replication: round failed; retrying next round");
+            }
+        }
+    }
+
+    async fn round(&mut self) -> Result<(), MetaError> {
+        let leading = self.seat.leading();
+        if leading != self.term {
+            // A new leadership waits a whole margin again (never less).
+            self.failover = Failover::new(Duration::from_millis(self.config.failover_margin_ms));
+            self.term = leading.clone();
+        }
+        let Some(term) = leading else { return Ok(()) };
+        let mut map = self.meta.get_map().await?;
+        let live: BTreeSet<NodeId> = self.meta.leases().await?.iter().map(|l| l.node).collect();
+        let plan = self.failover.plan(&map, &live, Instant::now());
+        let mut offline = Vec::new();
+        for w in &plan.waiting {
+            if w.reason != "within_margin" {
+                offline.push(w.partition.0);
+            }
+            self.decisions.record_once(
+                format!("partition {}", w.partition),
+                Decision::now(
+                    DUTY,
+                    "no_failover",
+                    w.reason,
+                    Some(w.partition),
+                    false,
+                    w.detail.clone(),
+                ),
+            );
+        }
+        self.metrics.offline.set(offline.len() as i64);
+        if self.config.failover && !plan.promotions.is_empty() {
+            for p in &plan.promotions {
+                self.promote(&term, p).await?;
+            }
+            map = self.meta.get_map().await?;
+        }
+        if self.config.reconcile {
+            let (live_moves, _) = crate::rebalance::read_migrations(&*self.meta).await?;
+            let migrating: BTreeSet<PartitionId> = live_moves.iter().map(|m| m.partition).collect();
+            let plan = membership::plan(&map, &live, &migrating);
+            for s in &plan.skipped {
+                self.decisions.record_once(
+                    format!("partition {}", s.partition),
+                    Decision::now(
+                        DUTY,
+                        "no_replica_change",
+                        s.reason,
+                        Some(s.partition),
+                        false,
+                        s.detail.clone(),
+                    ),
+                );
+            }
+            if !plan.changes.is_empty() {
+                for c in &plan.changes {
+                    self.change_membership(&term, c).await?;
+                }
+                map = self.meta.get_map().await?;
+            }
+        }
+        let under = under_replicated(&map);
+        self.metrics.under_replicated.set(under as i64);
+        self.status.update(|v| {
+            v.under_replicated_partitions = under;
+            v.offline_partitions = offline;
+        });
+        Ok(())
+    }
+
+    /// One CAS conditional on `(owner, epoch)`, only while still leading `term`.
+    async fn commit(
+        &self,
+        term: &Leadership,
+        partition: PartitionId,
+        expected: (NodeId, keyway_map::Epoch),
+        row: &keyway_map::PartitionRecord,
+    ) -> Result<Outcome, MetaError> {
+        if self.seat.leading().as_ref() != Some(term) {
+            return Ok(Outcome::NotLeading);
+        }
+        let txn = MapTxn {
+            conditions: vec![OwnershipCondition {
+                partition,
+                expected: Some(expected),
+            }],
+            changes: vec![MapChange::UpsertPartition(row.clone())],
+        };
+        match self.meta.commit(txn).await {
+            Ok(_) => Ok(Outcome::Committed),
+            Err(e @ (MetaError::Conflict { .. } | MetaError::InvalidMap(_))) => {
+                Ok(Outcome::Stale(e.to_string()))
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn promote(&self, term: &Leadership, p: &Promotion) -> Result<(), MetaError> {
+        match self.commit(term, p.partition, p.expected, &p.row).await? {
+            Outcome::Committed => {
+                let took = p.lease_gone_since.elapsed();
+                self.metrics
+                    .failovers
+                    .get_or_create(&ReasonLabel {
+                        reason: "lease_expired",
+                    })
+                    .inc();
+                self.metrics
+                    .failover_duration_ms
+                    .observe(took.as_secs_f64() * 1000.0);
+                self.status.update(|v| v.failovers += 1);
+                self.decisions.record(Decision::now(
+                        DUTY,
+                        "failover",
+                        "lease_expired",
+                        Some(p.partition),
+                        true,
+                        format!(
+                            "node {} -> in-sync replica node {} at epoch {} ({} ms after its lease was first seen gone)",
+                            p.from(),
+                            p.to(),
+                            p.row.epoch,
+                            took.as_millis()
+                        ),
+                ));
+            }
+            Outcome::Stale(why) => self.decisions.record(Decision::now(
+                DUTY,
+                "no_failover",
+                "row_changed",
+                Some(p.partition),
+                false,
+                format!("re-planned next round: {why}"),
+            )),
+            Outcome::NotLeading => {}
+        }
+        Ok(())
+    }
+
+    async fn change_membership(
+        &self,
+        term: &Leadership,
+        c: &MembershipChange,
+    ) -> Result<(), MetaError> {
+        match self.commit(term, c.partition, c.expected, &c.row).await? {
+            Outcome::Committed => {
+                self.metrics.replicas_added.inc_by(c.added.len() as u64);
+                self.metrics.replicas_removed.inc_by(c.removed.len() as u64);
+                self.status.update(|v| {
+                    v.replicas_added += c.added.len() as u64;
+                    v.replicas_removed += c.removed.len() as u64;
+                });
+                let list = |v: &[NodeId]| v.iter().map(|n| n.0).collect::<Vec<_>>();
+                self.decisions.record(Decision::now(
+                        DUTY,
+                        if c.added.is_empty() {
+                            "remove_replica"
+                        } else {
+                            "add_replica"
+                        },
+                        c.reason,
+                        Some(c.partition),
+                        true,
+                        format!(
+                            "epoch {}: added {:?}, removed {:?}; replicas now {:?}",
+                            c.row.epoch,
+                            list(&c.added),
+                            list(&c.removed),
+                            list(&c.row.replicas)
+                        ),
+                ));
+            }
+            Outcome::Stale(why) => self.decisions.record(Decision::now(
+                DUTY,
+                "no_replica_change",
+                "row_changed",
+                Some(c.partition),
+                false,
+                format!("re-planned next round: {why}"),
+            )),
+            Outcome::NotLeading => {}
+        }
+        Ok(())
+    }
+}
+
+/// Partitions with fewer in-sync copies than their wanted copy count.
+pub fn under_replicated(map: &PartitionMap) -> usize {
+    map.partitions
+        .values()
+        .filter(|p| p.in_sync_copies() < membership::wanted_copies(map, p))
+        .count()
+}
