@@ -272,13 +272,21 @@ impl MigrationRecord {
         }
     }
 
-    /// The partition row the flip writes: owner target, epoch e + 1 (the
-    /// target leaves the replica list if it was on it).
+    /// The partition row the flip writes: owner target, epoch e + 1, the
+    /// target off the replica list (if it was on it, the source takes its
+    /// place, so the copy count stays at the replication factor), and an
+    /// empty in-sync set: the target's log positions differ from the
+    /// source's, so every replica re-syncs from it.
     pub fn flipped_partition(&self) -> PartitionRecord {
         let mut row = self.partition.clone();
         row.owner = self.target;
         row.epoch = self.flipped_epoch();
-        row.replicas.retain(|r| *r != self.target);
+        if row.replicas.contains(&self.target) {
+            row.replicas.retain(|r| *r != self.target);
+            row.replicas.push(self.source());
+        }
+        row.in_sync.clear();
+        debug_assert!(!row.replicas.contains(&row.owner));
         row
     }
 
@@ -441,13 +449,30 @@ pub(crate) mod tests {
         assert_eq!((row.owner, row.epoch), (NodeId(2), Epoch(5)));
         assert_eq!(
             row.replicas,
-            vec![NodeId(3)],
-            "the target leaves the replica list"
+            vec![NodeId(3), NodeId(1)],
+            "the target leaves the replica list, the source takes its place"
         );
         assert_eq!(
             (row.start, row.end),
             (r.partition.start.clone(), r.partition.end.clone())
         );
+    }
+
+    #[test]
+    fn a_replicated_flip_keeps_the_copy_count_and_empties_the_in_sync_set() {
+        let mut p = partition();
+        p.in_sync = vec![NodeId(2), NodeId(3)];
+        // To a node with no copy: the replicas stay, the source leaves.
+        let row = MigrationRecord::new(MigrationId(9), p.clone(), NodeId(4), 1_000)
+            .flipped_partition();
+        assert_eq!(row.owner, NodeId(4));
+        assert_eq!(row.replicas, [NodeId(2), NodeId(3)]);
+        assert!(row.in_sync.is_empty(), "replicas re-sync from the new primary");
+        // To a replica: the source stays as a replica in its place.
+        let row =
+            MigrationRecord::new(MigrationId(9), p, NodeId(3), 1_000).flipped_partition();
+        assert_eq!(row.replicas, [NodeId(2), NodeId(1)]);
+        assert!(row.in_sync.is_empty());
     }
 
     #[test]

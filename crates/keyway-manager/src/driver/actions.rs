@@ -126,7 +126,9 @@ impl Task {
     fn owns_part(&self, map: &PartitionMap, node: NodeId) -> bool {
         map.partitions.values().any(|p| {
             let (start, end) = p.storage_bounds();
-            p.owner == node && super::ranges_overlap(&KeyRange::new(start, end), &self.range)
+            // A replica's copy is as live as the owner's (an in-sync one
+            // holds every acknowledged write): never dropped either.
+            p.has_copy(node) && super::ranges_overlap(&KeyRange::new(start, end), &self.range)
         })
     }
 

@@ -156,6 +156,16 @@ pub enum DriverError {
         partition: PartitionId,
         node: NodeId,
     },
+    /// A migration would clean the replica's copy (in sync or not) for its
+    /// own; primaryship moves to a replica by a switchover instead.
+    #[error(
+        "node {node} holds a replica of partition {partition}: make it the primary with \
+         keyway ctl failover {partition} --to {node} instead of moving it"
+    )]
+    HoldsReplica {
+        partition: PartitionId,
+        node: NodeId,
+    },
     #[error("partition {partition} already has migration {migration} in {state}")]
     Busy {
         partition: PartitionId,
@@ -523,6 +533,12 @@ pub async fn request_move(
     }
     if row.owner == target {
         return Err(DriverError::AlreadyOwner {
+            partition,
+            node: target,
+        });
+    }
+    if row.replicas.contains(&target) {
+        return Err(DriverError::HoldsReplica {
             partition,
             node: target,
         });

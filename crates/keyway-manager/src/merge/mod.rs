@@ -179,7 +179,10 @@ pub struct MergePlan {
 }
 
 /// Plans merging partitions `a` and `b` of `map` (given in either order):
-/// they must be neighbours in one keyspace with the same owner and replicas.
+/// they must be neighbours in one keyspace with the same owner and the same
+/// replicas (as sets). The merged row's in-sync set is the intersection of
+/// the two: a replica holds every acknowledged write of the merged range
+/// only if it held them for both halves (invariant 9).
 pub fn plan_merge(
     map: &PartitionMap,
     a: PartitionId,
@@ -209,7 +212,8 @@ pub fn plan_merge(
             right_owner: right.owner,
         });
     }
-    if left.replicas != right.replicas {
+    let set = |v: &[NodeId]| v.iter().copied().collect::<std::collections::BTreeSet<_>>();
+    if set(&left.replicas) != set(&right.replicas) {
         return Err(MergeError::DifferentReplicas {
             left: left.id,
             right: right.id,
@@ -220,6 +224,12 @@ pub fn plan_merge(
         id,
         end: right.end.clone(),
         epoch: Epoch(left.epoch.0.max(right.epoch.0) + 1),
+        in_sync: left
+            .in_sync
+            .iter()
+            .copied()
+            .filter(|n| right.in_sync.contains(n))
+            .collect(),
         ..left.clone()
     };
     let held = |p: &PartitionRecord| OwnershipCondition {

@@ -271,6 +271,33 @@ fn merge_txn_conditions_on_both_halves_and_a_fresh_id() {
 }
 
 #[test]
+fn a_merge_of_replicated_halves_keeps_only_replicas_in_sync_for_both() {
+    let nodes: Vec<_> = (1..=3).map(node).collect();
+    // Partitions 1 and 2 are node 1's, replicas [2, 3], all in sync.
+    let mut map = PartitionMap::bootstrap_replicated(&nodes, 2, 3).unwrap();
+    map.partitions.get_mut(&pid(1)).unwrap().in_sync = vec![NodeId(2), NodeId(3)];
+    {
+        let right = map.partitions.get_mut(&pid(2)).unwrap();
+        right.replicas = vec![NodeId(3), NodeId(2)];
+        right.in_sync = vec![NodeId(3)];
+    }
+    let plan = plan_merge(&map, pid(1), pid(2)).unwrap();
+    assert_eq!(plan.merged.replicas, [NodeId(2), NodeId(3)], "same set, any order");
+    assert_eq!(
+        plan.merged.in_sync,
+        [NodeId(3)],
+        "node 2 was not in sync for the right half"
+    );
+    // Different replica sets do not merge.
+    map.partitions.get_mut(&pid(2)).unwrap().replicas = vec![NodeId(3)];
+    map.partitions.get_mut(&pid(2)).unwrap().in_sync = vec![];
+    assert!(matches!(
+        plan_merge(&map, pid(1), pid(2)),
+        Err(MergeError::DifferentReplicas { .. })
+    ));
+}
+
+#[test]
 fn merge_config_keeps_hysteresis_with_splits() {
     let split = crate::SplitConfig::default();
     let merge = MergeConfig::default();

@@ -389,6 +389,18 @@ impl<'a> State<'a> {
         self.balance(capped)
     }
 
+    /// Whether `n` holds a replica of `p`: never a move's target (its copy
+    /// would be cleaned for the migration's own, and an in-sync replica
+    /// must keep every acknowledged write); primaryship goes there by a
+    /// switchover instead (`keyway ctl failover`).
+    fn holds_replica(&self, p: PartitionId, n: NodeId) -> bool {
+        self.input
+            .map
+            .partitions
+            .get(&p)
+            .is_some_and(|row| row.replicas.contains(&n))
+    }
+
     fn fits(&self, a: NodeId, b: NodeId) -> bool {
         let per = |n| self.per_node.get(&n).copied().unwrap_or(0);
         self.input.uncapped
@@ -438,7 +450,7 @@ impl<'a> State<'a> {
             let from = self.owner[&p];
             let target = self
                 .balanced()
-                .filter(|&t| self.fits(from, t))
+                .filter(|&t| self.fits(from, t) && !self.holds_replica(p, t))
                 .map(|t| {
                     let share = self.share[&t];
                     let after = if share > 0.0 {
@@ -599,7 +611,7 @@ impl<'a> State<'a> {
         let mut best: Option<(u8, f64, f64, PartitionId)> = None;
         let mut cooled = false;
         for (&p, _) in self.owner.iter().filter(|(_, o)| **o == d) {
-            if self.busy.contains(&p) {
+            if self.busy.contains(&p) || self.holds_replica(p, r) {
                 continue;
             }
             let l = self.part_load[&p];

@@ -11,6 +11,10 @@
 //! - **too many copies** (the factor was lowered): remove replicas,
 //!   out-of-sync ones first, then the ones on nodes with the most copies,
 //!   then the highest id.
+//! - **replicas on draining nodes** do not count towards the factor: a
+//!   replacement is added elsewhere, and the draining replica is removed
+//!   only once every staying copy is in sync (the replacement caught up),
+//!   so the partition never has fewer in-sync copies for the drain.
 //!
 //! A replica on a node that is merely Down still counts as a copy: it is
 //! never replaced (invariant 12, no move on suspicion; re-replication after
@@ -72,11 +76,13 @@ pub fn plan(
             *copies.entry(n).or_default() += 1;
         }
     }
+    let leaving = |n: &NodeId| map.nodes.get(n).is_some_and(|n| n.draining);
     let mut out = MembershipPlan::default();
     for p in map.partitions.values() {
         let wanted = wanted_copies(map, p);
         let have = 1 + p.replicas.len();
-        if have == wanted {
+        let staying = 1 + p.replicas.iter().filter(|r| !leaving(r)).count();
+        if have == wanted && staying == wanted {
             continue;
         }
         let skip = |reason, detail: String| Skipped {
@@ -103,8 +109,9 @@ pub fn plan(
         }
         let mut row = p.clone();
         let (mut added, mut removed) = (Vec::new(), Vec::new());
-        if have < wanted {
-            while 1 + row.replicas.len() < wanted {
+        let staying_of = |row: &PartitionRecord| 1 + row.replicas.iter().filter(|r| !leaving(r)).count();
+        if staying < wanted {
+            while staying_of(&row) < wanted {
                 let Some(n) = pick_new_replica(map, &row, live, &copies) else {
                     break;
                 };
@@ -116,15 +123,23 @@ pub fn plan(
                 out.skipped.push(skip(
                     "no_eligible_node",
                     format!(
-                        "{have} of {wanted} copies; no Up, non-draining node with a lease lacks a copy"
+                        "{have} of {wanted} copies ({staying} not draining); no Up, non-draining node with a lease lacks a copy"
                     ),
                 ));
                 continue;
             }
         } else {
-            while 1 + row.replicas.len() > wanted {
-                let victim = row
-                    .replicas
+            // A replica on a draining node goes once the staying copies
+            // are all in sync (its replacement caught up), never before.
+            let staying_in_sync =
+                1 + row.in_sync.iter().filter(|r| !leaving(r)).count();
+            let mut victims: Vec<NodeId> = Vec::new();
+            if staying_in_sync >= wanted {
+                victims.extend(row.replicas.iter().copied().filter(|r| leaving(r)));
+            }
+            let mut keep: Vec<NodeId> = row.replicas.iter().copied().filter(|r| !leaving(r)).collect();
+            while 1 + keep.len() > wanted {
+                let v = keep
                     .iter()
                     .copied()
                     .max_by_key(|r| {
@@ -135,12 +150,26 @@ pub fn plan(
                         )
                     })
                     .expect("more copies than wanted means a replica exists");
-                row.replicas.retain(|r| *r != victim);
-                row.in_sync.retain(|r| *r != victim);
-                if let Some(c) = copies.get_mut(&victim) {
+                keep.retain(|r| *r != v);
+                victims.push(v);
+            }
+            if victims.is_empty() {
+                out.skipped.push(skip(
+                    "waiting_for_catch_up",
+                    format!(
+                        "a replica on a draining node leaves once the {wanted} staying copies are in sync \
+                         ({staying_in_sync} are)"
+                    ),
+                ));
+                continue;
+            }
+            for v in victims {
+                row.replicas.retain(|r| *r != v);
+                row.in_sync.retain(|r| *r != v);
+                if let Some(c) = copies.get_mut(&v) {
                     *c = c.saturating_sub(1);
                 }
-                removed.push(victim);
+                removed.push(v);
             }
         }
         row.epoch = Epoch(p.epoch.0 + 1);

@@ -278,3 +278,32 @@ fn in_sync_diffs_name_what_changed() {
         "dropped_and_added"
     );
 }
+
+#[test]
+fn a_replica_on_a_draining_node_is_replaced_then_removed_once_the_replacement_is_in_sync() {
+    let mut m = map(3, 2);
+    m.nodes.get_mut(&NodeId(2)).unwrap().draining = true;
+    let p = owned_by(&m, 1);
+    assert_eq!(m.partitions[&p].replicas, [NodeId(2)]);
+    let all = live(&[1, 2, 3]);
+    let plan = membership::plan(&m, &all, &BTreeSet::new());
+    let c = plan.changes.iter().find(|c| c.partition == p).unwrap();
+    assert_eq!((c.added.as_slice(), c.removed.as_slice()), (&[NodeId(3)][..], &[][..]));
+    // Committed; node 3 is not in sync yet: node 2 stays.
+    let mut m2 = m.clone();
+    m2.partitions.insert(p, c.row.clone());
+    let plan = membership::plan(&m2, &all, &BTreeSet::new());
+    assert!(plan.changes.iter().all(|c| c.partition != p), "{plan:?}");
+    assert!(
+        plan.skipped
+            .iter()
+            .any(|s| s.partition == p && s.reason == "waiting_for_catch_up")
+    );
+    // Node 3 caught up (the primary added it): now node 2 goes.
+    m2.partitions.get_mut(&p).unwrap().in_sync.push(NodeId(3));
+    let plan = membership::plan(&m2, &all, &BTreeSet::new());
+    let c = plan.changes.iter().find(|c| c.partition == p).unwrap();
+    assert_eq!(c.removed, [NodeId(2)]);
+    assert_eq!(c.row.replicas, [NodeId(3)]);
+    assert_eq!(c.row.in_sync, [NodeId(3)]);
+}

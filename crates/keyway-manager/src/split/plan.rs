@@ -121,7 +121,9 @@ pub(crate) fn range_text(p: &PartitionRecord) -> String {
 
 /// Plans splitting `partition` of `map` at `at`: the children get ids
 /// `map.next_partition_id` and the next (the allocator is raised past
-/// both), the parent's owner and replicas, epoch = parent epoch + 1, and
+/// both), the parent's owner, replicas and in-sync set (each replica in
+/// sync for the parent holds every acknowledged write of both halves),
+/// epoch = parent epoch + 1, and
 /// ranges `[start, point)`, `[point, end)`. The transaction is conditional
 /// on the parent's `(owner, epoch)` and on both new ids being absent.
 pub fn plan_split(

@@ -80,6 +80,21 @@ fn split_txn_removes_the_parent_and_adds_two_fresh_children_one_epoch_up() {
 const DEFAULT: keyway_map::KeyspaceId = keyway_map::DEFAULT_KEYSPACE;
 
 #[test]
+fn split_children_inherit_the_owner_replicas_and_in_sync_set() {
+    let nodes: Vec<_> = (1..=3).map(node).collect();
+    let mut map = PartitionMap::bootstrap_replicated(&nodes, 1, 3).unwrap();
+    map.partitions.get_mut(&pid(1)).unwrap().in_sync = vec![NodeId(3)];
+    let parent = map.partitions[&pid(1)].clone();
+    let plan = plan_split(&map, pid(1), &SplitAt::Auto, None).unwrap();
+    for child in [&plan.left, &plan.right] {
+        assert_eq!(child.owner, parent.owner);
+        assert_eq!(child.replicas, parent.replicas);
+        assert_eq!(child.in_sync, [NodeId(3)]);
+    }
+    applied(&map, &plan);
+}
+
+#[test]
 fn hash_split_points_are_slot_boundaries_strictly_inside() {
     let map = hash_map(2, 2);
     let ks = &map.keyspaces[&DEFAULT];
