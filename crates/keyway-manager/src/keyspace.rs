@@ -16,6 +16,14 @@
 //!   get nothing.
 //! - `hash`: `partitions` slot-aligned partitions (default: one per up node),
 //!   dealt round-robin over the up nodes, least-loaded first.
+//! - replicas (replication factor N > 1): the next N − 1 of those nodes
+//!   after each partition's owner, distinct zones first
+//!   ([`keyway_map::place_replicas`]), capped at the node count; all start
+//!   in the in-sync set (every copy is empty and nothing was acknowledged).
+//!
+//! [`set_replication`] changes a keyspace's replication factor and
+//! `min_in_sync` later; the manager's membership reconciler then adds or
+//! removes replicas (`crate::replication`).
 
 use bytes::Bytes;
 use keyway_map::{
@@ -23,7 +31,7 @@ use keyway_map::{
     OwnershipCondition, PartitionId, PartitionMap, PartitionRecord, PartitionState, Routing,
     SLOT_COUNT, slot_bound,
 };
-use keyway_meta::{MapTxn, MetaError, MetaStore};
+use keyway_meta::{MapTxn, MetaError, MetaStore, Replication};
 use std::collections::BTreeMap;
 
 /// Longest keyspace name, in bytes.
@@ -58,6 +66,12 @@ pub enum KeyspaceError {
     /// The creation kept losing races with other map changes.
     #[error("the map kept changing; gave up after {COMMIT_ATTEMPTS} attempts: {0}")]
     Contended(MetaError),
+    /// The replication factor / min_in_sync pair is invalid.
+    #[error("invalid replication setting: {0}")]
+    BadReplication(String),
+    /// No keyspace has this name.
+    #[error("no keyspace named '{0}'")]
+    UnknownKeyspace(String),
     /// The metadata store failed.
     #[error("metadata store: {0}")]
     Meta(#[from] MetaError),
@@ -98,11 +112,23 @@ pub async fn create_keyspace(
     routing: Routing,
     partitions: Option<u16>,
 ) -> Result<Keyspace, KeyspaceError> {
+    create_keyspace_with(meta, name, routing, partitions, Replication::default()).await
+}
+
+/// [`create_keyspace`] with `replication` (checked first).
+pub async fn create_keyspace_with(
+    meta: &dyn MetaStore,
+    name: &str,
+    routing: Routing,
+    partitions: Option<u16>,
+    replication: Replication,
+) -> Result<Keyspace, KeyspaceError> {
     validate_name(name)?;
+    check(replication)?;
     let mut last = None;
     for _ in 0..COMMIT_ATTEMPTS {
         let map = meta.get_map().await?;
-        let (keyspace, txn) = plan(&map, name, routing, partitions)?;
+        let (keyspace, txn) = plan_with(&map, name, routing, partitions, replication)?;
         match meta.commit(txn).await {
             Ok(_) => return Ok(keyspace),
             // Another change took the ids (or the keyspace id) meanwhile: re-plan.
@@ -113,6 +139,41 @@ pub async fn create_keyspace(
     Err(KeyspaceError::Contended(
         last.expect("at least one attempt"),
     ))
+}
+
+fn check(r: Replication) -> Result<(), KeyspaceError> {
+    keyway_map::check_replication(r.factor, r.min_in_sync).map_err(KeyspaceError::BadReplication)
+}
+
+/// Sets keyspace `name`'s replication factor and/or `min_in_sync` (`None`
+/// keeps the current value), checked as a pair. Returns the keyspace as
+/// written. Replicas follow through the manager's membership reconciler.
+pub async fn set_replication(
+    meta: &dyn MetaStore,
+    name: &str,
+    factor: Option<u8>,
+    min_in_sync: Option<u8>,
+) -> Result<Keyspace, KeyspaceError> {
+    let map = meta.get_map().await?;
+    let mut ks = map
+        .keyspace_by_name(name)
+        .cloned()
+        .ok_or_else(|| KeyspaceError::UnknownKeyspace(name.to_string()))?;
+    let next = Replication {
+        factor: factor.unwrap_or(ks.replication_factor),
+        min_in_sync: min_in_sync.unwrap_or(ks.min_in_sync),
+    };
+    check(next)?;
+    if (ks.replication_factor, ks.min_in_sync) != (next.factor, next.min_in_sync) {
+        ks.replication_factor = next.factor;
+        ks.min_in_sync = next.min_in_sync;
+        meta.commit(MapTxn::unconditional(vec![MapChange::UpsertKeyspace(
+            ks.clone(),
+        )]))
+        .await?;
+        tracing::info!(keyspace = %name, factor = next.factor, min_in_sync = next.min_in_sync, "replication set");
+    }
+    Ok(ks)
 }
 
 /// Every keyspace in the map, by id.
@@ -127,7 +188,19 @@ pub fn plan(
     routing: Routing,
     partitions: Option<u16>,
 ) -> Result<(Keyspace, MapTxn), KeyspaceError> {
+    plan_with(map, name, routing, partitions, Replication::default())
+}
+
+/// [`plan`] with `replication` copies per partition (see the module docs).
+pub fn plan_with(
+    map: &PartitionMap,
+    name: &str,
+    routing: Routing,
+    partitions: Option<u16>,
+    replication: Replication,
+) -> Result<(Keyspace, MapTxn), KeyspaceError> {
     validate_name(name)?;
+    check(replication)?;
     if map.keyspace_by_name(name).is_some() {
         return Err(KeyspaceError::NameTaken(name.to_string()));
     }
@@ -164,9 +237,10 @@ pub fn plan(
         id,
         name: name.to_string(),
         routing,
-        replication_factor: 1,
-        min_in_sync: 1,
+        replication_factor: replication.factor,
+        min_in_sync: replication.min_in_sync,
     };
+    let infos: Vec<keyway_map::NodeInfo> = owners.iter().map(|n| map.nodes[n].clone()).collect();
     let first = map.next_partition_id.0.max(1);
     let mut txn = MapTxn {
         conditions: Vec::new(),
@@ -174,6 +248,8 @@ pub fn plan(
     };
     for (i, (start, end)) in bounds.into_iter().enumerate() {
         let pid = PartitionId(first + i as u64);
+        let replicas =
+            keyway_map::place_replicas(&infos, i % infos.len(), replication.factor);
         txn.conditions.push(OwnershipCondition {
             partition: pid,
             expected: None,
@@ -185,8 +261,8 @@ pub fn plan(
                 start,
                 end,
                 owner: owners[i % owners.len()],
-                replicas: Vec::new(),
-                in_sync: Vec::new(),
+                in_sync: replicas.clone(),
+                replicas,
                 epoch: Epoch(1),
                 state: PartitionState::Active,
             }));
@@ -323,6 +399,63 @@ mod tests {
             plan(&down, "h3", Routing::Hash, None).unwrap_err(),
             KeyspaceError::NoNodeUp
         );
+    }
+
+    #[test]
+    fn a_replicated_keyspace_places_its_copies_on_distinct_nodes() {
+        let mut map = PartitionMap::bootstrap(&nodes(3), 1).unwrap();
+        let rf = |factor, min_in_sync| Replication {
+            factor,
+            min_in_sync,
+        };
+        let (ks, txn) = plan_with(&map, "h", Routing::Hash, Some(6), rf(2, 2)).unwrap();
+        assert_eq!((ks.replication_factor, ks.min_in_sync), (2, 2));
+        apply(&mut map, &txn);
+        for p in map.keyspace_partitions(ks.id) {
+            assert_eq!(p.replicas.len(), 1);
+            assert_ne!(p.replicas[0], p.owner);
+            assert_eq!(p.in_sync, p.replicas);
+        }
+        // Capped at the node count.
+        let (_, txn) = plan_with(&map, "r", Routing::Range, None, rf(5, 1)).unwrap();
+        apply(&mut map, &txn);
+        let r = map.keyspace_by_name("r").unwrap().id;
+        assert_eq!(map.keyspace_partitions(r).next().unwrap().replicas.len(), 2);
+        for (f, m) in [(0, 1), (6, 1), (2, 3), (2, 0)] {
+            assert!(
+                matches!(
+                    plan_with(&map, "x", Routing::Hash, None, rf(f, m)),
+                    Err(KeyspaceError::BadReplication(_))
+                ),
+                "{f} {m}"
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn set_replication_checks_the_pair_and_keeps_what_is_not_given() {
+        let dir = tempfile::tempdir().unwrap();
+        let meta = EmbeddedMeta::open(dir.path(), EmbeddedOptions::default()).unwrap();
+        for _ in 0..2 {
+            meta.register_node(None, "127.0.0.1:1".into(), "127.0.0.1:2".into())
+                .await
+                .unwrap();
+        }
+        meta.bootstrap_if_empty(2, 2).await.unwrap();
+        let ks = set_replication(&meta, "default", Some(3), None).await.unwrap();
+        assert_eq!((ks.replication_factor, ks.min_in_sync), (3, 1));
+        let ks = set_replication(&meta, "default", None, Some(2)).await.unwrap();
+        assert_eq!((ks.replication_factor, ks.min_in_sync), (3, 2));
+        let err = set_replication(&meta, "default", Some(1), None).await.unwrap_err();
+        assert!(matches!(err, KeyspaceError::BadReplication(_)), "{err}");
+        assert!(err.to_string().contains("min_in_sync"), "{err}");
+        assert!(matches!(
+            set_replication(&meta, "nope", Some(2), None).await,
+            Err(KeyspaceError::UnknownKeyspace(_))
+        ));
+        let map = meta.get_map().await.unwrap();
+        let stored = &map.keyspaces[&DEFAULT_KEYSPACE];
+        assert_eq!((stored.replication_factor, stored.min_in_sync), (3, 2));
     }
 
     #[tokio::test]

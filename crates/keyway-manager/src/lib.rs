@@ -73,6 +73,7 @@ pub mod split;
 pub mod splitter;
 pub mod stats;
 pub mod stats_rpc;
+pub mod switchover;
 
 pub use decisions::{Decision, DecisionLog};
 pub use driver::{
@@ -80,7 +81,7 @@ pub use driver::{
     RpcPeers, request_abort, request_move,
 };
 pub use fencing::{FencingGate, Verdict};
-pub use keyspace::{KeyspaceError, create_keyspace};
+pub use keyspace::{KeyspaceError, create_keyspace, create_keyspace_with, set_replication};
 pub use merge::{MergeConfig, MergeError, merge_partitions};
 pub use metrics::Metrics;
 pub use monitor::{LoadMonitor, LoadReceiver, MonitorConfig};
@@ -91,6 +92,7 @@ pub use split::{SplitAt, SplitConfig, SplitError, split_partition};
 pub use splitter::Splitter;
 pub use stats::{ClusterLoad, HotKey, LoadSnapshot, PartitionLoad, StatsSource};
 pub use stats_rpc::RpcStats;
+pub use switchover::{SwitchoverError, SwitchoverOutcome, switch_primaries_away, switchover};
 
 use keyway_meta::MetaStore;
 use std::net::SocketAddr;
