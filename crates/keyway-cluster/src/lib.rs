@@ -57,6 +57,8 @@ pub struct ClusterSpec {
     pub data_dir: PathBuf,
     /// Partitions per node at bootstrap.
     pub partitions_per_node: u16,
+    /// Replication of keyspace 0 at bootstrap (default: one copy).
+    pub replication: keyway_meta::Replication,
     /// Template for every node's configuration (listen, data_dir are overridden).
     pub node: NodeConfig,
     /// Run a manager (leader-elected seat plus migration driver) in-process.
@@ -93,6 +95,7 @@ impl Default for ClusterSpec {
             external_meta: None,
             data_dir: PathBuf::from("./keyway-data"),
             partitions_per_node: 4,
+            replication: keyway_meta::Replication::default(),
             node: NodeConfig::default(),
             manager: Some(ManagerSpec::default()),
         }
@@ -184,7 +187,11 @@ impl LocalCluster {
         }
         cluster
             .meta
-            .bootstrap_if_empty(cluster.spec.nodes, cluster.spec.partitions_per_node)
+            .bootstrap_if_empty_with(
+                cluster.spec.nodes,
+                cluster.spec.partitions_per_node,
+                cluster.spec.replication,
+            )
             .await?;
         cluster.wait_serving(Duration::from_secs(30)).await?;
         if let Some(m) = cluster.spec.manager.clone() {

@@ -539,7 +539,7 @@ impl MetaStore for EmbeddedMeta {
                 }
                 Some(id) => id,
             };
-            // Re-registration keeps what operators set (weight, draining).
+            // Re-registration keeps what operators set (weight, draining, zone).
             let kept = state.map.nodes.get(&id);
             let node = NodeInfo {
                 id,
@@ -548,7 +548,7 @@ impl MetaStore for EmbeddedMeta {
                 state: NodeState::Up,
                 weight: kept.map_or(keyway_map::DEFAULT_NODE_WEIGHT, |n| n.weight),
                 draining: kept.is_some_and(|n| n.draining),
-                zone: None,
+                zone: kept.and_then(|n| n.zone.clone()),
             };
             let txn = MapTxn::unconditional(vec![MapChange::UpsertNode(node)]);
             let (map, entry) = Inner::prepare(&state, txn)?;

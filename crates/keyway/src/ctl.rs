@@ -42,12 +42,19 @@ enum CtlCommand {
     Abort(crate::ctl_move::AbortArgs),
     /// The busiest sampled keys per partition, asked of the nodes: partition, node, key, rate, share.
     Hotkeys(crate::ctl_hotkeys::HotkeysArgs),
-    /// Keyspaces: `create NAME --routing range|hash [--partitions N]`, `list`.
+    /// Keyspaces: `create NAME --routing range|hash [--partitions N]
+    /// [--replication-factor N] [--min-in-sync M]`, `set NAME
+    /// --replication-factor N [--min-in-sync M]`, `list`.
     Keyspace(crate::ctl_keyspace::KeyspaceArgs),
     #[command(flatten)]
     Split(crate::ctl_split::SplitCommand),
-    /// Mark a node draining: the rebalancer moves all its partitions away
-    /// (`--cancel` undoes it).
+    /// Planned switchover: make an in-sync replica the primary of a
+    /// partition (or of every partition a node is primary of), pausing its
+    /// requests only while the replica catches the last writes.
+    Failover(crate::ctl_failover::FailoverArgs),
+    /// Mark a node draining: first its primaries switch to in-sync replicas,
+    /// then the rebalancer moves the rest away and the manager replaces its
+    /// replicas (`--cancel` undoes it).
     Drain(crate::ctl_rebalance::DrainArgs),
     /// Remove a node that owns nothing from the map (drain it first).
     Decommission(crate::ctl_rebalance::DecommissionArgs),
@@ -71,6 +78,7 @@ pub async fn run(args: CtlArgs) -> anyhow::Result<()> {
         CtlCommand::Hotkeys(h) => crate::ctl_hotkeys::hotkeys_cmd(&*meta, h, args.json).await,
         CtlCommand::Keyspace(k) => crate::ctl_keyspace::keyspace_cmd(&*meta, k, args.json).await,
         CtlCommand::Split(c) => crate::ctl_split::run(&*meta, c, args.json).await,
+        CtlCommand::Failover(f) => crate::ctl_failover::failover_cmd(&*meta, f, args.json).await,
         CtlCommand::Drain(d) => crate::ctl_rebalance::drain_cmd(&*meta, d, args.json).await,
         CtlCommand::Decommission(d) => {
             crate::ctl_rebalance::decommission_cmd(&*meta, d, args.json).await
@@ -94,7 +102,11 @@ struct NodeRow {
     weight: u32,
     draining: bool,
     zone: Option<String>,
+    /// Partitions it is primary (owner) of.
     partitions: usize,
+    /// Partitions it holds a replica of, and how many of those in sync.
+    replicas: usize,
+    in_sync_replicas: usize,
     lease_remaining_ms: Option<u64>,
 }
 
@@ -118,6 +130,16 @@ async fn nodes(meta: &dyn MetaStore, json: bool) -> anyhow::Result<()> {
             draining: n.draining,
             zone: n.zone.clone(),
             partitions: map.owned_by(n.id).count(),
+            replicas: map
+                .partitions
+                .values()
+                .filter(|p| p.replicas.contains(&n.id))
+                .count(),
+            in_sync_replicas: map
+                .partitions
+                .values()
+                .filter(|p| p.is_in_sync_replica(n.id))
+                .count(),
             lease_remaining_ms: leases.get(&n.id).copied(),
         })
         .collect();
@@ -125,8 +147,8 @@ async fn nodes(meta: &dyn MetaStore, json: bool) -> anyhow::Result<()> {
         return print_json(&rows);
     }
     println!(
-        "{:<40}  {:<21}  {:<21}  {:<13}  {:>6}  {:>10}  {:>8}",
-        "NODE", "RESP", "ADMIN", "STATE", "WEIGHT", "PARTITIONS", "LEASE"
+        "{:<40}  {:<21}  {:<21}  {:<13}  {:>6}  {:>9}  {:>8}  {:>7}  {:>8}",
+        "NODE", "RESP", "ADMIN", "STATE", "WEIGHT", "PRIMARIES", "REPLICAS", "IN_SYNC", "LEASE"
     );
     for r in rows {
         let lease = r
@@ -137,9 +159,20 @@ async fn nodes(meta: &dyn MetaStore, json: bool) -> anyhow::Result<()> {
         if r.draining {
             state.push_str(",draining");
         }
+        if let Some(zone) = &r.zone {
+            state.push_str(&format!(",zone={zone}"));
+        }
         println!(
-            "{:<40}  {:<21}  {:<21}  {:<13}  {:>6}  {:>10}  {:>8}",
-            r.id, r.resp_addr, r.admin_addr, state, r.weight, r.partitions, lease
+            "{:<40}  {:<21}  {:<21}  {:<13}  {:>6}  {:>9}  {:>8}  {:>7}  {:>8}",
+            r.id,
+            r.resp_addr,
+            r.admin_addr,
+            state,
+            r.weight,
+            r.partitions,
+            r.replicas,
+            r.in_sync_replicas,
+            lease
         );
     }
     Ok(())
@@ -156,23 +189,42 @@ async fn map(meta: &dyn MetaStore, json: bool) -> anyhow::Result<()> {
         map.partitions.len(),
         map.nodes.len()
     );
+    println!("(replicas: short node ids, `*` = in sync; `keyway ctl nodes` lists the ids)");
     println!(
-        "{:>6}  {:>8}  {:<24}  {:<40}  {:>6}",
-        "ID", "KEYSPACE", "RANGE", "OWNER", "EPOCH"
+        "{:>6}  {:>8}  {:<24}  {:<40}  {:<16}  {:>4}  {:>6}",
+        "ID", "KEYSPACE", "RANGE", "PRIMARY", "REPLICAS", "ISR", "EPOCH"
     );
     for ks in map.keyspaces.values() {
         for p in map.keyspace_partitions(ks.id) {
             println!(
-                "{:>6}  {:>8}  {:<24}  {:<40}  {:>6}",
+                "{:>6}  {:>8}  {:<24}  {:<40}  {:<16}  {:>4}  {:>6}",
                 p.id,
                 ks.name,
                 range_text(&map, p),
                 p.owner,
+                replicas_text(p),
+                format!("{}/{}", p.in_sync_copies(), ks.replication_factor),
                 p.epoch
             );
         }
     }
     Ok(())
+}
+
+/// `2*,3`: each replica's short id (hex, as `NodeId::parse` reads it), `*`
+/// when in sync; `-` for none.
+pub(crate) fn replicas_text(p: &keyway_map::PartitionRecord) -> String {
+    if p.replicas.is_empty() {
+        return "-".into();
+    }
+    p.replicas
+        .iter()
+        .map(|r| {
+            let star = if p.is_in_sync_replica(*r) { "*" } else { "" };
+            format!("{:x}{star}", r.0)
+        })
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 fn range_text(map: &PartitionMap, p: &keyway_map::PartitionRecord) -> String {

@@ -30,6 +30,11 @@ pub struct DrainArgs {
     /// Stop draining it (it becomes a target again).
     #[arg(long)]
     cancel: bool,
+    /// Bound on each switchover's fence, ms (1-60000): before anything
+    /// moves, each partition it is primary of that has an in-sync replica
+    /// switches to it (a failed switchover leaves that partition to a move).
+    #[arg(long, default_value_t = keyway_manager::switchover::DEFAULT_SWITCHOVER_TIMEOUT_MS)]
+    switchover_timeout_ms: u64,
 }
 
 #[derive(clap::Args)]
@@ -75,11 +80,27 @@ pub struct RebalanceArgs {
 pub async fn drain_cmd(meta: &dyn MetaStore, args: DrainArgs, json: bool) -> anyhow::Result<()> {
     let map = meta.get_map().await?;
     let node = resolve_node(&map, &args.node)?;
+    anyhow::ensure!(
+        (1..=keyway_manager::switchover::MAX_SWITCHOVER_TIMEOUT_MS)
+            .contains(&args.switchover_timeout_ms),
+        "--switchover-timeout-ms must be 1..={}, got {}",
+        keyway_manager::switchover::MAX_SWITCHOVER_TIMEOUT_MS,
+        args.switchover_timeout_ms
+    );
+    if !args.cancel {
+        // Primaries first: a switchover pauses a partition for the last
+        // writes only, where a move copies it.
+        let switched =
+            keyway_manager::switch_primaries_away(meta, node, args.switchover_timeout_ms).await?;
+        if !switched.is_empty() && !json {
+            crate::ctl_failover::report(switched, json)?;
+        }
+    }
     let info = set_draining(meta, node, !args.cancel).await?;
     if json {
         return print_json(&info);
     }
-    let owned = map.owned_by(node).count();
+    let owned = meta.get_map().await?.owned_by(node).count();
     if args.cancel {
         println!("node {node} is no longer draining; it may receive partitions again");
     } else {

@@ -33,6 +33,13 @@ pub struct DevArgs {
     /// Partitions per node when the cluster is first created.
     #[arg(long, default_value_t = 4)]
     partitions_per_node: u16,
+    /// Copies of each partition of keyspace 0 when the cluster is first
+    /// created (1-5, capped at --nodes): the primary and N-1 replicas.
+    #[arg(long, default_value_t = 2)]
+    replication_factor: u8,
+    /// In-sync copies (primary included) a write needs, 1..=factor.
+    #[arg(long, default_value_t = 1)]
+    min_in_sync: u8,
     /// Do not run the in-process manager (no migrations are driven).
     #[arg(long)]
     no_manager: bool,
@@ -54,6 +61,11 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         external_meta: args.meta.clone(),
         data_dir: args.data.clone(),
         partitions_per_node: args.partitions_per_node,
+        replication: crate::meta_cmd::BootstrapReplication {
+            replication_factor: args.replication_factor,
+            min_in_sync: args.min_in_sync,
+        }
+        .to_replication()?,
         node: args.node.to_config()?,
         manager: (!args.no_manager)
             .then(|| -> anyhow::Result<ManagerSpec> {
@@ -68,9 +80,12 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     let cluster = LocalCluster::start(spec).await?;
     let map = cluster.map().await?;
     println!(
-        "Keyway dev cluster is up: {} nodes, {} partitions, map version {}",
+        "Keyway dev cluster is up: {} nodes, {} partitions, replication factor {}, map version {}",
         cluster.len(),
         map.partitions.len(),
+        map.keyspaces
+            .get(&keyway_map::DEFAULT_KEYSPACE)
+            .map_or(1, |k| k.replication_factor),
         map.version
     );
     println!("  metadata store   --meta {}", cluster.meta_url());

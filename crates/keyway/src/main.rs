@@ -14,6 +14,7 @@
 mod bench_migrate;
 mod bench_routing;
 mod ctl;
+mod ctl_failover;
 mod ctl_hotkeys;
 mod ctl_keyspace;
 mod ctl_log;

@@ -150,6 +150,10 @@ pub struct ServerArgs {
     /// Partitions per node in that initial map.
     #[arg(long, default_value_t = 4)]
     partitions_per_node: u16,
+    /// This node's zone (rack, availability zone): a partition's copies go
+    /// to distinct zones first. 1-64 bytes of letters, digits, `_.-`.
+    #[arg(long)]
+    zone: Option<String>,
     /// Data directory of this node.
     #[arg(long, default_value = "./keyway-data/node-1")]
     data: PathBuf,
@@ -182,13 +186,20 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
         args.partitions_per_node > 0,
         "--partitions-per-node must be greater than 0"
     );
+    if let Some(zone) = &args.zone {
+        keyway_manager::rebalance::check_zone(zone)?;
+    }
     let meta = keyway_meta::connect(&args.meta).await?;
     let node = Node::start(config, meta.clone()).await?;
+    if let Some(zone) = args.zone.clone() {
+        keyway_manager::rebalance::set_zone(&*meta, node.id(), Some(zone)).await?;
+    }
     let bootstrap = args.bootstrap_nodes.map(|nodes| {
         tokio::spawn(crate::meta_cmd::bootstrap_when_ready(
-            meta,
+            meta.clone(),
             nodes,
             args.partitions_per_node,
+            keyway_meta::Replication::default(),
         ))
     });
     println!(

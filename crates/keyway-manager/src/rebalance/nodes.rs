@@ -145,6 +145,8 @@ pub enum NodeOpError {
     UnknownNode(NodeId),
     #[error("a node weight must be between 1 and {MAX_WEIGHT}, got {0}")]
     BadWeight(u32),
+    #[error("a zone label is 1-{MAX_ZONE_LEN} bytes of letters, digits, '_', '.' and '-', got {0:?}")]
+    BadZone(String),
     #[error(
         "node {node} still owns {owned} partition(s): drain it first (keyway ctl drain {node}) \
          and wait until it owns none"
@@ -209,6 +211,45 @@ pub async fn set_weight(
         )]))
         .await?;
         tracing::info!(%node, weight, "node weight set");
+    }
+    Ok(n)
+}
+
+/// Longest zone label, in bytes.
+pub const MAX_ZONE_LEN: usize = 64;
+
+/// Checks a zone label: 1..=[`MAX_ZONE_LEN`] bytes of `[A-Za-z0-9_.-]`.
+pub fn check_zone(zone: &str) -> Result<(), NodeOpError> {
+    let ok = !zone.is_empty()
+        && zone.len() <= MAX_ZONE_LEN
+        && zone
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'));
+    if ok {
+        Ok(())
+    } else {
+        Err(NodeOpError::BadZone(zone.to_string()))
+    }
+}
+
+/// Sets `node`'s zone label (`None` clears it); placement spreads a
+/// partition's copies over distinct zones first. Re-registration keeps it.
+pub async fn set_zone(
+    meta: &dyn MetaStore,
+    node: NodeId,
+    zone: Option<String>,
+) -> Result<NodeInfo, NodeOpError> {
+    if let Some(z) = &zone {
+        check_zone(z)?;
+    }
+    let mut n = node_record(meta, node).await?;
+    if n.zone != zone {
+        n.zone = zone;
+        meta.commit(MapTxn::unconditional(vec![MapChange::UpsertNode(
+            n.clone(),
+        )]))
+        .await?;
+        tracing::info!(%node, zone = ?n.zone, "node zone set");
     }
     Ok(n)
 }
@@ -308,6 +349,29 @@ mod tests {
         assert_eq!(obs.changes[0].to, NodeState::Up);
         assert!(obs.down.is_empty());
         assert_eq!(l.observe(&up, &[a], t0 + grace * 3), Observation::default());
+    }
+
+    #[tokio::test]
+    async fn a_zone_is_checked_set_and_kept_by_re_registration() {
+        let dir = tempfile::tempdir().unwrap();
+        let meta = keyway_meta::EmbeddedMeta::open(dir.path(), Default::default()).unwrap();
+        let id = meta
+            .register_node(None, "h:1".into(), "h:2".into())
+            .await
+            .unwrap();
+        for bad in ["", "a b", &"z".repeat(MAX_ZONE_LEN + 1)] {
+            assert!(matches!(
+                set_zone(&meta, id, Some(bad.to_string())).await,
+                Err(NodeOpError::BadZone(_))
+            ));
+        }
+        set_zone(&meta, id, Some("eu-1a".into())).await.unwrap();
+        meta.register_node(Some(id), "h:3".into(), "h:4".into())
+            .await
+            .unwrap();
+        let map = meta.get_map().await.unwrap();
+        assert_eq!(map.nodes[&id].zone.as_deref(), Some("eu-1a"));
+        assert_eq!(map.nodes[&id].resp_addr, "h:3");
     }
 
     #[test]

@@ -33,7 +33,7 @@ impl Inner {
                     }
                     Some(id) => id,
                 };
-                // Re-registration keeps what operators set (weight, draining).
+                // Re-registration keeps what operators set (weight, draining, zone).
                 let kept = snap.map.nodes.get(&id);
                 let node = NodeInfo {
                     id,
@@ -42,7 +42,7 @@ impl Inner {
                     state: NodeState::Up,
                     weight: kept.map_or(keyway_map::DEFAULT_NODE_WEIGHT, |n| n.weight),
                     draining: kept.is_some_and(|n| n.draining),
-                    zone: None,
+                    zone: kept.and_then(|n| n.zone.clone()),
                 };
                 Ok(Step::Commit {
                     txn: MapTxn::unconditional(vec![MapChange::UpsertNode(node)]),
