@@ -5,7 +5,7 @@
 //! the fence). Given a node, every partition it is primary of that has an
 //! in-sync replica is switched, one after the other.
 //!
-//! A plain decimal number names a partition; a node is named by its id as
+//! A decimal number (shorter than 40 digits) names a partition; a node is named by its id as
 //! `CLUSTER MYID` prints it (40 hex digits) or by its `host:port`.
 
 use crate::ctl::print_json;
@@ -49,7 +49,8 @@ pub(crate) fn resolve(
         args.timeout_ms
     );
     let what = args.what.trim();
-    let subject = if !what.is_empty() && what.chars().all(|c| c.is_ascii_digit()) {
+    // 40 characters is a node id as CLUSTER MYID prints it, even when all digits.
+    let subject = if !what.is_empty() && what.len() < 40 && what.chars().all(|c| c.is_ascii_digit()) {
         let id = PartitionId(what.parse()?);
         anyhow::ensure!(
             map.partitions.contains_key(&id),

@@ -82,3 +82,77 @@ fn ctl_fails(meta_port: u16, args: &[&str]) -> String {
     assert!(!out.status.success(), "{args:?} succeeded");
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
+
+#[test]
+fn ctl_shows_replicas_and_checks_replication_and_failover_arguments() {
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = DevCluster::start(3, dir.path(), &["--replication-factor", "2"]);
+    let port = cluster.meta_port;
+    let nodes: Vec<serde_json::Value> =
+        serde_json::from_str(&ctl(port, &["nodes", "--json"])).unwrap();
+    for n in &nodes {
+        assert_eq!(n["partitions"], 4, "{n}");
+        assert_eq!(n["replicas"], 4, "bootstrap spreads replicas like primaries: {n}");
+        assert_eq!(n["in_sync_replicas"], 4, "{n}");
+    }
+    let table = ctl(port, &["nodes"]);
+    assert!(table.contains("PRIMARIES") && table.contains("IN_SYNC"), "{table}");
+    let map = ctl(port, &["map"]);
+    assert!(map.contains("REPLICAS") && map.contains("2/2"), "{map}");
+    let map_json: serde_json::Value = serde_json::from_str(&ctl(port, &["map", "--json"])).unwrap();
+    for p in map_json["partitions"].as_object().unwrap().values() {
+        assert_eq!(p["replicas"].as_array().unwrap().len(), 1, "{p}");
+        assert_ne!(p["replicas"][0], p["owner"], "{p}");
+    }
+    for (args, why) in [
+        (
+            &["keyspace", "set", "default", "--replication-factor", "6"][..],
+            "replication factor must be 1..=5",
+        ),
+        (
+            &["keyspace", "set", "default", "--min-in-sync", "3"],
+            "min_in_sync must be 1..=2",
+        ),
+        (&["keyspace", "set", "default"], "nothing to set"),
+        (
+            &["keyspace", "set", "nope", "--replication-factor", "2"],
+            "no keyspace named 'nope'",
+        ),
+        (
+            &[
+                "keyspace",
+                "create",
+                "h",
+                "--routing",
+                "hash",
+                "--replication-factor",
+                "2",
+                "--min-in-sync",
+                "3",
+            ],
+            "--replication-factor / --min-in-sync",
+        ),
+        (&["failover", "999"], "partition 999 is not in the map"),
+        (&["failover", "1", "--timeout-ms", "0"], "--timeout-ms"),
+    ] {
+        let err = ctl_fails(port, args);
+        assert!(err.contains(why), "{args:?}: {err}");
+    }
+    let set = ctl(port, &["keyspace", "set", "default", "--min-in-sync", "2"]);
+    assert!(set.contains("replication factor 2, min in sync 2"), "{set}");
+    let created: serde_json::Value = serde_json::from_str(&ctl(
+        port,
+        &[
+            "keyspace",
+            "create",
+            "r",
+            "--routing",
+            "range",
+            "--replication-factor",
+            "3",
+            "--json",
+        ],
+    ))
+    .unwrap();
+    assert_eq!(created["replication_factor"], 3, "{created}");
+}

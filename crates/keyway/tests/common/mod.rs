@@ -45,10 +45,19 @@ impl DevCluster {
     }
 
     /// Starts on a known port block (for restarts on the same ports).
+    /// One copy per partition unless `extra` asks for a replication factor
+    /// (`keyway dev` defaults to 2; the tests written before replication
+    /// assume one).
     pub fn start_on(nodes: usize, data: &Path, base: u16, extra: &[&str]) -> DevCluster {
         let (meta_port, first_port, admin_port) = (base, base + 1, base + 1 + nodes as u16);
+        let rf: &[&str] = if extra.contains(&"--replication-factor") {
+            &[]
+        } else {
+            &["--replication-factor", "1"]
+        };
         let mut child = Command::new(env!("CARGO_BIN_EXE_keyway"))
             .args(["dev", "--nodes", &nodes.to_string()])
+            .args(rf)
             .args([
                 "--port",
                 &first_port.to_string(),
