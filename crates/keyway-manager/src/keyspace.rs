@@ -248,8 +248,7 @@ pub fn plan_with(
     };
     for (i, (start, end)) in bounds.into_iter().enumerate() {
         let pid = PartitionId(first + i as u64);
-        let replicas =
-            keyway_map::place_replicas(&infos, i % infos.len(), replication.factor);
+        let replicas = keyway_map::place_replicas(&infos, i % infos.len(), replication.factor);
         txn.conditions.push(OwnershipCondition {
             partition: pid,
             expected: None,
@@ -442,11 +441,17 @@ mod tests {
                 .unwrap();
         }
         meta.bootstrap_if_empty(2, 2).await.unwrap();
-        let ks = set_replication(&meta, "default", Some(3), None).await.unwrap();
+        let ks = set_replication(&meta, "default", Some(3), None)
+            .await
+            .unwrap();
         assert_eq!((ks.replication_factor, ks.min_in_sync), (3, 1));
-        let ks = set_replication(&meta, "default", None, Some(2)).await.unwrap();
+        let ks = set_replication(&meta, "default", None, Some(2))
+            .await
+            .unwrap();
         assert_eq!((ks.replication_factor, ks.min_in_sync), (3, 2));
-        let err = set_replication(&meta, "default", Some(1), None).await.unwrap_err();
+        let err = set_replication(&meta, "default", Some(1), None)
+            .await
+            .unwrap_err();
         assert!(matches!(err, KeyspaceError::BadReplication(_)), "{err}");
         assert!(err.to_string().contains("min_in_sync"), "{err}");
         assert!(matches!(

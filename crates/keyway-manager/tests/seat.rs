@@ -278,7 +278,9 @@ impl MetaStore for Flaky {
         replication: keyway_meta::Replication,
     ) -> Result<bool, MetaError> {
         self.check()?;
-        self.inner.bootstrap_if_empty_with(min, per, replication).await
+        self.inner
+            .bootstrap_if_empty_with(min, per, replication)
+            .await
     }
     async fn grant_session_lease(&self, ttl_ms: u64) -> Result<LeaseId, MetaError> {
         self.check()?;

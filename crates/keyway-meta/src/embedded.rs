@@ -783,8 +783,7 @@ impl MetaStore for EmbeddedMeta {
         self.run(move |inner| async move {
             let mut state = inner.state.lock().await;
             state.check_healthy()?;
-            let Some(txn) =
-                bootstrap_txn(&state.map, min_nodes, partitions_per_node, replication)?
+            let Some(txn) = bootstrap_txn(&state.map, min_nodes, partitions_per_node, replication)?
             else {
                 return Ok(false);
             };

@@ -485,11 +485,15 @@ mod tests {
         )
         .unwrap();
         assert!(
-            bootstrap_txn(&map, 3, 2, Replication::default()).unwrap().is_none(),
+            bootstrap_txn(&map, 3, 2, Replication::default())
+                .unwrap()
+                .is_none(),
             "too few nodes"
         );
         assert!(bootstrap_txn(&map, 2, 0, Replication::default()).is_err());
-        let txn = bootstrap_txn(&map, 2, 2, Replication::default()).unwrap().unwrap();
+        let txn = bootstrap_txn(&map, 2, 2, Replication::default())
+            .unwrap()
+            .unwrap();
         let mut booted = map.clone();
         booted.apply(MapVersion(2), &txn.changes).unwrap();
         booted.validate().unwrap();
@@ -502,7 +506,9 @@ mod tests {
                 .all(|c| c.expected.is_none() && !c.holds(&booted))
         );
         assert!(
-            bootstrap_txn(&booted, 1, 2, Replication::default()).unwrap().is_none(),
+            bootstrap_txn(&booted, 1, 2, Replication::default())
+                .unwrap()
+                .is_none(),
             "already bootstrapped"
         );
     }

@@ -463,14 +463,16 @@ pub(crate) mod tests {
         let mut p = partition();
         p.in_sync = vec![NodeId(2), NodeId(3)];
         // To a node with no copy: the replicas stay, the source leaves.
-        let row = MigrationRecord::new(MigrationId(9), p.clone(), NodeId(4), 1_000)
-            .flipped_partition();
+        let row =
+            MigrationRecord::new(MigrationId(9), p.clone(), NodeId(4), 1_000).flipped_partition();
         assert_eq!(row.owner, NodeId(4));
         assert_eq!(row.replicas, [NodeId(2), NodeId(3)]);
-        assert!(row.in_sync.is_empty(), "replicas re-sync from the new primary");
+        assert!(
+            row.in_sync.is_empty(),
+            "replicas re-sync from the new primary"
+        );
         // To a replica: the source stays as a replica in its place.
-        let row =
-            MigrationRecord::new(MigrationId(9), p, NodeId(3), 1_000).flipped_partition();
+        let row = MigrationRecord::new(MigrationId(9), p, NodeId(3), 1_000).flipped_partition();
         assert_eq!(row.replicas, [NodeId(2), NodeId(1)]);
         assert!(row.in_sync.is_empty());
     }

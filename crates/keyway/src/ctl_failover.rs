@@ -50,7 +50,8 @@ pub(crate) fn resolve(
     );
     let what = args.what.trim();
     // 40 characters is a node id as CLUSTER MYID prints it, even when all digits.
-    let subject = if !what.is_empty() && what.len() < 40 && what.chars().all(|c| c.is_ascii_digit()) {
+    let subject = if !what.is_empty() && what.len() < 40 && what.chars().all(|c| c.is_ascii_digit())
+    {
         let id = PartitionId(what.parse()?);
         anyhow::ensure!(
             map.partitions.contains_key(&id),
@@ -73,7 +74,10 @@ pub(crate) fn resolve(
             anyhow::ensure!(
                 row.is_in_sync_replica(to),
                 "node {to} is not an in-sync replica of partition {p} (in sync: {:?}); only an in-sync replica may become primary",
-                row.in_sync.iter().map(|n| n.to_string()).collect::<Vec<_>>()
+                row.in_sync
+                    .iter()
+                    .map(|n| n.to_string())
+                    .collect::<Vec<_>>()
             );
             Some(to)
         }
@@ -197,7 +201,9 @@ mod tests {
         assert_eq!(s, Subject::Node(NodeId(2)));
         let (s, _) = resolve(&m, &args("127.0.0.1:7003", None, 1000)).unwrap();
         assert_eq!(s, Subject::Node(NodeId(3)));
-        let err = resolve(&m, &args("99", None, 1000)).unwrap_err().to_string();
+        let err = resolve(&m, &args("99", None, 1000))
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("partition 99 is not in the map"), "{err}");
         assert!(resolve(&m, &args("nowhere:1", None, 1000)).is_err());
     }
@@ -209,12 +215,17 @@ mod tests {
         let (_, to) = resolve(&m, &args("1", Some(&three), 1000)).unwrap();
         assert_eq!(to, Some(NodeId(3)));
         let two = NodeId(2).to_string();
-        let err = resolve(&m, &args("1", Some(&two), 1000)).unwrap_err().to_string();
+        let err = resolve(&m, &args("1", Some(&two), 1000))
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("not an in-sync replica"), "{err}");
         let err = resolve(&m, &args(&two, Some(&three), 1000))
             .unwrap_err()
             .to_string();
-        assert!(err.contains("--to names the replica for one partition"), "{err}");
+        assert!(
+            err.contains("--to names the replica for one partition"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -152,9 +152,8 @@ pub async fn keyspace_cmd(
                 replication_factor.is_some() || min_in_sync.is_some(),
                 "nothing to set: give --replication-factor N and/or --min-in-sync M"
             );
-            let ks =
-                keyway_manager::set_replication(meta, &name, replication_factor, min_in_sync)
-                    .await?;
+            let ks = keyway_manager::set_replication(meta, &name, replication_factor, min_in_sync)
+                .await?;
             let map = meta.get_map().await?;
             let row = row(&map, ks.id);
             if json {

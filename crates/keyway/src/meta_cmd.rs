@@ -153,8 +153,14 @@ mod tests {
             &["--min-in-sync", "0"],
         ] {
             let err = replication(bad).unwrap_err().to_string();
-            assert!(err.contains("--replication-factor / --min-in-sync"), "{bad:?}: {err}");
+            assert!(
+                err.contains("--replication-factor / --min-in-sync"),
+                "{bad:?}: {err}"
+            );
         }
-        assert!(replication(&["--replication-factor", "300"]).is_err(), "not a u8");
+        assert!(
+            replication(&["--replication-factor", "300"]).is_err(),
+            "not a u8"
+        );
     }
 }

@@ -61,9 +61,13 @@ mod tests {
         assert_eq!(parse(&[]).unwrap(), ReplicationConfig::default());
         let c = parse(&["--failover-margin-ms", "250", "--no-failover"]).unwrap();
         assert_eq!((c.failover, c.failover_margin_ms), (false, 250));
-        let err = parse(&["--failover-margin-ms", "0"]).unwrap_err().to_string();
+        let err = parse(&["--failover-margin-ms", "0"])
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("failover_margin_ms"), "{err}");
-        let err = parse(&["--replication-interval-ms", "0"]).unwrap_err().to_string();
+        let err = parse(&["--replication-interval-ms", "0"])
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("replication_interval_ms"), "{err}");
     }
 }

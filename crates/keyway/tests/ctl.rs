@@ -92,11 +92,17 @@ fn ctl_shows_replicas_and_checks_replication_and_failover_arguments() {
         serde_json::from_str(&ctl(port, &["nodes", "--json"])).unwrap();
     for n in &nodes {
         assert_eq!(n["partitions"], 4, "{n}");
-        assert_eq!(n["replicas"], 4, "bootstrap spreads replicas like primaries: {n}");
+        assert_eq!(
+            n["replicas"], 4,
+            "bootstrap spreads replicas like primaries: {n}"
+        );
         assert_eq!(n["in_sync_replicas"], 4, "{n}");
     }
     let table = ctl(port, &["nodes"]);
-    assert!(table.contains("PRIMARIES") && table.contains("IN_SYNC"), "{table}");
+    assert!(
+        table.contains("PRIMARIES") && table.contains("IN_SYNC"),
+        "{table}"
+    );
     let map = ctl(port, &["map"]);
     assert!(map.contains("REPLICAS") && map.contains("2/2"), "{map}");
     let map_json: serde_json::Value = serde_json::from_str(&ctl(port, &["map", "--json"])).unwrap();

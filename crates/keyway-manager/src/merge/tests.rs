@@ -282,7 +282,11 @@ fn a_merge_of_replicated_halves_keeps_only_replicas_in_sync_for_both() {
         right.in_sync = vec![NodeId(3)];
     }
     let plan = plan_merge(&map, pid(1), pid(2)).unwrap();
-    assert_eq!(plan.merged.replicas, [NodeId(2), NodeId(3)], "same set, any order");
+    assert_eq!(
+        plan.merged.replicas,
+        [NodeId(2), NodeId(3)],
+        "same set, any order"
+    );
     assert_eq!(
         plan.merged.in_sync,
         [NodeId(3)],

@@ -44,8 +44,8 @@ mod tests;
 
 pub use config::{Objective, RebalanceConfig};
 pub use nodes::{
-    Liveness, LivenessChange, MARK_DOWN_AFTER, MAX_WEIGHT, MAX_ZONE_LEN, NodeOpError,
-    Observation, apply_liveness, check_zone, decommission, set_draining, set_weight, set_zone,
+    Liveness, LivenessChange, MARK_DOWN_AFTER, MAX_WEIGHT, MAX_ZONE_LEN, NodeOpError, Observation,
+    apply_liveness, check_zone, decommission, set_draining, set_weight, set_zone,
 };
 pub use plan::{
     DownPhase, LiveMove, MoveReason, NodePlan, Plan, PlanInput, PlannedMove, Role, Stop, Stuck,

@@ -145,7 +145,9 @@ pub enum NodeOpError {
     UnknownNode(NodeId),
     #[error("a node weight must be between 1 and {MAX_WEIGHT}, got {0}")]
     BadWeight(u32),
-    #[error("a zone label is 1-{MAX_ZONE_LEN} bytes of letters, digits, '_', '.' and '-', got {0:?}")]
+    #[error(
+        "a zone label is 1-{MAX_ZONE_LEN} bytes of letters, digits, '_', '.' and '-', got {0:?}"
+    )]
     BadZone(String),
     #[error(
         "node {node} still owns {owned} partition(s): drain it first (keyway ctl drain {node}) \

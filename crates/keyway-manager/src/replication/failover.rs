@@ -79,7 +79,12 @@ impl Failover {
     }
 
     /// Decides from `map` and the nodes holding a lease in the store, at `now`.
-    pub fn plan(&mut self, map: &PartitionMap, live: &BTreeSet<NodeId>, now: Instant) -> FailoverPlan {
+    pub fn plan(
+        &mut self,
+        map: &PartitionMap,
+        live: &BTreeSet<NodeId>,
+        now: Instant,
+    ) -> FailoverPlan {
         let live_list: Vec<NodeId> = live.iter().copied().collect();
         let mut verdicts: BTreeMap<NodeId, Verdict> = BTreeMap::new();
         for id in map.nodes.keys() {

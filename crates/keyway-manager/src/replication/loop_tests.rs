@@ -143,9 +143,19 @@ async fn a_dead_primary_s_partitions_go_to_in_sync_replicas_by_one_cas_each() {
     .await;
     for old in &owned {
         let new = &after.partitions[&old.id];
-        assert_eq!(new.epoch, Epoch(old.epoch.0 + 1), "exactly one CAS: {new:?}");
-        assert!(old.in_sync.contains(&new.owner), "promoted from in_sync: {new:?}");
-        assert!(new.replicas.contains(&NodeId(1)), "the old primary stays listed");
+        assert_eq!(
+            new.epoch,
+            Epoch(old.epoch.0 + 1),
+            "exactly one CAS: {new:?}"
+        );
+        assert!(
+            old.in_sync.contains(&new.owner),
+            "promoted from in_sync: {new:?}"
+        );
+        assert!(
+            new.replicas.contains(&NodeId(1)),
+            "the old primary stays listed"
+        );
         assert!(new.in_sync.is_empty());
     }
     // Nobody else moved.
@@ -157,7 +167,10 @@ async fn a_dead_primary_s_partitions_go_to_in_sync_replicas_by_one_cas_each() {
         text.contains(r#"keyway_manager_failovers_total{reason="lease_expired"} 2"#),
         "{text}"
     );
-    assert!(text.contains("keyway_manager_failover_duration_ms_count 2"), "{text}");
+    assert!(
+        text.contains("keyway_manager_failover_duration_ms_count 2"),
+        "{text}"
+    );
     let d: Vec<_> = env
         .decisions
         .recent()
@@ -181,7 +194,10 @@ async fn a_dead_primary_s_partitions_go_to_in_sync_replicas_by_one_cas_each() {
     // The partitions are under-replicated now: nothing is in sync.
     eventually("the under-replicated gauge", || {
         let text = env.metrics.encode();
-        async move { text.contains("keyway_manager_under_replicated_partitions 2").then_some(()) }
+        async move {
+            text.contains("keyway_manager_under_replicated_partitions 2")
+                .then_some(())
+        }
     })
     .await;
     env.shutdown().await;
@@ -226,7 +242,11 @@ async fn a_replica_out_of_sync_is_never_promoted() {
     assert_eq!(map.partitions[&p], before.partitions[&p]);
     assert_eq!(map.partitions[&p].owner, NodeId(1));
     assert_eq!(map.partitions[&q].owner, NodeId(1));
-    assert!(env.metrics.encode().contains("keyway_manager_offline_partitions 2"));
+    assert!(
+        env.metrics
+            .encode()
+            .contains("keyway_manager_offline_partitions 2")
+    );
     // Node 3 is back: p goes to it, q still waits.
     env.revive(3).await;
     let map = eventually("p to fail over to node 3", || {
@@ -248,7 +268,9 @@ async fn raising_the_factor_adds_replicas_and_lowering_it_removes_them() {
     let mut ks = map.keyspaces[&keyway_map::DEFAULT_KEYSPACE].clone();
     ks.replication_factor = 3;
     env.meta
-        .commit(MapTxn::unconditional(vec![MapChange::UpsertKeyspace(ks.clone())]))
+        .commit(MapTxn::unconditional(vec![MapChange::UpsertKeyspace(
+            ks.clone(),
+        )]))
         .await
         .unwrap();
     let grown = eventually("two replicas per partition", || {
@@ -276,7 +298,10 @@ async fn raising_the_factor_adds_replicas_and_lowering_it_removes_them() {
         let meta = env.meta.clone();
         async move {
             let m = meta.get_map().await.ok()?;
-            m.partitions.values().all(|p| p.replicas.len() == 1).then_some(())
+            m.partitions
+                .values()
+                .all(|p| p.replicas.len() == 1)
+                .then_some(())
         }
     })
     .await;

@@ -109,7 +109,8 @@ pub fn plan(
         }
         let mut row = p.clone();
         let (mut added, mut removed) = (Vec::new(), Vec::new());
-        let staying_of = |row: &PartitionRecord| 1 + row.replicas.iter().filter(|r| !leaving(r)).count();
+        let staying_of =
+            |row: &PartitionRecord| 1 + row.replicas.iter().filter(|r| !leaving(r)).count();
         if staying < wanted {
             while staying_of(&row) < wanted {
                 let Some(n) = pick_new_replica(map, &row, live, &copies) else {
@@ -131,13 +132,17 @@ pub fn plan(
         } else {
             // A replica on a draining node goes once the staying copies
             // are all in sync (its replacement caught up), never before.
-            let staying_in_sync =
-                1 + row.in_sync.iter().filter(|r| !leaving(r)).count();
+            let staying_in_sync = 1 + row.in_sync.iter().filter(|r| !leaving(r)).count();
             let mut victims: Vec<NodeId> = Vec::new();
             if staying_in_sync >= wanted {
                 victims.extend(row.replicas.iter().copied().filter(|r| leaving(r)));
             }
-            let mut keep: Vec<NodeId> = row.replicas.iter().copied().filter(|r| !leaving(r)).collect();
+            let mut keep: Vec<NodeId> = row
+                .replicas
+                .iter()
+                .copied()
+                .filter(|r| !leaving(r))
+                .collect();
             while 1 + keep.len() > wanted {
                 let v = keep
                     .iter()

@@ -226,22 +226,22 @@ impl Loop {
                 });
                 let list = |v: &[NodeId]| v.iter().map(|n| n.0).collect::<Vec<_>>();
                 self.decisions.record(Decision::now(
-                        DUTY,
-                        if c.added.is_empty() {
-                            "remove_replica"
-                        } else {
-                            "add_replica"
-                        },
-                        c.reason,
-                        Some(c.partition),
-                        true,
-                        format!(
-                            "epoch {}: added {:?}, removed {:?}; replicas now {:?}",
-                            c.row.epoch,
-                            list(&c.added),
-                            list(&c.removed),
-                            list(&c.row.replicas)
-                        ),
+                    DUTY,
+                    if c.added.is_empty() {
+                        "remove_replica"
+                    } else {
+                        "add_replica"
+                    },
+                    c.reason,
+                    Some(c.partition),
+                    true,
+                    format!(
+                        "epoch {}: added {:?}, removed {:?}; replicas now {:?}",
+                        c.row.epoch,
+                        list(&c.added),
+                        list(&c.removed),
+                        list(&c.row.replicas)
+                    ),
                 ));
             }
             Outcome::Stale(why) => self.decisions.record(Decision::now(

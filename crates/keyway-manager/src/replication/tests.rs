@@ -93,7 +93,11 @@ fn only_an_in_sync_replica_is_promoted_never_an_unclean_election() {
     );
     let w = plan.waiting.iter().find(|w| w.partition == p).unwrap();
     assert_eq!(w.reason, "no_in_sync_replica_alive");
-    assert!(w.detail.contains("waiting: no in-sync replica alive"), "{}", w.detail);
+    assert!(
+        w.detail.contains("waiting: no in-sync replica alive"),
+        "{}",
+        w.detail
+    );
     // Node 3 is back: it is promoted, node 2 never.
     let plan = f.plan(&m, &live(&[2, 3]), t0 + MARGIN * 2);
     let pr = plan.promotions.iter().find(|pr| pr.partition == p).unwrap();
@@ -119,7 +123,11 @@ fn the_replica_with_fewest_primaries_is_preferred() {
     let plan = f.plan(&m, &live(&[2, 3, 4]), t0 + MARGIN);
     let pr = plan.promotions.iter().find(|pr| pr.partition == p).unwrap();
     assert_eq!(m.partitions[&p].replicas, [NodeId(2), NodeId(3)]);
-    assert_eq!(pr.row.owner, NodeId(3), "node 2 has 3 primaries, node 3 one");
+    assert_eq!(
+        pr.row.owner,
+        NodeId(3),
+        "node 2 has 3 primaries, node 3 one"
+    );
 }
 
 #[test]
@@ -137,11 +145,18 @@ fn a_stale_row_is_re_planned_from_its_new_state() {
     let row = m2.partitions.get_mut(&p).unwrap();
     row.in_sync = vec![NodeId(3)];
     row.epoch = Epoch(2);
-    let again = f.plan(&m2, &live(&[2, 3]), t0 + MARGIN + Duration::from_millis(250));
+    let again = f.plan(
+        &m2,
+        &live(&[2, 3]),
+        t0 + MARGIN + Duration::from_millis(250),
+    );
     let pr = &again.promotions[0];
     assert_eq!(pr.expected, (NodeId(1), Epoch(2)));
     assert_eq!((pr.row.owner, pr.row.epoch), (NodeId(3), Epoch(3)));
-    assert_eq!(pr.lease_gone_since, t0, "the duration counts from the first sight");
+    assert_eq!(
+        pr.lease_gone_since, t0,
+        "the duration counts from the first sight"
+    );
 }
 
 #[test]
@@ -249,7 +264,10 @@ fn membership_caps_the_factor_at_the_node_count() {
     let mut m = map(2, 2);
     m.keyspaces.values_mut().next().unwrap().replication_factor = 3;
     let plan = membership::plan(&m, &live(&[1, 2]), &BTreeSet::new());
-    assert!(plan.changes.is_empty() && plan.skipped.is_empty(), "{plan:?}");
+    assert!(
+        plan.changes.is_empty() && plan.skipped.is_empty(),
+        "{plan:?}"
+    );
     assert_eq!(super::run::under_replicated(&m), 0);
 }
 
@@ -268,9 +286,15 @@ fn in_sync_diffs_name_what_changed() {
     assert_eq!(c.dropped, [old.in_sync[1]]);
     assert!(c.detail.contains("in_sync [2, 3] -> [2]"), "{}", c.detail);
     let c = observe::diff(&new, &old).unwrap();
-    assert_eq!((c.reason, c.added.as_slice()), ("added", &[old.in_sync[1]][..]));
+    assert_eq!(
+        (c.reason, c.added.as_slice()),
+        ("added", &[old.in_sync[1]][..])
+    );
     let promoted = super::promoted(&old, NodeId(2));
-    assert_eq!(observe::diff(&old, &promoted).unwrap().reason, "owner_changed");
+    assert_eq!(
+        observe::diff(&old, &promoted).unwrap().reason,
+        "owner_changed"
+    );
     let mut swapped = new.clone();
     swapped.in_sync = vec![old.in_sync[1]];
     assert_eq!(
@@ -288,7 +312,10 @@ fn a_replica_on_a_draining_node_is_replaced_then_removed_once_the_replacement_is
     let all = live(&[1, 2, 3]);
     let plan = membership::plan(&m, &all, &BTreeSet::new());
     let c = plan.changes.iter().find(|c| c.partition == p).unwrap();
-    assert_eq!((c.added.as_slice(), c.removed.as_slice()), (&[NodeId(3)][..], &[][..]));
+    assert_eq!(
+        (c.added.as_slice(), c.removed.as_slice()),
+        (&[NodeId(3)][..], &[][..])
+    );
     // Committed; node 3 is not in sync yet: node 2 stays.
     let mut m2 = m.clone();
     m2.partitions.insert(p, c.row.clone());

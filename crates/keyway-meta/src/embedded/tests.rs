@@ -328,6 +328,9 @@ async fn bootstrap_with_replication_factor_2_places_copies_on_distinct_nodes() {
     drop(store);
     let store = open(dir.path(), EmbeddedOptions::default());
     let again = store.get_map().await.unwrap();
-    assert_eq!(again.keyspaces[&keyway_map::DEFAULT_KEYSPACE].min_in_sync, 2);
+    assert_eq!(
+        again.keyspaces[&keyway_map::DEFAULT_KEYSPACE].min_in_sync,
+        2
+    );
     assert_eq!(again.partitions, map.partitions);
 }

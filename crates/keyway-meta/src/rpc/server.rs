@@ -202,7 +202,9 @@ impl meta_server::Meta for MetaService {
         // 0 (a client from before replication) means 1.
         let setting = |v: u32, what: &str| {
             u8::try_from(v.max(1)).map_err(|_| {
-                status(MetaError::InvalidArgument(format!("{what} {v} exceeds 255")))
+                status(MetaError::InvalidArgument(format!(
+                    "{what} {v} exceeds 255"
+                )))
             })
         };
         let replication = crate::Replication {
