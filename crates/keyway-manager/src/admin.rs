@@ -27,7 +27,9 @@ struct Admin {
     replication: crate::replication::ReplicationStatus,
 }
 
-/// Serves the admin routes until `shutdown` turns true.
+/// Serves the admin routes until `shutdown` turns true (one read handle
+/// per duty it reports on).
+#[allow(clippy::too_many_arguments)]
 pub async fn serve(
     seat: SeatView,
     metrics: Arc<Metrics>,
