@@ -342,8 +342,8 @@ fn print_report(r: &PlanReport) {
         }
     }
     println!(
-        "{:<40}  {:<8}  {:>6}  {:>11}  {:>12}  {:>12}  {:>7}  {:>7}",
-        "NODE", "ROLE", "WEIGHT", "PARTITIONS", "BYTES", "BYTES AFTER", "LOAD", "AFTER"
+        "{:<40}  {:<8}  {:>6}  {:>11}  {:>8}  {:>12}  {:>12}  {:>7}  {:>7}",
+        "NODE", "ROLE", "WEIGHT", "PRIMARIES", "REPLICAS", "BYTES", "BYTES AFTER", "LOAD", "AFTER"
     );
     for n in &r.nodes {
         let ratio = |x: f64| {
@@ -359,11 +359,12 @@ fn print_report(r: &PlanReport) {
             Role::Down => "down",
         };
         println!(
-            "{:<40}  {:<8}  {:>6}  {:>11}  {:>12}  {:>12}  {:>7}  {:>7}",
+            "{:<40}  {:<8}  {:>6}  {:>11}  {:>8}  {:>12}  {:>12}  {:>7}  {:>7}",
             n.node,
             role,
             n.weight,
             format!("{} -> {}", n.partitions, n.partitions_after),
+            format!("{}/{}", n.in_sync_replicas, n.replicas),
             n.bytes,
             n.bytes_after,
             ratio(n.load),

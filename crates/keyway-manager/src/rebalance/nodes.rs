@@ -168,6 +168,11 @@ pub enum NodeOpError {
         "node {0} still holds a lease (it is running): --force only removes a node that is down"
     )]
     StillUp(NodeId),
+    #[error(
+        "node {node} still holds {replicas} replica(s): while it drains the manager replaces \
+         them; wait until it holds none (keyway ctl nodes), or --force for a node that is down"
+    )]
+    HoldsReplicas { node: NodeId, replicas: usize },
 }
 
 async fn node_record(meta: &dyn MetaStore, node: NodeId) -> Result<NodeInfo, NodeOpError> {
@@ -258,8 +263,12 @@ pub async fn set_zone(
 
 /// Removes `node` from the map. Refused while it owns a partition or takes
 /// part in a live migration; without `force` the node must be draining
-/// (so no move can target it meanwhile); with `force` it must hold no lease
-/// (down). A removed node that starts again registers again, empty.
+/// (so no move can target it meanwhile) and hold no replica (the manager
+/// replaces a draining node's replicas); with `force` it must hold no lease
+/// (down), and it leaves every replica list and in-sync set in the same
+/// commit (each row conditional on its owner and epoch, epoch + 1; the
+/// manager then adds replicas elsewhere). A removed node that starts again
+/// registers again, empty.
 pub async fn decommission(
     meta: &dyn MetaStore,
     node: NodeId,
@@ -286,19 +295,38 @@ pub async fn decommission(
             });
         }
     }
+    let replicated: Vec<&keyway_map::PartitionRecord> = map
+        .partitions
+        .values()
+        .filter(|p| p.replicas.contains(&node))
+        .collect();
     if force {
         if meta.leases().await?.iter().any(|l| l.node == node) {
             return Err(NodeOpError::StillUp(node));
         }
     } else if !n.draining {
         return Err(NodeOpError::NotDraining(node));
+    } else if !replicated.is_empty() {
+        return Err(NodeOpError::HoldsReplicas {
+            node,
+            replicas: replicated.len(),
+        });
     }
     // The store validates the result: a partition that reached the node
     // meanwhile makes the commit fail (its owner would be unknown).
-    meta.commit(MapTxn::unconditional(vec![MapChange::RemoveNode {
-        id: node,
-    }]))
-    .await?;
+    let mut txn = MapTxn::unconditional(vec![MapChange::RemoveNode { id: node }]);
+    for p in replicated {
+        let mut row = p.clone();
+        row.replicas.retain(|r| *r != node);
+        row.in_sync.retain(|r| *r != node);
+        row.epoch = keyway_map::Epoch(p.epoch.0 + 1);
+        txn.conditions.push(keyway_map::OwnershipCondition {
+            partition: p.id,
+            expected: Some((p.owner, p.epoch)),
+        });
+        txn.changes.push(MapChange::UpsertPartition(row));
+    }
+    meta.commit(txn).await?;
     tracing::info!(%node, force, "node decommissioned");
     Ok(n)
 }
@@ -351,6 +379,56 @@ mod tests {
         assert_eq!(obs.changes[0].to, NodeState::Up);
         assert!(obs.down.is_empty());
         assert_eq!(l.observe(&up, &[a], t0 + grace * 3), Observation::default());
+    }
+
+    #[tokio::test]
+    async fn decommission_of_a_replica_holder_waits_for_the_drain_or_strips_it_with_force() {
+        let dir = tempfile::tempdir().unwrap();
+        let meta = keyway_meta::EmbeddedMeta::open(dir.path(), Default::default()).unwrap();
+        let mut ids = Vec::new();
+        for i in 0..3 {
+            ids.push(
+                meta.register_node(None, format!("h:{i}"), format!("a:{i}"))
+                    .await
+                    .unwrap(),
+            );
+        }
+        let rf = keyway_meta::Replication {
+            factor: 2,
+            min_in_sync: 1,
+        };
+        assert!(meta.bootstrap_if_empty_with(3, 1, rf).await.unwrap());
+        // A fourth node holds a replica (and owns nothing).
+        let four = meta
+            .register_node(None, "h:4".into(), "a:4".into())
+            .await
+            .unwrap();
+        let map = meta.get_map().await.unwrap();
+        let mut row = map.partitions.values().next().unwrap().clone();
+        let cond = keyway_map::OwnershipCondition {
+            partition: row.id,
+            expected: Some((row.owner, row.epoch)),
+        };
+        row.replicas.push(four);
+        row.in_sync.push(four);
+        row.epoch = keyway_map::Epoch(row.epoch.0 + 1);
+        meta.commit(MapTxn {
+            conditions: vec![cond],
+            changes: vec![MapChange::UpsertPartition(row.clone())],
+        })
+        .await
+        .unwrap();
+        set_draining(&meta, four, true).await.unwrap();
+        assert!(matches!(
+            decommission(&meta, four, false).await,
+            Err(NodeOpError::HoldsReplicas { replicas: 1, .. })
+        ));
+        decommission(&meta, four, true).await.unwrap();
+        let map = meta.get_map().await.unwrap();
+        assert!(!map.nodes.contains_key(&four));
+        let after = &map.partitions[&row.id];
+        assert!(!after.replicas.contains(&four) && !after.in_sync.contains(&four));
+        assert_eq!(after.epoch.0, row.epoch.0 + 1);
     }
 
     #[tokio::test]

@@ -48,6 +48,17 @@
 //! Caps: at most `max_moves` live migrations in all and
 //! `max_moves_per_node` per node (as source or target), live ones included
 //! (`uncapped` lifts them, for `keyway ctl rebalance --plan`).
+//!
+//! # Primaries and replicas
+//!
+//! The objective is the load of the partitions a node is **primary** of
+//! (owner): a replica serves no writes and, unless clients read with
+//! `READONLY`, no reads. Replicas are counted apart ([`NodePlan::replicas`])
+//! and placed by the manager's membership reconciler (a distinct zone
+//! first, then the node with the fewest copies), not by moves. A move never
+//! targets a node holding a replica of the partition: its copy would be
+//! cleaned for the migration's, and primaryship goes to a replica by a
+//! switchover (`keyway ctl failover`) instead.
 
 use super::config::{Objective, RebalanceConfig};
 use crate::stats::ClusterLoad;
@@ -145,6 +156,10 @@ pub struct NodePlan {
     /// Partitions it owns once the live migrations are done.
     pub partitions: usize,
     pub partitions_after: usize,
+    /// Partitions it holds a replica of (and of those, in sync): placed by
+    /// the membership reconciler, not balanced here.
+    pub replicas: usize,
+    pub in_sync_replicas: usize,
     /// Its load once the live migrations are done, and after the plan.
     pub load: f64,
     pub load_after: f64,
@@ -679,6 +694,20 @@ impl<'a> State<'a> {
                     weight: n.weight,
                     partitions: owned_before.clone().count(),
                     partitions_after: owned_after.clone().count(),
+                    replicas: self
+                        .input
+                        .map
+                        .partitions
+                        .values()
+                        .filter(|p| p.replicas.contains(&n.id))
+                        .count(),
+                    in_sync_replicas: self
+                        .input
+                        .map
+                        .partitions
+                        .values()
+                        .filter(|p| p.is_in_sync_replica(n.id))
+                        .count(),
                     load: self.load0.get(&n.id).copied().unwrap_or(0.0),
                     load_after: self.load.get(&n.id).copied().unwrap_or(0.0),
                     share: self.share.get(&n.id).copied().unwrap_or(0.0),

@@ -525,3 +525,30 @@ fn nothing_to_spread_onto_is_said() {
     assert!(plan.moves.is_empty());
     assert_eq!(plan.stop.reason, "no_target");
 }
+
+#[test]
+fn a_move_never_targets_a_node_holding_a_replica_and_replicas_are_counted_apart() {
+    // Node 1 holds everything; node 2 a replica of each; node 3 is empty.
+    let mut w = world(3, &[(1, 10 * MB), (1, 10 * MB), (1, 10 * MB)]);
+    for p in w.map.partitions.values_mut() {
+        p.replicas = vec![NodeId(2)];
+        p.in_sync = vec![NodeId(2)];
+    }
+    let plan = w.plan(true);
+    assert!(!plan.moves.is_empty(), "{plan:?}");
+    assert!(
+        plan.moves.iter().all(|m| m.to == NodeId(3)),
+        "node 2 holds a replica of each: {:?}",
+        plan.moves
+    );
+    let two = plan.nodes.iter().find(|n| n.node == NodeId(2)).unwrap();
+    assert_eq!((two.partitions, two.replicas, two.in_sync_replicas), (0, 3, 3));
+    // Draining node 1 with node 3 holding replicas too: nothing to move to.
+    for p in w.map.partitions.values_mut() {
+        p.replicas = vec![NodeId(2), NodeId(3)];
+        p.in_sync.clear();
+    }
+    w.map.nodes.get_mut(&NodeId(1)).unwrap().draining = true;
+    let plan = w.plan(true);
+    assert!(plan.moves.is_empty(), "switchovers drain these: {:?}", plan.moves);
+}
