@@ -542,7 +542,10 @@ fn a_move_never_targets_a_node_holding_a_replica_and_replicas_are_counted_apart(
         plan.moves
     );
     let two = plan.nodes.iter().find(|n| n.node == NodeId(2)).unwrap();
-    assert_eq!((two.partitions, two.replicas, two.in_sync_replicas), (0, 3, 3));
+    assert_eq!(
+        (two.partitions, two.replicas, two.in_sync_replicas),
+        (0, 3, 3)
+    );
     // Draining node 1 with node 3 holding replicas too: nothing to move to.
     for p in w.map.partitions.values_mut() {
         p.replicas = vec![NodeId(2), NodeId(3)];
@@ -550,5 +553,9 @@ fn a_move_never_targets_a_node_holding_a_replica_and_replicas_are_counted_apart(
     }
     w.map.nodes.get_mut(&NodeId(1)).unwrap().draining = true;
     let plan = w.plan(true);
-    assert!(plan.moves.is_empty(), "switchovers drain these: {:?}", plan.moves);
+    assert!(
+        plan.moves.is_empty(),
+        "switchovers drain these: {:?}",
+        plan.moves
+    );
 }

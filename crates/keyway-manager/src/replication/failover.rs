@@ -5,8 +5,8 @@
 //! `failover_margin_ms` ([`FencingGate`]: X's own deadline has certainly
 //! passed, invariant 4), p gets a new primary R chosen among its **in-sync**
 //! replicas that hold a lease (invariant 10: never an unclean election),
-//! preferring the one owning the fewest partitions (counting the promotions
-//! of the same round), then the lowest id. The CAS is conditional on
+//! preferring one that is not draining, then the one owning the fewest
+//! partitions (counting the promotions of the same round), then the lowest id. The CAS is conditional on
 //! `(X, e)` and writes: owner = R, replicas = replicas − R + X (X stays
 //! listed, out of sync, so it rejoins by re-copy when it returns), in_sync =
 //! [] (the other in-sync replicas may be behind or ahead of R: they re-sync
@@ -133,7 +133,7 @@ impl Failover {
                 ));
                 continue;
             }
-            let Some(to) = choose(p, live, &primaries) else {
+            let Some(to) = choose(map, p, live, &primaries) else {
                 out.waiting.push(wait(
                     "no_in_sync_replica_alive",
                     format!(
@@ -167,9 +167,11 @@ fn ids(nodes: &[NodeId]) -> Vec<u64> {
     nodes.iter().map(|n| n.0).collect()
 }
 
-/// The in-sync replica of `p` to promote: holds a lease; fewest primaries,
-/// then lowest id. `None` if no in-sync replica is alive.
+/// The in-sync replica of `p` to promote: holds a lease; not draining
+/// (unless all are), then fewest primaries, then lowest id. `None` if no
+/// in-sync replica is alive.
 fn choose(
+    map: &PartitionMap,
     p: &PartitionRecord,
     live: &BTreeSet<NodeId>,
     primaries: &BTreeMap<NodeId, usize>,
@@ -178,7 +180,10 @@ fn choose(
         .iter()
         .copied()
         .filter(|r| p.replicas.contains(r) && live.contains(r))
-        .min_by_key(|r| (primaries.get(r).copied().unwrap_or(0), *r))
+        .min_by_key(|r| {
+            let draining = map.nodes.get(r).is_some_and(|n| n.draining);
+            (draining, primaries.get(r).copied().unwrap_or(0), *r)
+        })
 }
 
 /// `p` with `to` (an in-sync replica) as its primary: the old owner listed
