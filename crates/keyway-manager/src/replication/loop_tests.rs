@@ -178,6 +178,9 @@ async fn a_dead_primary_s_partitions_go_to_in_sync_replicas_by_one_cas_each() {
         .filter(|d| d.action == "failover")
         .collect();
     assert_eq!(d.len(), 2, "{d:?}");
+    for f in &d {
+        eprintln!("failover decision: {}", f.detail);
+    }
     // Each promotion waited out the margin after the lease vanished.
     assert!(env.duty.status().get().failovers == 2);
     // The observer saw both in-sync changes.

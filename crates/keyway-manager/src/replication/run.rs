@@ -110,9 +110,14 @@ impl Loop {
             map = self.meta.get_map().await?;
         }
         if self.config.reconcile {
-            let (live_moves, _) = crate::rebalance::read_migrations(&*self.meta).await?;
-            let migrating: BTreeSet<PartitionId> = live_moves.iter().map(|m| m.partition).collect();
-            let plan = membership::plan(&map, &live, &migrating);
+            // The migration records are read only when something is to change.
+            let mut plan = membership::plan(&map, &live, &BTreeSet::new());
+            if !plan.changes.is_empty() {
+                let (live_moves, _) = crate::rebalance::read_migrations(&*self.meta).await?;
+                let migrating: BTreeSet<PartitionId> =
+                    live_moves.iter().map(|m| m.partition).collect();
+                plan = membership::plan(&map, &live, &migrating);
+            }
             for s in &plan.skipped {
                 self.decisions.record_once(
                     format!("partition {}", s.partition),
