@@ -246,14 +246,17 @@ impl MetaStore for Flaky {
         self.check()?;
         self.inner.commit(txn).await
     }
-    async fn register_node(
+    async fn register_node_in_zone(
         &self,
         id: Option<NodeId>,
         resp_addr: String,
         admin_addr: String,
+        zone: Option<String>,
     ) -> Result<NodeId, MetaError> {
         self.check()?;
-        self.inner.register_node(id, resp_addr, admin_addr).await
+        self.inner
+            .register_node_in_zone(id, resp_addr, admin_addr, zone)
+            .await
     }
     async fn grant_lease(&self, node: NodeId, ttl_ms: u64) -> Result<LeaseId, MetaError> {
         self.check()?;

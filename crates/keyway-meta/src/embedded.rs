@@ -520,11 +520,12 @@ impl MetaStore for EmbeddedMeta {
         .await
     }
 
-    async fn register_node(
+    async fn register_node_in_zone(
         &self,
         id: Option<NodeId>,
         resp_addr: String,
         admin_addr: String,
+        zone: Option<String>,
     ) -> Result<NodeId, MetaError> {
         self.run(move |inner| async move {
             let mut state = inner.state.lock().await;
@@ -548,7 +549,7 @@ impl MetaStore for EmbeddedMeta {
                 state: NodeState::Up,
                 weight: kept.map_or(keyway_map::DEFAULT_NODE_WEIGHT, |n| n.weight),
                 draining: kept.is_some_and(|n| n.draining),
-                zone: kept.and_then(|n| n.zone.clone()),
+                zone: zone.or_else(|| kept.and_then(|n| n.zone.clone())),
             };
             let txn = MapTxn::unconditional(vec![MapChange::UpsertNode(node)]);
             let (map, entry) = Inner::prepare(&state, txn)?;

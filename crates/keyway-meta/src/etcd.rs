@@ -226,13 +226,16 @@ impl MetaStore for EtcdMeta {
             .map(|(version, ())| version)
     }
 
-    async fn register_node(
+    async fn register_node_in_zone(
         &self,
         id: Option<NodeId>,
         resp_addr: String,
         admin_addr: String,
+        zone: Option<String>,
     ) -> Result<NodeId, MetaError> {
-        self.inner.register_node(id, resp_addr, admin_addr).await
+        self.inner
+            .register_node(id, resp_addr, admin_addr, zone)
+            .await
     }
 
     async fn grant_lease(&self, node: NodeId, ttl_ms: u64) -> Result<LeaseId, MetaError> {

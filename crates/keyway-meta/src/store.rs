@@ -194,7 +194,7 @@ pub trait MetaStore: Send + Sync + 'static {
 
     /// Registers a node: with `id: None` allocates a new [`NodeId`] (1, 2, 3,
     /// ...; never reused); with `Some(id)` re-registers (updates addresses,
-    /// state Up; keeps the weight and the draining flag), refusing an id this store never allocated with
+    /// state Up; keeps the weight, the draining flag and the zone), refusing an id this store never allocated with
     /// [`MetaError::InvalidArgument`]. Upserts the node record in the map
     /// (bumps the version). Returns the id.
     async fn register_node(
@@ -202,6 +202,20 @@ pub trait MetaStore: Send + Sync + 'static {
         id: Option<NodeId>,
         resp_addr: String,
         admin_addr: String,
+    ) -> Result<NodeId, MetaError> {
+        self.register_node_in_zone(id, resp_addr, admin_addr, None)
+            .await
+    }
+
+    /// [`MetaStore::register_node`] that also sets the node's zone label in
+    /// the same commit (`None` keeps the one it has), so a bootstrap that
+    /// this registration completes already places copies by zone.
+    async fn register_node_in_zone(
+        &self,
+        id: Option<NodeId>,
+        resp_addr: String,
+        admin_addr: String,
+        zone: Option<String>,
     ) -> Result<NodeId, MetaError>;
 
     /// Grants a lease to a registered node for `ttl_ms` (> 0) milliseconds.

@@ -80,6 +80,10 @@ pub struct NodeConfig {
     pub listen: SocketAddr,
     /// Address clients are told to dial (`host:port`); defaults to `listen`.
     pub announce: Option<String>,
+    /// Zone label (rack, availability zone) registered with the node: a
+    /// partition's copies go to distinct zones first. `None` keeps the one
+    /// the map has.
+    pub zone: Option<String>,
     /// Admin HTTP listener (`/metrics`, `/map`); port 0 picks a free port.
     pub admin_listen: SocketAddr,
     pub engine: EngineKind,
@@ -197,6 +201,7 @@ impl Default for NodeConfig {
             data_dir: PathBuf::from("./keyway-data/node"),
             listen: "127.0.0.1:7001".parse().expect("literal address"),
             announce: None,
+            zone: None,
             admin_listen: "127.0.0.1:0".parse().expect("literal address"),
             engine: EngineKind::Fjall,
             durability: Durability::Group,
@@ -247,6 +252,17 @@ impl Default for NodeConfig {
 impl NodeConfig {
     /// Checks every limit; the message names the setting.
     pub fn validate(&self) -> Result<(), String> {
+        if let Some(z) = &self.zone {
+            let ok = !z.is_empty()
+                && z.len() <= 64
+                && z.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'));
+            if !ok {
+                return Err(format!(
+                    "zone must be 1-64 bytes of letters, digits, '_', '.' and '-', got {z:?}"
+                ));
+            }
+        }
         let positive = [
             ("executor_threads", self.executor_threads as u64),
             ("max_group_commands", self.max_group_commands as u64),

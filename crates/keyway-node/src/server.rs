@@ -409,7 +409,12 @@ async fn register(
     let mut backoff = Duration::from_millis(50);
     loop {
         match meta
-            .register_node(known, resp_addr.into(), admin_addr.into())
+            .register_node_in_zone(
+                known,
+                resp_addr.into(),
+                admin_addr.into(),
+                config.zone.clone(),
+            )
             .await
         {
             Ok(id) => {

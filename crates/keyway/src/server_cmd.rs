@@ -175,6 +175,7 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
     config.admin_listen = args.admin_listen;
     config.data_dir = args.data;
     config.fault_injection = config.fault_injection || args.fault_injection;
+    config.zone = args.zone.clone().or(config.zone);
     config
         .validate()
         .map_err(|e| anyhow::anyhow!("invalid configuration: {e}"))?;
@@ -186,14 +187,8 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
         args.partitions_per_node > 0,
         "--partitions-per-node must be greater than 0"
     );
-    if let Some(zone) = &args.zone {
-        keyway_manager::rebalance::check_zone(zone)?;
-    }
     let meta = keyway_meta::connect(&args.meta).await?;
     let node = Node::start(config, meta.clone()).await?;
-    if let Some(zone) = args.zone.clone() {
-        keyway_manager::rebalance::set_zone(&*meta, node.id(), Some(zone)).await?;
-    }
     let bootstrap = args.bootstrap_nodes.map(|nodes| {
         tokio::spawn(crate::meta_cmd::bootstrap_when_ready(
             meta.clone(),

@@ -452,6 +452,17 @@ mod tests {
         let map = meta.get_map().await.unwrap();
         assert_eq!(map.nodes[&id].zone.as_deref(), Some("eu-1a"));
         assert_eq!(map.nodes[&id].resp_addr, "h:3");
+        // Registration can carry a zone, in the same commit.
+        let other = meta
+            .register_node_in_zone(None, "h:5".into(), "h:6".into(), Some("eu-1b".into()))
+            .await
+            .unwrap();
+        meta.register_node_in_zone(Some(id), "h:3".into(), "h:4".into(), Some("eu-1c".into()))
+            .await
+            .unwrap();
+        let map = meta.get_map().await.unwrap();
+        assert_eq!(map.nodes[&other].zone.as_deref(), Some("eu-1b"));
+        assert_eq!(map.nodes[&id].zone.as_deref(), Some("eu-1c"));
     }
 
     #[test]

@@ -334,3 +334,30 @@ async fn bootstrap_with_replication_factor_2_places_copies_on_distinct_nodes() {
     );
     assert_eq!(again.partitions, map.partitions);
 }
+
+#[tokio::test]
+async fn zones_carried_by_registration_spread_the_bootstrap_copies() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path(), EmbeddedOptions::default());
+    for (i, zone) in ["a", "a", "b", "b"].into_iter().enumerate() {
+        store
+            .register_node_in_zone(
+                None,
+                format!("127.0.0.1:{}", 7000 + i),
+                String::new(),
+                Some(zone.into()),
+            )
+            .await
+            .unwrap();
+    }
+    let rf2 = crate::Replication {
+        factor: 2,
+        min_in_sync: 1,
+    };
+    assert!(store.bootstrap_if_empty_with(4, 2, rf2).await.unwrap());
+    let map = store.get_map().await.unwrap();
+    for p in map.partitions.values() {
+        let zone = |n: &NodeId| map.nodes[n].zone.clone();
+        assert_ne!(zone(&p.owner), zone(&p.replicas[0]), "{p:?}");
+    }
+}

@@ -19,6 +19,7 @@ impl Inner {
         id: Option<NodeId>,
         resp_addr: String,
         admin_addr: String,
+        zone: Option<String>,
     ) -> Result<NodeId, MetaError> {
         let (_, id) = self
             .commit_with(|snap| {
@@ -42,7 +43,7 @@ impl Inner {
                     state: NodeState::Up,
                     weight: kept.map_or(keyway_map::DEFAULT_NODE_WEIGHT, |n| n.weight),
                     draining: kept.is_some_and(|n| n.draining),
-                    zone: kept.and_then(|n| n.zone.clone()),
+                    zone: zone.clone().or_else(|| kept.and_then(|n| n.zone.clone())),
                 };
                 Ok(Step::Commit {
                     txn: MapTxn::unconditional(vec![MapChange::UpsertNode(node)]),

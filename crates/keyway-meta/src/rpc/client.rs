@@ -175,16 +175,18 @@ impl MetaStore for RemoteMeta {
         Ok(MapVersion(resp.version))
     }
 
-    async fn register_node(
+    async fn register_node_in_zone(
         &self,
         id: Option<NodeId>,
         resp_addr: String,
         admin_addr: String,
+        zone: Option<String>,
     ) -> Result<NodeId, MetaError> {
         let req = self.request(pb::RegisterNodeRequest {
             id: id.map(|id| id.0),
             resp_addr,
             admin_addr,
+            zone,
         });
         let resp = self
             .call(

@@ -139,7 +139,7 @@ impl meta_server::Meta for MetaService {
         let req = req.into_inner();
         let id = self
             .store
-            .register_node(req.id.map(NodeId), req.resp_addr, req.admin_addr)
+            .register_node_in_zone(req.id.map(NodeId), req.resp_addr, req.admin_addr, req.zone)
             .await
             .map_err(status)?;
         Ok(Response::new(pb::RegisterNodeResponse { id: id.0 }))

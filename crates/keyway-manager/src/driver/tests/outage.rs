@@ -69,13 +69,16 @@ impl MetaStore for FlakyMeta {
             .extend(map.partitions.get(&self.partition).map(|p| p.owner));
         Err(MetaError::Unavailable("injected: store unreachable".into()))
     }
-    async fn register_node(
+    async fn register_node_in_zone(
         &self,
         id: Option<NodeId>,
         resp_addr: String,
         admin_addr: String,
+        zone: Option<String>,
     ) -> Result<NodeId, MetaError> {
-        self.inner.register_node(id, resp_addr, admin_addr).await
+        self.inner
+            .register_node_in_zone(id, resp_addr, admin_addr, zone)
+            .await
     }
     async fn grant_lease(&self, node: NodeId, ttl_ms: u64) -> Result<LeaseId, MetaError> {
         self.inner.grant_lease(node, ttl_ms).await
