@@ -62,6 +62,7 @@ macro_rules! meta_conformance_tests {
             one!(lease_lifecycle);
             one!(lease_expires_without_keep_alive);
             one!(bootstrap_if_empty_is_idempotent_and_has_one_winner);
+            one!(zones_and_a_replicated_bootstrap);
             one!(single_candidate_wins_at_once);
             one!(second_candidate_waits_until_the_first_resigns);
             one!(campaigning_again_under_the_same_lease_rejoins);
@@ -193,6 +194,7 @@ pub use migration::{
 pub use nodes::{
     bootstrap_if_empty_is_idempotent_and_has_one_winner,
     register_node_allocates_distinct_ids_and_reregistration_keeps_them, starts_empty,
+    zones_and_a_replicated_bootstrap,
 };
 pub use restart::survives_restart;
 pub use watch::{

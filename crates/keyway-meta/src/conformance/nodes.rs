@@ -157,3 +157,46 @@ pub async fn bootstrap_if_empty_is_idempotent_and_has_one_winner(f: &Fixture) {
     );
     assert_eq!(after.partitions, map.partitions);
 }
+
+/// Registration can carry a zone (kept by a later registration without
+/// one), and a replicated bootstrap places each partition's copies on
+/// distinct nodes in distinct zones, keyspace 0 with the asked settings.
+pub async fn zones_and_a_replicated_bootstrap(f: &Fixture) {
+    let store = f.store.clone();
+    let mut ids = Vec::new();
+    for (i, zone) in ["a", "b", "a", "b"].into_iter().enumerate() {
+        let id = store
+            .register_node_in_zone(None, format!("z:{i}"), format!("za:{i}"), Some(zone.into()))
+            .await
+            .unwrap();
+        ids.push(id);
+    }
+    store
+        .register_node(Some(ids[0]), "z:0".into(), "za:0".into())
+        .await
+        .unwrap();
+    let bad = crate::Replication {
+        factor: 3,
+        min_in_sync: 4,
+    };
+    assert!(matches!(
+        store.bootstrap_if_empty_with(4, 2, bad).await,
+        Err(MetaError::InvalidArgument(_))
+    ));
+    let rf = crate::Replication {
+        factor: 2,
+        min_in_sync: 2,
+    };
+    assert!(store.bootstrap_if_empty_with(4, 2, rf).await.unwrap());
+    let map = store.get_map().await.unwrap();
+    assert_eq!(map.nodes[&ids[0]].zone.as_deref(), Some("a"), "kept");
+    let ks = &map.keyspaces[&keyway_map::DEFAULT_KEYSPACE];
+    assert_eq!((ks.replication_factor, ks.min_in_sync), (2, 2));
+    assert_eq!(map.partitions.len(), 8);
+    for p in map.partitions.values() {
+        assert_eq!(p.replicas.len(), 1, "{p:?}");
+        assert_ne!(p.replicas[0], p.owner);
+        assert_ne!(map.nodes[&p.replicas[0]].zone, map.nodes[&p.owner].zone);
+        assert_eq!(p.in_sync, p.replicas);
+    }
+}
