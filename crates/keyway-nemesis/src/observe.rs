@@ -1,0 +1,137 @@
+//! The map observer: polls the partition map (`keyway ctl --json map`)
+//! through the run and counts the changes of owner it sees, telling a
+//! failover (the manager promoted a replica) apart from the flip of a
+//! migration (a record in `keyway ctl migrations` moving that partition
+//! from the old owner to the new one). A poll sees the map at one version,
+//! so two changes of one partition between polls count as one.
+
+use crate::faults::{CTL_TIMEOUT, Target, current_map};
+use keyway_map::{NodeId, PartitionId, PartitionMap};
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+/// Pause between two polls of the map.
+pub const MAP_POLL_MS: u64 = 500;
+
+/// What the observer saw.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MapChanges {
+    /// Polls that read a map.
+    pub polls: u64,
+    /// Owner changes of a partition between two polls (either kind).
+    pub owner_changes: u64,
+    /// Owner changes no migration record explains: failovers.
+    pub failovers: u64,
+    /// Partitions seen with fewer in-sync copies than the replication
+    /// factor at some poll (catch-up after a fault), counted once each.
+    pub under_replicated: u64,
+}
+
+/// One owner change: partition, old owner, new owner.
+type Change = (PartitionId, NodeId, NodeId);
+
+/// The owner changes from `old` to `new` (partitions in both).
+fn owner_changes(old: &PartitionMap, new: &PartitionMap) -> Vec<Change> {
+    new.partitions
+        .values()
+        .filter_map(|p| {
+            let before = old.partitions.get(&p.id)?;
+            (before.owner != p.owner).then_some((p.id, before.owner, p.owner))
+        })
+        .collect()
+}
+
+/// `(partition, source, target)` of every migration record not aborted.
+async fn migration_moves(target: &Target) -> Option<BTreeSet<Change>> {
+    let out = crate::cluster::ctl(
+        &target.bin,
+        &target.meta_url,
+        &["--json", "migrations"],
+        CTL_TIMEOUT,
+    )
+    .await
+    .ok()?;
+    let rows: Vec<serde_json::Value> = serde_json::from_str(&out).ok()?;
+    Some(
+        rows.iter()
+            .filter(|r| r.get("state").and_then(|s| s.as_str()) != Some("ABORTED"))
+            .filter_map(|r| {
+                let id = r.get("partition")?.as_u64()?;
+                let from = NodeId::parse(r.get("source")?.as_str()?)?;
+                let to = NodeId::parse(r.get("target")?.as_str()?)?;
+                Some((PartitionId(id), from, to))
+            })
+            .collect(),
+    )
+}
+
+/// Polls until `stop`; what it saw.
+pub async fn observe_map(
+    target: Target,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) -> MapChanges {
+    let mut seen = MapChanges::default();
+    let mut last: Option<PartitionMap> = None;
+    let mut under: BTreeSet<PartitionId> = BTreeSet::new();
+    while !*stop.borrow() {
+        if let Some(map) = current_map(&target).await {
+            seen.polls += 1;
+            let rf: BTreeMap<_, _> = map
+                .keyspaces
+                .iter()
+                .map(|(id, k)| (*id, usize::from(k.replication_factor)))
+                .collect();
+            for p in map.partitions.values() {
+                if p.in_sync_copies() < rf.get(&p.keyspace).copied().unwrap_or(1) {
+                    under.insert(p.id);
+                }
+            }
+            if let Some(old) = &last {
+                let changes = owner_changes(old, &map);
+                if !changes.is_empty() {
+                    seen.owner_changes += changes.len() as u64;
+                    // Without the migration records, nothing is called a failover.
+                    if let Some(moves) = migration_moves(&target).await {
+                        let failovers = changes.iter().filter(|c| !moves.contains(c)).count();
+                        seen.failovers += failovers as u64;
+                        for c in changes.iter().filter(|c| !moves.contains(c)) {
+                            target.log.note(&format!(
+                                "map: partition {} owner {} -> {} (failover)",
+                                c.0, c.1, c.2
+                            ));
+                        }
+                    }
+                }
+            }
+            last = Some(map);
+        }
+        let gap = Duration::from_millis(MAP_POLL_MS);
+        let _ = tokio::time::timeout(gap, stop.changed()).await;
+    }
+    seen.under_replicated = under.len() as u64;
+    seen
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use keyway_map::NodeInfo;
+
+    #[test]
+    fn owner_changes_are_found_per_partition() {
+        let nodes: Vec<NodeInfo> = (1..=3)
+            .map(|i| NodeInfo::up(NodeId(i), format!("127.0.0.1:{i}")))
+            .collect();
+        let old = PartitionMap::bootstrap_replicated(&nodes, 2, 2).unwrap();
+        let mut new = old.clone();
+        let first = *new.partitions.keys().next().unwrap();
+        let p = new.partitions.get_mut(&first).unwrap();
+        let was = p.owner;
+        let to = p.replicas[0];
+        p.owner = to;
+        p.replicas = vec![was];
+        p.in_sync.clear();
+        assert_eq!(owner_changes(&old, &new), vec![(first, was, to)]);
+        assert!(owner_changes(&old, &old).is_empty());
+    }
+}
