@@ -471,7 +471,10 @@ pub async fn inject(target: &Target, fault: &Fault) -> Result<(), NemesisError> 
         Fault::PauseReplica { fallback, .. } => {
             let (node, why) = match busiest(target, Role::InSyncReplica).await {
                 Some((node, n)) => (node, format!("in-sync replica of {n} partitions")),
-                None => (fallback, "no in-sync replica in the map: drawn node".to_string()),
+                None => (
+                    fallback,
+                    "no in-sync replica in the map: drawn node".to_string(),
+                ),
             };
             target
                 .log
@@ -756,7 +759,10 @@ mod tests {
             }
             if let Fault::PauseReplica { hold_ms, fallback } = s.fault {
                 assert!(fallback < 3);
-                assert!((1700..3000).contains(&hold_ms), "past the lag timeout: {hold_ms}");
+                assert!(
+                    (1700..3000).contains(&hold_ms),
+                    "past the lag timeout: {hold_ms}"
+                );
             }
             if let Fault::CutPeers { hold_ms, .. } = s.fault {
                 assert!(hold_ms > 1500 || (450..750).contains(&hold_ms), "{hold_ms}");

@@ -227,9 +227,7 @@ impl ClusterClient {
                         match reply.await {
                             Ok(Ok(Frame::Simple(ok))) if ok == "OK" => {}
                             other => {
-                                return Attempt::NotSent(format!(
-                                    "READONLY on {addr}: {other:?}"
-                                ));
+                                return Attempt::NotSent(format!("READONLY on {addr}: {other:?}"));
                             }
                         }
                     }

@@ -268,9 +268,8 @@ impl Driver {
                 let is_read = matches!(op, Op::Get { .. } | Op::MGet { .. });
                 let to_replica = is_read && rng.random_range(0..100) < *replica_read_pct;
                 let exec = if to_replica {
-                    let (exec, replica) = client
-                        .exec_replica_read(slot(op), &args, op_timeout)
-                        .await;
+                    let (exec, replica) =
+                        client.exec_replica_read(slot(op), &args, op_timeout).await;
                     *from_replica = replica;
                     exec
                 } else {
