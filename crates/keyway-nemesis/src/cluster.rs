@@ -104,6 +104,19 @@ impl ClusterSpec {
         ]
     }
 
+    /// The manager's replication flags (none at RF 1): promote once a dead
+    /// primary's lease has been gone from the store for the nodes' own
+    /// lease margin (the manager's default assumes the default margin).
+    fn manager_replication_flags(&self) -> Vec<String> {
+        if self.replication_factor <= 1 {
+            return Vec::new();
+        }
+        vec![
+            "--failover-margin-ms".into(),
+            self.node_lease_margin_ms.to_string(),
+        ]
+    }
+
     /// The node flags of replication (none at RF 1).
     fn replica_node_flags(&self) -> Vec<String> {
         if self.replication_factor <= 1 {
@@ -434,7 +447,10 @@ impl Cluster {
                     "3000",
                     "--migration-cleanup-grace-ms",
                     "1000",
-                ]),
+                ])
+                .into_iter()
+                .chain(spec.manager_replication_flags())
+                .collect(),
                 &format!("manager {name} "),
                 &logs,
             );

@@ -355,6 +355,50 @@ mod tests {
         assert!(!routes(1).contains("blackhole"), "node1 untouched");
         a.heal_cuts(0).unwrap();
         assert!(!routes(0).contains("blackhole"), "{}", routes(0));
+        // And they cut what they say, TCP both ways: a listener on the
+        // store's address, one on the host's, one in node 1's namespace.
+        let store = std::net::TcpListener::bind((a.store_ip(), 0)).unwrap();
+        let host = std::net::TcpListener::bind((a.host_ip(), 0)).unwrap();
+        let (store_at, host_at) = (store.local_addr().unwrap(), host.local_addr().unwrap());
+        let mut peer = Command::new("ip")
+            .args(["netns", "exec", &a.netns(1), "python3", "-c"])
+            .arg("import socket,time; s=socket.socket(); s.bind(('0.0.0.0', 7999)); s.listen(); time.sleep(60)")
+            .spawn()
+            .unwrap();
+        let peer_at = format!("{}:7999", a.node_ip(1));
+        // Whether node 0's namespace can open a TCP connection to `to`.
+        let reach = |to: &str| {
+            let (h, p) = to.split_once(':').unwrap();
+            Command::new("ip")
+                .args(["netns", "exec", &a.netns(0), "timeout", "2", "bash", "-c"])
+                .arg(format!("exec 3<>/dev/tcp/{h}/{p}"))
+                .stderr(Stdio::null())
+                .status()
+                .unwrap()
+                .success()
+        };
+        let (store_at, host_at) = (store_at.to_string(), host_at.to_string());
+        assert!(
+            keyway_testkit::wait_until(
+                "node 1's listener",
+                std::time::Duration::from_secs(10),
+                || reach(&peer_at).then_some(())
+            )
+            .is_ok(),
+            "node 0 never reached node 1"
+        );
+        assert!(reach(&store_at) && reach(&host_at));
+        a.cut_store(0).unwrap();
+        assert!(!reach(&store_at), "cut from the store");
+        assert!(reach(&host_at) && reach(&peer_at), "only from the store");
+        a.heal_cuts(0).unwrap();
+        a.cut_peers(0).unwrap();
+        assert!(!reach(&peer_at), "cut from its peers");
+        assert!(reach(&host_at) && reach(&store_at), "only from its peers");
+        a.heal_cuts(0).unwrap();
+        assert!(reach(&peer_at) && reach(&store_at), "healed");
+        let _ = peer.kill();
+        let _ = peer.wait();
         let names = [a.bridge(), a.host_veth(0), a.host_veth(1), a.netns(0)];
         drop(a);
         let namespaces = ip_output(&["netns", "list"]).unwrap();

@@ -431,13 +431,15 @@ pub async fn run_one(
     let plain_clients = (0..cfg.clients)
         .filter(|i| kind_of_index(*i) == ClientKind::Plain)
         .count();
-    if cfg.replication_factor > 1 && cfg.replica_read_pct > 0 && plain_clients > 0 {
-        if report.replica_reads == 0 {
-            failures.push(
-                "replication is on and replica reads were asked for, but no replica answered a read"
-                    .to_string(),
-            );
-        }
+    if cfg.replication_factor > 1
+        && cfg.replica_read_pct > 0
+        && plain_clients > 0
+        && report.replica_reads == 0
+    {
+        failures.push(
+            "replication is on and replica reads were asked for, but no replica answered a read"
+                .to_string(),
+        );
     }
     let want_final = (cfg.clients * keys.all().len()) as u64;
     if report.final_reads < want_final {

@@ -189,7 +189,7 @@ enum Driver {
         client: ClusterClient,
         /// Percent of reads sent to a replica.
         replica_read_pct: u32,
-        rng: StdRng,
+        rng: Box<StdRng>,
         /// Whether the last operation was answered by a replica.
         from_replica: bool,
     },
@@ -216,7 +216,7 @@ impl Driver {
             ClientKind::Plain => Driver::Plain {
                 client: ClusterClient::new(seeds),
                 replica_read_pct,
-                rng: StdRng::seed_from_u64(seed),
+                rng: Box::new(StdRng::seed_from_u64(seed)),
                 from_replica: false,
             },
         }

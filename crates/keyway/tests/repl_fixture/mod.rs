@@ -50,6 +50,18 @@ impl ReplSpec {
         ]
     }
 
+    /// `keyway manager`'s replication flags (none at RF 1): promote once a
+    /// dead primary's lease has been gone for the nodes' own lease margin.
+    fn manager_replication_flags(&self) -> Vec<String> {
+        if self.replication_factor <= 1 {
+            return Vec::new();
+        }
+        vec![
+            "--failover-margin-ms".into(),
+            self.lease_margin_ms.to_string(),
+        ]
+    }
+
     /// `keyway server`'s replication flags (none at RF 1).
     fn replica_node_flags(&self) -> Vec<String> {
         if self.replication_factor <= 1 {
@@ -239,7 +251,10 @@ impl ReplCluster {
                 "--no-rebalance",
                 "--no-auto-split",
                 "--no-auto-merge",
-            ]),
+            ])
+            .into_iter()
+            .chain(spec.manager_replication_flags())
+            .collect(),
             "manager mgr0 ",
         );
         manager.start();
