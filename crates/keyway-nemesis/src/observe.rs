@@ -41,6 +41,15 @@ fn owner_changes(old: &PartitionMap, new: &PartitionMap) -> Vec<Change> {
         .collect()
 }
 
+/// The owner changes no migration (`(partition, source, target)`) explains.
+fn unexplained(changes: &[Change], moves: &BTreeSet<Change>) -> Vec<Change> {
+    changes
+        .iter()
+        .filter(|c| !moves.contains(c))
+        .copied()
+        .collect()
+}
+
 /// `(partition, source, target)` of every migration record not aborted.
 async fn migration_moves(target: &Target) -> Option<BTreeSet<Change>> {
     let out = crate::cluster::ctl(
@@ -92,9 +101,9 @@ pub async fn observe_map(
                     seen.owner_changes += changes.len() as u64;
                     // Without the migration records, nothing is called a failover.
                     if let Some(moves) = migration_moves(&target).await {
-                        let failovers = changes.iter().filter(|c| !moves.contains(c)).count();
-                        seen.failovers += failovers as u64;
-                        for c in changes.iter().filter(|c| !moves.contains(c)) {
+                        let failovers = unexplained(&changes, &moves);
+                        seen.failovers += failovers.len() as u64;
+                        for c in &failovers {
                             target.log.note(&format!(
                                 "map: partition {} owner {} -> {} (failover)",
                                 c.0, c.1, c.2
@@ -131,7 +140,15 @@ mod tests {
         p.owner = to;
         p.replicas = vec![was];
         p.in_sync.clear();
-        assert_eq!(owner_changes(&old, &new), vec![(first, was, to)]);
+        let changes = owner_changes(&old, &new);
+        assert_eq!(changes, vec![(first, was, to)]);
         assert!(owner_changes(&old, &old).is_empty());
+        // A migration from the old owner to the new one explains it; one
+        // to another node, or of another partition, does not.
+        let moved: BTreeSet<Change> = [(first, was, to)].into();
+        assert!(unexplained(&changes, &moved).is_empty());
+        let other: BTreeSet<Change> =
+            [(first, was, NodeId(99)), (PartitionId(999), was, to)].into();
+        assert_eq!(unexplained(&changes, &other), changes);
     }
 }

@@ -16,8 +16,9 @@
 //!   write.`, reads of them still answer the last acknowledged value, and
 //!   after SIGCONT writes are accepted again.
 //!
-//! The node lease TTL is long here (10 s), so no pause lasts long enough
-//! for a failover: these tests are about the in-sync set alone.
+//! The node lease TTL is long here (20 s), so no pause lasts long enough
+//! for a failover (each write waits up to the lag timeout, one partition
+//! after the other): these tests are about the in-sync set alone.
 
 mod common;
 mod repl_fixture;
@@ -39,8 +40,8 @@ const NOREPLICAS: &str = "NOREPLICAS Not enough good replicas to write.";
 fn spec(min_in_sync: u8) -> ReplSpec {
     ReplSpec {
         min_in_sync,
-        lease_ttl_ms: 10_000,
-        lease_margin_ms: 2_000,
+        lease_ttl_ms: 20_000,
+        lease_margin_ms: 4_000,
         replica_lag_timeout_ms: 1_500,
         replica_read_lease_ms: 750,
         ..ReplSpec::default()
