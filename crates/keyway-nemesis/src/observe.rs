@@ -121,6 +121,36 @@ pub async fn observe_map(
     seen
 }
 
+/// Waits until every partition of keyspace 0 has all its copies in sync
+/// (`replication_factor` of them, the primary included); how long it took,
+/// or which partitions were still short at the deadline.
+pub async fn wait_in_sync(
+    target: &Target,
+    replication_factor: u8,
+    within: Duration,
+) -> Result<Duration, String> {
+    let started = std::time::Instant::now();
+    let want = usize::from(replication_factor);
+    let mut last = String::from("the map was never read");
+    loop {
+        if let Some(map) = current_map(target).await {
+            let short: Vec<String> = map
+                .keyspace_partitions(keyway_map::DEFAULT_KEYSPACE)
+                .filter(|p| p.in_sync_copies() < want)
+                .map(|p| format!("{} ({} of {want} in sync)", p.id, p.in_sync_copies()))
+                .collect();
+            if short.is_empty() {
+                return Ok(started.elapsed());
+            }
+            last = format!("partitions {}", short.join(", "));
+        }
+        if started.elapsed() >= within {
+            return Err(last);
+        }
+        tokio::time::sleep(Duration::from_millis(MAP_POLL_MS)).await;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -5,7 +5,9 @@
 //! 3. Play the seeded fault schedule until the time limit, each fault
 //!    started and healed in turn.
 //! 4. Stop the churn and the clients' random operations, heal everything,
-//!    wait until every key answers again, and let each client read every key.
+//!    wait until every key answers again (and, replicated, until every
+//!    partition has all its copies in sync), and let each client read
+//!    every key.
 //! 5. Stop the cluster, judge the history, write it (and keep the logs) if
 //!    the run failed.
 
@@ -361,6 +363,15 @@ pub async fn run_one(
     match wait_serving(&seeds, &keys, settle).await {
         Ok(took) => log.note(&format!("serving again after {took:?}")),
         Err(why) => failures.push(format!("the cluster did not serve again: {why}")),
+    }
+    if cfg.replication_factor > 1 {
+        // Every copy caught up and rejoined the in-sync set (catch-up works).
+        match crate::observe::wait_in_sync(&target, cfg.replication_factor, settle).await {
+            Ok(took) => log.note(&format!("every partition in sync again after {took:?}")),
+            Err(why) => failures.push(format!(
+                "the replicas did not all catch up after healing: {why}"
+            )),
+        }
     }
     log.note("final reads");
     let _ = phase_tx.send(Phase::FinalRead);
