@@ -116,20 +116,31 @@ fn a_stopped_replica_leaves_the_in_sync_set_and_rejoins_after_sigcont() {
     cluster.pause(victim_index);
     let stopped = Instant::now();
     // Writes to the partitions the stopped node replicates go on: each waits
-    // at most for the lag timeout, then the primary drops the replica.
-    for (p, key) in &watched {
-        let t = Instant::now();
-        set_ok(port_of(&cluster, &map, p.owner), key, "during");
+    // at most about the lag timeout, then its primary drops the replica.
+    // One writer per partition, all at once, so each shrink is due at about
+    // the lag timeout after the stop.
+    let writers: Vec<_> = watched
+        .iter()
+        .map(|(p, key)| {
+            let (id, port, key) = (p.id, port_of(&cluster, &map, p.owner), key.clone());
+            std::thread::spawn(move || {
+                let t = Instant::now();
+                set_ok(port, &key, "during");
+                (id, t.elapsed())
+            })
+        })
+        .collect();
+    for w in writers {
+        let (id, waited) = w.join().unwrap();
         assert!(
-            t.elapsed() <= lag + MAP_SLACK,
-            "a write to partition {} waited {:?} for the stopped replica",
-            p.id,
-            t.elapsed()
+            waited <= lag + MAP_SLACK,
+            "a write to partition {id} waited {waited:?} for the stopped replica (lag timeout {lag:?})"
         );
     }
+    let left = (lag + MAP_SLACK).saturating_sub(stopped.elapsed());
     let dropped = wait_until(
         "the stopped replica to leave every in-sync set",
-        lag + MAP_SLACK,
+        left,
         || {
             let m = cluster.map()?;
             ReplCluster::partitions(&m)
@@ -138,7 +149,12 @@ fn a_stopped_replica_leaves_the_in_sync_set_and_rejoins_after_sigcont() {
                 .then_some(m)
         },
     )
-    .unwrap_or_else(|e| panic!("{e}: {:?}", cluster.map()));
+    .unwrap_or_else(|e| {
+        panic!(
+            "{e} (lag timeout {lag:?} + {MAP_SLACK:?} after SIGSTOP): {:?}",
+            cluster.map()
+        )
+    });
     eprintln!(
         "node{victim_index} left the in-sync sets {:?} after SIGSTOP (lag timeout {lag:?})",
         stopped.elapsed()
