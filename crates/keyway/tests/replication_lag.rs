@@ -224,8 +224,25 @@ fn min_in_sync_2_refuses_writes_with_noreplicas_and_serves_reads() {
     let watched = replicated_by(&map, victim);
     assert!(!watched.is_empty());
     for (p, key) in &watched {
-        set_ok(port_of(&cluster, &map, p.owner), key, "acked");
+        let port = port_of(&cluster, &map, p.owner);
+        // Right after bootstrap a primary may still be re-syncing a replica
+        // (the node that registered last treats its in-sync sets as from
+        // before a restart): NOREPLICAS until it rejoined.
+        wait_until(
+            "the first write acknowledged",
+            REJOIN_TIMEOUT,
+            || match Resp::connect(port).cmd(&["SET", key, "acked"]) {
+                Frame::Simple(ok) if ok == "OK" => Some(()),
+                Frame::Error(e) if e == NOREPLICAS => None,
+                other => panic!("SET {key}: {other:?}"),
+            },
+        )
+        .unwrap_or_else(|e| panic!("partition {}: {e}", p.id));
     }
+    wait_until("every partition in sync again", REJOIN_TIMEOUT, || {
+        cluster.all_in_sync()
+    })
+    .unwrap();
 
     cluster.pause(victim_index);
     // Once the primary dropped the stopped copy, fewer than 2 copies are
