@@ -642,6 +642,15 @@ pub async fn churn_worker(
     counts
 }
 
+/// Whether two partitions have the same replicas (a merge needs it).
+fn same_replicas(a: &keyway_map::PartitionRecord, b: &keyway_map::PartitionRecord) -> bool {
+    let mut x = a.replicas.clone();
+    let mut y = b.replicas.clone();
+    x.sort();
+    y.sort();
+    x == y
+}
+
 /// The `keyway ctl` arguments of one churn action on `map` (`pick` chooses
 /// among the candidates). A split beyond [`MAX_PARTITIONS`] becomes a merge;
 /// a merge with no two neighbours on one node becomes a move that makes some.
@@ -669,7 +678,9 @@ fn churn_args(
     match kind {
         ChurnKind::Move => {
             let p = parts[nth(parts.len())];
-            let others: Vec<_> = nodes.iter().filter(|n| **n != p.owner).collect();
+            // Never to a node with a copy already (the primary or a
+            // replica: a move to a replica is refused).
+            let others: Vec<_> = nodes.iter().filter(|n| !p.has_copy(**n)).collect();
             if others.is_empty() {
                 return None;
             }
@@ -699,7 +710,7 @@ fn churn_args(
         ChurnKind::Merge => {
             let pairs: Vec<_> = parts
                 .windows(2)
-                .filter(|w| w[0].owner == w[1].owner)
+                .filter(|w| w[0].owner == w[1].owner && same_replicas(w[0], w[1]))
                 .collect();
             if pairs.is_empty() {
                 // Make a mergeable pair for a later round, if moves are allowed.
@@ -785,6 +796,33 @@ mod tests {
         assert!(schedule(1, &[FaultKind::Move], 3, 0, T, 30_000).is_empty());
         let only_kill = schedule(1, &[FaultKind::Kill], 3, 0, T, 10_000);
         assert!(only_kill.iter().all(|s| s.fault.kind() == FaultKind::Kill));
+    }
+
+    #[test]
+    fn replicated_churn_moves_only_to_nodes_without_a_copy() {
+        use keyway_map::{NodeId, NodeInfo};
+        let nodes: Vec<NodeInfo> = (1..=4)
+            .map(|i| NodeInfo::up(NodeId(i), format!("127.0.0.1:{i}")))
+            .collect();
+        let mut map = PartitionMap::bootstrap_replicated(&nodes, 2, 2).unwrap();
+        map.reindex();
+        for pick in 0..200u64 {
+            let (kind, args) = churn_args(&map, ChurnKind::Move, &[ChurnKind::Move], pick).unwrap();
+            assert_eq!(kind, ChurnKind::Move);
+            let id = keyway_map::PartitionId(args[1].parse().unwrap());
+            let to = NodeId::parse(&args[3]).unwrap();
+            assert!(!map.partitions[&id].has_copy(to), "{args:?}");
+        }
+        // Merges pair only neighbours with one owner and the same replicas.
+        for pick in 0..50u64 {
+            if let Some((ChurnKind::Merge, args)) =
+                churn_args(&map, ChurnKind::Merge, &[ChurnKind::Merge], pick)
+            {
+                let a = &map.partitions[&keyway_map::PartitionId(args[1].parse().unwrap())];
+                let b = &map.partitions[&keyway_map::PartitionId(args[2].parse().unwrap())];
+                assert!(a.owner == b.owner && same_replicas(a, b));
+            }
+        }
     }
 
     #[test]
