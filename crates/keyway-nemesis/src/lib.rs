@@ -25,7 +25,8 @@
 //!   (the smart client and the plain one) and the recorder that turns each
 //!   operation into an [`keyway_check::Event`].
 //! - `faults.rs`: [`FaultKind`], [`Fault`], the seeded schedule, the
-//!   injectors, and the topology churn (live moves, splits, merges).
+//!   injectors.
+//! - `churn.rs`: the topology churn (live moves, splits, merges).
 //! - `netns.rs`: [`Network`]: the bridge, namespaces and veth pairs the
 //!   `partition` fault cuts, removed on drop.
 //! - `observe.rs`: the map observer: owner changes and failovers
@@ -34,6 +35,7 @@
 //! - `run.rs`: [`RunConfig`] and [`run_one`]: one whole run.
 //! - `summary.rs`: [`RunReport`] (one line per run) and [`Totals`].
 
+mod churn;
 mod cluster;
 mod faults;
 mod judge;
