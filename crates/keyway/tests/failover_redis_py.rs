@@ -121,6 +121,7 @@ fn redis_py_sees_no_lost_write_through_a_kill_of_every_node() {
             .map(|(g, _)| g)
             .collect();
         cluster.kill(victim);
+        let killed = std::time::Instant::now();
         writeln!(stdin, "kill {}", unix_now()).unwrap();
         stdin.flush().unwrap();
         eprintln!(
@@ -136,6 +137,10 @@ fn redis_py_sees_no_lost_write_through_a_kill_of_every_node() {
                 .then_some(())
         })
         .unwrap_or_else(|e| panic!("{e} (node{victim}): map {:?}", cluster.map()));
+        eprintln!(
+            "kill -9 node{victim}: the map shows its partitions failed over {:?} after the kill",
+            killed.elapsed()
+        );
         cluster.restart(victim);
         kills.push((victim, owned));
     }

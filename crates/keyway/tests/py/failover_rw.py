@@ -10,9 +10,10 @@ Protocol on stdin, one command a line:
   stop     stop the workload, read every key back, write OUT_JSON, exit
 Prints "ready" once the first write of every group was acknowledged.
 
-Each worker thread owns its keys (so a read-back knows what it may see):
-it picks a group, a key of that group, SETs a unique value and GETs it
-back. A key may read as its last acknowledged value, or as any value whose
+Each worker thread owns its keys (so a read knows what it may see): it
+picks a group and a key of that group, GETs it (so a write lost in a
+failover is seen before the next write to the key hides it), SETs a
+unique value and GETs it back. A key may read as its last acknowledged value, or as any value whose
 SET had an unknown outcome (raised after it may have been sent); anything
 else (an older acknowledged value, nothing) is a lost acknowledged write.
 Errors are sorted into the ones a client must expect during a failover
@@ -114,6 +115,18 @@ def worker(index, ports, my_keys, shared, state):
         seq += 1
         value = b"%d.%d" % (index, seq)
         st = state[key]
+        # Read before write: after a failover, a key's last acknowledged
+        # value must be there before it is overwritten (else a lost write
+        # would be hidden by the next one).
+        try:
+            before = rc.get(key)
+        except Exception as e:  # noqa: BLE001
+            shared.error(e, "GET")
+            time.sleep(BACKOFF_S)
+            continue
+        with shared.lock:
+            shared.reads += 1
+        check(key, before, st, shared, "read before write")
         invoked = time.time()
         try:
             ok = rc.set(key, value)

@@ -258,7 +258,7 @@ impl ReplCluster {
             "manager mgr0 ",
         );
         manager.start();
-        ReplCluster {
+        let cluster = ReplCluster {
             spec,
             meta_url,
             ports: resp,
@@ -267,7 +267,16 @@ impl ReplCluster {
             nodes,
             manager,
             dir: Some(dir),
-        }
+        };
+        // Its ready line comes before it wins the seat: a node killed
+        // before that is failed over only after the new leader's wait.
+        keyway_testkit::wait_until("mgr0 to lead", START_TIMEOUT, || {
+            let (ok, out, _) = cluster.ctl(&["--json", "manager"]);
+            let v: serde_json::Value = serde_json::from_str(&out).ok()?;
+            (ok && v["leader"] == "mgr0").then_some(())
+        })
+        .unwrap();
+        cluster
     }
 
     /// The cluster's directory (data and `logs/`).
