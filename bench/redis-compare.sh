@@ -1,61 +1,143 @@
 #!/usr/bin/env bash
-# Throughput of Keyway against Redis Cluster on this machine, in one run.
+# Throughput and latency of Keyway against Redis Cluster on this machine, in one run.
 #
-# Starts a 3-node Redis Cluster (Debian redis-server) and a 3-node `keyway dev`,
-# runs the same redis-benchmark --cluster load on each, and prints ops/s and
-# p50 latency for both with the Keyway/Redis ratio.
+# One after the other (never two at once, so each has the cores to itself):
+#   - a Redis Cluster of 3 masters (Debian redis-server), with 1 replica each
+#     (--redis-replicas 1, the default: 6 processes) or none (0);
+#   - a 3-node `keyway dev` per replication factor in --rf (default "1 2").
+# On each, the same `redis-benchmark --cluster -t set,get` load: redis-benchmark
+# asks the cluster which node serves which slots and gives each node's clients
+# keys with a hash tag of that node's slots, so every request is single-slot
+# and sent to its primary (no data is preloaded). Prints, per system, SET and
+# GET requests/s, p50 and p99, and the ratio of each Keyway row to Redis.
 #
-# usage: bench/redis-compare.sh [-n REQUESTS] [-c CLIENTS] [-P PIPELINE] [--fsync always|everysec|no]
+# Redis replicates asynchronously: its SET is acknowledged by the master
+# before any replica has it (a failover can lose it). Keyway with replication
+# factor 2 acknowledges a SET only once it is durable at the primary and at
+# every in-sync replica (no acknowledged write lost on failover).
+#
+# usage: bench/redis-compare.sh [-n REQUESTS] [-c CLIENTS] [-P PIPELINE]
+#          [--fsync always|everysec|no] [--rf "1 2"] [--redis-replicas 0|1]
 #   --fsync picks Redis's appendfsync; Keyway's durability is matched to it
 #   (always -> group, everysec -> periodic, no -> none).
+#   KEYWAY_BIN=path uses that keyway binary instead of building the release one.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-N=100000; C=50; P=1; FSYNC=always
+N=100000; C=50; P=1; FSYNC=always; RFS="1 2"; REDIS_REPLICAS=1
 while [ $# -gt 0 ]; do
   case "$1" in
     -n) N=$2; shift 2;; -c) C=$2; shift 2;; -P) P=$2; shift 2;;
     --fsync) FSYNC=$2; shift 2;;
+    --rf) RFS=$2; shift 2;;
+    --redis-replicas) REDIS_REPLICAS=$2; shift 2;;
     *) echo "unknown argument $1" >&2; exit 2;;
   esac
 done
 case "$FSYNC" in always) KW_DUR=group;; everysec) KW_DUR=periodic;; no) KW_DUR=none;; *) echo "bad --fsync" >&2; exit 2;; esac
+case "$REDIS_REPLICAS" in 0|1) ;; *) echo "--redis-replicas must be 0 or 1" >&2; exit 2;; esac
+for rf in $RFS; do
+  case "$rf" in 1|2|3) ;; *) echo "--rf takes replication factors 1..3 (3 nodes)" >&2; exit 2;; esac
+done
 bash scripts/setup.sh
-cargo build --release --bin keyway -q
+if [ -n "${KEYWAY_BIN:-}" ]; then
+  KW=$KEYWAY_BIN
+else
+  cargo build --release --bin keyway -q
+  KW=./target/release/keyway
+fi
 WORK=$(mktemp -d)
 RPORT=${RPORT:-17101}; KPORT=${KPORT:-17201}
-cleanup() {
-  for i in 0 1 2; do redis-cli -p $((RPORT+i)) shutdown nosave >/dev/null 2>&1 || true; done
-  [ -n "${KW_PID:-}" ] && kill -INT "$KW_PID" 2>/dev/null && wait "$KW_PID" 2>/dev/null || true
-  rm -rf "$WORK"
+REDIS_PIDS=(); KW_PID=""
+stop_redis() {
+  for pid in "${REDIS_PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
+  for pid in "${REDIS_PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
+  REDIS_PIDS=()
 }
+stop_keyway() {
+  if [ -n "$KW_PID" ]; then
+    kill -INT "$KW_PID" 2>/dev/null || true
+    wait "$KW_PID" 2>/dev/null || true
+    KW_PID=""
+  fi
+}
+cleanup() { stop_redis; stop_keyway; rm -rf "$WORK"; }
 trap cleanup EXIT
 
-for i in 0 1 2; do
-  d="$WORK/redis-$i"; mkdir -p "$d"
-  redis-server --port $((RPORT+i)) --cluster-enabled yes --cluster-config-file "$d/nodes.conf" \
-    --dir "$d" --appendonly yes --appendfsync "$FSYNC" --save '' --daemonize yes --logfile "$d/log" >/dev/null
-done
-for i in 0 1 2; do until redis-cli -p $((RPORT+i)) ping >/dev/null 2>&1; do sleep 0.05; done; done
-redis-cli --cluster create 127.0.0.1:$RPORT 127.0.0.1:$((RPORT+1)) 127.0.0.1:$((RPORT+2)) --cluster-yes >/dev/null
-until redis-cli -p $RPORT cluster info | grep -q 'cluster_state:ok'; do sleep 0.05; done
-
-./target/release/keyway dev --nodes 3 --port $KPORT --admin-port $((KPORT+100)) --meta-port $((KPORT-1)) \
-  --data "$WORK/keyway" --durability "$KW_DUR" > "$WORK/keyway.out" 2>&1 &
-KW_PID=$!
-until grep -q 'Ctrl-C stops' "$WORK/keyway.out" 2>/dev/null; do
-  kill -0 $KW_PID 2>/dev/null || { cat "$WORK/keyway.out"; exit 1; }; sleep 0.05
-done
-
-run() { # port -> lines "TEST ops/s p50_ms p99_ms"
+bench() { # port -> lines "TEST ops/s p50_ms p99_ms"
   redis-benchmark --cluster -p "$1" -t set,get -n "$N" -c "$C" -P "$P" --csv 2>/dev/null \
     | tr -d '\r' | grep -E '^"(SET|GET)"' | tr -d '"' | awk -F, '{ print $1, $2, $5, $7 }'
 }
-echo "redis-benchmark --cluster -t set,get -n $N -c $C -P $P; Redis appendfsync $FSYNC vs Keyway durability $KW_DUR"
-R=$(run $RPORT); K=$(run $KPORT)
-printf '%-5s %13s %13s %7s %12s %12s %12s %12s\n' test redis_ops/s keyway_ops/s ratio redis_p50ms keyway_p50ms redis_p99ms keyway_p99ms
-for t in SET GET; do
-  read -r _ rops rp50 rp99 <<<"$(echo "$R" | grep "^$t ")"
-  read -r _ kops kp50 kp99 <<<"$(echo "$K" | grep "^$t ")"
-  ratio=$(awk -v a="$kops" -v b="$rops" 'BEGIN { if (b > 0) printf "%.2f", a/b; else print "n/a" }')
-  printf '%-5s %13s %13s %7s %12s %12s %12s %12s\n' "$t" "$rops" "$kops" "$ratio" "$rp50" "$kp50" "$rp99" "$kp99"
+
+# Redis Cluster: 3 masters (+ 3 replicas), started in the foreground of
+# background jobs so they are stopped by PID (never by port or name).
+REDIS_NODES=$((3 * (1 + REDIS_REPLICAS)))
+addrs=()
+for i in $(seq 0 $((REDIS_NODES - 1))); do
+  d="$WORK/redis-$i"; mkdir -p "$d"
+  redis-server --port $((RPORT+i)) --cluster-enabled yes --cluster-config-file "$d/nodes.conf" \
+    --dir "$d" --appendonly yes --appendfsync "$FSYNC" --save '' --logfile "$d/log" >/dev/null &
+  REDIS_PIDS+=($!)
+  addrs+=("127.0.0.1:$((RPORT+i))")
 done
+for i in $(seq 0 $((REDIS_NODES - 1))); do
+  until redis-cli -p $((RPORT+i)) ping >/dev/null 2>&1; do sleep 0.05; done
+done
+redis-cli --cluster create "${addrs[@]}" --cluster-replicas "$REDIS_REPLICAS" --cluster-yes >/dev/null
+until redis-cli -p $RPORT cluster info | grep -q 'cluster_state:ok'; do sleep 0.05; done
+if [ "$REDIS_REPLICAS" -gt 0 ]; then
+  # Every replica linked to its master (else the run measures no replication).
+  for i in $(seq 0 $((REDIS_NODES - 1))); do
+    until redis-cli -p $((RPORT+i)) info replication | grep -qE 'role:master|master_link_status:up'; do sleep 0.05; done
+  done
+fi
+echo "redis-benchmark --cluster -t set,get -n $N -c $C -P $P; Redis appendfsync $FSYNC vs Keyway durability $KW_DUR" >&2
+ROWS=()
+LABELS=()
+R=$(bench $RPORT)
+if [ "$REDIS_REPLICAS" -gt 0 ]; then
+  LABELS+=("redis 3 masters+3 replicas (async)")
+else
+  LABELS+=("redis 3 masters, no replicas")
+fi
+ROWS+=("$R")
+stop_redis
+
+kw_has_rf=""
+"$KW" dev --help 2>/dev/null | grep -q -- '--replication-factor' && kw_has_rf=1
+for rf in $RFS; do
+  flags=()
+  if [ -n "$kw_has_rf" ]; then
+    flags=(--replication-factor "$rf")
+  elif [ "$rf" != 1 ]; then
+    echo "this keyway binary has no --replication-factor: cannot run rf=$rf" >&2; exit 1
+  fi
+  d="$WORK/keyway-rf$rf"
+  "$KW" dev --nodes 3 --port $KPORT --admin-port $((KPORT+100)) --meta-port $((KPORT-1)) \
+    --manager-admin-port $((KPORT+200)) --data "$d" --durability "$KW_DUR" "${flags[@]}" \
+    > "$WORK/keyway-rf$rf.out" 2>&1 &
+  KW_PID=$!
+  until grep -q 'Ctrl-C stops' "$WORK/keyway-rf$rf.out" 2>/dev/null; do
+    kill -0 $KW_PID 2>/dev/null || { cat "$WORK/keyway-rf$rf.out"; exit 1; }; sleep 0.05
+  done
+  K=$(bench $KPORT)
+  [ -n "$K" ] || { echo "redis-benchmark printed nothing for keyway rf=$rf" >&2; cat "$WORK/keyway-rf$rf.out" >&2; exit 1; }
+  if [ "$rf" -gt 1 ]; then LABELS+=("keyway rf=$rf (sync)"); else LABELS+=("keyway rf=1"); fi
+  ROWS+=("$K")
+  stop_keyway
+done
+
+field() { # rows test column(2=ops 3=p50 4=p99)
+  echo "$1" | awk -v t="$2" -v c="$3" '$1 == t { print $c }'
+}
+printf '%-35s %11s %8s %8s %7s %11s %8s %8s %7s\n' system SET_ops/s p50_ms p99_ms ratio GET_ops/s p50_ms p99_ms ratio
+for i in "${!ROWS[@]}"; do
+  line=$(printf '%-35s' "${LABELS[$i]}")
+  for t in SET GET; do
+    ops=$(field "${ROWS[$i]}" $t 2); p50=$(field "${ROWS[$i]}" $t 3); p99=$(field "${ROWS[$i]}" $t 4)
+    rops=$(field "${ROWS[0]}" $t 2)
+    ratio=$(awk -v a="$ops" -v b="$rops" 'BEGIN { if (b > 0) printf "%.2f", a/b; else print "n/a" }')
+    line+=$(printf ' %11s %8s %8s %7s' "${ops:-n/a}" "${p50:-n/a}" "${p99:-n/a}" "$ratio")
+  done
+  echo "$line"
+done
+echo "ratio: requests/s against the Redis row. Redis replicates asynchronously (a SET is acknowledged before its replica has it); Keyway rf=2 acknowledges only once the write is durable at the primary and its in-sync replica."

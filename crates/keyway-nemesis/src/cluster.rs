@@ -78,6 +78,57 @@ pub struct ClusterSpec {
     pub network: bool,
     /// Start the nodes with `--fault-injection` (the `disk` fault).
     pub fault_injection: bool,
+    /// Keyspace 0's replication factor (`keyway meta --replication-factor`;
+    /// the embedded store only). 1 passes no replication flag at all, so a
+    /// binary without replication runs as before.
+    pub replication_factor: u8,
+    /// Keyspace 0's `min_in_sync` (copies, the primary included).
+    pub min_in_sync: u8,
+    /// `keyway server --replica-lag-timeout-ms` (passed when replicated).
+    pub replica_lag_timeout_ms: u64,
+    /// `keyway server --replica-read-lease-ms` (passed when replicated).
+    pub replica_read_lease_ms: u64,
+}
+
+impl ClusterSpec {
+    /// The bootstrap flags of keyspace 0's replication (none at RF 1 with min 1).
+    fn replication_flags(&self) -> Vec<String> {
+        if self.replication_factor <= 1 && self.min_in_sync <= 1 {
+            return Vec::new();
+        }
+        vec![
+            "--replication-factor".into(),
+            self.replication_factor.to_string(),
+            "--min-in-sync".into(),
+            self.min_in_sync.to_string(),
+        ]
+    }
+
+    /// The manager's replication flags (none at RF 1): promote once a dead
+    /// primary's lease has been gone from the store for the nodes' own
+    /// lease margin (the manager's default assumes the default margin).
+    fn manager_replication_flags(&self) -> Vec<String> {
+        if self.replication_factor <= 1 {
+            return Vec::new();
+        }
+        vec![
+            "--failover-margin-ms".into(),
+            self.node_lease_margin_ms.to_string(),
+        ]
+    }
+
+    /// The node flags of replication (none at RF 1).
+    fn replica_node_flags(&self) -> Vec<String> {
+        if self.replication_factor <= 1 {
+            return Vec::new();
+        }
+        vec![
+            "--replica-lag-timeout-ms".into(),
+            self.replica_lag_timeout_ms.to_string(),
+            "--replica-read-lease-ms".into(),
+            self.replica_read_lease_ms.to_string(),
+        ]
+    }
 }
 
 /// One `keyway` process, restartable with the same arguments.
@@ -248,6 +299,8 @@ pub struct Cluster {
     disk_failed: Vec<bool>,
     /// Nodes cut off and not healed yet.
     partitioned: Vec<bool>,
+    /// Nodes cut from the store or from their peers (blackhole routes) and not healed yet.
+    cut: Vec<bool>,
     managers: Vec<Daemon>,
     /// Processes found exited by themselves (a crash), for the report.
     crashes: Vec<String>,
@@ -278,9 +331,10 @@ impl Cluster {
                 ));
             }
         };
+        // Its own address on the bridge, so a node can be cut from it alone.
         let meta_host = network
             .as_ref()
-            .map_or("127.0.0.1".to_string(), |n| n.host_ip().to_string());
+            .map_or("127.0.0.1".to_string(), |n| n.store_ip().to_string());
         let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
         let path = |name: &str| spec.dir.join(name).display().to_string();
         let n = spec.nodes.to_string();
@@ -288,22 +342,19 @@ impl Cluster {
         let (meta, etcd, meta_url) = match spec.meta {
             MetaKind::Embedded => {
                 let addr = format!("{meta_host}:{}", ports[0]);
-                let mut meta = Daemon::new(
+                let mut args = s(&[
                     "meta",
-                    s(&[
-                        "meta",
-                        "--listen",
-                        &addr,
-                        "--data",
-                        &path("meta"),
-                        "--bootstrap-nodes",
-                        &n,
-                        "--partitions-per-node",
-                        &ppn,
-                    ]),
-                    "keyway meta listening",
-                    &logs,
-                );
+                    "--listen",
+                    &addr,
+                    "--data",
+                    &path("meta"),
+                    "--bootstrap-nodes",
+                    &n,
+                    "--partitions-per-node",
+                    &ppn,
+                ]);
+                args.extend(spec.replication_flags());
+                let mut meta = Daemon::new("meta", args, "keyway meta listening", &logs);
                 meta.start(&spec.bin, spec.start_timeout)?;
                 (Some(meta), None, format!("keyway://{addr}"))
             }
@@ -323,6 +374,7 @@ impl Cluster {
             node_admins: Vec::new(),
             disk_failed: vec![false; spec.nodes],
             partitioned: vec![false; spec.nodes],
+            cut: vec![false; spec.nodes],
             managers: Vec::new(),
             crashes: Vec::new(),
             spec: spec.clone(),
@@ -359,6 +411,7 @@ impl Cluster {
             if spec.meta == MetaKind::Etcd {
                 args.extend(s(&["--bootstrap-nodes", &n, "--partitions-per-node", &ppn]));
             }
+            args.extend(spec.replica_node_flags());
             if spec.fault_injection {
                 args.push("--fault-injection".into());
             }
@@ -393,7 +446,10 @@ impl Cluster {
                     "3000",
                     "--migration-cleanup-grace-ms",
                     "1000",
-                ]),
+                ])
+                .into_iter()
+                .chain(spec.manager_replication_flags())
+                .collect(),
                 &format!("manager {name} "),
                 &logs,
             );
@@ -485,6 +541,34 @@ impl Cluster {
         Ok(())
     }
 
+    /// Cuts node `i` from the metadata store only, or (`peers`) from the
+    /// other nodes only (needs [`ClusterSpec::network`]; see `netns.rs`).
+    pub fn cut_node(&mut self, i: usize, peers: bool) -> Result<(), NemesisError> {
+        let net = self.network.as_ref().ok_or_else(|| {
+            NemesisError::Invalid("the partition faults need network namespaces".into())
+        })?;
+        self.cut[i] = true;
+        if peers {
+            net.cut_peers(i)
+        } else {
+            net.cut_store(i)
+        }
+    }
+
+    /// Ends [`Cluster::cut_node`].
+    pub fn heal_cut(&mut self, i: usize) -> Result<(), NemesisError> {
+        if let Some(net) = &self.network {
+            net.heal_cuts(i)?;
+        }
+        self.cut[i] = false;
+        Ok(())
+    }
+
+    /// Which node listens on RESP address `addr`.
+    pub fn node_index(&self, addr: &str) -> Option<usize> {
+        self.node_addrs.iter().position(|a| a == addr)
+    }
+
     pub fn pause_node(&mut self, i: usize) -> Result<(), NemesisError> {
         self.nodes[i].pause()
     }
@@ -565,6 +649,10 @@ impl Cluster {
             if self.partitioned[i] {
                 self.heal_partition(i)?;
                 healed.push(format!("healed node{i}'s partition"));
+            }
+            if self.cut[i] {
+                self.heal_cut(i)?;
+                healed.push(format!("healed node{i}'s cut"));
             }
             if self.disk_failed[i] {
                 self.restart_node(i)?;

@@ -1,9 +1,8 @@
 //! Faults: what can be injected ([`FaultKind`], chosen with `--faults`),
 //! the seeded schedule of process faults ([`schedule`]: one at a time, each
 //! started and healed by the schedule, with random quiet gaps and
-//! durations), their injection into a [`Cluster`], and the topology churn
-//! (live moves, splits and merges through `keyway ctl`) that runs beside
-//! the schedule, several at once.
+//! durations), and their injection into a [`Cluster`]. The topology churn
+//! that runs beside the schedule is `churn.rs`.
 //!
 //! Adding a fault is one [`FaultKind`], one [`Fault`] variant with its
 //! duration, a line in [`schedule`]'s draw and an arm in [`inject`] that
@@ -11,7 +10,9 @@
 
 use crate::NemesisError;
 use crate::cluster::{Cluster, ctl};
-use keyway_map::{DEFAULT_KEYSPACE, PartitionMap};
+use keyway_map::PartitionMap;
+
+pub use crate::churn::{ChurnCounts, ChurnKind, churn_worker};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use std::collections::BTreeMap;
@@ -43,10 +44,24 @@ pub enum FaultKind {
     /// network namespace; its veth taken down), then reconnected. Needs
     /// root and iproute2, so it is not in [`FaultKind::DEFAULT`].
     Partition,
+    /// `kill -9` of the node that is primary of the most partitions (per
+    /// the map at that moment), restarted after a while: a failover.
+    PrimaryKill,
+    /// SIGSTOP of the node that is an in-sync replica of the most
+    /// partitions, past `replica_lag_timeout_ms`, then SIGCONT: its
+    /// primaries must drop it from the in-sync set and re-sync it.
+    ReplicaPause,
+    /// A node cut from the metadata store only (a blackhole route in its
+    /// namespace); it still reaches its peers and its clients. Network
+    /// namespaces, like `partition`.
+    PartitionStore,
+    /// A node cut from the other nodes only (the replication streams);
+    /// the store and the clients still reach it. Network namespaces.
+    PartitionPeers,
 }
 
 impl FaultKind {
-    pub const ALL: [FaultKind; 9] = [
+    pub const ALL: [FaultKind; 13] = [
         FaultKind::Kill,
         FaultKind::Pause,
         FaultKind::Manager,
@@ -56,11 +71,15 @@ impl FaultKind {
         FaultKind::Merge,
         FaultKind::Disk,
         FaultKind::Partition,
+        FaultKind::PrimaryKill,
+        FaultKind::ReplicaPause,
+        FaultKind::PartitionStore,
+        FaultKind::PartitionPeers,
     ];
 
     /// What `--faults default` (the default) injects: every kind that
-    /// needs nothing of the machine (all but `partition`).
-    pub const DEFAULT: [FaultKind; 8] = [
+    /// needs nothing of the machine (all but the `partition` family).
+    pub const DEFAULT: [FaultKind; 10] = [
         FaultKind::Kill,
         FaultKind::Pause,
         FaultKind::Manager,
@@ -69,7 +88,17 @@ impl FaultKind {
         FaultKind::Split,
         FaultKind::Merge,
         FaultKind::Disk,
+        FaultKind::PrimaryKill,
+        FaultKind::ReplicaPause,
     ];
+
+    /// The kinds that need network namespaces (each node in its own).
+    pub fn needs_network(self) -> bool {
+        matches!(
+            self,
+            FaultKind::Partition | FaultKind::PartitionStore | FaultKind::PartitionPeers
+        )
+    }
 
     pub fn name(self) -> &'static str {
         match self {
@@ -82,6 +111,10 @@ impl FaultKind {
             FaultKind::Merge => "merge",
             FaultKind::Disk => "disk",
             FaultKind::Partition => "partition",
+            FaultKind::PrimaryKill => "primary-kill",
+            FaultKind::ReplicaPause => "replica-pause",
+            FaultKind::PartitionStore => "partition-store",
+            FaultKind::PartitionPeers => "partition-peers",
         }
     }
 
@@ -95,6 +128,10 @@ impl FaultKind {
                 | FaultKind::Meta
                 | FaultKind::Disk
                 | FaultKind::Partition
+                | FaultKind::PrimaryKill
+                | FaultKind::ReplicaPause
+                | FaultKind::PartitionStore
+                | FaultKind::PartitionPeers
         )
     }
 
@@ -124,7 +161,7 @@ impl std::str::FromStr for FaultKind {
             .into_iter()
             .find(|k| k.name() == s)
             .ok_or_else(|| {
-                format!("unknown fault '{s}' (expected kill, pause, manager, meta, move, split, merge, disk, partition, default or all)")
+                format!("unknown fault '{s}' (expected kill, pause, manager, meta, move, split, merge, disk, partition, primary-kill, replica-pause, partition-store, partition-peers, default or all)")
             })
     }
 }
@@ -152,6 +189,19 @@ pub enum Fault {
     /// Cut node `node` off for `hold_ms`: past its lease TTL, or (a short
     /// partition) a fraction of it.
     Partition { node: usize, hold_ms: u64 },
+    /// Kill the node that is primary of the most partitions when the fault
+    /// starts (`fallback` if the map cannot be read); restart it `down_ms` later.
+    KillPrimary { fallback: usize, down_ms: u64 },
+    /// Freeze the node that is an in-sync replica of the most partitions
+    /// (`fallback` if none is: replication factor 1) for `hold_ms`, past
+    /// `replica_lag_timeout_ms`.
+    PauseReplica { fallback: usize, hold_ms: u64 },
+    /// Cut node `node` from the metadata store only, for `hold_ms` (past
+    /// its lease TTL, or a fraction of it).
+    CutStore { node: usize, hold_ms: u64 },
+    /// Cut node `node` from the other nodes only, for `hold_ms` (past
+    /// `replica_lag_timeout_ms`, or a fraction of it).
+    CutPeers { node: usize, hold_ms: u64 },
 }
 
 impl Fault {
@@ -163,6 +213,10 @@ impl Fault {
             Fault::KillMeta { .. } => FaultKind::Meta,
             Fault::DiskFail { .. } => FaultKind::Disk,
             Fault::Partition { .. } => FaultKind::Partition,
+            Fault::KillPrimary { .. } => FaultKind::PrimaryKill,
+            Fault::PauseReplica { .. } => FaultKind::ReplicaPause,
+            Fault::CutStore { .. } => FaultKind::PartitionStore,
+            Fault::CutPeers { .. } => FaultKind::PartitionPeers,
         }
     }
 
@@ -172,8 +226,13 @@ impl Fault {
             Fault::KillNode { down_ms, .. }
             | Fault::KillManager { down_ms }
             | Fault::KillMeta { down_ms, .. }
-            | Fault::DiskFail { down_ms, .. } => *down_ms,
-            Fault::PauseNode { hold_ms, .. } | Fault::Partition { hold_ms, .. } => *hold_ms,
+            | Fault::DiskFail { down_ms, .. }
+            | Fault::KillPrimary { down_ms, .. } => *down_ms,
+            Fault::PauseNode { hold_ms, .. }
+            | Fault::Partition { hold_ms, .. }
+            | Fault::PauseReplica { hold_ms, .. }
+            | Fault::CutStore { hold_ms, .. }
+            | Fault::CutPeers { hold_ms, .. } => *hold_ms,
         }
     }
 }
@@ -218,6 +277,9 @@ const SHORT_PAUSE_OF_TTL_PCT: std::ops::Range<u64> = 30..50;
 /// re-sent); the rest last past the TTL, so the node must stop serving.
 const SHORT_PARTITION_PCT: u32 = 50;
 
+/// How far past `replica_lag_timeout_ms` a paused replica is held, milliseconds.
+const PAST_LAG_MS: std::ops::Range<u64> = 200..1_500;
+
 /// A hold drawn like a pause's: past the lease TTL, or `short_pct` percent
 /// of the time a fraction of it.
 fn lease_hold_ms(rng: &mut StdRng, node_lease_ttl_ms: u64, short_pct: u32) -> u64 {
@@ -228,6 +290,13 @@ fn lease_hold_ms(rng: &mut StdRng, node_lease_ttl_ms: u64, short_pct: u32) -> u6
     }
 }
 
+/// The timings a schedule's holds are drawn around.
+#[derive(Clone, Copy, Debug)]
+pub struct Timings {
+    pub node_lease_ttl_ms: u64,
+    pub replica_lag_timeout_ms: u64,
+}
+
 /// The process faults of one run, drawn from `seed`, enough to fill
 /// `time_limit_ms` (the run stops starting them once its time is up).
 /// The same arguments give the same schedule.
@@ -236,9 +305,11 @@ pub fn schedule(
     kinds: &[FaultKind],
     nodes: usize,
     etcd_members: usize,
-    node_lease_ttl_ms: u64,
+    timings: Timings,
     time_limit_ms: u64,
 ) -> Vec<Step> {
+    let node_lease_ttl_ms = timings.node_lease_ttl_ms;
+    let lag_ms = timings.replica_lag_timeout_ms;
     let kinds: Vec<FaultKind> = kinds
         .iter()
         .copied()
@@ -272,6 +343,22 @@ pub fn schedule(
             FaultKind::Meta => Fault::KillMeta {
                 member: rng.random_range(0..etcd_members.max(1)),
                 down_ms: rng.random_range(DOWN_MS),
+            },
+            FaultKind::PrimaryKill => Fault::KillPrimary {
+                fallback: rng.random_range(0..nodes),
+                down_ms: rng.random_range(DOWN_MS),
+            },
+            FaultKind::ReplicaPause => Fault::PauseReplica {
+                fallback: rng.random_range(0..nodes),
+                hold_ms: lag_ms + rng.random_range(PAST_LAG_MS),
+            },
+            FaultKind::PartitionStore => Fault::CutStore {
+                node: rng.random_range(0..nodes),
+                hold_ms: lease_hold_ms(&mut rng, node_lease_ttl_ms, SHORT_PARTITION_PCT),
+            },
+            FaultKind::PartitionPeers => Fault::CutPeers {
+                node: rng.random_range(0..nodes),
+                hold_ms: lease_hold_ms(&mut rng, lag_ms, SHORT_PARTITION_PCT),
             },
             churn => unreachable!("{churn} is not a process fault"),
         };
@@ -371,8 +458,97 @@ pub async fn inject(target: &Target, fault: &Fault) -> Result<(), NemesisError> 
             target.blocking(move |c| c.heal_partition(node)).await?;
             target.log.note(&format!("node{node} reconnected"));
         }
+        Fault::KillPrimary { fallback, .. } => {
+            let (node, why) = match busiest(target, Role::Primary).await {
+                Some((node, n)) => (node, format!("primary of {n} partitions")),
+                None => (fallback, "map unreadable: drawn node".to_string()),
+            };
+            target.log.note(&format!("kill -9 node{node} ({why})"));
+            target.blocking(move |c| c.kill_node(node)).await?;
+            tokio::time::sleep(hold).await;
+            target.blocking(move |c| c.restart_node(node)).await?;
+            target.log.note(&format!("node{node} restarted"));
+        }
+        Fault::PauseReplica { fallback, .. } => {
+            let (node, why) = match busiest(target, Role::InSyncReplica).await {
+                Some((node, n)) => (node, format!("in-sync replica of {n} partitions")),
+                None => (
+                    fallback,
+                    "no in-sync replica in the map: drawn node".to_string(),
+                ),
+            };
+            target
+                .log
+                .note(&format!("SIGSTOP node{node} ({why}) for {hold:?}"));
+            target.blocking(move |c| c.pause_node(node)).await?;
+            tokio::time::sleep(hold).await;
+            target.blocking(move |c| c.resume_node(node)).await?;
+            target.log.note(&format!("SIGCONT node{node}"));
+        }
+        Fault::CutStore { node, .. } | Fault::CutPeers { node, .. } => {
+            let peers = matches!(fault, Fault::CutPeers { .. });
+            let from = if peers {
+                "the other nodes"
+            } else {
+                "the metadata store"
+            };
+            target
+                .log
+                .note(&format!("cut node{node} from {from} for {hold:?}"));
+            target.blocking(move |c| c.cut_node(node, peers)).await?;
+            tokio::time::sleep(hold).await;
+            target.blocking(move |c| c.heal_cut(node)).await?;
+            target
+                .log
+                .note(&format!("node{node} reconnected to {from}"));
+        }
     }
     Ok(())
+}
+
+/// Whose partitions [`busiest`] counts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Role {
+    Primary,
+    InSyncReplica,
+}
+
+/// The map as `keyway ctl map` reads it now (indexed), if it can.
+pub(crate) async fn current_map(target: &Target) -> Option<PartitionMap> {
+    let out = ctl(
+        &target.bin,
+        &target.meta_url,
+        &["--json", "map"],
+        CTL_TIMEOUT,
+    )
+    .await
+    .ok()?;
+    let mut map: PartitionMap = serde_json::from_str(&out).ok()?;
+    map.reindex();
+    Some(map)
+}
+
+/// The node (cluster index) holding `role` for the most partitions, and how
+/// many; `None` if the map cannot be read or no node holds the role.
+async fn busiest(target: &Target, role: Role) -> Option<(usize, usize)> {
+    let map = current_map(target).await?;
+    let mut per_node: BTreeMap<keyway_map::NodeId, usize> = BTreeMap::new();
+    for p in map.partitions.values() {
+        match role {
+            Role::Primary => *per_node.entry(p.owner).or_default() += 1,
+            Role::InSyncReplica => {
+                for r in &p.in_sync {
+                    *per_node.entry(*r).or_default() += 1;
+                }
+            }
+        }
+    }
+    let (id, n) = per_node
+        .into_iter()
+        .max_by_key(|(id, n)| (*n, std::cmp::Reverse(*id)))?;
+    let addr = map.nodes.get(&id)?.resp_addr.clone();
+    let cluster = target.cluster.lock().unwrap_or_else(|e| e.into_inner());
+    Some((cluster.node_index(&addr)?, n))
 }
 
 /// The index of the manager holding the seat, per `keyway ctl manager`.
@@ -393,192 +569,21 @@ async fn leading_manager(target: &Target) -> Option<usize> {
 
 /// Longest a `keyway ctl` call may take (killed past it; counted as failed).
 pub const CTL_TIMEOUT: Duration = Duration::from_secs(10);
-/// Most partitions churn splits up to (beyond it, it merges instead).
-const MAX_PARTITIONS: usize = 40;
-/// Pause between two churn actions of one worker, milliseconds.
-const CHURN_GAP_MS: std::ops::Range<u64> = 200..1_500;
-
-/// A topology change the churn makes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub enum ChurnKind {
-    Move,
-    Split,
-    Merge,
-}
-
-impl ChurnKind {
-    pub fn name(self) -> &'static str {
-        match self {
-            ChurnKind::Move => "move",
-            ChurnKind::Split => "split",
-            ChurnKind::Merge => "merge",
-        }
-    }
-}
-
-/// Requested and failed churn actions by kind.
-#[derive(Clone, Debug, Default)]
-pub struct ChurnCounts {
-    pub requested: BTreeMap<ChurnKind, u64>,
-    pub failed: BTreeMap<ChurnKind, u64>,
-}
-
-/// One churn worker: until `stop`, every few hundred milliseconds one
-/// random move, split or merge (of the enabled kinds) through `keyway ctl`.
-/// Failures are expected under faults: they are counted, not errors.
-pub async fn churn_worker(
-    target: Target,
-    seed: u64,
-    kinds: Vec<ChurnKind>,
-    stop: tokio::sync::watch::Receiver<bool>,
-) -> ChurnCounts {
-    let mut rng = StdRng::seed_from_u64(seed);
-    let mut counts = ChurnCounts::default();
-    if kinds.is_empty() {
-        return counts;
-    }
-    while !*stop.borrow() {
-        tokio::time::sleep(Duration::from_millis(rng.random_range(CHURN_GAP_MS))).await;
-        if *stop.borrow() {
-            break;
-        }
-        let kind = kinds[rng.random_range(0..kinds.len())];
-        let pick: u64 = rng.random();
-        let map = match ctl(
-            &target.bin,
-            &target.meta_url,
-            &["--json", "map"],
-            CTL_TIMEOUT,
-        )
-        .await
-        {
-            Ok(out) => serde_json::from_str::<PartitionMap>(&out)
-                .ok()
-                .map(|mut m| {
-                    m.reindex();
-                    m
-                }),
-            Err(_) => None,
-        };
-        let Some(map) = map else {
-            *counts.failed.entry(kind).or_default() += 1;
-            *counts.requested.entry(kind).or_default() += 1;
-            continue;
-        };
-        let Some((kind, args)) = churn_args(&map, kind, &kinds, pick) else {
-            continue;
-        };
-        *counts.requested.entry(kind).or_default() += 1;
-        let refs: Vec<&str> = args.iter().map(String::as_str).collect();
-        match ctl(&target.bin, &target.meta_url, &refs, CTL_TIMEOUT).await {
-            Ok(_) => target.log.note(&format!("ctl {}", args.join(" "))),
-            Err(e) => {
-                *counts.failed.entry(kind).or_default() += 1;
-                target
-                    .log
-                    .note(&format!("ctl {} failed: {e}", args.join(" ")));
-            }
-        }
-    }
-    counts
-}
-
-/// The `keyway ctl` arguments of one churn action on `map` (`pick` chooses
-/// among the candidates). A split beyond [`MAX_PARTITIONS`] becomes a merge;
-/// a merge with no two neighbours on one node becomes a move that makes some.
-fn churn_args(
-    map: &PartitionMap,
-    kind: ChurnKind,
-    enabled: &[ChurnKind],
-    pick: u64,
-) -> Option<(ChurnKind, Vec<String>)> {
-    let parts: Vec<_> = map.keyspace_partitions(DEFAULT_KEYSPACE).collect();
-    let nodes: Vec<_> = map.nodes.keys().copied().collect();
-    if parts.is_empty() || nodes.is_empty() {
-        return None;
-    }
-    let nth = |n: usize| (pick % n as u64) as usize;
-    let kind = if kind == ChurnKind::Split
-        && parts.len() >= MAX_PARTITIONS
-        && enabled.contains(&ChurnKind::Merge)
-    {
-        ChurnKind::Merge
-    } else {
-        kind
-    };
-    let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
-    match kind {
-        ChurnKind::Move => {
-            let p = parts[nth(parts.len())];
-            let others: Vec<_> = nodes.iter().filter(|n| **n != p.owner).collect();
-            if others.is_empty() {
-                return None;
-            }
-            let to = others[(pick / 7 % others.len() as u64) as usize].to_string();
-            Some((
-                kind,
-                s(&["move", &p.id.to_string(), "--to", &to, "--detach"]),
-            ))
-        }
-        ChurnKind::Split => {
-            if parts.len() >= MAX_PARTITIONS {
-                return None;
-            }
-            let splittable: Vec<_> = parts
-                .iter()
-                .filter(|p| {
-                    let (a, b) = p.slot_span();
-                    b > a
-                })
-                .collect();
-            if splittable.is_empty() {
-                return None;
-            }
-            let p = splittable[nth(splittable.len())];
-            Some((kind, s(&["split", &p.id.to_string()])))
-        }
-        ChurnKind::Merge => {
-            let pairs: Vec<_> = parts
-                .windows(2)
-                .filter(|w| w[0].owner == w[1].owner)
-                .collect();
-            if pairs.is_empty() {
-                // Make a mergeable pair for a later round, if moves are allowed.
-                if !enabled.contains(&ChurnKind::Move) || parts.len() < 2 {
-                    return None;
-                }
-                let i = nth(parts.len() - 1);
-                let (a, b) = (parts[i], parts[i + 1]);
-                return Some((
-                    ChurnKind::Move,
-                    s(&[
-                        "move",
-                        &b.id.to_string(),
-                        "--to",
-                        &a.owner.to_string(),
-                        "--detach",
-                    ]),
-                ));
-            }
-            let w = pairs[nth(pairs.len())];
-            Some((
-                kind,
-                s(&["merge", &w[0].id.to_string(), &w[1].id.to_string()]),
-            ))
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    const T: Timings = Timings {
+        node_lease_ttl_ms: 2000,
+        replica_lag_timeout_ms: 1500,
+    };
+
     #[test]
     fn the_schedule_is_a_function_of_its_seed() {
         let kinds = FaultKind::ALL.to_vec();
-        let a = schedule(42, &kinds, 3, 0, 2000, 30_000);
-        assert_eq!(a, schedule(42, &kinds, 3, 0, 2000, 30_000));
-        assert_ne!(a, schedule(43, &kinds, 3, 0, 2000, 30_000));
+        let a = schedule(42, &kinds, 3, 0, T, 30_000);
+        assert_eq!(a, schedule(42, &kinds, 3, 0, T, 30_000));
+        assert_ne!(a, schedule(43, &kinds, 3, 0, T, 30_000));
         let planned: u64 = a.iter().map(|s| s.quiet_ms + s.fault.duration_ms()).sum();
         assert!(planned >= 30_000, "{planned}");
         for s in &a {
@@ -593,11 +598,21 @@ mod tests {
             if let Fault::DiskFail { node, down_ms } = s.fault {
                 assert!(node < 3 && down_ms < 3_000);
             }
+            if let Fault::PauseReplica { hold_ms, fallback } = s.fault {
+                assert!(fallback < 3);
+                assert!(
+                    (1700..3000).contains(&hold_ms),
+                    "past the lag timeout: {hold_ms}"
+                );
+            }
+            if let Fault::CutPeers { hold_ms, .. } = s.fault {
+                assert!(hold_ms > 1500 || (450..750).contains(&hold_ms), "{hold_ms}");
+            }
         }
         // Over a few seeds, every process fault is drawn, and partitions
         // both past the lease and short of it.
         let many: Vec<Step> = (0..20)
-            .flat_map(|seed| schedule(seed, &kinds, 3, 0, 2000, 30_000))
+            .flat_map(|seed| schedule(seed, &kinds, 3, 0, T, 30_000))
             .collect();
         for kind in FaultKind::ALL.into_iter().filter(|k| k.is_process_fault()) {
             assert!(many.iter().any(|s| s.fault.kind() == kind), "{kind}");
@@ -608,8 +623,8 @@ mod tests {
             )
         };
         assert!(holds(true) && holds(false));
-        assert!(schedule(1, &[FaultKind::Move], 3, 0, 2000, 30_000).is_empty());
-        let only_kill = schedule(1, &[FaultKind::Kill], 3, 0, 2000, 10_000);
+        assert!(schedule(1, &[FaultKind::Move], 3, 0, T, 30_000).is_empty());
+        let only_kill = schedule(1, &[FaultKind::Kill], 3, 0, T, 10_000);
         assert!(only_kill.iter().all(|s| s.fault.kind() == FaultKind::Kill));
     }
 
@@ -619,10 +634,21 @@ mod tests {
             FaultKind::parse_list("pause, kill,kill").unwrap(),
             vec![FaultKind::Kill, FaultKind::Pause]
         );
-        assert_eq!(FaultKind::parse_list("all").unwrap().len(), 9);
+        assert_eq!(FaultKind::parse_list("all").unwrap().len(), 13);
         let default = FaultKind::parse_list("default").unwrap();
         assert_eq!(default, FaultKind::DEFAULT.to_vec());
         assert!(default.contains(&FaultKind::Disk) && !default.contains(&FaultKind::Partition));
+        assert!(default.iter().all(|k| !k.needs_network()));
+        assert_eq!(
+            FaultKind::parse_list("replica-pause,primary-kill,partition-store,partition-peers")
+                .unwrap(),
+            vec![
+                FaultKind::PrimaryKill,
+                FaultKind::ReplicaPause,
+                FaultKind::PartitionStore,
+                FaultKind::PartitionPeers
+            ]
+        );
         assert_eq!(
             FaultKind::parse_list("disk,partition").unwrap(),
             vec![FaultKind::Disk, FaultKind::Partition]

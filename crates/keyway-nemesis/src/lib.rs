@@ -25,26 +25,32 @@
 //!   (the smart client and the plain one) and the recorder that turns each
 //!   operation into an [`keyway_check::Event`].
 //! - `faults.rs`: [`FaultKind`], [`Fault`], the seeded schedule, the
-//!   injectors, and the topology churn (live moves, splits, merges).
+//!   injectors.
+//! - `churn.rs`: the topology churn (live moves, splits, merges).
 //! - `netns.rs`: [`Network`]: the bridge, namespaces and veth pairs the
 //!   `partition` fault cuts, removed on drop.
+//! - `observe.rs`: the map observer: owner changes and failovers
+//!   ([`MapChanges`]) seen by polling the map through the run.
 //! - `judge.rs`: [`judge`]: the boundary where the checker plugs in.
 //! - `run.rs`: [`RunConfig`] and [`run_one`]: one whole run.
 //! - `summary.rs`: [`RunReport`] (one line per run) and [`Totals`].
 
+mod churn;
 mod cluster;
 mod faults;
 mod judge;
 mod netns;
+mod observe;
 mod resp_client;
 mod run;
 mod summary;
 mod workload;
 
 pub use cluster::{Cluster, ClusterSpec, MetaKind};
-pub use faults::{ChurnKind, Fault, FaultKind, Step, schedule};
+pub use faults::{ChurnKind, Fault, FaultKind, Step, Timings, schedule};
 pub use judge::{Verdict, judge};
 pub use netns::Network;
+pub use observe::MapChanges;
 pub use resp_client::{ClusterClient, Exec};
 pub use run::{Progress, RunConfig, run_one};
 pub use summary::{RunReport, Totals};

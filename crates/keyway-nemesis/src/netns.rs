@@ -9,6 +9,16 @@
 //! that host-side veth down: the node then reaches neither the metadata
 //! store nor its peers (nor clients or managers) until it is set up again.
 //!
+//! Narrower cuts need no packet filter (this machine has neither iptables
+//! nor nft, nor netem): the metadata store listens on a second address of
+//! the bridge (`.2`, [`Network::store_ip`]; the host's own connections to
+//! the nodes keep the primary `.1` as their source), so a blackhole route
+//! in node `i`'s namespace to `.2` cuts it from the store only
+//! ([`Network::cut_store`]), and blackhole routes to the other nodes'
+//! addresses cut it from its peers only ([`Network::cut_peers`]): its
+//! packets to them are dropped, so no TCP exchange either way completes,
+//! while clients and managers (source `.1`) still reach it.
+//!
 //! `<tag>` is three hex digits `k` that also fix the subnet
 //! `10.(200 + k / 256).(k % 256).0/24`; creating the bridge is the claim
 //! (it fails if another run holds that tag), and a subnet any address on
@@ -27,6 +37,8 @@ const MAX_TAGS: u32 = 4096;
 const MAX_TAG_ATTEMPTS: u32 = 64;
 /// The nodes' addresses start at this host number of the /24.
 const FIRST_NODE_HOST: u8 = 10;
+/// The metadata store's own address on the bridge (secondary to `.1`).
+const STORE_HOST: u8 = 2;
 
 /// One object this module created, removed on drop.
 #[derive(Debug)]
@@ -43,6 +55,8 @@ pub struct Network {
     subnet: [u8; 3],
     nodes: usize,
     made: Vec<Made>,
+    /// Blackhole routes in effect, per node (removed by [`Network::heal_cuts`]).
+    cuts: std::sync::Mutex<Vec<Vec<Ipv4Addr>>>,
 }
 
 /// Runs `ip ARGS`: Ok, or its stderr.
@@ -109,6 +123,7 @@ impl Network {
                 subnet,
                 nodes,
                 made: Vec::new(),
+                cuts: std::sync::Mutex::new(vec![Vec::new(); nodes]),
             };
             if net.subnet_in_use()? {
                 last = format!("subnet {}.0/24 in use", net.prefix());
@@ -145,6 +160,8 @@ impl Network {
         let bridge = self.bridge();
         let host = format!("{}/24", self.host_ip());
         ip(&["addr", "add", &host, "dev", &bridge])?;
+        let store = format!("{}/24", self.store_ip());
+        ip(&["addr", "add", &store, "dev", &bridge])?;
         ip(&["link", "set", &bridge, "up"])?;
         for i in 0..self.nodes {
             let ns = self.netns(i);
@@ -192,6 +209,13 @@ impl Network {
         Ipv4Addr::new(a, b, c, 1)
     }
 
+    /// The metadata store's address (a second address of the bridge, so a
+    /// node can be cut from it alone).
+    pub fn store_ip(&self) -> Ipv4Addr {
+        let [a, b, c] = self.subnet;
+        Ipv4Addr::new(a, b, c, STORE_HOST)
+    }
+
     /// Node `i`'s address, in its namespace.
     pub fn node_ip(&self, i: usize) -> Ipv4Addr {
         assert!(i < self.nodes);
@@ -207,6 +231,49 @@ impl Network {
     /// Ends [`Network::partition`].
     pub fn heal(&self, i: usize) -> Result<(), NemesisError> {
         ip(&["link", "set", &self.host_veth(i), "up"]).map_err(NemesisError::Invalid)
+    }
+
+    /// Cuts node `i` from the metadata store only (a blackhole route in its
+    /// namespace to [`Network::store_ip`]); peers, clients and managers
+    /// still reach it.
+    pub fn cut_store(&self, i: usize) -> Result<(), NemesisError> {
+        self.blackhole(i, &[self.store_ip()])
+    }
+
+    /// Cuts node `i` from every other node only (blackhole routes in its
+    /// namespace to their addresses); the store, clients and managers
+    /// still reach it.
+    pub fn cut_peers(&self, i: usize) -> Result<(), NemesisError> {
+        let peers: Vec<Ipv4Addr> = (0..self.nodes)
+            .filter(|j| *j != i)
+            .map(|j| self.node_ip(j))
+            .collect();
+        self.blackhole(i, &peers)
+    }
+
+    fn blackhole(&self, i: usize, to: &[Ipv4Addr]) -> Result<(), NemesisError> {
+        let ns = self.netns(i);
+        let mut cuts = self.cuts.lock().unwrap_or_else(|e| e.into_inner());
+        for addr in to {
+            let dst = format!("{addr}/32");
+            ip(&["-n", &ns, "route", "add", "blackhole", &dst]).map_err(NemesisError::Invalid)?;
+            cuts[i].push(*addr);
+        }
+        Ok(())
+    }
+
+    /// Ends [`Network::cut_store`] and [`Network::cut_peers`] of node `i`.
+    pub fn heal_cuts(&self, i: usize) -> Result<(), NemesisError> {
+        let ns = self.netns(i);
+        let mut cuts = self.cuts.lock().unwrap_or_else(|e| e.into_inner());
+        while let Some(addr) = cuts[i].pop() {
+            let dst = format!("{addr}/32");
+            if let Err(e) = ip(&["-n", &ns, "route", "del", "blackhole", &dst]) {
+                cuts[i].push(addr);
+                return Err(NemesisError::Invalid(e));
+            }
+        }
+        Ok(())
     }
 
     /// Whether this machine can run the `partition` fault: creates one
@@ -242,12 +309,14 @@ mod tests {
             subnet: [10, 215, 255],
             nodes: 16,
             made: Vec::new(),
+            cuts: std::sync::Mutex::new(vec![Vec::new(); 16]),
         };
         for n in [net.bridge(), net.host_veth(15), net.peer_veth(15)] {
             assert!(n.len() <= 15, "{n}");
         }
         assert_eq!(net.host_ip(), Ipv4Addr::new(10, 215, 255, 1));
         assert_eq!(net.node_ip(15), Ipv4Addr::new(10, 215, 255, 25));
+        assert_eq!(net.store_ip(), Ipv4Addr::new(10, 215, 255, 2));
     }
 
     fn link_state(name: &str) -> Option<String> {
@@ -276,6 +345,60 @@ mod tests {
         assert_ne!(link_state(&a.host_veth(0)).as_deref(), Some("DOWN"));
         a.heal(1).unwrap();
         assert_ne!(link_state(&a.host_veth(1)).as_deref(), Some("DOWN"));
+        // The narrow cuts: blackhole routes in the node's namespace only.
+        let routes = |i: usize| ip_output(&["-n", &a.netns(i), "route", "show"]).unwrap();
+        a.cut_store(0).unwrap();
+        a.cut_peers(0).unwrap();
+        let r = routes(0);
+        assert!(r.contains(&format!("blackhole {}", a.store_ip())), "{r}");
+        assert!(r.contains(&format!("blackhole {}", a.node_ip(1))), "{r}");
+        assert!(!routes(1).contains("blackhole"), "node1 untouched");
+        a.heal_cuts(0).unwrap();
+        assert!(!routes(0).contains("blackhole"), "{}", routes(0));
+        // And they cut what they say, TCP both ways: a listener on the
+        // store's address, one on the host's, one in node 1's namespace.
+        let store = std::net::TcpListener::bind((a.store_ip(), 0)).unwrap();
+        let host = std::net::TcpListener::bind((a.host_ip(), 0)).unwrap();
+        let (store_at, host_at) = (store.local_addr().unwrap(), host.local_addr().unwrap());
+        let mut peer = Command::new("ip")
+            .args(["netns", "exec", &a.netns(1), "python3", "-c"])
+            .arg("import socket,time; s=socket.socket(); s.bind(('0.0.0.0', 7999)); s.listen(); time.sleep(60)")
+            .spawn()
+            .unwrap();
+        let peer_at = format!("{}:7999", a.node_ip(1));
+        // Whether node 0's namespace can open a TCP connection to `to`.
+        let reach = |to: &str| {
+            let (h, p) = to.split_once(':').unwrap();
+            Command::new("ip")
+                .args(["netns", "exec", &a.netns(0), "timeout", "2", "bash", "-c"])
+                .arg(format!("exec 3<>/dev/tcp/{h}/{p}"))
+                .stderr(Stdio::null())
+                .status()
+                .unwrap()
+                .success()
+        };
+        let (store_at, host_at) = (store_at.to_string(), host_at.to_string());
+        assert!(
+            keyway_testkit::wait_until(
+                "node 1's listener",
+                std::time::Duration::from_secs(10),
+                || reach(&peer_at).then_some(())
+            )
+            .is_ok(),
+            "node 0 never reached node 1"
+        );
+        assert!(reach(&store_at) && reach(&host_at));
+        a.cut_store(0).unwrap();
+        assert!(!reach(&store_at), "cut from the store");
+        assert!(reach(&host_at) && reach(&peer_at), "only from the store");
+        a.heal_cuts(0).unwrap();
+        a.cut_peers(0).unwrap();
+        assert!(!reach(&peer_at), "cut from its peers");
+        assert!(reach(&host_at) && reach(&store_at), "only from its peers");
+        a.heal_cuts(0).unwrap();
+        assert!(reach(&peer_at) && reach(&store_at), "healed");
+        let _ = peer.kill();
+        let _ = peer.wait();
         let names = [a.bridge(), a.host_veth(0), a.host_veth(1), a.netns(0)];
         drop(a);
         let namespaces = ip_output(&["netns", "list"]).unwrap();

@@ -4,6 +4,12 @@
 //! table refreshed when redirects pile up), `-CLUSTERDOWN`/`-TRYAGAIN`
 //! retried after a pause.
 //!
+//! With [`ClusterClient::exec_replica_read`] a read goes instead to one of
+//! the slot's replicas as `CLUSTER SLOTS` lists them, on a connection that
+//! sent `READONLY` first (redis-py's `read_from_replicas`); a replica that
+//! refuses (`-MOVED`: not in sync at its epoch, or its read lease lapsed)
+//! sends the read on to the primary, as Redis clients do.
+//!
 //! Its point is the honesty of [`Exec`]: a request is retried only while
 //! every earlier attempt certainly had no effect (refused before it was
 //! written, or rejected by a routing/availability error). Once a request
@@ -70,7 +76,13 @@ pub struct ClusterClient {
     seeds: Vec<String>,
     /// Slot → the node address it was last seen at.
     slots: Vec<Option<String>>,
+    /// Slot → its replicas' addresses, per the last `CLUSTER SLOTS`.
+    replicas: Vec<Vec<String>>,
     conns: HashMap<String, Conn>,
+    /// Connections that sent `READONLY` (replica reads only).
+    readonly_conns: HashMap<String, Conn>,
+    /// Replica reads pick among a slot's replicas round-robin from here.
+    next_replica: usize,
     /// Seeds are tried round-robin from here.
     next_seed: usize,
 }
@@ -82,7 +94,10 @@ impl ClusterClient {
         ClusterClient {
             seeds,
             slots: vec![None; SLOT_COUNT as usize],
+            replicas: vec![Vec::new(); SLOT_COUNT as usize],
             conns: HashMap::new(),
+            readonly_conns: HashMap::new(),
+            next_replica: 0,
             next_seed: 0,
         }
     }
@@ -139,38 +154,99 @@ impl ClusterClient {
         }
     }
 
+    /// A read (`GET`, `MGET`: it changes nothing, so sending it on after a
+    /// refusal is always safe) on a replica of `slot` if `CLUSTER SLOTS`
+    /// lists one, over a `READONLY` connection; `true` with it if a replica
+    /// answered. A replica's refusal, or none being listed, sends the read
+    /// to the primary ([`ClusterClient::exec`]) within what is left of `budget`.
+    pub async fn exec_replica_read(
+        &mut self,
+        slot: u16,
+        args: &[Vec<u8>],
+        budget: Duration,
+    ) -> (Exec, bool) {
+        let deadline = Instant::now() + budget;
+        if self.slots[slot as usize].is_none() {
+            self.refresh(deadline).await;
+        }
+        let replicas = &self.replicas[slot as usize];
+        if !replicas.is_empty() {
+            let addr = replicas[self.next_replica % replicas.len()].clone();
+            self.next_replica = self.next_replica.wrapping_add(1);
+            match self.attempt_on(&addr, args, deadline, true).await {
+                Attempt::Lost(why) => return (Exec::Unknown(why), false),
+                Attempt::Reply(Frame::Error(msg)) if is_rejection(&msg) => {
+                    // Not served here: the table may be old too.
+                    if msg.starts_with("MOVED ") {
+                        self.refresh(deadline).await;
+                    }
+                }
+                Attempt::Reply(frame) => return (Exec::Reply(frame), true),
+                Attempt::NotSent(_) => {}
+            }
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        (self.exec(slot, args, left).await, false)
+    }
+
     /// One request on `addr`'s connection (opened if needed).
     async fn attempt(&mut self, addr: &str, args: &[Vec<u8>], deadline: Instant) -> Attempt {
-        if !self.conns.contains_key(addr) {
+        self.attempt_on(addr, args, deadline, false).await
+    }
+
+    /// One request on `addr`'s ordinary or `READONLY` connection (opened,
+    /// and for `readonly` sent `READONLY` first, if needed).
+    async fn attempt_on(
+        &mut self,
+        addr: &str,
+        args: &[Vec<u8>],
+        deadline: Instant,
+        readonly: bool,
+    ) -> Attempt {
+        let conns = if readonly {
+            &mut self.readonly_conns
+        } else {
+            &mut self.conns
+        };
+        if !conns.contains_key(addr) {
             let connect = TcpStream::connect(addr);
             let limit = Duration::from_millis(CONNECT_TIMEOUT_MS)
                 .min(deadline.saturating_duration_since(Instant::now()));
             match tokio::time::timeout(limit, connect).await {
                 Ok(Ok(stream)) => {
                     let _ = stream.set_nodelay(true);
-                    self.conns.insert(
-                        addr.to_string(),
-                        Conn {
-                            stream,
-                            buf: BytesMut::new(),
-                            parser: ResponseParser::new(Limits::default()),
-                        },
-                    );
+                    let mut conn = Conn {
+                        stream,
+                        buf: BytesMut::new(),
+                        parser: ResponseParser::new(Limits::default()),
+                    };
+                    if readonly {
+                        // READONLY changes nothing: a failure here is "not sent".
+                        let hello = [b"READONLY".to_vec()];
+                        let reply = tokio::time::timeout_at(deadline, request(&mut conn, &hello));
+                        match reply.await {
+                            Ok(Ok(Frame::Simple(ok))) if ok == "OK" => {}
+                            other => {
+                                return Attempt::NotSent(format!("READONLY on {addr}: {other:?}"));
+                            }
+                        }
+                    }
+                    conns.insert(addr.to_string(), conn);
                 }
                 Ok(Err(e)) => return Attempt::NotSent(format!("connect {addr}: {e}")),
                 Err(_) => return Attempt::NotSent(format!("connect {addr}: timed out")),
             }
         }
-        let conn = self.conns.get_mut(addr).expect("connected above");
+        let conn = conns.get_mut(addr).expect("connected above");
         let result = tokio::time::timeout_at(deadline, request(conn, args)).await;
         match result {
             Ok(Ok(frame)) => Attempt::Reply(frame),
             Ok(Err(e)) => {
-                self.conns.remove(addr);
+                conns.remove(addr);
                 Attempt::Lost(format!("{addr}: {e}"))
             }
             Err(_) => {
-                self.conns.remove(addr);
+                conns.remove(addr);
                 Attempt::Lost(format!("{addr}: no reply within the operation timeout"))
             }
         }
@@ -192,9 +268,10 @@ impl ClusterClient {
             }
             let within = deadline.min(now + Duration::from_millis(REFRESH_TIMEOUT_MS));
             if let Attempt::Reply(frame) = self.attempt(&addr, &args, within).await
-                && let Some(table) = parse_slots(&frame)
+                && let Some((table, replicas)) = parse_slots(&frame)
             {
                 self.slots = table;
+                self.replicas = replicas;
                 return;
             }
         }
@@ -229,39 +306,54 @@ fn moved_addr(msg: &str) -> Option<String> {
     addr.contains(':').then(|| addr.to_string())
 }
 
-/// A `CLUSTER SLOTS` reply as a slot → address table (slots no entry
-/// covers stay `None`).
-fn parse_slots(frame: &Frame) -> Option<Vec<Option<String>>> {
+/// A slot → address table (slots no entry covers stay `None`), and slot →
+/// replica addresses.
+type SlotTables = (Vec<Option<String>>, Vec<Vec<String>>);
+
+/// `host:port` of one node entry of a `CLUSTER SLOTS` range.
+fn node_addr(node: &Frame) -> Option<String> {
+    let Frame::Array(node) = node else {
+        return None;
+    };
+    let host = match node.first()? {
+        Frame::Bulk(b) => String::from_utf8_lossy(b).into_owned(),
+        _ => return None,
+    };
+    let Some(Frame::Integer(port)) = node.get(1) else {
+        return None;
+    };
+    Some(format!("{host}:{port}"))
+}
+
+/// A `CLUSTER SLOTS` reply as [`SlotTables`]: each range's primary (its
+/// first node entry) and replicas (the entries after it).
+fn parse_slots(frame: &Frame) -> Option<SlotTables> {
     let Frame::Array(ranges) = frame else {
         return None;
     };
     let mut table = vec![None; SLOT_COUNT as usize];
+    let mut replicas = vec![Vec::new(); SLOT_COUNT as usize];
     for range in ranges {
         let Frame::Array(items) = range else {
             return None;
         };
-        let (Some(Frame::Integer(first)), Some(Frame::Integer(last)), Some(Frame::Array(node))) =
+        let (Some(Frame::Integer(first)), Some(Frame::Integer(last)), Some(node)) =
             (items.first(), items.get(1), items.get(2))
         else {
             return None;
         };
-        let host = match node.first()? {
-            Frame::Bulk(b) => String::from_utf8_lossy(b).into_owned(),
-            _ => return None,
-        };
-        let Some(Frame::Integer(port)) = node.get(1) else {
-            return None;
-        };
+        let addr = node_addr(node)?;
+        let others: Vec<String> = items[3..].iter().filter_map(node_addr).collect();
         let (first, last) = (*first as usize, *last as usize);
         if first > last || last >= SLOT_COUNT as usize {
             return None;
         }
-        let addr = format!("{host}:{port}");
-        for slot in &mut table[first..=last] {
-            *slot = Some(addr.clone());
+        for slot in first..=last {
+            table[slot] = Some(addr.clone());
+            replicas[slot] = others.clone();
         }
     }
-    Some(table)
+    Some((table, replicas))
 }
 
 #[cfg(test)]
@@ -280,12 +372,20 @@ mod tests {
         };
         let reply = Frame::Array(vec![
             Frame::Array(vec![Frame::Integer(0), Frame::Integer(99), node(7001)]),
-            Frame::Array(vec![Frame::Integer(100), Frame::Integer(16383), node(7002)]),
+            Frame::Array(vec![
+                Frame::Integer(100),
+                Frame::Integer(16383),
+                node(7002),
+                node(7003),
+            ]),
         ]);
-        let table = parse_slots(&reply).unwrap();
+        let (table, replicas) = parse_slots(&reply).unwrap();
         assert_eq!(table[0].as_deref(), Some("127.0.0.1:7001"));
         assert_eq!(table[99].as_deref(), Some("127.0.0.1:7001"));
         assert_eq!(table[100].as_deref(), Some("127.0.0.1:7002"));
+        assert!(replicas[99].is_empty());
+        assert_eq!(replicas[100], vec!["127.0.0.1:7003".to_string()]);
+        assert_eq!(replicas[16383], vec!["127.0.0.1:7003".to_string()]);
         assert!(parse_slots(&Frame::Integer(1)).is_none());
         assert_eq!(
             moved_addr("MOVED 12 127.0.0.1:7003").as_deref(),

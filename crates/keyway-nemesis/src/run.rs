@@ -5,7 +5,9 @@
 //! 3. Play the seeded fault schedule until the time limit, each fault
 //!    started and healed in turn.
 //! 4. Stop the churn and the clients' random operations, heal everything,
-//!    wait until every key answers again, and let each client read every key.
+//!    wait until every key answers again (and, replicated, until every
+//!    partition has all its copies in sync), and let each client read
+//!    every key.
 //! 5. Stop the cluster, judge the history, write it (and keep the logs) if
 //!    the run failed.
 
@@ -54,6 +56,17 @@ pub struct RunConfig {
     pub settle_timeout_ms: u64,
     /// Keep the run's directory (logs, data) even when it passed.
     pub keep: bool,
+    /// Keyspace 0's replication factor (1: no replication flag is passed).
+    pub replication_factor: u8,
+    /// Keyspace 0's `min_in_sync` (copies, the primary included).
+    pub min_in_sync: u8,
+    /// The nodes' `--replica-lag-timeout-ms` (and what `replica-pause` holds past).
+    pub replica_lag_timeout_ms: u64,
+    /// The nodes' `--replica-read-lease-ms`.
+    pub replica_read_lease_ms: u64,
+    /// Percent of the plain clients' reads sent to a replica on a
+    /// `READONLY` connection (when `CLUSTER SLOTS` lists one).
+    pub replica_read_pct: u32,
 }
 
 impl RunConfig {
@@ -98,10 +111,38 @@ impl RunConfig {
             "--settle-timeout-ms must be at least 5000",
         )?;
         check(
-            !(self.faults.contains(&FaultKind::Partition) && self.meta == MetaKind::Etcd),
-            "the partition fault needs --meta embedded (the etcd members listen on 127.0.0.1, which a node's network namespace cannot reach)",
+            !(self.needs_network() && self.meta == MetaKind::Etcd),
+            "the partition faults need --meta embedded (the etcd members listen on 127.0.0.1, which a node's network namespace cannot reach)",
+        )?;
+        keyway_map::check_replication(self.replication_factor, self.min_in_sync)
+            .map_err(|e| format!("--replication-factor/--min-in-sync: {e}"))?;
+        check(
+            self.replication_factor == 1 && self.min_in_sync == 1
+                || self.meta == MetaKind::Embedded,
+            "--replication-factor/--min-in-sync need --meta embedded (`keyway meta` bootstraps keyspace 0 replicated; on etcd the servers bootstrap it, unreplicated)",
+        )?;
+        check(
+            usize::from(self.replication_factor) <= self.nodes,
+            "--replication-factor must be at most --nodes",
+        )?;
+        check(
+            self.replica_read_lease_ms < self.replica_lag_timeout_ms,
+            "--replica-read-lease-ms must be below --replica-lag-timeout-ms",
+        )?;
+        check(
+            self.replica_lag_timeout_ms >= 100,
+            "--replica-lag-timeout-ms must be at least 100",
+        )?;
+        check(
+            self.replica_read_pct <= 100,
+            "--replica-read-pct must be 0..=100",
         )?;
         Ok(())
+    }
+
+    /// Whether a fault asks for network namespaces (the `partition` family).
+    pub fn needs_network(&self) -> bool {
+        self.faults.iter().any(|k| k.needs_network())
     }
 }
 
@@ -179,8 +220,12 @@ pub async fn run_one(
         node_lease_margin_ms: cfg.node_lease_ttl_ms / 4,
         manager_lease_ttl_ms: cfg.manager_lease_ttl_ms,
         start_timeout: Duration::from_millis(cfg.settle_timeout_ms),
-        network: cfg.faults.contains(&FaultKind::Partition),
+        network: cfg.needs_network(),
         fault_injection: cfg.faults.contains(&FaultKind::Disk),
+        replication_factor: cfg.replication_factor,
+        min_in_sync: cfg.min_in_sync,
+        replica_lag_timeout_ms: cfg.replica_lag_timeout_ms,
+        replica_read_lease_ms: cfg.replica_read_lease_ms,
     };
     let cluster = tokio::task::spawn_blocking(move || Cluster::start(spec))
         .await
@@ -219,6 +264,7 @@ pub async fn run_one(
                 op_timeout,
                 think: Duration::from_millis(cfg.think_ms),
                 final_read_timeout: settle,
+                replica_read_pct: cfg.replica_read_pct,
             };
             tokio::spawn(workload::client_task(
                 plan,
@@ -239,6 +285,8 @@ pub async fn run_one(
         })
         .collect();
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let (observer_stop, observer_rx) = tokio::sync::watch::channel(false);
+    let observer = tokio::spawn(crate::observe::observe_map(target.clone(), observer_rx));
     let churn: Vec<_> = (0..cfg.churn_workers)
         .map(|w| {
             tokio::spawn(faults::churn_worker(
@@ -257,7 +305,10 @@ pub async fn run_one(
         &cfg.faults,
         cfg.nodes,
         etcd_members,
-        cfg.node_lease_ttl_ms,
+        faults::Timings {
+            node_lease_ttl_ms: cfg.node_lease_ttl_ms,
+            replica_lag_timeout_ms: cfg.replica_lag_timeout_ms,
+        },
         cfg.time_limit_ms,
     );
     let phase_start = Instant::now();
@@ -318,6 +369,15 @@ pub async fn run_one(
         Ok(took) => log.note(&format!("serving again after {took:?}")),
         Err(why) => failures.push(format!("the cluster did not serve again: {why}")),
     }
+    if cfg.replication_factor > 1 {
+        // Every copy caught up and rejoined the in-sync set (catch-up works).
+        match crate::observe::wait_in_sync(&target, cfg.replication_factor, settle).await {
+            Ok(took) => log.note(&format!("every partition in sync again after {took:?}")),
+            Err(why) => failures.push(format!(
+                "the replicas did not all catch up after healing: {why}"
+            )),
+        }
+    }
     log.note("final reads");
     let _ = phase_tx.send(Phase::FinalRead);
     let mut events = Vec::new();
@@ -328,6 +388,8 @@ pub async fn run_one(
         }
     }
     let _ = std::fs::write(dir.join("clients.txt"), shared.client_table());
+    let _ = observer_stop.send(true);
+    let map_changes = observer.await.unwrap_or_default();
     let migrations = migration_states(&cfg.bin, &meta_url).await;
     let crashes = {
         let mut c = cluster.lock().unwrap_or_else(|e| e.into_inner());
@@ -345,6 +407,9 @@ pub async fn run_one(
     let (verdict, check) = judge(&history);
     let mut report = RunReport::new(seed, &history, verdict, injected, churned, migrations);
     report.final_reads = progress.final_reads.load(Relaxed);
+    report.replica_reads = shared.replica_reads.load(Relaxed);
+    report.map = map_changes;
+    report.replication_factor = cfg.replication_factor;
     report.duration = started.elapsed();
     if report.ops_ok < cfg.min_ok_ops {
         failures.push(format!(
@@ -376,6 +441,21 @@ pub async fn run_one(
                 "only {ok} successful operations of the {kind:?} clients (at least {want} required)"
             ));
         }
+    }
+    // Replica reads must really have happened on a replicated run (else
+    // the run did not test them; at RF 1 CLUSTER SLOTS lists no replica).
+    let plain_clients = (0..cfg.clients)
+        .filter(|i| kind_of_index(*i) == ClientKind::Plain)
+        .count();
+    if cfg.replication_factor > 1
+        && cfg.replica_read_pct > 0
+        && plain_clients > 0
+        && report.replica_reads == 0
+    {
+        failures.push(
+            "replication is on and replica reads were asked for, but no replica answered a read"
+                .to_string(),
+        );
     }
     let want_final = (cfg.clients * keys.all().len()) as u64;
     if report.final_reads < want_final {

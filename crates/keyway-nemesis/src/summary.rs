@@ -3,6 +3,7 @@
 
 use crate::faults::{ChurnCounts, ChurnKind, FaultKind};
 use crate::judge::Verdict;
+use crate::observe::MapChanges;
 use keyway_check::{History, Outcome};
 use std::collections::BTreeMap;
 use std::fmt;
@@ -24,6 +25,12 @@ pub struct RunReport {
     pub ops_ok_by_kind: BTreeMap<String, u64>,
     /// Keys read successfully in the final reads (over all clients).
     pub final_reads: u64,
+    /// Reads a replica answered (`READONLY`), judged like every read.
+    pub replica_reads: u64,
+    /// Keyspace 0's replication factor in this run.
+    pub replication_factor: u8,
+    /// Owner changes and failovers the map observer saw.
+    pub map: MapChanges,
     pub verdict: Verdict,
     /// Why the run failed besides the verdict (starved, did not recover, a crash).
     pub failures: Vec<String>,
@@ -56,6 +63,9 @@ impl RunReport {
             ops_unknown: count(|o| *o == Outcome::Unknown),
             ops_ok_by_kind: BTreeMap::new(),
             final_reads: 0,
+            replica_reads: 0,
+            replication_factor: 1,
+            map: MapChanges::default(),
             verdict,
             failures: Vec::new(),
             history_file: None,
@@ -104,18 +114,23 @@ impl fmt::Display for RunReport {
         let v = &self.verdict;
         write!(
             f,
-            "seed {} {} in {:.0}s | faults: {} | churn: {} | migrations: {} | ops: ok={} ({}) failed={} unknown={} final_reads={} | checker {}: {} lost={} double_incr={} stale={} linearizable={}",
+            "seed {} {} in {:.0}s | rf={} | faults: {} | churn: {} | migrations: {} | map: owner_changes={} failovers={} under_replicated={} | ops: ok={} ({}) failed={} unknown={} final_reads={} replica_reads={} | checker {}: {} lost={} double_incr={} stale={} linearizable={}",
             self.seed,
             if self.passed() { "PASS" } else { "FAIL" },
             self.duration.as_secs_f64(),
+            self.replication_factor,
             counts(&self.faults),
             churn_text(&self.churn),
             counts(&self.migrations),
+            self.map.owner_changes,
+            self.map.failovers,
+            self.map.under_replicated,
             self.ops_ok,
             counts(&self.ops_ok_by_kind),
             self.ops_failed,
             self.ops_unknown,
             self.final_reads,
+            self.replica_reads,
             v.checker,
             v.summary,
             v.lost,
@@ -153,6 +168,8 @@ pub struct Totals {
     pub ops_ok: u64,
     pub ops_failed: u64,
     pub ops_unknown: u64,
+    pub replica_reads: u64,
+    pub failovers: u64,
     /// Runs whose verdict was not ok.
     pub violations: u64,
     pub lost: u64,
@@ -175,6 +192,8 @@ impl Totals {
         self.ops_ok += r.ops_ok;
         self.ops_failed += r.ops_failed;
         self.ops_unknown += r.ops_unknown;
+        self.replica_reads += r.replica_reads;
+        self.failovers += r.map.failovers;
         self.violations += u64::from(!r.verdict.ok);
         self.lost += r.verdict.lost;
         self.double_incr += r.verdict.double_incr;
@@ -199,7 +218,7 @@ impl fmt::Display for Totals {
         let churn: BTreeMap<&str, u64> = self.churn.iter().map(|(k, n)| (k.name(), *n)).collect();
         write!(
             f,
-            "total: {} runs, {} passed, {} failed ({} with violations, {} not carried out) | faults: {} | churn: {} | ops: ok={} failed={} unknown={} | lost={} double_incr={} stale={}",
+            "total: {} runs, {} passed, {} failed ({} with violations, {} not carried out) | faults: {} | churn: {} | failovers={} | ops: ok={} failed={} unknown={} replica_reads={} | lost={} double_incr={} stale={}",
             self.runs,
             self.passed,
             self.runs - self.passed,
@@ -207,9 +226,11 @@ impl fmt::Display for Totals {
             self.errors,
             counts(&self.faults),
             counts(&churn),
+            self.failovers,
             self.ops_ok,
             self.ops_failed,
             self.ops_unknown,
+            self.replica_reads,
             self.lost,
             self.double_incr,
             opt(self.stale),

@@ -7,6 +7,11 @@
 //! `INCR` applied twice shows in the count. Every written value is unique
 //! (client id and sequence number), so a read names the write it saw.
 //!
+//! A share of the plain clients' reads (`GET`, `MGET`) go to a replica on
+//! a `READONLY` connection ([`ClusterClient::exec_replica_read`]); they are
+//! recorded as ordinary reads, so the checker flags a stale one like any
+//! other, and counted apart ([`Shared::replica_reads`]).
+//!
 //! Outcomes are judged conservatively: [`Outcome::Failed`] only for a
 //! request certainly not run (a routing/availability rejection, a refused
 //! connect, a smart-client rejection with no I/O error on the way);
@@ -102,6 +107,8 @@ pub struct Shared {
     next_event: AtomicU64,
     next_client: AtomicU32,
     pub progress: Arc<Progress>,
+    /// Reads a replica answered (on a `READONLY` connection).
+    pub replica_reads: AtomicU64,
     /// Which workload client (index and library) each history client id is.
     ids: std::sync::Mutex<Vec<(u32, usize, ClientKind)>>,
 }
@@ -113,6 +120,7 @@ impl Shared {
             next_event: AtomicU64::new(0),
             next_client: AtomicU32::new(0),
             progress,
+            replica_reads: AtomicU64::new(0),
             ids: Default::default(),
         }
     }
@@ -177,11 +185,24 @@ enum Driver {
         config: ClientConfig,
         client: Option<Box<Client>>,
     },
-    Plain(ClusterClient),
+    Plain {
+        client: ClusterClient,
+        /// Percent of reads sent to a replica.
+        replica_read_pct: u32,
+        rng: Box<StdRng>,
+        /// Whether the last operation was answered by a replica.
+        from_replica: bool,
+    },
 }
 
 impl Driver {
-    fn new(kind: ClientKind, seeds: Vec<String>, op_timeout: Duration) -> Driver {
+    fn new(
+        kind: ClientKind,
+        seeds: Vec<String>,
+        op_timeout: Duration,
+        replica_read_pct: u32,
+        seed: u64,
+    ) -> Driver {
         match kind {
             ClientKind::Smart => Driver::Smart {
                 config: ClientConfig {
@@ -192,8 +213,24 @@ impl Driver {
                 seeds,
                 client: None,
             },
-            ClientKind::Plain => Driver::Plain(ClusterClient::new(seeds)),
+            ClientKind::Plain => Driver::Plain {
+                client: ClusterClient::new(seeds),
+                replica_read_pct,
+                rng: Box::new(StdRng::seed_from_u64(seed)),
+                from_replica: false,
+            },
         }
+    }
+
+    /// Whether a replica answered the last operation.
+    fn answered_by_replica(&self) -> bool {
+        matches!(
+            self,
+            Driver::Plain {
+                from_replica: true,
+                ..
+            }
+        )
     }
 
     /// Whether the driver can take an operation now (the smart client
@@ -201,7 +238,7 @@ impl Driver {
     /// while it cannot).
     async fn ready(&mut self, op_timeout: Duration) -> bool {
         match self {
-            Driver::Plain(_) => true,
+            Driver::Plain { .. } => true,
             Driver::Smart {
                 seeds,
                 config,
@@ -222,11 +259,29 @@ impl Driver {
     async fn exec(&mut self, op: &Op, op_timeout: Duration) -> Outcome {
         let args = args(op);
         match self {
-            Driver::Plain(c) => match c.exec(slot(op), &args, op_timeout).await {
-                Exec::Reply(frame) => outcome_of(op, &frame),
-                Exec::Failed(_) => Outcome::Failed,
-                Exec::Unknown(_) => Outcome::Unknown,
-            },
+            Driver::Plain {
+                client,
+                replica_read_pct,
+                rng,
+                from_replica,
+            } => {
+                let is_read = matches!(op, Op::Get { .. } | Op::MGet { .. });
+                let to_replica = is_read && rng.random_range(0..100) < *replica_read_pct;
+                let exec = if to_replica {
+                    let (exec, replica) =
+                        client.exec_replica_read(slot(op), &args, op_timeout).await;
+                    *from_replica = replica;
+                    exec
+                } else {
+                    *from_replica = false;
+                    client.exec(slot(op), &args, op_timeout).await
+                };
+                match exec {
+                    Exec::Reply(frame) => outcome_of(op, &frame),
+                    Exec::Failed(_) => Outcome::Failed,
+                    Exec::Unknown(_) => Outcome::Unknown,
+                }
+            }
             Driver::Smart { client, .. } => {
                 let c = client.as_ref().expect("ready() before exec()");
                 let io_before = c.stats().io_errors;
@@ -409,6 +464,9 @@ fn random_op(rng: &mut StdRng, keys: &KeySet, tag: &str) -> Op {
 const BACKOFF_BASE: Duration = Duration::from_millis(25);
 const BACKOFF_DOUBLINGS: u32 = 5;
 
+/// Keeps the replica-read draws apart from the operation draws of one client.
+const REPLICA_PICK_SALT: u64 = 0x5245_4144_4f4e_4c59;
+
 /// One workload client's settings.
 pub struct ClientPlan {
     pub index: usize,
@@ -421,6 +479,8 @@ pub struct ClientPlan {
     pub think: Duration,
     /// How long the final reads may take in all.
     pub final_read_timeout: Duration,
+    /// Percent of a plain client's reads sent to a replica (`READONLY`).
+    pub replica_read_pct: u32,
 }
 
 /// One sequential client: random operations while the phase is
@@ -432,7 +492,13 @@ pub async fn client_task(
     mut phase: watch::Receiver<Phase>,
 ) -> Vec<Event> {
     let mut rng = StdRng::seed_from_u64(plan.seed);
-    let mut driver = Driver::new(plan.kind, plan.seeds.clone(), plan.op_timeout);
+    let mut driver = Driver::new(
+        plan.kind,
+        plan.seeds.clone(),
+        plan.op_timeout,
+        plan.replica_read_pct,
+        plan.seed ^ REPLICA_PICK_SALT,
+    );
     let mut client = shared.client_id(plan.index, plan.kind);
     let mut seq = 0u64;
     let mut misses = 0u32;
@@ -508,6 +574,9 @@ async fn record(
     let outcome = driver.exec(&op, op_timeout).await;
     let complete_us = (outcome != Outcome::Unknown).then(|| shared.clock.now_us());
     shared.progress.count(&outcome);
+    if driver.answered_by_replica() && matches!(outcome, Outcome::Ok(_)) {
+        shared.replica_reads.fetch_add(1, Ordering::Relaxed);
+    }
     let event = Event {
         id: shared.event_id(),
         client: *client,

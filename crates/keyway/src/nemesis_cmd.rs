@@ -26,9 +26,15 @@ pub struct NemesisArgs {
     /// Concurrent workload clients (half smart, half plain Redis Cluster).
     #[arg(long, default_value_t = 6)]
     clients: usize,
-    /// Faults to inject: kill,pause,manager,meta,move,split,merge,disk,partition;
-    /// `default` is all but partition (which needs root and iproute2: each
-    /// node then runs in its own network namespace); `all` is every kind.
+    /// Faults to inject: kill,pause,manager,meta,move,split,merge,disk,
+    /// partition,primary-kill,replica-pause,partition-store,partition-peers.
+    /// `primary-kill` kills the node that is primary of the most partitions;
+    /// `replica-pause` SIGSTOPs the busiest in-sync replica past
+    /// --replica-lag-timeout-ms; `partition-store` / `partition-peers` cut a
+    /// node from the metadata store only / from the other nodes only.
+    /// `default` is all but the partition family (which needs root and
+    /// iproute2: each node then runs in its own network namespace); `all`
+    /// is every kind.
     #[arg(long, default_value = "default")]
     faults: String,
     /// Metadata store: embedded (`keyway meta`) or etcd (3 members; needs etcd installed).
@@ -73,6 +79,25 @@ pub struct NemesisArgs {
     /// How long the cluster may take to start, and to serve again after healing, milliseconds.
     #[arg(long, default_value_t = 60_000)]
     settle_timeout_ms: u64,
+    /// Copies of each partition of keyspace 0 (`keyway meta
+    /// --replication-factor`); 1 passes no replication flag (1..=5, at most --nodes).
+    #[arg(long, default_value_t = 1)]
+    replication_factor: u8,
+    /// Copies (the primary included) that must be in sync for a write to
+    /// be accepted (`-NOREPLICAS` below it); 1..=--replication-factor.
+    #[arg(long, default_value_t = 1)]
+    min_in_sync: u8,
+    /// The nodes' --replica-lag-timeout-ms (with replication); a
+    /// `replica-pause` is held past it.
+    #[arg(long, default_value_t = 2_000)]
+    replica_lag_timeout_ms: u64,
+    /// The nodes' --replica-read-lease-ms (with replication); below the lag timeout.
+    #[arg(long, default_value_t = 1_000)]
+    replica_read_lease_ms: u64,
+    /// Percent of the plain clients' reads sent to a replica on a READONLY
+    /// connection (counted as replica_reads; judged like every read).
+    #[arg(long, default_value_t = 30)]
+    replica_read_pct: u32,
 }
 
 pub async fn run(args: NemesisArgs) -> anyhow::Result<()> {
@@ -98,9 +123,14 @@ pub async fn run(args: NemesisArgs) -> anyhow::Result<()> {
         min_ok_ops: args.min_ok_ops,
         settle_timeout_ms: args.settle_timeout_ms,
         keep: args.keep,
+        replication_factor: args.replication_factor,
+        min_in_sync: args.min_in_sync,
+        replica_lag_timeout_ms: args.replica_lag_timeout_ms,
+        replica_read_lease_ms: args.replica_read_lease_ms,
+        replica_read_pct: args.replica_read_pct,
     };
     config.validate().map_err(anyhow::Error::msg)?;
-    if config.faults.contains(&FaultKind::Partition) {
+    if config.needs_network() {
         // Not silently skipped: a machine that cannot make namespaces says so.
         Network::probe()?;
     }
@@ -110,10 +140,12 @@ pub async fn run(args: NemesisArgs) -> anyhow::Result<()> {
         .unwrap_or_else(|| u64::from(rand::random::<u32>()));
     let faults: Vec<&str> = config.faults.iter().map(|k| k.name()).collect();
     println!(
-        "keyway nemesis: {} runs from seed {first} (--seed {first} replays), {} s each, {} nodes, {} clients, faults {}",
+        "keyway nemesis: {} runs from seed {first} (--seed {first} replays), {} s each, {} nodes, replication factor {} (min in sync {}), {} clients, faults {}",
         args.runs,
         args.time_limit,
         args.nodes,
+        args.replication_factor,
+        args.min_in_sync,
         args.clients,
         faults.join(",")
     );

@@ -1,0 +1,184 @@
+//! The map observer: polls the partition map (`keyway ctl --json map`)
+//! through the run and counts the changes of owner it sees, telling a
+//! failover (the manager promoted a replica) apart from the flip of a
+//! migration (a record in `keyway ctl migrations` moving that partition
+//! from the old owner to the new one). A poll sees the map at one version,
+//! so two changes of one partition between polls count as one.
+
+use crate::faults::{CTL_TIMEOUT, Target, current_map};
+use keyway_map::{NodeId, PartitionId, PartitionMap};
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+/// Pause between two polls of the map.
+pub const MAP_POLL_MS: u64 = 500;
+
+/// What the observer saw.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MapChanges {
+    /// Polls that read a map.
+    pub polls: u64,
+    /// Owner changes of a partition between two polls (either kind).
+    pub owner_changes: u64,
+    /// Owner changes no migration record explains: failovers.
+    pub failovers: u64,
+    /// Partitions seen with fewer in-sync copies than the replication
+    /// factor at some poll (catch-up after a fault), counted once each.
+    pub under_replicated: u64,
+}
+
+/// One owner change: partition, old owner, new owner.
+type Change = (PartitionId, NodeId, NodeId);
+
+/// The owner changes from `old` to `new` (partitions in both).
+fn owner_changes(old: &PartitionMap, new: &PartitionMap) -> Vec<Change> {
+    new.partitions
+        .values()
+        .filter_map(|p| {
+            let before = old.partitions.get(&p.id)?;
+            (before.owner != p.owner).then_some((p.id, before.owner, p.owner))
+        })
+        .collect()
+}
+
+/// The owner changes no migration (`(partition, source, target)`) explains.
+fn unexplained(changes: &[Change], moves: &BTreeSet<Change>) -> Vec<Change> {
+    changes
+        .iter()
+        .filter(|c| !moves.contains(c))
+        .copied()
+        .collect()
+}
+
+/// `(partition, source, target)` of every migration record not aborted.
+async fn migration_moves(target: &Target) -> Option<BTreeSet<Change>> {
+    let out = crate::cluster::ctl(
+        &target.bin,
+        &target.meta_url,
+        &["--json", "migrations"],
+        CTL_TIMEOUT,
+    )
+    .await
+    .ok()?;
+    let rows: Vec<serde_json::Value> = serde_json::from_str(&out).ok()?;
+    Some(
+        rows.iter()
+            .filter(|r| r.get("state").and_then(|s| s.as_str()) != Some("ABORTED"))
+            .filter_map(|r| {
+                let id = r.get("partition")?.as_u64()?;
+                let from = NodeId::parse(r.get("source")?.as_str()?)?;
+                let to = NodeId::parse(r.get("target")?.as_str()?)?;
+                Some((PartitionId(id), from, to))
+            })
+            .collect(),
+    )
+}
+
+/// Polls until `stop`; what it saw.
+pub async fn observe_map(
+    target: Target,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) -> MapChanges {
+    let mut seen = MapChanges::default();
+    let mut last: Option<PartitionMap> = None;
+    let mut under: BTreeSet<PartitionId> = BTreeSet::new();
+    while !*stop.borrow() {
+        if let Some(map) = current_map(&target).await {
+            seen.polls += 1;
+            let rf: BTreeMap<_, _> = map
+                .keyspaces
+                .iter()
+                .map(|(id, k)| (*id, usize::from(k.replication_factor)))
+                .collect();
+            for p in map.partitions.values() {
+                if p.in_sync_copies() < rf.get(&p.keyspace).copied().unwrap_or(1) {
+                    under.insert(p.id);
+                }
+            }
+            if let Some(old) = &last {
+                let changes = owner_changes(old, &map);
+                if !changes.is_empty() {
+                    seen.owner_changes += changes.len() as u64;
+                    // Without the migration records, nothing is called a failover.
+                    if let Some(moves) = migration_moves(&target).await {
+                        let failovers = unexplained(&changes, &moves);
+                        seen.failovers += failovers.len() as u64;
+                        for c in &failovers {
+                            target.log.note(&format!(
+                                "map: partition {} owner {} -> {} (failover)",
+                                c.0, c.1, c.2
+                            ));
+                        }
+                    }
+                }
+            }
+            last = Some(map);
+        }
+        let gap = Duration::from_millis(MAP_POLL_MS);
+        let _ = tokio::time::timeout(gap, stop.changed()).await;
+    }
+    seen.under_replicated = under.len() as u64;
+    seen
+}
+
+/// Waits until every partition of keyspace 0 has all its copies in sync
+/// (`replication_factor` of them, the primary included); how long it took,
+/// or which partitions were still short at the deadline.
+pub async fn wait_in_sync(
+    target: &Target,
+    replication_factor: u8,
+    within: Duration,
+) -> Result<Duration, String> {
+    let started = std::time::Instant::now();
+    let want = usize::from(replication_factor);
+    let mut last = String::from("the map was never read");
+    loop {
+        if let Some(map) = current_map(target).await {
+            let short: Vec<String> = map
+                .keyspace_partitions(keyway_map::DEFAULT_KEYSPACE)
+                .filter(|p| p.in_sync_copies() < want)
+                .map(|p| format!("{} ({} of {want} in sync)", p.id, p.in_sync_copies()))
+                .collect();
+            if short.is_empty() {
+                return Ok(started.elapsed());
+            }
+            last = format!("partitions {}", short.join(", "));
+        }
+        if started.elapsed() >= within {
+            return Err(last);
+        }
+        tokio::time::sleep(Duration::from_millis(MAP_POLL_MS)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use keyway_map::NodeInfo;
+
+    #[test]
+    fn owner_changes_are_found_per_partition() {
+        let nodes: Vec<NodeInfo> = (1..=3)
+            .map(|i| NodeInfo::up(NodeId(i), format!("127.0.0.1:{i}")))
+            .collect();
+        let old = PartitionMap::bootstrap_replicated(&nodes, 2, 2).unwrap();
+        let mut new = old.clone();
+        let first = *new.partitions.keys().next().unwrap();
+        let p = new.partitions.get_mut(&first).unwrap();
+        let was = p.owner;
+        let to = p.replicas[0];
+        p.owner = to;
+        p.replicas = vec![was];
+        p.in_sync.clear();
+        let changes = owner_changes(&old, &new);
+        assert_eq!(changes, vec![(first, was, to)]);
+        assert!(owner_changes(&old, &old).is_empty());
+        // A migration from the old owner to the new one explains it; one
+        // to another node, or of another partition, does not.
+        let moved: BTreeSet<Change> = [(first, was, to)].into();
+        assert!(unexplained(&changes, &moved).is_empty());
+        let other: BTreeSet<Change> =
+            [(first, was, NodeId(99)), (PartitionId(999), was, to)].into();
+        assert_eq!(unexplained(&changes, &other), changes);
+    }
+}
