@@ -402,6 +402,17 @@ impl PeerClient {
         Ok((r.last_seq, r.recent_latency_us))
     }
 
+    /// One call of a replication stream or catch-up (see `crate::replicate`).
+    pub async fn replicate(
+        &self,
+        msg: pb::ReplicateRequest,
+    ) -> Result<pb::ReplicateResponse, PeerError> {
+        self.call("Replicate", msg, |mut c, r| async move {
+            c.replicate(r).await
+        })
+        .await
+    }
+
     /// Deletes up to `limit` entries of `range` at a peer serving a bare
     /// engine (tests, tools: a node refuses a call that names no migration),
     /// no change records; `0` = the range is empty there.
