@@ -235,6 +235,16 @@ impl DurableSeq {
         }
     }
 
+    /// fsyncs the engine and publishes what it covered (for records no
+    /// storage thread fsyncs: foreign records applied here, and a stream
+    /// waiting on records nobody else syncs soon).
+    pub fn sync_now(&self, engine: &dyn Engine) -> Result<(), keyway_storage::StorageError> {
+        let covered = engine.last_seq();
+        engine.sync()?;
+        self.publish(covered);
+        Ok(())
+    }
+
     /// Every record up to `seq` is durable (never moves back).
     fn publish(&self, seq: keyway_storage::Seq) {
         if self.seq.fetch_max(seq, Ordering::AcqRel) < seq || self.follows_last {

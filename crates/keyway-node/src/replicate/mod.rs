@@ -149,6 +149,7 @@ impl Replication {
                 parts.routing.clone(),
                 parts.latency.clone(),
                 metrics.clone(),
+                parts.durable.clone(),
             ),
             engine: parts.engine,
             routing: parts.routing,

@@ -23,7 +23,7 @@
 //!    earlier than the lease granted here, however late this call arrives.
 
 use super::metrics::ReplicationMetrics;
-use crate::executor::LatencyGauge;
+use crate::executor::{DurableSeq, LatencyGauge};
 use crate::migrate::{Refusal, RefusalReason};
 use crate::peer::pb;
 use crate::routing::Routing;
@@ -58,6 +58,8 @@ pub struct ReplicaSide {
     routing: Arc<Routing>,
     latency: Arc<LatencyGauge>,
     metrics: Arc<ReplicationMetrics>,
+    /// Published after each fsync here (this node's own streams ship up to it).
+    durable: Arc<DurableSeq>,
     senders: Mutex<HashMap<NodeId, Arc<tokio::sync::Mutex<SenderState>>>>,
     /// Testing hook: while true every call waits before it is looked at
     /// (as a `SIGSTOP`ped process would).
@@ -80,6 +82,7 @@ impl ReplicaSide {
         routing: Arc<Routing>,
         latency: Arc<LatencyGauge>,
         metrics: Arc<ReplicationMetrics>,
+        durable: Arc<DurableSeq>,
     ) -> Self {
         let seed = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -90,6 +93,7 @@ impl ReplicaSide {
             routing,
             latency,
             metrics,
+            durable,
             senders: Mutex::new(HashMap::new()),
             paused: watch::channel(false).0,
             next_token: std::sync::atomic::AtomicU64::new(seed | 1),
@@ -159,11 +163,12 @@ impl ReplicaSide {
             };
         }
         let (engine, routing, me) = (self.engine.clone(), self.routing.clone(), self.me);
+        let durable = self.durable.clone();
         let sync = req.sync;
         let checked = listed.clone();
         let n_records = records.len();
         let applied = super::blocking(move || {
-            apply(&*engine, &routing, me, sender, &checked, drop, &records, sync)
+            apply(&*engine, &durable, &routing, me, sender, &checked, drop, &records, sync)
         })
         .await
         .map_err(ReplicaError::Storage)?;
@@ -221,6 +226,7 @@ fn listed_from_pb(ps: &[pb::ReplicatedPartition]) -> Result<Vec<ListedPartition>
 #[allow(clippy::too_many_arguments)]
 fn apply(
     engine: &dyn Engine,
+    durable: &DurableSeq,
     routing: &Routing,
     me: NodeId,
     sender: NodeId,
@@ -278,7 +284,7 @@ fn apply(
         drop_guard(view);
     }
     if sync {
-        engine.sync()?;
+        durable.sync_now(engine)?;
     }
     Ok(Ok((engine.last_seq(), deleted)))
 }

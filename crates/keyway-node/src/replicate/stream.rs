@@ -33,6 +33,9 @@ use tokio::sync::Notify;
 const BATCH_RECORDS: usize = 5_000;
 /// Encoded bytes per call at most (a larger single record travels alone).
 const BATCH_BYTES: usize = 4 * 1024 * 1024;
+/// How long a stream waits for someone else's fsync to cover records past
+/// the durable seq before it fsyncs them itself.
+const DURABLE_WAIT: Duration = Duration::from_millis(10);
 /// Longest pause between two retries of a failed call.
 const MAX_RETRY_PAUSE: Duration = Duration::from_millis(200);
 
@@ -171,10 +174,20 @@ impl Stream {
             };
             if records.is_empty() && examined == acked && last_call.elapsed() < heartbeat {
                 let wait = heartbeat.saturating_sub(last_call.elapsed());
-                tokio::select! {
-                    _ = &mut durable_changed => {}
-                    _ = self.wake.notified() => {}
-                    _ = tokio::time::sleep(wait) => {}
+                // Records past the durable seq that no storage thread will
+                // fsync soon (foreign records applied here, say): fsync them.
+                let undurable = repl.engine.last_seq() > durable;
+                let wait = if undurable { wait.min(DURABLE_WAIT) } else { wait };
+                let changed = tokio::select! {
+                    _ = &mut durable_changed => true,
+                    _ = self.wake.notified() => true,
+                    _ = tokio::time::sleep(wait) => false,
+                };
+                if !changed && undurable {
+                    let (durable, engine) = (repl.durable.clone(), repl.engine.clone());
+                    if let Err(e) = super::blocking(move || durable.sync_now(&*engine)).await {
+                        tracing::warn!(%e, "replication stream: fsync failed");
+                    }
                 }
                 continue;
             }
