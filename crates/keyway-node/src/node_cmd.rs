@@ -429,7 +429,14 @@ fn storage_task(
             Ok(reply) => reply,
             Err(e) => return storage_failure(e),
         };
-        apply_and_reply(&shared, engine, &guard, partition, db.into_mutations(), reply)
+        apply_and_reply(
+            &shared,
+            engine,
+            &guard,
+            partition,
+            db.into_mutations(),
+            reply,
+        )
     })
 }
 
@@ -447,13 +454,15 @@ pub(crate) fn apply_and_reply(
     mutations: Vec<keyway_storage::Mutation>,
     reply: Frame,
 ) -> TaskOutput {
-    let in_sync = guard
-        .map()
-        .partitions
-        .get(&partition)
-        .map(|p| p.in_sync.clone())
-        .unwrap_or_default();
-    let replicated = !in_sync.is_empty() || shared.replication.has_waited(partition);
+    // Only the primary waits for replicas (a replica serving a READONLY
+    // read has nobody to wait for).
+    let row = guard.map().partitions.get(&partition);
+    let primary = row.is_some_and(|p| p.owner == shared.me);
+    let in_sync = match row {
+        Some(p) if primary => p.in_sync.clone(),
+        _ => Vec::new(),
+    };
+    let replicated = primary && (!in_sync.is_empty() || shared.replication.has_waited(partition));
     let (seq, wrote) = match mutations.is_empty() {
         true if !replicated => return TaskOutput::reply(reply, false),
         // A read shows every write applied so far.
@@ -489,7 +498,11 @@ pub(crate) fn apply_and_reply(
 
 /// `-NOREPLICAS` for a write to `p` with fewer in-sync copies than its
 /// keyspace's `min_in_sync` (counted, refused before the write runs).
-pub(crate) fn norepl(shared: &Shared, map: &keyway_map::PartitionMap, p: &keyway_map::PartitionRecord) -> Option<TaskOutput> {
+pub(crate) fn norepl(
+    shared: &Shared,
+    map: &keyway_map::PartitionMap,
+    p: &keyway_map::PartitionRecord,
+) -> Option<TaskOutput> {
     crate::replicate::norepl(map, p).then(|| {
         shared.replication.metrics.norepl_refusals.inc();
         TaskOutput::reply(Frame::Error(crate::replicate::NOREPLICAS.into()), false)

@@ -10,7 +10,8 @@ use bytes::Bytes;
 use keyway_client::{Client, ClientConfig, ClientError};
 use keyway_cluster::{ClusterSpec, LocalCluster};
 use keyway_map::{
-    DEFAULT_KEYSPACE, Epoch, Keyspace, MapChange, NodeId, OwnershipCondition, PartitionMap, PartitionRecord, Routing as KeyRouting, key_hash_slot,
+    DEFAULT_KEYSPACE, Epoch, Keyspace, MapChange, NodeId, OwnershipCondition, PartitionMap,
+    PartitionRecord, Routing as KeyRouting, key_hash_slot,
 };
 use keyway_meta::MapTxn;
 use keyway_node::peer::PeerClient;
@@ -111,7 +112,9 @@ fn held(c: &LocalCluster, index: usize, key: &[u8]) -> Option<Bytes> {
 async fn client(c: &LocalCluster) -> Client {
     let seeds: Vec<String> = c.resp_addrs().into_iter().flatten().collect();
     let seeds: Vec<&str> = seeds.iter().map(|s| s.as_str()).collect();
-    Client::connect(&seeds, ClientConfig::default()).await.unwrap()
+    Client::connect(&seeds, ClientConfig::default())
+        .await
+        .unwrap()
 }
 
 fn text(r: Result<Frame, ClientError>) -> String {
@@ -153,14 +156,20 @@ async fn replicas_hold_every_acknowledged_write_and_a_stalled_replica_is_dropped
     // Some data before replication starts: the catch-up copies it.
     let cl = std::sync::Arc::new(client(&c).await);
     for i in 0..300 {
-        cl.set(format!("old{i}").as_bytes(), b"before").await.unwrap();
+        cl.set(format!("old{i}").as_bytes(), b"before")
+            .await
+            .unwrap();
     }
     replicate_everything(&c, 1).await;
     let map = c.map().await.unwrap();
     for i in 0..300 {
         let key = format!("old{i}");
         let (_, r) = replica_of(&c, &map, key.as_bytes());
-        assert_eq!(held(&c, r, key.as_bytes()).as_deref(), Some(&b"before"[..]), "{key} copied");
+        assert_eq!(
+            held(&c, r, key.as_bytes()).as_deref(),
+            Some(&b"before"[..]),
+            "{key} copied"
+        );
     }
     // (a)/(d): the replica has each write when its acknowledgement arrives.
     for i in 0..400 {
@@ -192,7 +201,12 @@ async fn replicas_hold_every_acknowledged_write_and_a_stalled_replica_is_dropped
             .find(|k| p.contains(&key_hash_slot(k.as_bytes()).to_be_bytes()))
             .unwrap()
     };
-    c.node(stalled).unwrap().shared().replication.replica.set_paused(true);
+    c.node(stalled)
+        .unwrap()
+        .shared()
+        .replication
+        .replica
+        .set_paused(true);
     // One write to each partition it replicates, at once: each waits for
     // the lag timeout, then its partition drops the stalled replica.
     let paused_at = Instant::now();
@@ -210,18 +224,23 @@ async fn replicas_hold_every_acknowledged_write_and_a_stalled_replica_is_dropped
     for w in writes {
         let (key, waited) = w.await.unwrap();
         assert!(
-            waited >= Duration::from_millis(LAG_MS) && waited < Duration::from_millis(LAG_MS + 2_000),
+            waited >= Duration::from_millis(LAG_MS)
+                && waited < Duration::from_millis(LAG_MS + 2_000),
             "{key} waited {waited:?}: about the lag timeout ({LAG_MS} ms), not forever"
         );
         stall_keys.push(key);
     }
-    let removed = eventually("the stalled replica is out of the in-sync set", Duration::from_secs(5), || async {
-        let m = c.map().await.ok()?;
-        affected
-            .iter()
-            .all(|p| m.partitions[&p.id].in_sync.is_empty())
-            .then_some(m)
-    })
+    let removed = eventually(
+        "the stalled replica is out of the in-sync set",
+        Duration::from_secs(5),
+        || async {
+            let m = c.map().await.ok()?;
+            affected
+                .iter()
+                .all(|p| m.partitions[&p.id].in_sync.is_empty())
+                .then_some(m)
+        },
+    )
     .await;
     for p in &affected {
         assert_eq!(
@@ -236,10 +255,18 @@ async fn replicas_hold_every_acknowledged_write_and_a_stalled_replica_is_dropped
         let started = Instant::now();
         let key = format!("{}-{i}", key_of(&affected[i % affected.len()]));
         cl.set(key.as_bytes(), b"no-wait").await.unwrap();
-        assert!(started.elapsed() < Duration::from_millis(LAG_MS / 2), "write {i} waited");
+        assert!(
+            started.elapsed() < Duration::from_millis(LAG_MS / 2),
+            "write {i} waited"
+        );
     }
     // Resume: it catches up and is CASed back in.
-    c.node(stalled).unwrap().shared().replication.replica.set_paused(false);
+    c.node(stalled)
+        .unwrap()
+        .shared()
+        .replication
+        .replica
+        .set_paused(false);
     let back = wait_all_in_sync(&c).await;
     for p in &affected {
         assert!(back.partitions[&p.id].epoch > removed.partitions[&p.id].epoch);
@@ -265,18 +292,30 @@ async fn min_in_sync_two_refuses_writes_with_noreplicas_while_reads_work() {
     let key = b"guarded";
     cl.set(key, b"one").await.unwrap();
     let (p, r) = replica_of(&c, &map, key);
-    c.node(r).unwrap().shared().replication.replica.set_paused(true);
-    eventually("writes are refused with NOREPLICAS", Duration::from_secs(10), || async {
-        let reply = text(cl.command(&[b"SET", key, b"two"]).await);
-        (reply == "NOREPLICAS Not enough good replicas to write.").then_some(())
-    })
+    c.node(r)
+        .unwrap()
+        .shared()
+        .replication
+        .replica
+        .set_paused(true);
+    eventually(
+        "writes are refused with NOREPLICAS",
+        Duration::from_secs(10),
+        || async {
+            let reply = text(cl.command(&[b"SET", key, b"two"]).await);
+            (reply == "NOREPLICAS Not enough good replicas to write.").then_some(())
+        },
+    )
     .await;
     let m = c.map().await.unwrap();
     assert!(m.partitions[&p.id].in_sync.is_empty());
     // Reads are served (the last acknowledged value or the one written
     // before the replica was removed).
     let got = cl.get(key).await.unwrap().unwrap();
-    assert!(got == Bytes::from_static(b"one") || got == Bytes::from_static(b"two"), "{got:?}");
+    assert!(
+        got == Bytes::from_static(b"one") || got == Bytes::from_static(b"two"),
+        "{got:?}"
+    );
     assert!(
         c.node(node_index(&c, p.owner))
             .unwrap()
@@ -287,7 +326,12 @@ async fn min_in_sync_two_refuses_writes_with_noreplicas_while_reads_work() {
             .get()
             >= 1
     );
-    c.node(r).unwrap().shared().replication.replica.set_paused(false);
+    c.node(r)
+        .unwrap()
+        .shared()
+        .replication
+        .replica
+        .set_paused(false);
     wait_all_in_sync(&c).await;
     cl.set(key, b"three").await.unwrap();
     assert_eq!(held(&c, r, key).as_deref(), Some(&b"three"[..]));
@@ -315,12 +359,19 @@ async fn a_switchover_moves_the_primary_to_the_in_sync_replica_without_losing_a_
     assert_eq!((done.0, done.1), (p.replicas[0], Epoch(p.epoch.0 + 1)));
     let m = c.map().await.unwrap();
     let row = &m.partitions[&p.id];
-    assert_eq!((row.owner, row.replicas.clone()), (p.replicas[0], vec![p.owner]));
+    assert_eq!(
+        (row.owner, row.replicas.clone()),
+        (p.replicas[0], vec![p.owner])
+    );
     // The new primary serves every write of the partition, and re-syncs the old one.
     for i in 0..200 {
         let key = format!("w{i}");
         if p.contains(&key_hash_slot(key.as_bytes()).to_be_bytes()) {
-            assert_eq!(cl.get(key.as_bytes()).await.unwrap().as_deref(), Some(&b"x"[..]), "{key}");
+            assert_eq!(
+                cl.get(key.as_bytes()).await.unwrap().as_deref(),
+                Some(&b"x"[..]),
+                "{key}"
+            );
         }
     }
     wait_all_in_sync(&c).await;

@@ -211,7 +211,14 @@ fn op_task(
             Ok(reply) => reply,
             Err(e) => return storage_failure(e),
         };
-        apply_and_reply(&shared, engine, &guard, partition.id, db.into_mutations(), reply)
+        apply_and_reply(
+            &shared,
+            engine,
+            &guard,
+            partition.id,
+            db.into_mutations(),
+            reply,
+        )
     })
 }
 

@@ -407,9 +407,11 @@ impl PeerClient {
         &self,
         msg: pb::ReplicateRequest,
     ) -> Result<pb::ReplicateResponse, PeerError> {
-        self.call("Replicate", msg, |mut c, r| async move {
-            c.replicate(r).await
-        })
+        self.call(
+            "Replicate",
+            msg,
+            |mut c, r| async move { c.replicate(r).await },
+        )
         .await
     }
 

@@ -598,9 +598,15 @@ impl peer_server::Peer for PeerService {
         let timeout = std::time::Duration::from_millis(r.timeout_ms.max(1));
         let repl = &self.node()?.replication;
         let pid = PartitionId(r.partition);
-        let done = crate::replicate::switchover::switchover(repl, pid, keyway_map::Epoch(r.epoch), to, timeout)
-            .await
-            .map_err(|e| Status::failed_precondition(e.to_string()))?;
+        let done = crate::replicate::switchover::switchover(
+            repl,
+            pid,
+            keyway_map::Epoch(r.epoch),
+            to,
+            timeout,
+        )
+        .await
+        .map_err(|e| Status::failed_precondition(e.to_string()))?;
         Ok(Response::new(pb::SwitchoverResponse {
             owner: done.owner.0,
             epoch: done.epoch.0,

@@ -49,7 +49,12 @@ pub fn changed_row(row: &PartitionRecord, change: &CasChange) -> PartitionRecord
     next
 }
 
-async fn commit(repl: &Replication, partition: PartitionId, epoch: Epoch, change: &CasChange) -> bool {
+async fn commit(
+    repl: &Replication,
+    partition: PartitionId,
+    epoch: Epoch,
+    change: &CasChange,
+) -> bool {
     let map = repl.routing.map();
     let Some(row) = map.partitions.get(&partition) else {
         return false;

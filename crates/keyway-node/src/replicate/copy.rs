@@ -34,14 +34,21 @@ use std::time::{Duration, Instant};
 const CLEAN_CHUNK_ENTRIES: u32 = 10_000;
 
 /// Runs the catch-up and reports the outcome to the rules.
-pub async fn run(repl: Arc<Replication>, stream: Arc<Stream>, partition: PartitionId, replica: NodeId) {
+pub async fn run(
+    repl: Arc<Replication>,
+    stream: Arc<Stream>,
+    partition: PartitionId,
+    replica: NodeId,
+) {
     match copy(&repl, &stream, partition, replica).await {
         Ok(()) => {
             tracing::info!(%partition, %replica, "replica copied; joining");
         }
         Err(e) => {
             tracing::warn!(%partition, %replica, %e, "replica catch-up failed; retrying later");
-            repl.lock().rules.copy_failed(partition, replica, Instant::now());
+            repl.lock()
+                .rules
+                .copy_failed(partition, replica, Instant::now());
         }
     }
 }
@@ -68,7 +75,15 @@ async fn copy(
     // 1. Clean.
     loop {
         let listed = entry(repl, partition, replica).ok_or_else(gone)?;
-        let resp = call(repl, stream, &listed, Vec::new(), false, CLEAN_CHUNK_ENTRIES).await?;
+        let resp = call(
+            repl,
+            stream,
+            &listed,
+            Vec::new(),
+            false,
+            CLEAN_CHUNK_ENTRIES,
+        )
+        .await?;
         if resp.deleted == 0 {
             break;
         }

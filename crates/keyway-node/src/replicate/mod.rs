@@ -262,7 +262,12 @@ impl Replication {
                 _ = shutdown.changed() => break,
             }
         }
-        for s in self.streams.lock().unwrap_or_else(|e| e.into_inner()).values() {
+        for s in self
+            .streams
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+        {
             s.stop();
         }
     }
@@ -354,7 +359,10 @@ impl Replication {
                     Some(stream) => {
                         tokio::spawn(copy::run(self.clone(), stream, partition, replica));
                     }
-                    None => self.lock().rules.copy_failed(partition, replica, Instant::now()),
+                    None => self
+                        .lock()
+                        .rules
+                        .copy_failed(partition, replica, Instant::now()),
                 }
             }
         }
@@ -419,7 +427,11 @@ impl Replication {
         }
         drop(inner);
         let map = self.routing.map();
-        for p in map.partitions.values().filter(|p| p.replicas.contains(&self.me)) {
+        for p in map
+            .partitions
+            .values()
+            .filter(|p| p.replicas.contains(&self.me))
+        {
             let state = match p.in_sync.contains(&self.me) {
                 true if self.routing.replica_read_valid(p.id, p.epoch) => "in_sync_serving_reads",
                 true => "in_sync",

@@ -115,7 +115,10 @@ impl ReplicaSide {
     }
 
     /// Serves one call (see the module docs).
-    pub async fn serve(&self, req: pb::ReplicateRequest) -> Result<pb::ReplicateResponse, ReplicaError> {
+    pub async fn serve(
+        &self,
+        req: pb::ReplicateRequest,
+    ) -> Result<pb::ReplicateResponse, ReplicaError> {
         let mut paused = self.paused.subscribe();
         while *paused.borrow_and_update() {
             if paused.changed().await.is_err() {
@@ -129,7 +132,8 @@ impl ReplicaSide {
             .iter()
             .enumerate()
             .map(|(i, b)| {
-                ChangeRecord::decode(b).map_err(|e| ReplicaError::Invalid(format!("record {i}: {e}")))
+                ChangeRecord::decode(b)
+                    .map_err(|e| ReplicaError::Invalid(format!("record {i}: {e}")))
             })
             .collect::<Result<Vec<_>, _>>()?;
         let drop = match req.drop_limit {
@@ -168,13 +172,17 @@ impl ReplicaSide {
         let checked = listed.clone();
         let n_records = records.len();
         let applied = super::blocking(move || {
-            apply(&*engine, &durable, &routing, me, sender, &checked, drop, &records, sync)
+            apply(
+                &*engine, &durable, &routing, me, sender, &checked, drop, &records, sync,
+            )
         })
         .await
         .map_err(ReplicaError::Storage)?;
         let (last_seq, deleted) = applied.map_err(|r| self.refuse(r))?;
         state.last_call = req.call;
-        self.metrics.replica_applied_records.inc_by(n_records as u64);
+        self.metrics
+            .replica_applied_records
+            .inc_by(n_records as u64);
         let mut token = 0;
         if req.stream {
             let lease = Duration::from_millis(req.read_lease_ms.min(MAX_READ_LEASE_MS));
@@ -184,7 +192,8 @@ impl ReplicaSide {
             {
                 for (pid, epoch, _, vouch) in &listed {
                     if *vouch {
-                        self.routing.grant_replica_read(*pid, *epoch, anchor + lease);
+                        self.routing
+                            .grant_replica_read(*pid, *epoch, anchor + lease);
                     }
                 }
             }
@@ -217,7 +226,12 @@ fn listed_from_pb(ps: &[pb::ReplicatedPartition]) -> Result<Vec<ListedPartition>
                 .range
                 .clone()
                 .ok_or_else(|| ReplicaError::Invalid("a listed partition has no range".into()))?;
-            Ok((PartitionId(p.id), Epoch(p.epoch), KeyRange::new(r.start, r.end), p.vouch))
+            Ok((
+                PartitionId(p.id),
+                Epoch(p.epoch),
+                KeyRange::new(r.start, r.end),
+                p.vouch,
+            ))
         })
         .collect()
 }
@@ -315,7 +329,10 @@ pub fn check<'k>(
         if p.epoch > *epoch {
             return refuse(
                 RefusalReason::Stale,
-                format!("partition {pid} is at epoch {} here, the sender names {epoch}", p.epoch),
+                format!(
+                    "partition {pid} is at epoch {} here, the sender names {epoch}",
+                    p.epoch
+                ),
             );
         }
         if p.epoch == *epoch {
@@ -340,7 +357,10 @@ pub fn check<'k>(
     match keys.find(|k| !ranges.iter().any(|r| r.contains(k))) {
         Some(k) => refuse(
             RefusalReason::OutOfRange,
-            format!("key {:?} is in no partition the call lists", Bytes::copy_from_slice(k)),
+            format!(
+                "key {:?} is in no partition the call lists",
+                Bytes::copy_from_slice(k)
+            ),
         ),
         None => Ok(()),
     }
@@ -374,9 +394,17 @@ mod tests {
     #[test]
     fn only_the_owner_at_the_epoch_ships_to_a_listed_replica() {
         let mut m = map();
-        let p = m.partitions.values().find(|p| p.owner == NodeId(1)).unwrap().clone();
+        let p = m
+            .partitions
+            .values()
+            .find(|p| p.owner == NodeId(1))
+            .unwrap()
+            .clone();
         let replica = p.replicas[0];
-        let other = (1..=3).map(NodeId).find(|n| *n != replica && *n != p.owner).unwrap();
+        let other = (1..=3)
+            .map(NodeId)
+            .find(|n| *n != replica && *n != p.owner)
+            .unwrap();
         let key = [&p.storage_bounds().0[..], b"k"].concat();
         let keys = || std::iter::once(&key[..]);
         let l = listed(&m, p.id, p.epoch);
@@ -400,9 +428,16 @@ mod tests {
         let r = check(&m, replica, p.owner, &l, keys()).unwrap_err();
         assert_eq!(r.reason, RefusalReason::Stale);
         // Unknown partition: the map is behind.
-        let unknown = vec![(PartitionId(999), Epoch(1), KeyRange::new(Bytes::new(), None), false)];
+        let unknown = vec![(
+            PartitionId(999),
+            Epoch(1),
+            KeyRange::new(Bytes::new(), None),
+            false,
+        )];
         assert_eq!(
-            check(&m, replica, p.owner, &unknown, std::iter::empty()).unwrap_err().reason,
+            check(&m, replica, p.owner, &unknown, std::iter::empty())
+                .unwrap_err()
+                .reason,
             RefusalReason::MapBehind
         );
     }

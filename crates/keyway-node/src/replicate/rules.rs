@@ -112,19 +112,30 @@ pub enum Command {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ReplicaState {
     /// Not shipped, not waited for; a copy starts at `retry_at`.
-    Idle { retry_at: Instant },
+    Idle {
+        retry_at: Instant,
+    },
     /// The copy runs; the stream ships the partition once `shipped`
     /// (after the clean, before the first chunk is read).
-    Copying { shipped: bool },
+    Copying {
+        shipped: bool,
+    },
     /// Copied; every new reply waits for it; in sync once acked ≥ `s0`.
-    Joining { s0: Seq },
+    Joining {
+        s0: Seq,
+    },
     /// The CAS adding it is in flight (waited for, as joining).
     Adding,
     InSync,
     /// To be CASed out (`in_flight`: the CAS runs); still waited for.
-    Removing { reason: Reason, in_flight: bool },
+    Removing {
+        reason: Reason,
+        in_flight: bool,
+    },
     /// CASed out; still waited for until `until` (its read lease).
-    Removed { until: Instant },
+    Removed {
+        until: Instant,
+    },
 }
 
 impl ReplicaState {
@@ -320,7 +331,13 @@ impl Rules {
         }
         waits.retain(|r| !self.satisfied(partition, *r, seq));
         if waits.is_empty() {
-            return (id, vec![Command::Release { waiter: id, ok: true }]);
+            return (
+                id,
+                vec![Command::Release {
+                    waiter: id,
+                    ok: true,
+                }],
+            );
         }
         self.waiters.insert(
             id,
@@ -476,9 +493,7 @@ impl Rules {
                         expired.push((*pid, *r));
                     }
                     ReplicaState::Idle { retry_at }
-                        if now >= *retry_at
-                            && p.listed.contains(r)
-                            && !self.lost.contains(r) =>
+                        if now >= *retry_at && p.listed.contains(r) && !self.lost.contains(r) =>
                     {
                         *s = ReplicaState::Copying { shipped: false };
                         out.push(Command::StartCopy {
@@ -555,10 +570,10 @@ impl Rules {
             let lease = |r: &NodeId| self.lease_end(*r).max(now);
             let inherited = |r: &NodeId| {
                 // A split or merge child of a partition r was in sync for.
-                self.parts
-                    .values()
-                    .chain(old.values())
-                    .any(|p| overlaps(&p.range, &row.range) && p.replicas.get(r) == Some(&ReplicaState::InSync))
+                self.parts.values().chain(old.values()).any(|p| {
+                    overlaps(&p.range, &row.range)
+                        && p.replicas.get(r) == Some(&ReplicaState::InSync)
+                })
             };
             let known = self.parts.get(&row.id);
             if known.is_some_and(|p| p.epoch == row.epoch) {
@@ -623,11 +638,13 @@ impl Rules {
         // Replicas no longer waited for release their waiters; so does a
         // partition without replicas.
         let parts = &self.parts;
-        out.extend(release_in(&mut self.waiters, |w| match parts.get(&w.partition) {
-            None => w.waits.clear(),
-            Some(p) => w
-                .waits
-                .retain(|r| p.replicas.get(r).is_some_and(|s| s.waited(now))),
+        out.extend(release_in(&mut self.waiters, |w| {
+            match parts.get(&w.partition) {
+                None => w.waits.clear(),
+                Some(p) => w
+                    .waits
+                    .retain(|r| p.replicas.get(r).is_some_and(|s| s.waited(now))),
+            }
         }));
         out.extend(self.issue_removals());
         out

@@ -58,7 +58,11 @@ pub struct Stream {
 
 impl Stream {
     /// Starts the stream's task from the durable seq now.
-    pub fn start(repl: &Arc<Replication>, replica: NodeId, addr: &str) -> Result<Arc<Stream>, String> {
+    pub fn start(
+        repl: &Arc<Replication>,
+        replica: NodeId,
+        addr: &str,
+    ) -> Result<Arc<Stream>, String> {
         let client = PeerClient::connect_with(
             addr,
             PeerOptions {
@@ -121,7 +125,10 @@ impl Stream {
     /// The identity of a new call of this stream (catch-ups share it, so the
     /// replica orders their calls with the stream's).
     pub fn next_call(&self) -> (u64, u64) {
-        (self.incarnation, self.calls.fetch_add(1, Ordering::AcqRel) + 1)
+        (
+            self.incarnation,
+            self.calls.fetch_add(1, Ordering::AcqRel) + 1,
+        )
     }
 
     fn stopped(&self) -> bool {
@@ -151,8 +158,7 @@ impl Stream {
             let durable = repl.durable.get(&*repl.engine);
             let batch = if acked < durable {
                 let engine = repl.engine.clone();
-                match super::blocking(move || engine.changes_since(acked, BATCH_RECORDS)).await
-                {
+                match super::blocking(move || engine.changes_since(acked, BATCH_RECORDS)).await {
                     Ok(records) => Some(records),
                     Err(StorageError::LogTruncated { .. }) => {
                         self.lost.store(true, Ordering::Release);
@@ -177,7 +183,11 @@ impl Stream {
                 // Records past the durable seq that no storage thread will
                 // fsync soon (foreign records applied here, say): fsync them.
                 let undurable = repl.engine.last_seq() > durable;
-                let wait = if undurable { wait.min(DURABLE_WAIT) } else { wait };
+                let wait = if undurable {
+                    wait.min(DURABLE_WAIT)
+                } else {
+                    wait
+                };
                 let changed = tokio::select! {
                     _ = &mut durable_changed => true,
                     _ = self.wake.notified() => true,
@@ -231,7 +241,9 @@ impl Stream {
                         PeerError::Unavailable(_) => {
                             tracing::debug!(replica = %self.replica, %e, "replica unavailable; retrying")
                         }
-                        _ => tracing::info!(replica = %self.replica, %e, "replicate call refused; retrying"),
+                        _ => {
+                            tracing::info!(replica = %self.replica, %e, "replicate call refused; retrying")
+                        }
                     }
                     tokio::time::sleep(pause).await;
                     pause = (pause * 2).min(MAX_RETRY_PAUSE);
@@ -244,7 +256,12 @@ impl Stream {
 
 /// The encoded records of `all` (up to `durable`) whose key is in a listed
 /// partition, at most [`BATCH_BYTES`] (at least one), and the last seq examined.
-fn filter(all: Vec<ChangeRecord>, durable: Seq, listed: &[Listed], acked: Seq) -> (Vec<Bytes>, Seq) {
+fn filter(
+    all: Vec<ChangeRecord>,
+    durable: Seq,
+    listed: &[Listed],
+    acked: Seq,
+) -> (Vec<Bytes>, Seq) {
     let mut out = Vec::new();
     let mut bytes = 0usize;
     let mut examined = acked;
@@ -252,7 +269,10 @@ fn filter(all: Vec<ChangeRecord>, durable: Seq, listed: &[Listed], acked: Seq) -
         if r.seq > durable {
             break;
         }
-        if listed.iter().any(|(_, _, range, _)| range.contains(r.mutation.key())) {
+        if listed
+            .iter()
+            .any(|(_, _, range, _)| range.contains(r.mutation.key()))
+        {
             let enc = Bytes::from(r.encode());
             if !out.is_empty() && bytes + enc.len() > BATCH_BYTES {
                 break;

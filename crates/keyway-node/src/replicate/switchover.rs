@@ -8,9 +8,9 @@
 //!    every request admitted before it, so the last seq then covers them.
 //! 3. Wait until T's stream acked ≥ that seq (bounded by `timeout`): T
 //!    holds every write P accepted.
-//! 4. **One CAS** conditional on (P, e): owner = T, replicas = replicas − T
-//!    + P, in_sync = [] (T's log positions differ from P's: its replicas
-//!    re-sync from it), epoch e + 1.
+//! 4. **One CAS** conditional on (P, e): owner = T, replicas = (replicas
+//!    without T) with P, in_sync = [] (T's log positions differ from P's:
+//!    its replicas re-sync from it), epoch e + 1.
 //! 5. Install the committed map here before lifting the fence, so the held
 //!    requests re-run against it and get `-MOVED` to T (never run here).
 //!
@@ -76,7 +76,11 @@ pub async fn switchover(
     };
     let target = match to {
         Some(t) if row.in_sync.contains(&t) && in_sync_here(&t) => t,
-        Some(t) => return refused(format!("node {t} is not an in-sync replica of partition {partition}")),
+        Some(t) => {
+            return refused(format!(
+                "node {t} is not an in-sync replica of partition {partition}"
+            ));
+        }
         None => match row.in_sync.iter().find(|r| in_sync_here(r)) {
             Some(t) => *t,
             None => return refused(format!("partition {partition} has no in-sync replica")),
