@@ -201,6 +201,22 @@ async fn replicas_hold_every_acknowledged_write_and_a_stalled_replica_is_dropped
             .find(|k| p.contains(&key_hash_slot(k.as_bytes()).to_be_bytes()))
             .unwrap()
     };
+    // In sync, the replica holds a read lease from its primary's stream.
+    let routing = c.node(stalled).unwrap().shared().routing.clone();
+    let lease_of = |p: &PartitionRecord| {
+        let routing = routing.clone();
+        let (id, epoch) = (p.id, p.epoch);
+        move || routing.replica_read_valid(id, epoch)
+    };
+    let in_sync_rows: Vec<PartitionRecord> = affected.clone();
+    for p in &in_sync_rows {
+        let valid = lease_of(p);
+        eventually("the replica holds a read lease", Duration::from_secs(5), || {
+            let v = valid();
+            async move { v.then_some(()) }
+        })
+        .await;
+    }
     c.node(stalled)
         .unwrap()
         .shared()
@@ -229,6 +245,10 @@ async fn replicas_hold_every_acknowledged_write_and_a_stalled_replica_is_dropped
             "{key} waited {waited:?}: about the lag timeout ({LAG_MS} ms), not forever"
         );
         stall_keys.push(key);
+    }
+    // Its read leases ran out before the lag timeout removed it.
+    for p in &in_sync_rows {
+        assert!(!lease_of(p)(), "partition {}: read lease still valid", p.id);
     }
     let removed = eventually(
         "the stalled replica is out of the in-sync set",
@@ -375,5 +395,64 @@ async fn a_switchover_moves_the_primary_to_the_in_sync_replica_without_losing_a_
         }
     }
     wait_all_in_sync(&c).await;
+    c.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_primary_removes_its_in_sync_replicas_before_acknowledging_then_resyncs() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = cluster(dir.path()).await;
+    replicate_everything(&c, 1).await;
+    let cl = client(&c).await;
+    for i in 0..200 {
+        cl.set(format!("r{i}").as_bytes(), b"before").await.unwrap();
+    }
+    drop(cl);
+    let before = c.map().await.unwrap();
+    let restarted = c.node_ids()[0].unwrap();
+    let owned: Vec<PartitionRecord> = before.owned_by(restarted).cloned().collect();
+    c.restart_node(0).await.unwrap();
+    c.wait_serving(Duration::from_secs(30)).await.unwrap();
+    // The first write acknowledged by the restarted primary comes after the
+    // CAS that removed its in-sync replicas (their log positions are unknown).
+    let cl = client(&c).await;
+    let p = &owned[0];
+    let key = (0..100_000)
+        .map(|i| format!("after{i}"))
+        .find(|k| p.contains(&key_hash_slot(k.as_bytes()).to_be_bytes()))
+        .unwrap();
+    cl.set(key.as_bytes(), b"after-restart").await.unwrap();
+    let at_ack = c.map().await.unwrap();
+    assert!(
+        at_ack.partitions[&p.id].epoch > p.epoch,
+        "partition {}: acknowledged at epoch {} with the pre-restart in-sync set",
+        p.id,
+        at_ack.partitions[&p.id].epoch
+    );
+    let changes = c
+        .node(0)
+        .unwrap()
+        .shared()
+        .replication
+        .metrics
+        .in_sync_changes
+        .get_or_create(&keyway_node::replicate::metrics::ReasonLabel {
+            reason: "primary_restarted",
+        })
+        .get();
+    assert!(changes >= 1, "removed for primary_restarted");
+    // It re-syncs them, and nothing acknowledged is lost.
+    let back = wait_all_in_sync(&c).await;
+    for q in &owned {
+        assert!(back.partitions[&q.id].epoch.0 >= q.epoch.0 + 2, "out and back in");
+    }
+    for i in 0..200 {
+        let key = format!("r{i}");
+        assert_eq!(cl.get(key.as_bytes()).await.unwrap().as_deref(), Some(&b"before"[..]));
+        let (_, r) = replica_of(&c, &back, key.as_bytes());
+        assert_eq!(held(&c, r, key.as_bytes()).as_deref(), Some(&b"before"[..]), "{key}");
+    }
+    let (_, r) = replica_of(&c, &back, key.as_bytes());
+    assert_eq!(held(&c, r, key.as_bytes()).as_deref(), Some(&b"after-restart"[..]));
     c.shutdown().await;
 }
