@@ -211,10 +211,14 @@ async fn replicas_hold_every_acknowledged_write_and_a_stalled_replica_is_dropped
     let in_sync_rows: Vec<PartitionRecord> = affected.clone();
     for p in &in_sync_rows {
         let valid = lease_of(p);
-        eventually("the replica holds a read lease", Duration::from_secs(5), || {
-            let v = valid();
-            async move { v.then_some(()) }
-        })
+        eventually(
+            "the replica holds a read lease",
+            Duration::from_secs(5),
+            || {
+                let v = valid();
+                async move { v.then_some(()) }
+            },
+        )
         .await;
     }
     c.node(stalled)
@@ -270,6 +274,25 @@ async fn replicas_hold_every_acknowledged_write_and_a_stalled_replica_is_dropped
             p.id
         );
     }
+    // Observability: the primary's /status roles and metrics say so.
+    let primary = c
+        .node(node_index(&c, affected[0].owner))
+        .unwrap()
+        .shared()
+        .clone();
+    let status = primary.replication.status();
+    assert!(
+        status.roles.iter().any(|r| r.role == "primary"
+            && r.partition == affected[0].id.0
+            && r.peer == stalled_id.0
+            && r.state != "in_sync"),
+        "{status:?}"
+    );
+    let text = primary.metrics.encode();
+    assert!(
+        text.contains("keyway_replication_in_sync_changes_total{reason=\"lag_timeout\"}"),
+        "{text}"
+    );
     // Writes continue without waiting.
     for i in 0..50 {
         let started = Instant::now();
@@ -444,15 +467,28 @@ async fn a_restarted_primary_removes_its_in_sync_replicas_before_acknowledging_t
     // It re-syncs them, and nothing acknowledged is lost.
     let back = wait_all_in_sync(&c).await;
     for q in &owned {
-        assert!(back.partitions[&q.id].epoch.0 >= q.epoch.0 + 2, "out and back in");
+        assert!(
+            back.partitions[&q.id].epoch.0 >= q.epoch.0 + 2,
+            "out and back in"
+        );
     }
     for i in 0..200 {
         let key = format!("r{i}");
-        assert_eq!(cl.get(key.as_bytes()).await.unwrap().as_deref(), Some(&b"before"[..]));
+        assert_eq!(
+            cl.get(key.as_bytes()).await.unwrap().as_deref(),
+            Some(&b"before"[..])
+        );
         let (_, r) = replica_of(&c, &back, key.as_bytes());
-        assert_eq!(held(&c, r, key.as_bytes()).as_deref(), Some(&b"before"[..]), "{key}");
+        assert_eq!(
+            held(&c, r, key.as_bytes()).as_deref(),
+            Some(&b"before"[..]),
+            "{key}"
+        );
     }
     let (_, r) = replica_of(&c, &back, key.as_bytes());
-    assert_eq!(held(&c, r, key.as_bytes()).as_deref(), Some(&b"after-restart"[..]));
+    assert_eq!(
+        held(&c, r, key.as_bytes()).as_deref(),
+        Some(&b"after-restart"[..])
+    );
     c.shutdown().await;
 }

@@ -295,14 +295,21 @@ impl Replication {
     /// once nothing waits on them.
     fn sync_streams(self: &Arc<Self>, map: &PartitionMap) {
         let now = Instant::now();
+        // Lock order: the streams, then the rules (`Stream::start`).
+        let lost: Vec<NodeId> = self
+            .streams
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .filter(|(_, s)| s.is_lost())
+            .map(|(r, _)| *r)
+            .collect();
         let (wanted, restartable): (Vec<NodeId>, Vec<NodeId>) = {
             let inner = self.lock();
-            let wanted: Vec<NodeId> = inner.rules.replica_nodes().into_iter().collect();
-            let streams = self.streams.lock().unwrap_or_else(|e| e.into_inner());
-            let restartable = streams
-                .iter()
-                .filter(|(r, s)| s.is_lost() && inner.rules.may_restart_stream(**r, now))
-                .map(|(r, _)| *r)
+            let wanted = inner.rules.replica_nodes().into_iter().collect();
+            let restartable = lost
+                .into_iter()
+                .filter(|r| inner.rules.may_restart_stream(*r, now))
                 .collect();
             (wanted, restartable)
         };
@@ -378,6 +385,10 @@ impl Replication {
             let e = oldest.entry(w.partition).or_default();
             *e = (*e).max(age);
         }
+        // Only partitions this node replicates now.
+        self.metrics.lag_records.clear();
+        self.metrics.lag_ms.clear();
+        self.metrics.in_sync_copies.clear();
         for (pid, p) in inner.rules.parts() {
             let lag = p
                 .replicas
