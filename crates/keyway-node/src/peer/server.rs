@@ -620,7 +620,13 @@ impl peer_server::Peer for PeerService {
     ) -> Result<Response<pb::ReplicateResponse>, Status> {
         use crate::replicate::replica::ReplicaError;
         let node = self.node()?;
-        match node.replication.replica.serve(req.into_inner()).await {
+        match node
+            .replication
+            .replica
+            .clone()
+            .serve(req.into_inner())
+            .await
+        {
             Ok(resp) => Ok(Response::new(resp)),
             Err(ReplicaError::Refused(r)) => Err(self.refused("Replicate", r)),
             Err(ReplicaError::Invalid(why)) => Err(Status::invalid_argument(why)),

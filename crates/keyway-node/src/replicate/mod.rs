@@ -111,7 +111,7 @@ pub struct Replication {
     cmd_rx: Mutex<Option<mpsc::UnboundedReceiver<Command>>>,
     streams: Mutex<BTreeMap<NodeId, Arc<Stream>>>,
     /// The replica side of other primaries' streams.
-    pub replica: replica::ReplicaSide,
+    pub replica: Arc<replica::ReplicaSide>,
 }
 
 /// What `Replication::new` needs of the node.
@@ -143,14 +143,14 @@ impl Replication {
         let metrics = ReplicationMetrics::register(node_metrics);
         Arc::new(Replication {
             me: parts.me,
-            replica: replica::ReplicaSide::new(
+            replica: Arc::new(replica::ReplicaSide::new(
                 parts.me,
                 parts.engine.clone(),
                 parts.routing.clone(),
                 parts.latency.clone(),
                 metrics.clone(),
                 parts.durable.clone(),
-            ),
+            )),
             engine: parts.engine,
             routing: parts.routing,
             meta: parts.meta,

@@ -116,7 +116,7 @@ impl ReplicaSide {
 
     /// Serves one call (see the module docs).
     pub async fn serve(
-        &self,
+        self: Arc<Self>,
         req: pb::ReplicateRequest,
     ) -> Result<pb::ReplicateResponse, ReplicaError> {
         let mut paused = self.paused.subscribe();
@@ -147,6 +147,24 @@ impl ReplicaSide {
                 Some((pid, *epoch, range.clone(), n as usize))
             }
         };
+        // From here on in its own task: a caller that gives up (its deadline
+        // passed) must not cut the ordered section short, or a later call
+        // could run while this one's records are still being applied.
+        let this = self.clone();
+        tokio::spawn(async move { this.in_order(req, sender, listed, records, drop).await })
+            .await
+            .map_err(|e| ReplicaError::Invalid(format!("replicate task failed: {e}")))?
+    }
+
+    /// The ordered part of [`Self::serve`]: under the sender's lock.
+    async fn in_order(
+        &self,
+        req: pb::ReplicateRequest,
+        sender: NodeId,
+        listed: Vec<ListedPartition>,
+        records: Vec<ChangeRecord>,
+        drop: Option<(PartitionId, Epoch, KeyRange, usize)>,
+    ) -> Result<pb::ReplicateResponse, ReplicaError> {
         let state = self.sender(sender);
         let mut state = state.lock().await;
         if req.incarnation < state.incarnation
