@@ -21,11 +21,15 @@ use std::time::{Duration, Instant};
 
 const LAG_MS: u64 = 1_000;
 
-async fn cluster(dir: &std::path::Path) -> LocalCluster {
+fn init_log() {
     let _ = tracing_subscriber::fmt()
         .with_max_level(tracing::Level::INFO)
         .with_test_writer()
         .try_init();
+}
+
+async fn cluster(dir: &std::path::Path) -> LocalCluster {
+    init_log();
     let mut spec = ClusterSpec::ephemeral(2, dir.to_path_buf());
     spec.partitions_per_node = 2;
     spec.manager = None;
@@ -490,5 +494,79 @@ async fn a_restarted_primary_removes_its_in_sync_replicas_before_acknowledging_t
         held(&c, r, key.as_bytes()).as_deref(),
         Some(&b"after-restart"[..])
     );
+    c.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_that_fell_past_log_retention_is_copied_again() {
+    init_log();
+    let dir = tempfile::tempdir().unwrap();
+    let mut spec = ClusterSpec::ephemeral(2, dir.path().to_path_buf());
+    spec.partitions_per_node = 1;
+    spec.manager = None;
+    spec.node.lease_ttl_ms = 30_000;
+    spec.node.replica_lag_timeout_ms = LAG_MS;
+    spec.node.replica_read_lease_ms = 400;
+    spec.node.replica_heartbeat_ms = 100;
+    spec.node.log_retention_bytes = 32 * 1024;
+    spec.node.log_truncate_interval_ms = 50;
+    let c = LocalCluster::start(spec).await.expect("cluster starts");
+    replicate_everything(&c, 1).await;
+    let map = c.map().await.unwrap();
+    let cl = std::sync::Arc::new(client(&c).await);
+    let stalled = 1;
+    c.node(stalled)
+        .unwrap()
+        .shared()
+        .replication
+        .replica
+        .set_paused(true);
+    // Far more than the retention limit while the replica is stalled.
+    let value = vec![b'x'; 200];
+    for i in 0..1_000 {
+        cl.set(format!("big{i}").as_bytes(), &value).await.unwrap();
+    }
+    let lost = c.node(0).unwrap().shared().metrics.encode();
+    c.node(stalled)
+        .unwrap()
+        .shared()
+        .replication
+        .replica
+        .set_paused(false);
+    let back = wait_all_in_sync(&c).await;
+    let stalled_id = c.node_ids()[stalled].unwrap();
+    for p in map
+        .partitions
+        .values()
+        .filter(|p| p.replicas == vec![stalled_id])
+    {
+        assert!(
+            back.partitions[&p.id].epoch.0 >= p.epoch.0 + 2,
+            "out and back in"
+        );
+    }
+    for i in 0..1_000 {
+        let key = format!("big{i}");
+        let (_, r) = replica_of(&c, &back, key.as_bytes());
+        assert_eq!(
+            held(&c, r, key.as_bytes()).as_deref(),
+            Some(&value[..]),
+            "{key}"
+        );
+    }
+    assert_digests_equal(&c, &back).await;
+    // One guard of the metric family at a time (each holds its lock).
+    let changes = |reason: &'static str| {
+        c.node(0)
+            .unwrap()
+            .shared()
+            .replication
+            .metrics
+            .in_sync_changes
+            .get_or_create(&keyway_node::replicate::metrics::ReasonLabel { reason })
+            .get()
+    };
+    let removals = changes("lag_timeout") + changes("stream_lost");
+    assert!(removals >= 1, "{lost}");
     c.shutdown().await;
 }
