@@ -473,6 +473,25 @@ mod tests {
     use super::*;
 
     #[test]
+    fn replica_leases_must_nest_inside_the_lag_timeout() {
+        let c = NodeConfig {
+            replica_read_lease_ms: 2_000,
+            ..NodeConfig::default()
+        };
+        assert!(c.validate().unwrap_err().contains("replica_read_lease_ms"));
+        let c = NodeConfig {
+            replica_heartbeat_ms: 1_000,
+            ..NodeConfig::default()
+        };
+        assert!(c.validate().unwrap_err().contains("replica_heartbeat_ms"));
+        let c = NodeConfig {
+            replica_lag_timeout_ms: 0,
+            ..NodeConfig::default()
+        };
+        assert!(c.validate().unwrap_err().contains("replica_lag_timeout_ms"));
+    }
+
+    #[test]
     fn default_is_valid_and_bad_limits_are_named() {
         NodeConfig::default().validate().unwrap();
         let c = NodeConfig {
