@@ -35,6 +35,7 @@ mod copy;
 pub mod metrics;
 pub mod replica;
 pub mod rules;
+mod state;
 mod stream;
 pub mod switchover;
 
