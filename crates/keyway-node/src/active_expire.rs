@@ -223,6 +223,7 @@ fn expire_task(shared: Arc<Shared>, key: Bytes, routing: KeyRouting) -> Task {
             Err(e) => return storage_failure(e),
         }
         apply_and_reply(
+            &shared,
             engine,
             &guard,
             partition,

@@ -52,6 +52,7 @@ pub async fn serve(
                 })
             },
             snapshot_hold: std::time::Duration::from_millis(shared.config.log_snapshot_hold_ms),
+            replication: shared.replication.clone(),
         },
     );
     let app = crate::peer::merge_routes(app, service);
@@ -135,6 +136,9 @@ pub struct Status {
     pub change_log: ChangeLogStatus,
     /// Keys removed by the active expiry pass since start.
     pub expired_keys_removed: u64,
+    /// This node's replica roles: per partition, primary (with each
+    /// replica's state, acked seq and lag) or replica (of whom, in sync or not).
+    pub replication: crate::replicate::ReplicationStatus,
 }
 
 /// One incoming migration in `/status`.
@@ -192,6 +196,7 @@ async fn status(State(shared): State<Arc<Shared>>) -> impl IntoResponse {
             holds: shared.migrations.holds().list(),
         },
         expired_keys_removed: shared.active_expiry.removed.get(),
+        replication: shared.replication.status(),
     })
 }
 

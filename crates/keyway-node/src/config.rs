@@ -193,6 +193,16 @@ pub struct NodeConfig {
     pub active_expire_scan_keys: usize,
     /// Active expiry: longest one cycle may run (at most the interval).
     pub active_expire_cycle_budget_ms: u64,
+    /// Replication: a reply waiting this long on an in-sync replica makes
+    /// the primary remove it from the in-sync set (one CAS); writes wait at
+    /// most about this long for a slow or dead replica.
+    pub replica_lag_timeout_ms: u64,
+    /// Replication: how long a replica may serve `READONLY` reads after its
+    /// primary's last vouching call (less than `replica_lag_timeout_ms`).
+    pub replica_read_lease_ms: u64,
+    /// Replication: the primary's stream sends an empty call this often
+    /// when idle, renewing read leases (less than `replica_read_lease_ms`).
+    pub replica_heartbeat_ms: u64,
 }
 
 impl Default for NodeConfig {
@@ -245,6 +255,9 @@ impl Default for NodeConfig {
             active_expire_interval_ms: 100,
             active_expire_scan_keys: 200,
             active_expire_cycle_budget_ms: 25,
+            replica_lag_timeout_ms: 2_000,
+            replica_read_lease_ms: 1_000,
+            replica_heartbeat_ms: 200,
         }
     }
 }
@@ -319,6 +332,9 @@ impl NodeConfig {
                 "active_expire_cycle_budget_ms",
                 self.active_expire_cycle_budget_ms,
             ),
+            ("replica_lag_timeout_ms", self.replica_lag_timeout_ms),
+            ("replica_read_lease_ms", self.replica_read_lease_ms),
+            ("replica_heartbeat_ms", self.replica_heartbeat_ms),
         ];
         if let Some((name, _)) = positive.iter().find(|(_, v)| *v == 0) {
             return Err(format!("{name} must be greater than 0"));
@@ -384,6 +400,18 @@ impl NodeConfig {
                 self.lease_margin_ms, self.lease_ttl_ms
             ));
         }
+        if self.replica_read_lease_ms >= self.replica_lag_timeout_ms {
+            return Err(format!(
+                "replica_read_lease_ms ({}) must be less than replica_lag_timeout_ms ({})",
+                self.replica_read_lease_ms, self.replica_lag_timeout_ms
+            ));
+        }
+        if self.replica_heartbeat_ms >= self.replica_read_lease_ms {
+            return Err(format!(
+                "replica_heartbeat_ms ({}) must be less than replica_read_lease_ms ({})",
+                self.replica_heartbeat_ms, self.replica_read_lease_ms
+            ));
+        }
         if self.lease_ttl_ms < 300 {
             return Err("lease_ttl_ms must be at least 300".into());
         }
@@ -411,6 +439,17 @@ impl NodeConfig {
             },
             fence_drain_timeout: Duration::from_millis(self.migration_fence_drain_timeout_ms),
             incoming_hold: Duration::from_millis(self.migration_incoming_hold_ms),
+        }
+    }
+
+    /// Replication's limits.
+    pub fn replication(&self) -> crate::replicate::ReplicationConfig {
+        use std::time::Duration;
+        crate::replicate::ReplicationConfig {
+            lag_timeout: Duration::from_millis(self.replica_lag_timeout_ms),
+            read_lease: Duration::from_millis(self.replica_read_lease_ms),
+            heartbeat: Duration::from_millis(self.replica_heartbeat_ms),
+            throttle: crate::peer::Throttle::default(),
         }
     }
 
@@ -448,6 +487,25 @@ impl NodeConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn replica_leases_must_nest_inside_the_lag_timeout() {
+        let c = NodeConfig {
+            replica_read_lease_ms: 2_000,
+            ..NodeConfig::default()
+        };
+        assert!(c.validate().unwrap_err().contains("replica_read_lease_ms"));
+        let c = NodeConfig {
+            replica_heartbeat_ms: 1_000,
+            ..NodeConfig::default()
+        };
+        assert!(c.validate().unwrap_err().contains("replica_heartbeat_ms"));
+        let c = NodeConfig {
+            replica_lag_timeout_ms: 0,
+            ..NodeConfig::default()
+        };
+        assert!(c.validate().unwrap_err().contains("replica_lag_timeout_ms"));
+    }
 
     #[test]
     fn default_is_valid_and_bad_limits_are_named() {

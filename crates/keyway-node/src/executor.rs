@@ -146,6 +146,7 @@ struct ShardContext {
     changes: watch::Receiver<u64>,
     latency: Arc<LatencyGauge>,
     health: Arc<StorageHealth>,
+    durable: Arc<DurableSeq>,
 }
 
 /// Recent foreground latency (enqueue to reply release): the slowest reply
@@ -205,6 +206,58 @@ impl LatencyGauge {
     }
 }
 
+/// The last seq covered by a completed fsync (the *durable seq*), published
+/// by whoever fsyncs (the syncer thread for `group`, the storage threads for
+/// `always`). For `periodic` and `none` nothing waits for an fsync, so it is
+/// the engine's last seq. A replication stream never ships records past it
+/// (`crate::replicate`): a replica must not hold a write its primary could
+/// still lose in a crash.
+pub struct DurableSeq {
+    seq: AtomicU64,
+    follows_last: bool,
+    changed: tokio::sync::Notify,
+}
+
+impl DurableSeq {
+    fn new(durability: Durability, start: keyway_storage::Seq) -> Self {
+        DurableSeq {
+            seq: AtomicU64::new(start),
+            follows_last: matches!(durability, Durability::Periodic | Durability::None),
+            changed: tokio::sync::Notify::new(),
+        }
+    }
+
+    /// The durable seq now.
+    pub fn get(&self, engine: &dyn Engine) -> keyway_storage::Seq {
+        match self.follows_last {
+            true => engine.last_seq(),
+            false => self.seq.load(Ordering::Acquire),
+        }
+    }
+
+    /// fsyncs the engine and publishes what it covered (for records no
+    /// storage thread fsyncs: foreign records applied here, and a stream
+    /// waiting on records nobody else syncs soon).
+    pub fn sync_now(&self, engine: &dyn Engine) -> Result<(), keyway_storage::StorageError> {
+        let covered = engine.last_seq();
+        engine.sync()?;
+        self.publish(covered);
+        Ok(())
+    }
+
+    /// Every record up to `seq` is durable (never moves back).
+    fn publish(&self, seq: keyway_storage::Seq) {
+        if self.seq.fetch_max(seq, Ordering::AcqRel) < seq || self.follows_last {
+            self.changed.notify_waiters();
+        }
+    }
+
+    /// Resolves at the next publication (create it before checking [`Self::get`]).
+    pub fn changed(&self) -> tokio::sync::futures::Notified<'_> {
+        self.changed.notified()
+    }
+}
+
 /// Handle to the executor threads.
 pub struct Executor {
     /// Emptied at shutdown: that closes the queues and ends the threads.
@@ -213,6 +266,7 @@ pub struct Executor {
     latency: Arc<LatencyGauge>,
     /// Spreads node-wide reads over the threads.
     next_node_wide: AtomicU64,
+    durable: Arc<DurableSeq>,
 }
 
 /// Settings of [`Executor::start`].
@@ -251,6 +305,7 @@ impl Executor {
         } = config;
         assert!(threads > 0 && max_group_commands > 0);
         let latency = Arc::new(LatencyGauge::default());
+        let durable = Arc::new(DurableSeq::new(durability, engine.last_seq()));
         let mut handles = Vec::new();
         let (group_tx, group_rx) = std_mpsc::channel::<Group>();
         let syncer = {
@@ -258,6 +313,7 @@ impl Executor {
             let metrics = metrics.clone();
             let latency = latency.clone();
             let health = health.clone();
+            let durable = durable.clone();
             let period = Duration::from_millis(periodic_sync_ms.max(1));
             std::thread::Builder::new()
                 .name("kw-syncer".into())
@@ -268,6 +324,7 @@ impl Executor {
                         metrics: &metrics,
                         latency: &latency,
                         health: &health,
+                        durable: &durable,
                     };
                     syncer_loop(&*engine, ctx, group_rx)
                 })
@@ -287,6 +344,7 @@ impl Executor {
                 changes: changes.clone(),
                 latency: latency.clone(),
                 health: health.clone(),
+                durable: durable.clone(),
             };
             let handle = std::thread::Builder::new()
                 .name(format!("kw-exec-{i}"))
@@ -300,7 +358,13 @@ impl Executor {
             threads: Mutex::new(handles),
             latency,
             next_node_wide: AtomicU64::new(0),
+            durable,
         }
+    }
+
+    /// The durable seq (see [`DurableSeq`]).
+    pub fn durable(&self) -> &Arc<DurableSeq> {
+        &self.durable
     }
 
     /// Recent foreground latency (enqueue to reply release).
@@ -450,7 +514,12 @@ fn shard_loop(
                     return;
                 }
             }
-            _ => release(group.replies, &ctx.latency),
+            _ => {
+                // `always` fsynced each write (and published); `periodic` and
+                // `none` follow the last seq: wake the replication streams.
+                ctx.durable.publish(engine.last_seq());
+                release(group.replies, &ctx.latency)
+            }
         }
     }
 }
@@ -524,12 +593,15 @@ fn run(
         }
     };
     if ctx.durability == Durability::Always {
+        let covered = engine.last_seq();
         if out.wrote && !sync_now(engine, metrics, &ctx.health) {
             out.reply = fsync_failed();
         } else if let Some(why) = ctx.health.failure() {
             // Storage failed meanwhile (another thread's fsync): this reply
             // may show a write that is only in the page cache.
             out.reply = storage_failed(why);
+        } else if out.wrote {
+            ctx.durable.publish(covered);
         }
     }
     group.needs_sync |= out.wrote;
@@ -555,6 +627,7 @@ struct SyncerContext<'a> {
     metrics: &'a Metrics,
     latency: &'a LatencyGauge,
     health: &'a StorageHealth,
+    durable: &'a DurableSeq,
 }
 
 fn syncer_loop(engine: &dyn Engine, ctx: SyncerContext<'_>, rx: std_mpsc::Receiver<Group>) {
@@ -564,6 +637,7 @@ fn syncer_loop(engine: &dyn Engine, ctx: SyncerContext<'_>, rx: std_mpsc::Receiv
         metrics,
         latency,
         health,
+        durable,
     } = ctx;
     let mut last_sync = Instant::now();
     loop {
@@ -584,7 +658,10 @@ fn syncer_loop(engine: &dyn Engine, ctx: SyncerContext<'_>, rx: std_mpsc::Receiv
         };
         let mut groups = vec![first];
         groups.extend(rx.try_iter());
-        if groups.iter().any(|g| g.needs_sync) && !sync_now(engine, metrics, health) {
+        // Every write of these groups is in the engine: the fsync covers them.
+        let covered = engine.last_seq();
+        let needs_sync = groups.iter().any(|g| g.needs_sync);
+        if needs_sync && !sync_now(engine, metrics, health) {
             // Nothing in these groups may be acknowledged: a reply could
             // report a write, or a read of a write, that is not durable.
             for group in &mut groups {
@@ -602,6 +679,8 @@ fn syncer_loop(engine: &dyn Engine, ctx: SyncerContext<'_>, rx: std_mpsc::Receiv
                     .iter_mut()
                     .for_each(|r| r.frame = storage_failed(why));
             }
+        } else if needs_sync {
+            durable.publish(covered);
         }
         metrics
             .group_commit_size

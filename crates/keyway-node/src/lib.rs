@@ -41,6 +41,9 @@
 //!   `RangeScan` Peer call it uses.
 //! - `log_gc.rs`: the change log stays bounded: log holds (what migrations
 //!   still need) and the background truncator with its retention limit.
+//! - `replicate/`: replication, node side: the primary's streams to its
+//!   replicas (durable records only), the replica's check and apply, the
+//!   catch-up copy, the in-sync rules (pure) and their CASes, switchover.
 //! - `active_expire.rs`: the background active expiry cycle.
 //! - `metrics.rs`: Prometheus metrics.
 //! - `storage_health.rs`: fail-stop after an fsync failure (the latch, the engine wrapper).
@@ -63,6 +66,7 @@ pub mod metrics;
 pub mod migrate;
 pub mod node_cmd;
 pub mod peer;
+pub mod replicate;
 pub mod routing;
 pub mod scan;
 pub mod server;

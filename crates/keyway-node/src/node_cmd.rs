@@ -9,7 +9,7 @@ use crate::cluster_cmd;
 use crate::cmd::table::arity_error;
 use crate::cmd::{self, Command};
 use crate::db::{Db, DbLimits};
-use crate::executor::{Follow, Task, TaskOutput};
+use crate::executor::{Deferral, Follow, Task, TaskOutput};
 use crate::routing::Rejection;
 use crate::server::Shared;
 use crate::session::{self, Session};
@@ -396,6 +396,10 @@ fn storage_task(
     Box::new(move |engine| {
         let guard = shared.routing.read();
         let partition = match guard.admit_slot(shared.keyspace.id, slot, expected) {
+            Ok(p) if command.is_write() => match norepl(&shared, guard.map(), p) {
+                Some(refused) => return refused,
+                None => p.id,
+            },
             Ok(p) => p.id,
             Err(Rejection::Fenced { .. }) => {
                 drop(guard);
@@ -425,37 +429,84 @@ fn storage_task(
             Ok(reply) => reply,
             Err(e) => return storage_failure(e),
         };
-        apply_and_reply(engine, &guard, partition, db.into_mutations(), reply)
+        apply_and_reply(
+            &shared,
+            engine,
+            &guard,
+            partition,
+            db.into_mutations(),
+            reply,
+        )
     })
 }
 
 /// The effect of an admitted command, still under the routing read guard:
-/// applies its mutations in one batch and releases the reply, or, for a
-/// dual-written partition, hands it to the migration's push.
+/// applies its mutations in one batch and releases the reply, or hands it
+/// on: to replication (a partition with waited-for replicas: a write's
+/// reply waits until they have its seq, a read's until they have the last
+/// seq at the read, see [`crate::replicate`]), then to the migration's push
+/// (a dual-written partition). A partition can be both.
 pub(crate) fn apply_and_reply(
+    shared: &Shared,
     engine: &dyn keyway_storage::Engine,
     guard: &crate::routing::RoutingGuard<'_>,
     partition: PartitionId,
     mutations: Vec<keyway_storage::Mutation>,
     reply: Frame,
 ) -> TaskOutput {
-    if mutations.is_empty() {
-        return TaskOutput::reply(reply, false);
-    }
-    match engine.apply(&mutations) {
-        Ok(seq) => match guard.dual(partition) {
-            Some(push) => {
-                let push = push.clone();
-                TaskOutput {
-                    reply,
-                    wrote: true,
-                    follow: Follow::Defer(Box::new(move |tx, frame| push.defer(seq, tx, frame))),
-                }
-            }
-            None => TaskOutput::reply(reply, true),
+    // Only the primary waits for replicas (a replica serving a READONLY
+    // read has nobody to wait for).
+    let row = guard.map().partitions.get(&partition);
+    let primary = row.is_some_and(|p| p.owner == shared.me);
+    let in_sync = match row {
+        Some(p) if primary => p.in_sync.clone(),
+        _ => Vec::new(),
+    };
+    let replicated = primary && (!in_sync.is_empty() || shared.replication.has_waited(partition));
+    let (seq, wrote) = match mutations.is_empty() {
+        true if !replicated => return TaskOutput::reply(reply, false),
+        // A read shows every write applied so far.
+        true => (engine.last_seq(), false),
+        false => match engine.apply(&mutations) {
+            Ok(seq) => (seq, true),
+            Err(e) => return storage_failure(e),
         },
-        Err(e) => storage_failure(e),
+    };
+    let dual: Option<Deferral> = match (wrote, guard.dual(partition)) {
+        (true, Some(push)) => {
+            let push = push.clone();
+            Some(Box::new(move |tx, frame| push.defer(seq, tx, frame)))
+        }
+        _ => None,
+    };
+    let follow = match (replicated, dual) {
+        (true, then) => {
+            let repl = shared.replication.clone();
+            Follow::Defer(Box::new(move |tx, frame| {
+                repl.defer(partition, seq, &in_sync, tx, frame, then)
+            }))
+        }
+        (false, Some(dual)) => Follow::Defer(dual),
+        (false, None) => Follow::Release,
+    };
+    TaskOutput {
+        reply,
+        wrote,
+        follow,
     }
+}
+
+/// `-NOREPLICAS` for a write to `p` with fewer in-sync copies than its
+/// keyspace's `min_in_sync` (counted, refused before the write runs).
+pub(crate) fn norepl(
+    shared: &Shared,
+    map: &keyway_map::PartitionMap,
+    p: &keyway_map::PartitionRecord,
+) -> Option<TaskOutput> {
+    crate::replicate::norepl(map, p).then(|| {
+        shared.replication.metrics.norepl_refusals.inc();
+        TaskOutput::reply(Frame::Error(crate::replicate::NOREPLICAS.into()), false)
+    })
 }
 
 pub(crate) fn storage_failure(e: keyway_storage::StorageError) -> TaskOutput {

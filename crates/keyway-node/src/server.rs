@@ -66,6 +66,8 @@ pub struct Shared {
     pub executor: Executor,
     /// The migrations this node is the source of.
     pub migrations: Arc<Migrations>,
+    /// Replication: this node's streams as a primary, its replica side.
+    pub replication: Arc<crate::replicate::Replication>,
     pub metrics: Arc<Metrics>,
     /// The change-log truncator's metrics.
     pub log_gc: crate::log_gc::GcMetrics,
@@ -204,6 +206,19 @@ impl Node {
             config.role_limits(),
             holds.clone(),
         ));
+        let replication = crate::replicate::Replication::new(
+            crate::replicate::ReplicationParts {
+                me,
+                engine: engine.clone(),
+                routing: routing.clone(),
+                meta: meta.clone(),
+                durable: executor.durable().clone(),
+                holds: holds.clone(),
+                latency: executor.latency().clone(),
+            },
+            config.replication(),
+            &metrics,
+        );
         let log_gc = crate::log_gc::GcMetrics::register(&metrics);
         let active_expiry = crate::active_expire::ExpiryMetrics::register(&metrics);
         let stats = Arc::new(crate::stats::Stats::new(
@@ -231,6 +246,7 @@ impl Node {
             faults,
             executor,
             migrations,
+            replication,
             metrics,
             log_gc,
             active_expiry,
@@ -258,6 +274,7 @@ impl Node {
             shutdown_rx.clone(),
         ));
         tasks.spawn(wake_held(shared.clone(), shutdown_rx.clone()));
+        tasks.spawn(shared.replication.clone().run(shutdown_rx.clone()));
         tasks.spawn(shared.stats.clone().run(shutdown_rx.clone()));
         tasks.spawn(crate::active_expire::run(
             shared.clone(),

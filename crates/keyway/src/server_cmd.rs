@@ -82,6 +82,19 @@ pub struct NodeFlags {
     /// Active expiry: run a cycle this often, Redis `hz` (default 100 = hz 10).
     #[arg(long)]
     active_expire_interval_ms: Option<u64>,
+    /// Replication: a write waiting this long on an in-sync replica makes
+    /// the primary drop it from the in-sync set, by one CAS (default 2000).
+    #[arg(long)]
+    replica_lag_timeout_ms: Option<u64>,
+    /// Replication: a replica serves READONLY reads this long after its
+    /// primary's last vouching call; less than --replica-lag-timeout-ms
+    /// (default 1000).
+    #[arg(long)]
+    replica_read_lease_ms: Option<u64>,
+    /// Replication: an idle stream's heartbeat interval, renewing read
+    /// leases; less than --replica-read-lease-ms (default 200).
+    #[arg(long)]
+    replica_heartbeat_ms: Option<u64>,
 }
 
 impl NodeFlags {
@@ -117,7 +130,10 @@ impl NodeFlags {
             storage_max_journal_bytes,
             storage_max_memtable_bytes,
             storage_journal_rotation_bytes,
-            active_expire_interval_ms
+            active_expire_interval_ms,
+            replica_lag_timeout_ms,
+            replica_read_lease_ms,
+            replica_heartbeat_ms
         );
         if self.requirepass.is_some() {
             c.requirepass = self.requirepass.clone();

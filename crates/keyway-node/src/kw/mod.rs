@@ -46,7 +46,7 @@ pub use rpc::MAX_RANGE_SCAN_ENTRIES;
 
 use crate::db::{Db, DbLimits};
 use crate::executor::{Follow, Task, TaskOutput};
-use crate::node_cmd::{Reply, apply_and_reply, rejection_kind, storage_failure};
+use crate::node_cmd::{Reply, apply_and_reply, norepl, rejection_kind, storage_failure};
 use crate::peer::{PeerClient, PeerOptions};
 use crate::routing::Rejection;
 use crate::server::Shared;
@@ -194,9 +194,12 @@ fn op_task(
                 false,
             );
         }
+        let write = !matches!(op, Op::Get(_));
+        if write && let Some(refused) = norepl(&shared, guard.map(), partition) {
+            return refused;
+        }
         // Load statistics (what the splitter cuts range partitions by): one
         // request, by its first key.
-        let write = !matches!(op, Op::Get(_));
         shared
             .stats
             .record_key(partition.id, &keyspace, op.first_key(), write);
@@ -208,7 +211,14 @@ fn op_task(
             Ok(reply) => reply,
             Err(e) => return storage_failure(e),
         };
-        apply_and_reply(engine, &guard, partition.id, db.into_mutations(), reply)
+        apply_and_reply(
+            &shared,
+            engine,
+            &guard,
+            partition.id,
+            db.into_mutations(),
+            reply,
+        )
     })
 }
 

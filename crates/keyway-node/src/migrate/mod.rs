@@ -27,7 +27,7 @@
 //! `CUTOVER` record ([`recover_fences`]), until the record leaves `CUTOVER`.
 
 mod digest;
-mod push;
+pub(crate) mod push;
 pub(crate) mod receive;
 
 pub use digest::{KEYS_PER_DIGEST, keys_digest};

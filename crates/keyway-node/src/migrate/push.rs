@@ -632,7 +632,7 @@ impl Push {
 }
 
 /// Payload bytes per copy chunk.
-fn chunk_bytes(t: &Throttle) -> u64 {
+pub(crate) fn chunk_bytes(t: &Throttle) -> u64 {
     match t.chunk_bytes {
         0 => Throttle::default().chunk_bytes,
         n => n.min(crate::peer::MAX_CHUNK_BYTES),
@@ -648,15 +648,15 @@ pub(crate) fn rate_wait(t: &Throttle, copied: u64, elapsed: Duration) -> Option<
     due.checked_sub(elapsed).filter(|d| !d.is_zero())
 }
 
-struct CopyChunk {
-    records: Vec<ChangeRecord>,
-    next: Option<Bytes>,
-    bytes: u64,
+pub(crate) struct CopyChunk {
+    pub(crate) records: Vec<ChangeRecord>,
+    pub(crate) next: Option<Bytes>,
+    pub(crate) bytes: u64,
 }
 
 /// One copy chunk: foreign `Put`s versioned with the seq of the engine
 /// snapshot they were read from (`as_of`, see `crate::peer`).
-fn read_chunk(
+pub(crate) fn read_chunk(
     engine: &dyn Engine,
     range: &KeyRange,
     after: Option<Bytes>,

@@ -402,6 +402,47 @@ impl PeerClient {
         Ok((r.last_seq, r.recent_latency_us))
     }
 
+    /// One call of a replication stream or catch-up (see `crate::replicate`).
+    pub async fn replicate(
+        &self,
+        msg: pb::ReplicateRequest,
+    ) -> Result<pb::ReplicateResponse, PeerError> {
+        self.call(
+            "Replicate",
+            msg,
+            |mut c, r| async move { c.replicate(r).await },
+        )
+        .await
+    }
+
+    /// Asks the primary of `partition` (at `epoch`) for a planned
+    /// switchover to `to` (any in-sync replica when `None`), fenced for at
+    /// most `timeout`; the new owner, epoch and the pause.
+    pub async fn switchover(
+        &self,
+        partition: keyway_map::PartitionId,
+        epoch: keyway_map::Epoch,
+        to: Option<keyway_map::NodeId>,
+        timeout: Duration,
+    ) -> Result<(keyway_map::NodeId, keyway_map::Epoch, Duration), PeerError> {
+        let msg = pb::SwitchoverRequest {
+            partition: partition.0,
+            epoch: epoch.0,
+            to: to.map_or(0, |n| n.0),
+            timeout_ms: timeout.as_millis() as u64,
+        };
+        let r = self
+            .call("Switchover", msg, |mut c, r| async move {
+                c.switchover(r).await
+            })
+            .await?;
+        Ok((
+            keyway_map::NodeId(r.owner),
+            keyway_map::Epoch(r.epoch),
+            Duration::from_micros(r.paused_us),
+        ))
+    }
+
     /// Deletes up to `limit` entries of `range` at a peer serving a bare
     /// engine (tests, tools: a node refuses a call that names no migration),
     /// no change records; `0` = the range is empty there.

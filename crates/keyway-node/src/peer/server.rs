@@ -57,6 +57,8 @@ pub struct NodeRoles {
     pub reads: crate::kw::owned::SubmitRead,
     /// How long a `LastSeq` answer holds the change log after it.
     pub snapshot_hold: std::time::Duration,
+    /// Replication: the replica side of `Replicate`, and `Switchover`.
+    pub replication: Arc<crate::replicate::Replication>,
 }
 
 impl std::fmt::Debug for PeerService {
@@ -589,10 +591,47 @@ impl peer_server::Peer for PeerService {
 
     async fn switchover(
         &self,
-        _req: Request<pb::SwitchoverRequest>,
+        req: Request<pb::SwitchoverRequest>,
     ) -> Result<Response<pb::SwitchoverResponse>, Status> {
-        // Replaced by the replication work (issue 12) before it lands.
-        Err(Status::unimplemented("switchover is not implemented yet"))
+        let r = req.into_inner();
+        let to = (r.to != 0).then_some(keyway_map::NodeId(r.to));
+        let timeout = std::time::Duration::from_millis(r.timeout_ms.max(1));
+        let repl = &self.node()?.replication;
+        let pid = PartitionId(r.partition);
+        let done = crate::replicate::switchover::switchover(
+            repl,
+            pid,
+            keyway_map::Epoch(r.epoch),
+            to,
+            timeout,
+        )
+        .await
+        .map_err(|e| Status::failed_precondition(e.to_string()))?;
+        Ok(Response::new(pb::SwitchoverResponse {
+            owner: done.owner.0,
+            epoch: done.epoch.0,
+            paused_us: done.paused.as_micros() as u64,
+        }))
+    }
+
+    async fn replicate(
+        &self,
+        req: Request<pb::ReplicateRequest>,
+    ) -> Result<Response<pb::ReplicateResponse>, Status> {
+        use crate::replicate::replica::ReplicaError;
+        let node = self.node()?;
+        match node
+            .replication
+            .replica
+            .clone()
+            .serve(req.into_inner())
+            .await
+        {
+            Ok(resp) => Ok(Response::new(resp)),
+            Err(ReplicaError::Refused(r)) => Err(self.refused("Replicate", r)),
+            Err(ReplicaError::Invalid(why)) => Err(Status::invalid_argument(why)),
+            Err(ReplicaError::Storage(e)) => Err(status_from_storage(e)),
+        }
     }
 
     async fn partition_stats(

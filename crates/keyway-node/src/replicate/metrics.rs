@@ -1,0 +1,100 @@
+//! Replication metrics (registered once with the node's registry).
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use std::sync::Arc;
+
+/// Label: a partition id.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PartitionLabel {
+    pub partition: u64,
+}
+
+/// Label: why the in-sync set changed.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabel {
+    pub reason: &'static str,
+}
+
+/// The replication metrics of one node.
+#[derive(Default)]
+pub struct ReplicationMetrics {
+    /// Per owned partition: last seq minus the slowest replica stream's acked seq.
+    pub lag_records: Family<PartitionLabel, Gauge>,
+    /// Per owned partition: age of the oldest reply waiting for replicas.
+    pub lag_ms: Family<PartitionLabel, Gauge>,
+    /// Per owned partition with replicas: in-sync copies (with the primary).
+    pub in_sync_copies: Family<PartitionLabel, Gauge>,
+    /// Writes refused with -NOREPLICAS.
+    pub norepl_refusals: Counter,
+    /// In-sync set changes this node committed, by reason.
+    pub in_sync_changes: Family<ReasonLabel, Counter>,
+    /// Replies answered "replication not confirmed".
+    pub not_confirmed: Counter,
+    /// Records and bytes shipped by this node's streams and catch-ups.
+    pub stream_records: Counter,
+    pub stream_bytes: Counter,
+    /// Records applied here as a replica.
+    pub replica_applied_records: Counter,
+    /// Replicate calls refused here as a replica.
+    pub replica_refusals: Counter,
+}
+
+impl ReplicationMetrics {
+    pub fn register(m: &crate::metrics::Metrics) -> Arc<Self> {
+        let r = Arc::new(ReplicationMetrics::default());
+        m.register(
+            "replication_lag_records",
+            "Per owned partition: last seq minus the slowest replica stream's acknowledged seq",
+            r.lag_records.clone(),
+        );
+        m.register(
+            "replication_lag_ms",
+            "Per owned partition: age of the oldest reply waiting for its replicas",
+            r.lag_ms.clone(),
+        );
+        m.register(
+            "replication_in_sync_copies",
+            "Per owned partition with replicas: copies in the in-sync set, the primary included",
+            r.in_sync_copies.clone(),
+        );
+        m.register(
+            "replication_norepl_refusals",
+            "Writes refused with NOREPLICAS (fewer in-sync copies than min_in_sync)",
+            r.norepl_refusals.clone(),
+        );
+        m.register(
+            "replication_in_sync_changes",
+            "In-sync set changes committed by this node as primary, by reason",
+            r.in_sync_changes.clone(),
+        );
+        m.register(
+            "replication_not_confirmed",
+            "Replies answered 'replication not confirmed' (a CAS failed, deposed, or lease lost)",
+            r.not_confirmed.clone(),
+        );
+        m.register(
+            "replication_stream_records",
+            "Change records shipped to replicas (streams and catch-up copies)",
+            r.stream_records.clone(),
+        );
+        m.register(
+            "replication_stream_bytes",
+            "Encoded bytes shipped to replicas (streams and catch-up copies)",
+            r.stream_bytes.clone(),
+        );
+        m.register(
+            "replica_applied_records",
+            "Records applied on this node as a replica",
+            r.replica_applied_records.clone(),
+        );
+        m.register(
+            "replica_refusals",
+            "Replicate calls refused on this node as a replica",
+            r.replica_refusals.clone(),
+        );
+        r
+    }
+}

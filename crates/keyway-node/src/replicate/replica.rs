@@ -1,0 +1,462 @@
+//! The replica's side of `Replicate`: check, apply, fsync, grant read leases.
+//!
+//! Process overview (one call from primary S):
+//! 1. Calls of one sender are serialised, and applied only in increasing
+//!    `(incarnation, call)` order: a call that arrives after a newer one
+//!    was applied (a retried batch stuck in a paused process, a stream
+//!    batch racing a catch-up's clean) is refused as stale and changes
+//!    nothing.
+//! 2. **Check** ([`check`], pure) under the routing read guard, with each
+//!    engine sub-batch in the same critical section (invariant 2): for each
+//!    listed partition, this node's map must show S as owner and this node
+//!    among the replicas at the epoch S names, or an older epoch (a newer
+//!    one exists only in the map, and only its owner sends it); a map at a
+//!    newer epoch than S names means S was deposed: refused. Every record's
+//!    key must lie in a listed partition.
+//! 3. **Apply**: the optional clean (`delete_range_chunk`, which also drops
+//!    version markers), the records (`apply_foreign`), then fsync.
+//! 4. **Read leases** (invariant 11): for each listed partition S vouches
+//!    for, `grant_replica_read(p, epoch, anchor + read_lease)`, where the
+//!    anchor is when *this node's previous answer* to S's stream left here
+//!    (S echoes its token). S received that answer before sending this
+//!    call, so S's own bound (that answer's arrival + the lease) is never
+//!    earlier than the lease granted here, however late this call arrives.
+
+use super::metrics::ReplicationMetrics;
+use crate::executor::{DurableSeq, LatencyGauge};
+use crate::migrate::{Refusal, RefusalReason};
+use crate::peer::pb;
+use crate::routing::Routing;
+use bytes::Bytes;
+use keyway_map::{Epoch, NodeId, PartitionId, PartitionMap};
+use keyway_storage::{ChangeRecord, Engine, KeyRange};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::sync::watch;
+
+/// Records per engine call (each under its own routing guard).
+const APPLY_SUB_BATCH: usize = 128;
+/// Entries deleted per engine call of a clean.
+const DROP_SUB_CHUNK: usize = 1_000;
+/// Longest read lease a sender may ask for.
+const MAX_READ_LEASE_MS: u64 = 60_000;
+
+/// What a replica remembers of one sender's stream.
+#[derive(Default)]
+struct SenderState {
+    incarnation: u64,
+    last_call: u64,
+    /// The token of the last answer to a stream call, and when it left.
+    token: Option<(u64, Instant)>,
+}
+
+/// The replica side (see the module docs).
+pub struct ReplicaSide {
+    me: NodeId,
+    engine: Arc<dyn Engine>,
+    routing: Arc<Routing>,
+    latency: Arc<LatencyGauge>,
+    metrics: Arc<ReplicationMetrics>,
+    /// Published after each fsync here (this node's own streams ship up to it).
+    durable: Arc<DurableSeq>,
+    senders: Mutex<HashMap<NodeId, Arc<tokio::sync::Mutex<SenderState>>>>,
+    /// Testing hook: while true every call waits before it is looked at
+    /// (as a `SIGSTOP`ped process would).
+    paused: watch::Sender<bool>,
+    next_token: std::sync::atomic::AtomicU64,
+}
+
+/// Why a call was not applied.
+#[derive(Debug)]
+pub enum ReplicaError {
+    Refused(Refusal),
+    Invalid(String),
+    Storage(keyway_storage::StorageError),
+}
+
+impl ReplicaSide {
+    pub fn new(
+        me: NodeId,
+        engine: Arc<dyn Engine>,
+        routing: Arc<Routing>,
+        latency: Arc<LatencyGauge>,
+        metrics: Arc<ReplicationMetrics>,
+        durable: Arc<DurableSeq>,
+    ) -> Self {
+        let seed = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(1, |d| d.as_nanos() as u64);
+        ReplicaSide {
+            me,
+            engine,
+            routing,
+            latency,
+            metrics,
+            durable,
+            senders: Mutex::new(HashMap::new()),
+            paused: watch::channel(false).0,
+            next_token: std::sync::atomic::AtomicU64::new(seed | 1),
+        }
+    }
+
+    /// Testing hook: stall (`true`) or resume every `Replicate` call here.
+    pub fn set_paused(&self, paused: bool) {
+        self.paused.send_replace(paused);
+    }
+
+    fn sender(&self, node: NodeId) -> Arc<tokio::sync::Mutex<SenderState>> {
+        self.senders
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(node)
+            .or_default()
+            .clone()
+    }
+
+    /// Serves one call (see the module docs).
+    pub async fn serve(
+        self: Arc<Self>,
+        req: pb::ReplicateRequest,
+    ) -> Result<pb::ReplicateResponse, ReplicaError> {
+        let mut paused = self.paused.subscribe();
+        while *paused.borrow_and_update() {
+            if paused.changed().await.is_err() {
+                break;
+            }
+        }
+        let sender = NodeId(req.sender);
+        let listed = listed_from_pb(&req.partitions)?;
+        let records = req
+            .records
+            .iter()
+            .enumerate()
+            .map(|(i, b)| {
+                ChangeRecord::decode(b)
+                    .map_err(|e| ReplicaError::Invalid(format!("record {i}: {e}")))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let drop = match req.drop_limit {
+            0 => None,
+            n => {
+                let pid = PartitionId(req.drop_partition);
+                let (_, epoch, range, _) = listed
+                    .iter()
+                    .find(|l| l.0 == pid)
+                    .ok_or_else(|| ReplicaError::Invalid("drop_partition is not listed".into()))?;
+                Some((pid, *epoch, range.clone(), n as usize))
+            }
+        };
+        // From here on in its own task: a caller that gives up (its deadline
+        // passed) must not cut the ordered section short, or a later call
+        // could run while this one's records are still being applied.
+        let this = self.clone();
+        tokio::spawn(async move { this.in_order(req, sender, listed, records, drop).await })
+            .await
+            .map_err(|e| ReplicaError::Invalid(format!("replicate task failed: {e}")))?
+    }
+
+    /// The ordered part of [`Self::serve`]: under the sender's lock.
+    async fn in_order(
+        &self,
+        req: pb::ReplicateRequest,
+        sender: NodeId,
+        listed: Vec<ListedPartition>,
+        records: Vec<ChangeRecord>,
+        drop: Option<(PartitionId, Epoch, KeyRange, usize)>,
+    ) -> Result<pb::ReplicateResponse, ReplicaError> {
+        let state = self.sender(sender);
+        let mut state = state.lock().await;
+        if req.incarnation < state.incarnation
+            || (req.incarnation == state.incarnation && req.call <= state.last_call)
+        {
+            return Err(self.refuse(Refusal {
+                reason: RefusalReason::Stale,
+                detail: format!(
+                    "call {}/{} of node {sender} arrived after {}/{}",
+                    req.incarnation, req.call, state.incarnation, state.last_call
+                ),
+            }));
+        }
+        if req.incarnation > state.incarnation {
+            *state = SenderState {
+                incarnation: req.incarnation,
+                ..SenderState::default()
+            };
+        }
+        let (engine, routing, me) = (self.engine.clone(), self.routing.clone(), self.me);
+        let durable = self.durable.clone();
+        let sync = req.sync;
+        let checked = listed.clone();
+        let n_records = records.len();
+        let applied = super::blocking(move || {
+            apply(
+                &*engine, &durable, &routing, me, sender, &checked, drop, &records, sync,
+            )
+        })
+        .await
+        .map_err(ReplicaError::Storage)?;
+        let (last_seq, deleted) = applied.map_err(|r| self.refuse(r))?;
+        state.last_call = req.call;
+        self.metrics
+            .replica_applied_records
+            .inc_by(n_records as u64);
+        let mut token = 0;
+        if req.stream {
+            let lease = Duration::from_millis(req.read_lease_ms.min(MAX_READ_LEASE_MS));
+            if let Some((t, anchor)) = state.token
+                && t == req.prev_token
+                && req.prev_token != 0
+            {
+                for (pid, epoch, _, vouch) in &listed {
+                    if *vouch {
+                        self.routing
+                            .grant_replica_read(*pid, *epoch, anchor + lease);
+                    }
+                }
+            }
+            token = self
+                .next_token
+                .fetch_add(2, std::sync::atomic::Ordering::Relaxed);
+            state.token = Some((token, Instant::now()));
+        }
+        Ok(pb::ReplicateResponse {
+            token,
+            last_seq,
+            deleted: deleted as u64,
+            recent_latency_us: self.latency.recent_max_micros(),
+        })
+    }
+
+    fn refuse(&self, r: Refusal) -> ReplicaError {
+        self.metrics.replica_refusals.inc();
+        tracing::debug!(reason = r.reason.label(), %r, "replicate call refused");
+        ReplicaError::Refused(r)
+    }
+}
+
+type ListedPartition = (PartitionId, Epoch, KeyRange, bool);
+
+fn listed_from_pb(ps: &[pb::ReplicatedPartition]) -> Result<Vec<ListedPartition>, ReplicaError> {
+    ps.iter()
+        .map(|p| {
+            let r = p
+                .range
+                .clone()
+                .ok_or_else(|| ReplicaError::Invalid("a listed partition has no range".into()))?;
+            Ok((
+                PartitionId(p.id),
+                Epoch(p.epoch),
+                KeyRange::new(r.start, r.end),
+                p.vouch,
+            ))
+        })
+        .collect()
+}
+
+/// Check and effect, each engine call under its own routing read guard.
+#[allow(clippy::too_many_arguments)]
+fn apply(
+    engine: &dyn Engine,
+    durable: &DurableSeq,
+    routing: &Routing,
+    me: NodeId,
+    sender: NodeId,
+    listed: &[ListedPartition],
+    drop: Option<(PartitionId, Epoch, KeyRange, usize)>,
+    records: &[ChangeRecord],
+    sync: bool,
+) -> Result<Result<(u64, usize), Refusal>, keyway_storage::StorageError> {
+    let mut deleted = 0;
+    if let Some((pid, epoch, range, limit)) = drop {
+        routing.revoke_replica_read(pid);
+        while deleted < limit {
+            let view = routing.read();
+            if let Err(r) = check(view.map(), me, sender, listed, std::iter::empty()) {
+                return Ok(Err(r));
+            }
+            // A clean needs the map at the sender's epoch: the range must be
+            // exactly the partition's here.
+            let here = view.map().partitions.get(&pid);
+            if here.is_none_or(|p| {
+                p.epoch != epoch || crate::migrate::receive::storage_range(p) != range
+            }) {
+                return Ok(Err(Refusal {
+                    reason: RefusalReason::MapBehind,
+                    detail: format!("partition {pid} is not at epoch {epoch} here yet"),
+                }));
+            }
+            let want = (limit - deleted).min(DROP_SUB_CHUNK);
+            let n = engine.delete_range_chunk(&range, want)?;
+            drop_guard(view);
+            deleted += n;
+            if n < want {
+                break;
+            }
+        }
+    }
+    let parts: Vec<&[ChangeRecord]> = match records.is_empty() {
+        true => vec![&[]],
+        false => records.chunks(APPLY_SUB_BATCH).collect(),
+    };
+    for part in parts {
+        let view = routing.read();
+        if let Err(r) = check(
+            view.map(),
+            me,
+            sender,
+            listed,
+            part.iter().map(|r| &r.mutation.key()[..]),
+        ) {
+            return Ok(Err(r));
+        }
+        if !part.is_empty() {
+            engine.apply_foreign(part)?;
+        }
+        drop_guard(view);
+    }
+    if sync {
+        durable.sync_now(engine)?;
+    }
+    Ok(Ok((engine.last_seq(), deleted)))
+}
+
+/// Ends a check's critical section (the effect is in the engine).
+fn drop_guard(view: crate::routing::RoutingGuard<'_>) {
+    drop(view);
+}
+
+/// May `sender` ship records with `keys` for the `listed` partitions to
+/// this node (`me`), by `map`? Pure; see the module docs.
+pub fn check<'k>(
+    map: &PartitionMap,
+    me: NodeId,
+    sender: NodeId,
+    listed: &[ListedPartition],
+    mut keys: impl Iterator<Item = &'k [u8]>,
+) -> Result<(), Refusal> {
+    let refuse = |reason, detail: String| Err(Refusal { reason, detail });
+    let mut ranges: Vec<KeyRange> = Vec::with_capacity(listed.len());
+    for (pid, epoch, range, _) in listed {
+        let Some(p) = map.partitions.get(pid) else {
+            return refuse(
+                RefusalReason::MapBehind,
+                format!("partition {pid} unknown here (map version {})", map.version),
+            );
+        };
+        if p.epoch > *epoch {
+            return refuse(
+                RefusalReason::Stale,
+                format!(
+                    "partition {pid} is at epoch {} here, the sender names {epoch}",
+                    p.epoch
+                ),
+            );
+        }
+        if p.epoch == *epoch {
+            if p.owner != sender {
+                return refuse(
+                    RefusalReason::Stale,
+                    format!("node {sender} does not own partition {pid} at epoch {epoch} here"),
+                );
+            }
+            if !p.replicas.contains(&me) {
+                return refuse(
+                    RefusalReason::NotReceiving,
+                    format!("this node is not a replica of partition {pid} at epoch {epoch}"),
+                );
+            }
+            ranges.push(crate::migrate::receive::storage_range(p));
+        } else {
+            // The sender names a newer epoch: it owns the partition there.
+            ranges.push(range.clone());
+        }
+    }
+    match keys.find(|k| !ranges.iter().any(|r| r.contains(k))) {
+        Some(k) => refuse(
+            RefusalReason::OutOfRange,
+            format!(
+                "key {:?} is in no partition the call lists",
+                Bytes::copy_from_slice(k)
+            ),
+        ),
+        None => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use keyway_map::{MapVersion, NodeInfo, NodeState};
+
+    fn map() -> PartitionMap {
+        let nodes: Vec<NodeInfo> = (1..=3)
+            .map(|i| NodeInfo {
+                id: NodeId(i),
+                resp_addr: format!("127.0.0.1:{}", 7000 + i),
+                admin_addr: String::new(),
+                state: NodeState::Up,
+                weight: keyway_map::DEFAULT_NODE_WEIGHT,
+                draining: false,
+                zone: None,
+            })
+            .collect();
+        PartitionMap::bootstrap_replicated(&nodes, 1, 2).unwrap()
+    }
+
+    fn listed(map: &PartitionMap, pid: PartitionId, epoch: Epoch) -> Vec<ListedPartition> {
+        let p = &map.partitions[&pid];
+        vec![(pid, epoch, crate::migrate::receive::storage_range(p), true)]
+    }
+
+    #[test]
+    fn only_the_owner_at_the_epoch_ships_to_a_listed_replica() {
+        let mut m = map();
+        let p = m
+            .partitions
+            .values()
+            .find(|p| p.owner == NodeId(1))
+            .unwrap()
+            .clone();
+        let replica = p.replicas[0];
+        let other = (1..=3)
+            .map(NodeId)
+            .find(|n| *n != replica && *n != p.owner)
+            .unwrap();
+        let key = [&p.storage_bounds().0[..], b"k"].concat();
+        let keys = || std::iter::once(&key[..]);
+        let l = listed(&m, p.id, p.epoch);
+        assert!(check(&m, replica, p.owner, &l, keys()).is_ok());
+        // Not the owner.
+        let r = check(&m, replica, other, &l, keys()).unwrap_err();
+        assert_eq!(r.reason, RefusalReason::Stale);
+        // Not a replica.
+        let r = check(&m, other, p.owner, &l, keys()).unwrap_err();
+        assert_eq!(r.reason, RefusalReason::NotReceiving);
+        // A key outside the listed partitions.
+        let outside = b"\xff\xff\xff\xffz".to_vec();
+        let r = check(&m, replica, p.owner, &l, std::iter::once(&outside[..])).unwrap_err();
+        assert_eq!(r.reason, RefusalReason::OutOfRange);
+        // A newer epoch than this map's is trusted; an older one is refused.
+        let newer = listed(&m, p.id, Epoch(p.epoch.0 + 1));
+        assert!(check(&m, replica, other, &newer, keys()).is_ok());
+        let row = m.partitions.get_mut(&p.id).unwrap();
+        row.epoch = Epoch(p.epoch.0 + 2);
+        m.version = MapVersion(m.version.0 + 1);
+        let r = check(&m, replica, p.owner, &l, keys()).unwrap_err();
+        assert_eq!(r.reason, RefusalReason::Stale);
+        // Unknown partition: the map is behind.
+        let unknown = vec![(
+            PartitionId(999),
+            Epoch(1),
+            KeyRange::new(Bytes::new(), None),
+            false,
+        )];
+        assert_eq!(
+            check(&m, replica, p.owner, &unknown, std::iter::empty())
+                .unwrap_err()
+                .reason,
+            RefusalReason::MapBehind
+        );
+    }
+}

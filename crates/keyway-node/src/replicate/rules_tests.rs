@@ -1,0 +1,320 @@
+//! The in-sync rules, asserted by the commands they emit.
+
+use super::*;
+use bytes::Bytes;
+
+const LAG: Duration = Duration::from_millis(2_000);
+const LEASE: Duration = Duration::from_millis(1_000);
+const P: PartitionId = PartitionId(7);
+const R: NodeId = NodeId(2);
+const R2: NodeId = NodeId(3);
+
+fn cfg() -> RulesConfig {
+    RulesConfig {
+        lag_timeout: LAG,
+        read_lease: LEASE,
+        retry_backoff: Duration::from_millis(500),
+    }
+}
+
+fn row(epoch: u64, replicas: &[NodeId], in_sync: &[NodeId]) -> Row {
+    Row {
+        id: P,
+        epoch: Epoch(epoch),
+        range: KeyRange::prefix(Bytes::from_static(b"p/")),
+        replicas: replicas.to_vec(),
+        in_sync: in_sync.to_vec(),
+    }
+}
+
+fn ms(t0: Instant, ms: u64) -> Instant {
+    t0 + Duration::from_millis(ms)
+}
+
+fn releases(cmds: &[Command]) -> Vec<(WaiterId, bool)> {
+    cmds.iter()
+        .filter_map(|c| match c {
+            Command::Release { waiter, ok } => Some((*waiter, *ok)),
+            _ => None,
+        })
+        .collect()
+}
+
+fn cases(cmds: &[Command]) -> Vec<(Epoch, CasChange)> {
+    cmds.iter()
+        .filter_map(|c| match c {
+            Command::Cas { epoch, change, .. } => Some((*epoch, change.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Rules with replica R in sync at epoch 5, its stream acked at 100 just now.
+fn in_sync_rules(t0: Instant) -> Rules {
+    let mut rules = Rules::new(cfg(), t0 - Duration::from_secs(60));
+    // Reach InSync the way a running node does: copy, join, CAS in.
+    let cmds = rules.map_installed(&[row(4, &[R], &[])], t0);
+    assert!(cmds.is_empty(), "{cmds:?}");
+    let cmds = rules.tick(t0, true);
+    assert_eq!(
+        cmds,
+        vec![Command::StartCopy {
+            partition: P,
+            replica: R
+        }]
+    );
+    assert!(rules.copy_shipping(P, R));
+    assert!(rules.copy_done(P, R, 100).is_empty());
+    let cmds = rules.stream_acked(R, 100, t0);
+    assert_eq!(
+        cases(&cmds),
+        vec![(Epoch(4), CasChange::Add { replica: R })]
+    );
+    let cmds = rules.cas_result(P, Epoch(4), &CasChange::Add { replica: R }, true, t0);
+    assert!(cmds.is_empty());
+    assert!(rules.map_installed(&[row(5, &[R], &[R])], t0).is_empty());
+    assert_eq!(rules.parts()[&P].replicas[&R], ReplicaState::InSync);
+    rules
+}
+
+#[test]
+fn a_write_is_released_once_every_in_sync_replica_acked_it() {
+    let t0 = Instant::now();
+    let mut rules = in_sync_rules(t0);
+    let (w, cmds) = rules.queue(P, 101, &[R], t0);
+    assert!(cmds.is_empty(), "waits for R");
+    assert!(rules.stream_acked(R, 100, ms(t0, 5)).is_empty());
+    assert_eq!(
+        releases(&rules.stream_acked(R, 101, ms(t0, 6))),
+        vec![(w, true)]
+    );
+    // A write the stream already acked is released at once.
+    let (w2, cmds) = rules.queue(P, 90, &[R], ms(t0, 7));
+    assert_eq!(releases(&cmds), vec![(w2, true)]);
+}
+
+#[test]
+fn lag_timeout_removes_by_cas_and_releases_only_after_commit_and_read_lease() {
+    let t0 = Instant::now();
+    let mut rules = in_sync_rules(t0);
+    // The replica last answered at t0 + 100 ms: its lease may run to t0 + 1100.
+    rules.stream_acked(R, 100, ms(t0, 100));
+    let (w, _) = rules.queue(P, 101, &[R], ms(t0, 200));
+    assert!(
+        rules.tick(ms(t0, 2_100), true).is_empty(),
+        "not overdue yet"
+    );
+    let cmds = rules.tick(ms(t0, 2_200), true);
+    assert_eq!(
+        cmds,
+        vec![Command::Cas {
+            partition: P,
+            epoch: Epoch(5),
+            change: CasChange::Remove {
+                replicas: vec![R],
+                reason: Reason::LagTimeout
+            }
+        }]
+    );
+    // No second CAS while one is in flight, and nothing released.
+    assert!(rules.tick(ms(t0, 2_300), true).is_empty());
+    // Commit at t0 + 2400: the lease (t0 + 1100) already passed.
+    let change = CasChange::Remove {
+        replicas: vec![R],
+        reason: Reason::LagTimeout,
+    };
+    let cmds = rules.cas_result(P, Epoch(5), &change, true, ms(t0, 2_400));
+    assert!(releases(&cmds).is_empty(), "released at the next tick");
+    let cmds = rules.tick(ms(t0, 2_401), true);
+    assert_eq!(releases(&cmds), vec![(w, true)]);
+    assert!(
+        !rules.has_waited(P, ms(t0, 2_402)),
+        "writes continue without the replica"
+    );
+}
+
+#[test]
+fn a_removed_replica_is_waited_for_until_its_read_lease_passed() {
+    let t0 = Instant::now();
+    let mut rules = in_sync_rules(t0);
+    let (w, _) = rules.queue(P, 101, &[R], t0);
+    rules.tick(ms(t0, 2_000), true);
+    // A heartbeat answered late (no records acked past 100): lease to t0+3000.
+    rules.stream_acked(R, 100, ms(t0, 2_000));
+    let change = CasChange::Remove {
+        replicas: vec![R],
+        reason: Reason::LagTimeout,
+    };
+    let cmds = rules.cas_result(P, Epoch(5), &change, true, ms(t0, 2_050));
+    assert!(releases(&cmds).is_empty());
+    assert!(releases(&rules.tick(ms(t0, 2_999), true)).is_empty());
+    assert!(rules.has_waited(P, ms(t0, 2_999)));
+    assert_eq!(releases(&rules.tick(ms(t0, 3_000), true)), vec![(w, true)]);
+}
+
+#[test]
+fn a_failed_cas_never_releases_a_reply_as_success() {
+    let t0 = Instant::now();
+    let mut rules = in_sync_rules(t0);
+    let (w, _) = rules.queue(P, 101, &[R], t0);
+    let cmds = rules.tick(ms(t0, 2_000), true);
+    let change = match &cases(&cmds)[..] {
+        [(_, c)] => c.clone(),
+        other => panic!("{other:?}"),
+    };
+    let cmds = rules.cas_result(P, Epoch(5), &change, false, ms(t0, 2_100));
+    assert_eq!(releases(&cmds), vec![(w, false)]);
+    // Deposed: the next map no longer has the partition here; nothing else waits.
+    assert!(releases(&rules.map_installed(&[], ms(t0, 2_200))).is_empty());
+}
+
+#[test]
+fn a_partition_lost_to_another_owner_fails_its_waiting_replies() {
+    let t0 = Instant::now();
+    let mut rules = in_sync_rules(t0);
+    let (w, _) = rules.queue(P, 101, &[R], t0);
+    assert_eq!(
+        releases(&rules.map_installed(&[], ms(t0, 10))),
+        vec![(w, false)]
+    );
+}
+
+#[test]
+fn a_lapsed_node_lease_fails_every_waiting_reply() {
+    let t0 = Instant::now();
+    let mut rules = in_sync_rules(t0);
+    let (w, _) = rules.queue(P, 101, &[R], t0);
+    assert_eq!(releases(&rules.tick(ms(t0, 10), false)), vec![(w, false)]);
+}
+
+#[test]
+fn a_joining_replica_is_dropped_without_cas_on_lag() {
+    let t0 = Instant::now();
+    let mut rules = Rules::new(cfg(), t0 - Duration::from_secs(60));
+    rules.map_installed(&[row(4, &[R], &[])], t0);
+    rules.tick(t0, true);
+    rules.copy_shipping(P, R);
+    // Not waited for while copying.
+    let (w0, cmds) = rules.queue(P, 40, &[], t0);
+    assert_eq!(releases(&cmds), vec![(w0, true)]);
+    assert!(rules.copy_done(P, R, 50).is_empty());
+    // Joining: new writes wait.
+    let (w, cmds) = rules.queue(P, 51, &[], ms(t0, 1));
+    assert!(cmds.is_empty());
+    let cmds = rules.tick(ms(t0, 2_001), true);
+    assert!(cases(&cmds).is_empty(), "no CAS for a joining replica");
+    assert_eq!(releases(&cmds), vec![(w, true)]);
+    assert!(matches!(
+        rules.parts()[&P].replicas[&R],
+        ReplicaState::Idle { .. }
+    ));
+    // Retried after the back-off.
+    assert!(rules.tick(ms(t0, 2_100), true).is_empty());
+    assert_eq!(
+        rules.tick(ms(t0, 2_600), true),
+        vec![Command::StartCopy {
+            partition: P,
+            replica: R
+        }]
+    );
+}
+
+#[test]
+fn a_replica_is_added_only_after_it_acked_the_seq_recorded_when_joining_began() {
+    let t0 = Instant::now();
+    let mut rules = Rules::new(cfg(), t0 - Duration::from_secs(60));
+    rules.map_installed(&[row(4, &[R], &[])], t0);
+    rules.tick(t0, true);
+    rules.copy_shipping(P, R);
+    assert!(rules.stream_acked(R, 70, t0).is_empty(), "still copying");
+    assert!(rules.copy_done(P, R, 80).is_empty());
+    assert!(rules.stream_acked(R, 79, t0).is_empty());
+    assert_eq!(
+        cases(&rules.stream_acked(R, 80, t0)),
+        vec![(Epoch(4), CasChange::Add { replica: R })]
+    );
+}
+
+#[test]
+fn a_copy_that_finds_the_stream_past_s0_is_added_at_once() {
+    let t0 = Instant::now();
+    let mut rules = Rules::new(cfg(), t0 - Duration::from_secs(60));
+    rules.map_installed(&[row(4, &[R], &[])], t0);
+    rules.tick(t0, true);
+    rules.copy_shipping(P, R);
+    rules.stream_acked(R, 90, t0);
+    assert_eq!(
+        cases(&rules.copy_done(P, R, 90)),
+        vec![(Epoch(4), CasChange::Add { replica: R })]
+    );
+}
+
+#[test]
+fn restart_removes_every_in_sync_replica_in_one_cas_before_releasing() {
+    let t0 = Instant::now();
+    // Just started: a lease granted by the previous process may run to t0 + 1 s.
+    let mut rules = Rules::new(cfg(), t0);
+    // A write admitted before the rules saw the map waits for its in-sync replicas.
+    let (w, cmds) = rules.queue(P, 3, &[R, R2], t0);
+    assert!(cmds.is_empty());
+    let cmds = rules.map_installed(&[row(9, &[R, R2], &[R, R2])], ms(t0, 5));
+    assert_eq!(
+        cases(&cmds),
+        vec![(
+            Epoch(9),
+            CasChange::Remove {
+                replicas: vec![R, R2],
+                reason: Reason::PrimaryRestarted
+            }
+        )]
+    );
+    assert!(releases(&cmds).is_empty());
+    // An ack from a fresh stream does not release it either: positions unknown.
+    assert!(releases(&rules.stream_acked(R, 1_000, ms(t0, 10))).is_empty());
+    let change = CasChange::Remove {
+        replicas: vec![R, R2],
+        reason: Reason::PrimaryRestarted,
+    };
+    assert!(releases(&rules.cas_result(P, Epoch(9), &change, true, ms(t0, 20))).is_empty());
+    // R2 may serve on a lease of the previous process until t0 + 1 s; R
+    // answered the fresh stream at t0 + 10 ms (lease to t0 + 1010 ms).
+    assert!(releases(&rules.tick(ms(t0, 1_009), true)).is_empty());
+    assert_eq!(releases(&rules.tick(ms(t0, 1_010), true)), vec![(w, true)]);
+}
+
+#[test]
+fn vouching_covers_only_in_sync_shipped_partitions() {
+    let t0 = Instant::now();
+    let mut rules = in_sync_rules(t0);
+    let shipped = rules.shipped_to(R);
+    assert_eq!(shipped.len(), 1);
+    assert_eq!(
+        (shipped[0].0, shipped[0].1, shipped[0].3),
+        (P, Epoch(5), true)
+    );
+    rules.queue(P, 101, &[R], t0);
+    rules.tick(ms(t0, 2_000), true);
+    let shipped = rules.shipped_to(R);
+    assert!(!shipped[0].3, "no read lease once its removal began");
+}
+
+#[test]
+fn a_lost_stream_removes_in_sync_and_restarts_only_when_nothing_waits() {
+    let t0 = Instant::now();
+    let mut rules = in_sync_rules(t0);
+    let (w, _) = rules.queue(P, 101, &[R], t0);
+    let cmds = rules.stream_lost(R, t0);
+    assert_eq!(cases(&cmds).len(), 1);
+    assert!(!rules.may_restart_stream(R, t0));
+    // A late ack from the lost stream counts for nothing.
+    assert!(releases(&rules.stream_acked(R, 500, ms(t0, 1))).is_empty());
+    let change = CasChange::Remove {
+        replicas: vec![R],
+        reason: Reason::StreamLost,
+    };
+    rules.cas_result(P, Epoch(5), &change, true, ms(t0, 10));
+    assert_eq!(releases(&rules.tick(ms(t0, 1_100), true)), vec![(w, true)]);
+    assert!(rules.may_restart_stream(R, ms(t0, 1_100)));
+    rules.stream_restarted(R, 600);
+    assert_eq!(rules.acked(R), 600);
+}

@@ -1,0 +1,301 @@
+//! [`Stream`]: the primary's one stream to one replica node.
+//!
+//! Process overview:
+//! 1. Read this node's change log after the acked seq, never past the
+//!    durable seq (a bounded batch).
+//! 2. Only then take the rules' list of partitions shipped to the replica
+//!    (so a partition marked shipped after the read is covered by its
+//!    catch-up's snapshot, read after the marking at a seq ≥ the batch's
+//!    end), and keep the records whose key lies in one of them.
+//! 3. Send them in one `Replicate` call (with the partitions, their epochs,
+//!    the read-lease vouches and the last answer's token), fsynced at the
+//!    replica; an empty call every `replica_heartbeat_ms` renews the leases.
+//! 4. On the answer, the acked seq moves to the batch's end (the log hold
+//!    follows), and the rules hear of it (`stream_acked`).
+//!
+//! Failures are retried with a back-off; the rules' lag timeout decides
+//! what a replica that does not answer costs. A stream whose log hold was
+//! given up for retention (or that finds its records truncated) is *lost*:
+//! it stops acknowledging, the rules CAS its in-sync partitions out, and
+//! the driver starts a new stream once nothing waits on it.
+
+use super::Replication;
+use crate::peer::{PeerClient, PeerError, PeerOptions, pb};
+use bytes::Bytes;
+use keyway_map::{Epoch, NodeId, PartitionId};
+use keyway_storage::{ChangeRecord, KeyRange, Seq, StorageError};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+use tokio::sync::Notify;
+
+/// Change records examined per batch at most.
+const BATCH_RECORDS: usize = 5_000;
+/// Encoded bytes per call at most (a larger single record travels alone).
+const BATCH_BYTES: usize = 4 * 1024 * 1024;
+/// How long a stream waits for someone else's fsync to cover records past
+/// the durable seq before it fsyncs them itself.
+const DURABLE_WAIT: Duration = Duration::from_millis(10);
+/// Longest pause between two retries of a failed call.
+const MAX_RETRY_PAUSE: Duration = Duration::from_millis(200);
+
+/// One partition as a call lists it.
+pub(crate) type Listed = (PartitionId, Epoch, KeyRange, bool);
+
+/// The stream to one replica node (see the module docs).
+pub struct Stream {
+    pub replica: NodeId,
+    pub client: PeerClient,
+    /// Identifies this stream at the replica (see `replica.rs`).
+    incarnation: u64,
+    calls: AtomicU64,
+    acked: AtomicU64,
+    stopped: AtomicBool,
+    lost: AtomicBool,
+    wake: Notify,
+    hold: Mutex<Option<crate::log_gc::HoldGuard>>,
+}
+
+impl Stream {
+    /// Starts the stream's task from the durable seq now.
+    pub fn start(
+        repl: &Arc<Replication>,
+        replica: NodeId,
+        addr: &str,
+    ) -> Result<Arc<Stream>, String> {
+        let client = PeerClient::connect_with(
+            addr,
+            PeerOptions {
+                rpc_timeout: repl.cfg.lag_timeout,
+                ..PeerOptions::default()
+            },
+        )
+        .map_err(|e| e.to_string())?;
+        let start = repl.durable.get(&*repl.engine);
+        let incarnation = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(1, |d| d.as_nanos() as u64);
+        let stream = Arc::new(Stream {
+            replica,
+            client,
+            incarnation,
+            calls: AtomicU64::new(0),
+            acked: AtomicU64::new(start),
+            stopped: AtomicBool::new(false),
+            lost: AtomicBool::new(false),
+            wake: Notify::new(),
+            hold: Mutex::new(None),
+        });
+        let weak = Arc::downgrade(&stream);
+        let guard = repl
+            .holds
+            .hold(
+                format!("replica {replica}"),
+                start + 1,
+                Box::new(move |why| {
+                    if let Some(s) = weak.upgrade() {
+                        tracing::warn!(replica = %s.replica, %why, "replication stream lost its log hold");
+                        s.lost.store(true, Ordering::Release);
+                        s.wake.notify_one();
+                    }
+                }),
+            )
+            .map_err(|e| e.to_string())?;
+        *stream.hold.lock().unwrap_or_else(|e| e.into_inner()) = Some(guard);
+        repl.lock().rules.stream_restarted(replica, start);
+        tokio::spawn(stream.clone().run(repl.clone()));
+        tracing::info!(%replica, addr, from_seq = start, "replication stream started");
+        Ok(stream)
+    }
+
+    pub fn stop(&self) {
+        self.stopped.store(true, Ordering::Release);
+        self.wake.notify_one();
+        self.hold.lock().unwrap_or_else(|e| e.into_inner()).take();
+    }
+
+    pub fn is_lost(&self) -> bool {
+        self.lost.load(Ordering::Acquire)
+    }
+
+    pub fn acked(&self) -> Seq {
+        self.acked.load(Ordering::Acquire)
+    }
+
+    /// The identity of a new call of this stream (catch-ups share it, so the
+    /// replica orders their calls with the stream's).
+    pub fn next_call(&self) -> (u64, u64) {
+        (
+            self.incarnation,
+            self.calls.fetch_add(1, Ordering::AcqRel) + 1,
+        )
+    }
+
+    fn stopped(&self) -> bool {
+        self.stopped.load(Ordering::Acquire)
+    }
+
+    async fn run(self: Arc<Self>, repl: Arc<Replication>) {
+        let heartbeat = repl.cfg.heartbeat;
+        let mut token = 0u64;
+        let mut last_call = Instant::now() - heartbeat;
+        let mut pause = Duration::from_millis(5);
+        let mut reported_lost = false;
+        while !self.stopped() {
+            if self.is_lost() {
+                if !reported_lost {
+                    reported_lost = true;
+                    let replica = self.replica;
+                    repl.with_rules(|r| r.stream_lost(replica, Instant::now()));
+                }
+                let _ = tokio::time::timeout(heartbeat, self.wake.notified()).await;
+                continue;
+            }
+            let durable_changed = repl.durable.changed();
+            tokio::pin!(durable_changed);
+            durable_changed.as_mut().enable();
+            let acked = self.acked();
+            let durable = repl.durable.get(&*repl.engine);
+            let batch = if acked < durable {
+                let engine = repl.engine.clone();
+                match super::blocking(move || engine.changes_since(acked, BATCH_RECORDS)).await {
+                    Ok(records) => Some(records),
+                    Err(StorageError::LogTruncated { .. }) => {
+                        self.lost.store(true, Ordering::Release);
+                        continue;
+                    }
+                    Err(e) => {
+                        tracing::warn!(replica = %self.replica, %e, "reading the change log failed");
+                        tokio::time::sleep(MAX_RETRY_PAUSE).await;
+                        continue;
+                    }
+                }
+            } else {
+                None
+            };
+            let listed = repl.lock().rules.shipped_to(self.replica);
+            let (records, examined) = match batch {
+                Some(all) => filter(all, durable, &listed, acked),
+                None => (Vec::new(), acked),
+            };
+            if records.is_empty() && examined == acked && last_call.elapsed() < heartbeat {
+                let wait = heartbeat.saturating_sub(last_call.elapsed());
+                // Records past the durable seq that no storage thread will
+                // fsync soon (foreign records applied here, say): fsync them.
+                let undurable = repl.engine.last_seq() > durable;
+                let wait = if undurable {
+                    wait.min(DURABLE_WAIT)
+                } else {
+                    wait
+                };
+                let changed = tokio::select! {
+                    _ = &mut durable_changed => true,
+                    _ = self.wake.notified() => true,
+                    _ = tokio::time::sleep(wait) => false,
+                };
+                if !changed && undurable {
+                    let (durable, engine) = (repl.durable.clone(), repl.engine.clone());
+                    if let Err(e) = super::blocking(move || durable.sync_now(&*engine)).await {
+                        tracing::warn!(%e, "replication stream: fsync failed");
+                    }
+                }
+                continue;
+            }
+            let bytes: usize = records.iter().map(|r| r.len()).sum();
+            let count = records.len();
+            let (incarnation, call) = self.next_call();
+            let req = pb::ReplicateRequest {
+                sender: repl.me.0,
+                incarnation,
+                call,
+                prev_token: token,
+                partitions: listed_to_pb(&listed),
+                sync: !records.is_empty(),
+                records,
+                read_lease_ms: repl.cfg.read_lease.as_millis() as u64,
+                drop_partition: 0,
+                drop_limit: 0,
+                stream: true,
+            };
+            last_call = Instant::now();
+            match self.client.replicate(req).await {
+                Ok(resp) => {
+                    let reply_at = Instant::now();
+                    pause = Duration::from_millis(5);
+                    token = resp.token;
+                    if self.stopped() || self.is_lost() {
+                        continue;
+                    }
+                    self.acked.fetch_max(examined, Ordering::AcqRel);
+                    if let Some(h) = &*self.hold.lock().unwrap_or_else(|e| e.into_inner()) {
+                        h.advance(examined + 1);
+                    }
+                    repl.metrics.stream_records.inc_by(count as u64);
+                    repl.metrics.stream_bytes.inc_by(bytes as u64);
+                    let replica = self.replica;
+                    repl.with_rules(|r| r.stream_acked(replica, examined, reply_at));
+                }
+                Err(e) => {
+                    token = 0;
+                    match &e {
+                        PeerError::Unavailable(_) => {
+                            tracing::debug!(replica = %self.replica, %e, "replica unavailable; retrying")
+                        }
+                        _ => {
+                            tracing::info!(replica = %self.replica, %e, "replicate call refused; retrying")
+                        }
+                    }
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(MAX_RETRY_PAUSE);
+                }
+            }
+        }
+        tracing::info!(replica = %self.replica, "replication stream stopped");
+    }
+}
+
+/// The encoded records of `all` (up to `durable`) whose key is in a listed
+/// partition, at most [`BATCH_BYTES`] (at least one), and the last seq examined.
+fn filter(
+    all: Vec<ChangeRecord>,
+    durable: Seq,
+    listed: &[Listed],
+    acked: Seq,
+) -> (Vec<Bytes>, Seq) {
+    let mut out = Vec::new();
+    let mut bytes = 0usize;
+    let mut examined = acked;
+    for r in all {
+        if r.seq > durable {
+            break;
+        }
+        if listed
+            .iter()
+            .any(|(_, _, range, _)| range.contains(r.mutation.key()))
+        {
+            let enc = Bytes::from(r.encode());
+            if !out.is_empty() && bytes + enc.len() > BATCH_BYTES {
+                break;
+            }
+            bytes += enc.len();
+            out.push(enc);
+        }
+        examined = r.seq;
+    }
+    (out, examined)
+}
+
+pub(crate) fn listed_to_pb(listed: &[Listed]) -> Vec<pb::ReplicatedPartition> {
+    listed
+        .iter()
+        .map(|(id, epoch, range, vouch)| pb::ReplicatedPartition {
+            id: id.0,
+            epoch: epoch.0,
+            range: Some(pb::KeyRange {
+                start: range.start.clone(),
+                end: range.end.clone(),
+            }),
+            vouch: *vouch,
+        })
+        .collect()
+}

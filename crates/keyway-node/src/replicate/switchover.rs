@@ -1,0 +1,144 @@
+//! Planned switchover: move a partition's primaryship to an in-sync replica
+//! with a pause bounded like a migration cutover.
+//!
+//! Process overview (primary P, partition p at epoch e, target T):
+//! 1. Check: P owns p at exactly e, T is in p's in-sync set in P's map and
+//!    in sync in P's rules (its stream's acks are meaningful).
+//! 2. **Fence** p: requests are held (parked); taking the fence waits for
+//!    every request admitted before it, so the last seq then covers them.
+//! 3. Wait until T's stream acked ≥ that seq (bounded by `timeout`): T
+//!    holds every write P accepted.
+//! 4. **One CAS** conditional on (P, e): owner = T, replicas = (replicas
+//!    without T) with P, in_sync = [] (T's log positions differ from P's:
+//!    its replicas re-sync from it), epoch e + 1.
+//! 5. Install the committed map here before lifting the fence, so the held
+//!    requests re-run against it and get `-MOVED` to T (never run here).
+//!
+//! On any failure before the CAS the fence is lifted and P keeps serving.
+
+use super::Replication;
+use super::rules::ReplicaState;
+use keyway_map::{Epoch, MapChange, NodeId, OwnershipCondition, PartitionId};
+use keyway_meta::MapTxn;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// How often the switchover re-checks the target's acknowledged seq.
+const POLL: Duration = Duration::from_millis(1);
+
+/// The outcome of a switchover.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Switched {
+    pub owner: NodeId,
+    pub epoch: Epoch,
+    /// Fence to lift.
+    pub paused: Duration,
+}
+
+/// Why a switchover did not happen.
+#[derive(thiserror::Error, Debug, Clone, PartialEq, Eq)]
+pub enum SwitchoverError {
+    /// The request does not fit this node's state (not the owner at that
+    /// epoch, no in-sync target).
+    #[error("{0}")]
+    Refused(String),
+    /// The target did not catch up in time, or the CAS failed.
+    #[error("{0}")]
+    Failed(String),
+}
+
+/// Runs a switchover of `partition` (see the module docs).
+pub async fn switchover(
+    repl: &Arc<Replication>,
+    partition: PartitionId,
+    epoch: Epoch,
+    to: Option<NodeId>,
+    timeout: Duration,
+) -> Result<Switched, SwitchoverError> {
+    let refused = |s: String| Err(SwitchoverError::Refused(s));
+    let map = repl.routing.map();
+    let Some(row) = map.partitions.get(&partition).cloned() else {
+        return refused(format!("partition {partition} is not in this node's map"));
+    };
+    if row.owner != repl.me || row.epoch != epoch {
+        return refused(format!(
+            "this node does not own partition {partition} at epoch {epoch} (owner {}, epoch {})",
+            row.owner, row.epoch
+        ));
+    }
+    let in_sync_here = |r: &NodeId| {
+        repl.lock()
+            .rules
+            .parts()
+            .get(&partition)
+            .and_then(|p| p.replicas.get(r).cloned())
+            == Some(ReplicaState::InSync)
+    };
+    let target = match to {
+        Some(t) if row.in_sync.contains(&t) && in_sync_here(&t) => t,
+        Some(t) => {
+            return refused(format!(
+                "node {t} is not an in-sync replica of partition {partition}"
+            ));
+        }
+        None => match row.in_sync.iter().find(|r| in_sync_here(r)) {
+            Some(t) => *t,
+            None => return refused(format!("partition {partition} has no in-sync replica")),
+        },
+    };
+    let fenced_at = Instant::now();
+    repl.routing.set_fenced(partition, true);
+    let result = async {
+        let head = repl.engine.last_seq();
+        let deadline = fenced_at + timeout;
+        while repl.lock().rules.acked(target) < head {
+            if Instant::now() >= deadline {
+                return Err(SwitchoverError::Failed(format!(
+                    "replica {target} did not acknowledge seq {head} within {} ms",
+                    timeout.as_millis()
+                )));
+            }
+            tokio::time::sleep(POLL).await;
+        }
+        let mut next = row.clone();
+        next.owner = target;
+        next.replicas.retain(|r| *r != target);
+        next.replicas.push(repl.me);
+        next.in_sync.clear();
+        next.epoch = Epoch(epoch.0 + 1);
+        let txn = MapTxn {
+            conditions: vec![OwnershipCondition {
+                partition,
+                expected: Some((repl.me, epoch)),
+            }],
+            changes: vec![MapChange::UpsertPartition(next)],
+        };
+        let version = repl
+            .meta
+            .commit(txn)
+            .await
+            .map_err(|e| SwitchoverError::Failed(format!("switchover CAS: {e}")))?;
+        // Held requests must re-run against the committed map.
+        while repl.routing.map().version < version {
+            match repl.meta.get_map().await {
+                Ok(m) if m.version >= version => {
+                    if let Err(e) = repl.routing.install(m) {
+                        tracing::warn!(%e, "cannot install the map after a switchover");
+                    }
+                }
+                _ => tokio::time::sleep(POLL).await,
+            }
+        }
+        Ok(Epoch(epoch.0 + 1))
+    }
+    .await;
+    repl.routing.set_fenced(partition, false);
+    let paused = fenced_at.elapsed();
+    let new_epoch = result?;
+    tracing::info!(%partition, to = %target, epoch = %new_epoch, paused_us = paused.as_micros() as u64, "switchover");
+    Ok(Switched {
+        owner: target,
+        epoch: new_epoch,
+        paused,
+    })
+}
