@@ -215,6 +215,7 @@ impl Node {
                 durable: executor.durable().clone(),
                 holds: holds.clone(),
                 latency: executor.latency().clone(),
+                migrations: migrations.clone(),
             },
             config.replication(),
             &metrics,

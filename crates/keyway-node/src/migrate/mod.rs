@@ -105,6 +105,16 @@ impl Migrations {
         }
     }
 
+    /// The partitions this node runs a push for (it is their source).
+    pub fn pushing_partitions(&self) -> std::collections::BTreeSet<PartitionId> {
+        self.pushes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .map(|p| p.plan.partition)
+            .collect()
+    }
+
     /// The node's change-log holds.
     pub fn holds(&self) -> &Arc<crate::log_gc::LogHolds> {
         &self.holds

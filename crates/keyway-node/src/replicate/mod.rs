@@ -105,6 +105,7 @@ pub struct Replication {
     meta: Arc<dyn MetaStore>,
     durable: Arc<DurableSeq>,
     holds: Arc<LogHolds>,
+    migrations: Arc<crate::migrate::Migrations>,
     pub metrics: Arc<ReplicationMetrics>,
     cfg: ReplicationConfig,
     inner: Mutex<Inner>,
@@ -124,6 +125,9 @@ pub struct ReplicationParts {
     pub durable: Arc<DurableSeq>,
     pub holds: Arc<LogHolds>,
     pub latency: Arc<LatencyGauge>,
+    /// This node's migration pushes: no in-sync growth of a partition
+    /// being migrated away (see `Rules::set_migrating`).
+    pub migrations: Arc<crate::migrate::Migrations>,
 }
 
 impl Replication {
@@ -157,6 +161,7 @@ impl Replication {
             meta: parts.meta,
             durable: parts.durable,
             holds: parts.holds,
+            migrations: parts.migrations,
             metrics,
             cfg,
             inner: Mutex::new(Inner {
@@ -256,7 +261,12 @@ impl Replication {
                 }
                 _ = tick.tick() => {
                     let lease = self.routing.lease_valid();
-                    self.with_rules(|r| r.tick(Instant::now(), lease));
+                    let migrating = self.migrations.pushing_partitions();
+                    self.with_rules(|r| {
+                        let mut out = r.set_migrating(migrating);
+                        out.extend(r.tick(Instant::now(), lease));
+                        out
+                    });
                     self.on_map(&mut seen);
                     self.publish_gauges();
                 }

@@ -106,6 +106,14 @@ pub struct Rules {
     lost: BTreeSet<NodeId>,
     /// The partitions this node owned in the last map installed.
     seen: BTreeSet<PartitionId>,
+    /// Partitions this node is migrating away (it runs their push): no
+    /// replica is CASed *into* their in-sync set meanwhile, since every CAS
+    /// moves the epoch and a migration's flip (and its target's
+    /// registration) is conditional on the epoch it was created at. A
+    /// lagging replica is still CASed out (writes must not wait forever);
+    /// that migration then aborts and is retried. The flip empties the
+    /// in-sync set anyway.
+    migrating: BTreeSet<PartitionId>,
 }
 
 impl Rules {
@@ -121,6 +129,7 @@ impl Rules {
             next_waiter: 1,
             lost: BTreeSet::new(),
             seen: BTreeSet::new(),
+            migrating: BTreeSet::new(),
         }
     }
 
@@ -258,7 +267,26 @@ impl Rules {
         out
     }
 
-    /// CASes in every joining copy on `replica` that its stream caught up with.
+    /// The partitions this node now runs a migration push for. A partition
+    /// that stopped migrating gets its caught-up joiners CASed in.
+    pub fn set_migrating(&mut self, migrating: BTreeSet<PartitionId>) -> Vec<Command> {
+        if migrating == self.migrating {
+            return Vec::new();
+        }
+        let ended = self.migrating.difference(&migrating).next().is_some();
+        self.migrating = migrating;
+        if !ended {
+            return Vec::new();
+        }
+        let replicas: Vec<NodeId> = self.acked.keys().copied().collect();
+        replicas
+            .into_iter()
+            .flat_map(|r| self.check_joins(r))
+            .collect()
+    }
+
+    /// CASes in every joining copy on `replica` that its stream caught up
+    /// with, except in partitions being migrated away.
     fn check_joins(&mut self, replica: NodeId) -> Vec<Command> {
         let acked = self.acked(replica);
         if self.lost.contains(&replica) {
@@ -266,7 +294,7 @@ impl Rules {
         }
         let mut out = Vec::new();
         for (pid, p) in &mut self.parts {
-            if p.cas_pending {
+            if p.cas_pending || self.migrating.contains(pid) {
                 continue;
             }
             if let Some(s) = p.replicas.get_mut(&replica)

@@ -236,6 +236,45 @@ fn a_replica_is_added_only_after_it_acked_the_seq_recorded_when_joining_began() 
 }
 
 #[test]
+fn no_replica_is_added_while_the_partition_migrates_and_it_is_added_once_that_ends() {
+    let t0 = Instant::now();
+    let mut rules = Rules::new(cfg(), t0 - Duration::from_secs(60));
+    rules.map_installed(&[row(4, &[R], &[])], t0);
+    rules.tick(t0, true);
+    rules.copy_shipping(P, R);
+    assert!(rules.copy_done(P, R, 80).is_empty());
+    assert!(rules.set_migrating([P].into()).is_empty());
+    // Caught up, but an Add would move the epoch under the migration's flip.
+    assert!(cases(&rules.stream_acked(R, 80, t0)).is_empty());
+    assert!(cases(&rules.stream_acked(R, 95, t0)).is_empty());
+    // Another partition's migration starting changes nothing here.
+    assert!(cases(&rules.set_migrating([P, PartitionId(99)].into())).is_empty());
+    assert_eq!(
+        cases(&rules.set_migrating(BTreeSet::new())),
+        vec![(Epoch(4), CasChange::Add { replica: R })]
+    );
+}
+
+#[test]
+fn a_lagging_in_sync_replica_is_removed_even_while_the_partition_migrates() {
+    let t0 = Instant::now();
+    let mut rules = in_sync_rules(t0);
+    rules.set_migrating([P].into());
+    let (_w, cmds) = rules.queue(P, 200, &[R], t0);
+    assert!(cmds.is_empty());
+    assert_eq!(
+        cases(&rules.tick(t0 + LAG, true)),
+        vec![(
+            Epoch(5),
+            CasChange::Remove {
+                replicas: vec![R],
+                reason: Reason::LagTimeout
+            }
+        )]
+    );
+}
+
+#[test]
 fn a_copy_that_finds_the_stream_past_s0_is_added_at_once() {
     let t0 = Instant::now();
     let mut rules = Rules::new(cfg(), t0 - Duration::from_secs(60));
