@@ -135,6 +135,17 @@ pub struct Status {
     pub change_log: ChangeLogStatus,
     /// Keys removed by the active expiry pass since start.
     pub expired_keys_removed: u64,
+    /// `READONLY` reads of partitions this node does not own, since start.
+    pub replica_reads: ReplicaReadsView,
+}
+
+/// The `replica_reads` field of `/status` (`keyway_replica_reads`).
+#[derive(Serialize)]
+pub struct ReplicaReadsView {
+    /// Served from this node's copy as an in-sync replica with a read lease.
+    pub served: u64,
+    /// Answered `-MOVED` to the primary.
+    pub moved: u64,
 }
 
 /// One incoming migration in `/status`.
@@ -192,6 +203,10 @@ async fn status(State(shared): State<Arc<Shared>>) -> impl IntoResponse {
             holds: shared.migrations.holds().list(),
         },
         expired_keys_removed: shared.active_expiry.removed.get(),
+        replica_reads: ReplicaReadsView {
+            served: shared.metrics.replica_reads_count(true),
+            moved: shared.metrics.replica_reads_count(false),
+        },
     })
 }
 

@@ -2,7 +2,12 @@
 //!
 //! Every reply is built from this node's copy of the map, so every node
 //! that has the same map version answers the same. Adjacent hash partitions
-//! with one owner are reported as one slot range, as Redis Cluster would.
+//! with one owner (and, where replicas are listed, one replica
+//! configuration) are reported as one slot range, as Redis Cluster would.
+//! Replicas are listed as Redis lists them: `SLOTS` after each range's
+//! primary (only the in-sync ones, the only ones that serve `READONLY`
+//! reads), `SHARDS` with their role and health, `NODES` as `slave` lines
+//! for nodes that own nothing (see [`nodes`] for the mixed case).
 //! The two that read keys, `COUNTKEYSINSLOT` and `GETKEYSINSLOT`, are data
 //! commands on their slot instead: admitted and run on the slot's storage
 //! thread like `GET` (so a node answers them only for a slot it owns and
@@ -20,8 +25,9 @@ use keyway_resp::Frame;
 use keyway_storage::KeyRange;
 use std::sync::Arc;
 
-/// Answers `CLUSTER <subcommand> ...`.
-pub async fn cluster(shared: &Arc<Shared>, args: &[Bytes]) -> Reply {
+/// Answers `CLUSTER <subcommand> ...`; `readonly`: the connection sent
+/// `READONLY` (the slot reads may then be served by an in-sync replica).
+pub async fn cluster(shared: &Arc<Shared>, args: &[Bytes], readonly: bool) -> Reply {
     let Some(sub) = args.get(1) else {
         return crate::cmd::table::arity_error("cluster").into();
     };
@@ -29,7 +35,7 @@ pub async fn cluster(shared: &Arc<Shared>, args: &[Bytes]) -> Reply {
     match sub_upper.as_str() {
         "COUNTKEYSINSLOT" if args.len() == 3 => {
             return match parse_slot(&args[2]) {
-                Some(slot) => slot_read(shared, slot, SlotRead::Count).await,
+                Some(slot) => slot_read(shared, slot, SlotRead::Count, readonly).await,
                 None => Frame::Error("ERR Invalid slot".into()).into(),
             };
         }
@@ -38,7 +44,9 @@ pub async fn cluster(shared: &Arc<Shared>, args: &[Bytes]) -> Reply {
                 .ok()
                 .and_then(|s| s.parse::<usize>().ok());
             return match (parse_slot(&args[2]), count) {
-                (Some(slot), Some(count)) => slot_read(shared, slot, SlotRead::Keys(count)).await,
+                (Some(slot), Some(count)) => {
+                    slot_read(shared, slot, SlotRead::Keys(count), readonly).await
+                }
                 _ => Frame::Error("ERR Invalid slot or number of keys".into()).into(),
             };
         }
@@ -59,9 +67,10 @@ fn map_reply(shared: &Arc<Shared>, args: &[Bytes]) -> Frame {
         "NODES" if arity(2) => Frame::Bulk(Bytes::from(nodes(&map, shared.me))),
         "INFO" if arity(2) => info(&map, shared),
         "MYID" if arity(2) => Frame::bulk(shared.me.to_string()),
+        "REPLICAS" | "SLAVES" if arity(3) => replicas(&map, shared.me, &args[2]),
         "KEYSLOT" if arity(3) => Frame::Integer(key_hash_slot(&args[2]) as i64),
         "SLOTS" | "SHARDS" | "NODES" | "INFO" | "MYID" | "KEYSLOT" | "COUNTKEYSINSLOT"
-        | "GETKEYSINSLOT" => Frame::Error(format!(
+        | "GETKEYSINSLOT" | "REPLICAS" | "SLAVES" => Frame::Error(format!(
             "ERR wrong number of arguments for 'cluster|{}' command",
             sub.to_lowercase()
         )),
@@ -94,6 +103,57 @@ pub fn slot_ranges(map: &PartitionMap) -> Vec<(u16, u16, NodeId)> {
     out
 }
 
+/// A run of adjacent slots of the default keyspace whose partitions have
+/// the same primary and the same `replicas` (each listed with whether it
+/// is in the in-sync set and Up, i.e. a read target).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReplicatedRun {
+    pub first: u16,
+    pub last: u16,
+    pub owner: NodeId,
+    /// `(replica, read target)` in the partition's placement order.
+    pub replicas: Vec<(NodeId, bool)>,
+}
+
+impl ReplicatedRun {
+    /// The replicas clients may send `READONLY` reads to: in the in-sync set
+    /// and not Down (a replica out of sync answers them `-MOVED`, so it is
+    /// not advertised; Redis likewise leaves out replicas that failed or
+    /// have not synced).
+    pub fn read_targets(&self) -> impl Iterator<Item = NodeId> + '_ {
+        self.replicas.iter().filter(|r| r.1).map(|r| r.0)
+    }
+}
+
+/// The default keyspace's slots as runs of one primary and one replica
+/// configuration (`CLUSTER SHARDS`; `CLUSTER SLOTS` lists the read targets).
+pub fn replicated_runs(map: &PartitionMap) -> Vec<ReplicatedRun> {
+    let up = |n: NodeId| map.nodes.get(&n).is_some_and(|n| n.state == NodeState::Up);
+    let mut out: Vec<ReplicatedRun> = Vec::new();
+    for p in map.keyspace_partitions(DEFAULT_KEYSPACE) {
+        let (first, last) = p.slot_span();
+        let replicas: Vec<(NodeId, bool)> = p
+            .replicas
+            .iter()
+            .map(|r| (*r, p.is_in_sync_replica(*r) && up(*r)))
+            .collect();
+        match out.last_mut() {
+            Some(run)
+                if run.owner == p.owner && run.replicas == replicas && run.last + 1 == first =>
+            {
+                run.last = last
+            }
+            _ => out.push(ReplicatedRun {
+                first,
+                last,
+                owner: p.owner,
+                replicas,
+            }),
+        }
+    }
+    out
+}
+
 fn node_entry(node: Option<&NodeInfo>, id: NodeId) -> Frame {
     let (host, port) = node.map(|n| n.resp_host_port()).unwrap_or(("", 0));
     Frame::Array(vec![
@@ -104,87 +164,204 @@ fn node_entry(node: Option<&NodeInfo>, id: NodeId) -> Frame {
     ])
 }
 
-fn slots(map: &PartitionMap) -> Frame {
+/// `CLUSTER SLOTS`: per slot range `[first, last, primary, replica...]`,
+/// each node `[host, port, id, {}]`; the replicas are the range's read
+/// targets ([`ReplicatedRun::read_targets`]). Ranges that differ only in a
+/// replica not listed merge, so the reply is the same as Redis's for the
+/// same layout.
+pub fn slots(map: &PartitionMap) -> Frame {
+    let mut ranges: Vec<(u16, u16, NodeId, Vec<NodeId>)> = Vec::new();
+    for run in replicated_runs(map) {
+        let targets: Vec<NodeId> = run.read_targets().collect();
+        match ranges.last_mut() {
+            Some(r) if r.2 == run.owner && r.3 == targets && r.1 + 1 == run.first => r.1 = run.last,
+            _ => ranges.push((run.first, run.last, run.owner, targets)),
+        }
+    }
     Frame::Array(
-        slot_ranges(map)
+        ranges
             .into_iter()
-            .map(|(first, last, owner)| {
-                Frame::Array(vec![
+            .map(|(first, last, owner, replicas)| {
+                let mut entry = vec![
                     Frame::Integer(first as i64),
                     Frame::Integer(last as i64),
                     node_entry(map.nodes.get(&owner), owner),
-                ])
+                ];
+                entry.extend(replicas.iter().map(|r| node_entry(map.nodes.get(r), *r)));
+                Frame::Array(entry)
             })
             .collect(),
     )
 }
 
-fn shards(map: &PartitionMap) -> Frame {
-    let ranges = slot_ranges(map);
-    let shards = map.nodes.values().map(|n| {
-        let slots = ranges
-            .iter()
-            .filter(|r| r.2 == n.id)
-            .flat_map(|r| [Frame::Integer(r.0 as i64), Frame::Integer(r.1 as i64)])
-            .collect();
-        let (host, port) = n.resp_host_port();
-        let health = if n.state == NodeState::Up {
-            "online"
-        } else {
-            "failed"
-        };
-        let node = Frame::Map(vec![
-            (Frame::bulk("id"), Frame::bulk(n.id.to_string())),
-            (Frame::bulk("port"), Frame::Integer(port as i64)),
-            (Frame::bulk("ip"), Frame::bulk(host.to_string())),
-            (Frame::bulk("endpoint"), Frame::bulk(host.to_string())),
-            (Frame::bulk("role"), Frame::bulk("master")),
-            (Frame::bulk("replication-offset"), Frame::Integer(0)),
-            (Frame::bulk("health"), Frame::bulk(health)),
-        ]);
-        Frame::Map(vec![
-            (Frame::bulk("slots"), Frame::Array(slots)),
-            (Frame::bulk("nodes"), Frame::Array(vec![node])),
-        ])
-    });
+/// `health` of a copy in `CLUSTER SHARDS`, with Redis's words: `fail` for
+/// a node marked Down, `loading` for a replica not in the in-sync set
+/// (catching up; it serves no reads), else `online`.
+fn shard_node(node: &NodeInfo, role: &'static str, in_sync: bool) -> Frame {
+    let (host, port) = node.resp_host_port();
+    let health = if node.state == NodeState::Down {
+        "fail"
+    } else if !in_sync {
+        "loading"
+    } else {
+        "online"
+    };
+    Frame::Map(vec![
+        (Frame::bulk("id"), Frame::bulk(node.id.to_string())),
+        (Frame::bulk("port"), Frame::Integer(port as i64)),
+        (Frame::bulk("ip"), Frame::bulk(host.to_string())),
+        (Frame::bulk("endpoint"), Frame::bulk(host.to_string())),
+        (Frame::bulk("role"), Frame::bulk(role)),
+        // Each copy's position in its primary's stream is known only to
+        // that primary, not to every node answering from the map: 0, as
+        // Redis reports for a node whose offset it does not know.
+        (Frame::bulk("replication-offset"), Frame::Integer(0)),
+        (Frame::bulk("health"), Frame::bulk(health)),
+    ])
+}
+
+/// `CLUSTER SHARDS`: one shard per primary and replica configuration
+/// (owner, replicas, in-sync set), its slot ranges, its master then every
+/// replica (`role` `replica`, `health` as [`shard_node`]). A node that owns
+/// no partition appears as a master shard with no slots, as an empty
+/// Redis master does. A Keyway node can be master of one shard and replica
+/// in others.
+pub fn shards(map: &PartitionMap) -> Frame {
+    let runs = replicated_runs(map);
+    let mut groups: Vec<(NodeId, Vec<(NodeId, bool)>, Vec<Frame>)> = Vec::new();
+    for run in &runs {
+        let slots = [
+            Frame::Integer(run.first as i64),
+            Frame::Integer(run.last as i64),
+        ];
+        match groups
+            .iter_mut()
+            .find(|g| g.0 == run.owner && g.1 == run.replicas)
+        {
+            Some(g) => g.2.extend(slots),
+            None => groups.push((run.owner, run.replicas.clone(), slots.to_vec())),
+        }
+    }
+    for n in map.nodes.values() {
+        if !runs.iter().any(|r| r.owner == n.id) {
+            groups.push((n.id, Vec::new(), Vec::new()));
+        }
+    }
+    let shards =
+        groups.into_iter().map(|(owner, replicas, slots)| {
+            let mut nodes: Vec<Frame> = map
+                .nodes
+                .get(&owner)
+                .map(|n| shard_node(n, "master", true))
+                .into_iter()
+                .collect();
+            nodes.extend(replicas.iter().filter_map(|(r, target)| {
+                map.nodes.get(r).map(|n| shard_node(n, "replica", *target))
+            }));
+            Frame::Map(vec![
+                (Frame::bulk("slots"), Frame::Array(slots)),
+                (Frame::bulk("nodes"), Frame::Array(nodes)),
+            ])
+        });
     Frame::Array(shards.collect())
 }
 
+/// A node's role in `CLUSTER NODES`: `master` when it owns a partition (or
+/// nothing at all, an empty master), else `slave` of the owner of the first
+/// partition (by slot) it holds a replica of.
+fn role_of(map: &PartitionMap, ranges: &[(u16, u16, NodeId)], id: NodeId) -> Option<NodeId> {
+    if ranges.iter().any(|r| r.2 == id) {
+        return None;
+    }
+    map.keyspace_partitions(DEFAULT_KEYSPACE)
+        .find(|p| p.replicas.contains(&id))
+        .map(|p| p.owner)
+}
+
+fn node_line(
+    map: &PartitionMap,
+    ranges: &[(u16, u16, NodeId)],
+    n: &NodeInfo,
+    me: NodeId,
+) -> String {
+    let (host, port) = n.resp_host_port();
+    let master = role_of(map, ranges, n.id);
+    let mut flags = String::new();
+    if n.id == me {
+        flags.push_str("myself,");
+    }
+    flags.push_str(if master.is_some() { "slave" } else { "master" });
+    if n.state == NodeState::Down {
+        flags.push_str(",fail");
+    }
+    let link = if n.state == NodeState::Up {
+        "connected"
+    } else {
+        "disconnected"
+    };
+    let master = master.map(|m| m.to_string()).unwrap_or_else(|| "-".into());
+    let mut line = format!(
+        "{} {host}:{port}@{} {flags} {master} 0 0 {} {link}",
+        n.id,
+        port as u32 + 10000,
+        map.version
+    );
+    for (first, last, _) in ranges.iter().filter(|r| r.2 == n.id) {
+        if first == last {
+            line.push_str(&format!(" {first}"));
+        } else {
+            line.push_str(&format!(" {first}-{last}"));
+        }
+    }
+    line
+}
+
 /// The `CLUSTER NODES` text: one line per node, slot ranges at the end.
+/// A node that owns any partition is a `master` (with its slots), even if
+/// it also holds replicas of other partitions: one line per node can give
+/// it only one role, and a master's line is the only one that carries
+/// slots. A node that owns nothing but holds replicas is a `slave` of the
+/// owner of its first replicated partition. Clients learn the replicas of
+/// each range from `CLUSTER SLOTS` / `CLUSTER SHARDS`, which list them all.
 pub fn nodes(map: &PartitionMap, me: NodeId) -> String {
     let ranges = slot_ranges(map);
     let mut out = String::new();
     for n in map.nodes.values() {
-        let (host, port) = n.resp_host_port();
-        let mut flags = if n.id == me {
-            "myself,master".to_string()
-        } else {
-            "master".to_string()
-        };
-        if n.state == NodeState::Down {
-            flags.push_str(",fail");
-        }
-        let link = if n.state == NodeState::Up {
-            "connected"
-        } else {
-            "disconnected"
-        };
-        out.push_str(&format!(
-            "{} {host}:{port}@{} {flags} - 0 0 {} {link}",
-            n.id,
-            port as u32 + 10000,
-            map.version
-        ));
-        for (first, last, _) in ranges.iter().filter(|r| r.2 == n.id) {
-            if first == last {
-                out.push_str(&format!(" {first}"));
-            } else {
-                out.push_str(&format!(" {first}-{last}"));
-            }
-        }
+        out.push_str(&node_line(map, &ranges, n, me));
         out.push('\n');
     }
     out
+}
+
+/// `CLUSTER REPLICAS <node-id>` (and `SLAVES`): the `CLUSTER NODES` line of
+/// every node that is an in-sync replica of a partition `master` owns.
+pub fn replicas(map: &PartitionMap, me: NodeId, master: &[u8]) -> Frame {
+    let Some(m) = map
+        .nodes
+        .values()
+        .find(|n| n.id.to_string().as_bytes() == master)
+    else {
+        return Frame::Error(format!(
+            "ERR Unknown node {}",
+            String::from_utf8_lossy(master)
+        ));
+    };
+    let ranges = slot_ranges(map);
+    if role_of(map, &ranges, m.id).is_some() {
+        return Frame::Error("ERR The specified node is not a master".into());
+    }
+    let of_master: Vec<NodeId> = map
+        .keyspace_partitions(DEFAULT_KEYSPACE)
+        .filter(|p| p.owner == m.id)
+        .flat_map(|p| p.in_sync.iter().copied())
+        .collect();
+    Frame::Array(
+        map.nodes
+            .values()
+            .filter(|n| of_master.contains(&n.id))
+            .map(|n| Frame::bulk(node_line(map, &ranges, n, me)))
+            .collect(),
+    )
 }
 
 fn info(map: &PartitionMap, shared: &Shared) -> Frame {
@@ -239,10 +416,10 @@ const MAX_KEYS_IN_SLOT: usize = 100_000;
 /// in order with the connection's earlier commands on the slot, admitted
 /// under the routing read guard (a lapsed lease refuses, a foreign slot is
 /// `-MOVED`, a fenced one parks), its reply released after group commit.
-async fn slot_read(shared: &Arc<Shared>, slot: u16, read: SlotRead) -> Reply {
+async fn slot_read(shared: &Arc<Shared>, slot: u16, read: SlotRead, readonly: bool) -> Reply {
     match shared
         .executor
-        .submit(slot, slot_task(shared.clone(), slot, read))
+        .submit(slot, slot_task(shared.clone(), slot, read, readonly))
         .await
     {
         Ok(rx) => Reply::Waiting(rx),
@@ -250,20 +427,34 @@ async fn slot_read(shared: &Arc<Shared>, slot: u16, read: SlotRead) -> Reply {
     }
 }
 
-fn slot_task(shared: Arc<Shared>, slot: u16, read: SlotRead) -> Task {
+/// On a `READONLY` connection the read is admitted like a `GET` there
+/// ([`crate::routing::RoutingGuard::admit_replica_read`]).
+fn slot_task(shared: Arc<Shared>, slot: u16, read: SlotRead, readonly: bool) -> Task {
     Box::new(move |engine| {
         let guard = shared.routing.read();
-        match guard.admit_slot(DEFAULT_KEYSPACE, slot, None) {
-            Ok(_) => {}
+        let admitted = if readonly {
+            guard.admit_replica_read(DEFAULT_KEYSPACE, slot)
+        } else {
+            guard.admit_slot(DEFAULT_KEYSPACE, slot, None)
+        };
+        match admitted {
+            Ok(p) => {
+                if p.owner != shared.me {
+                    shared.metrics.replica_read(true);
+                }
+            }
             Err(Rejection::Fenced { .. }) => {
                 drop(guard);
                 return TaskOutput {
                     reply: Frame::Null,
                     wrote: false,
-                    follow: Follow::Park(slot_task(shared, slot, read)),
+                    follow: Follow::Park(slot_task(shared, slot, read, readonly)),
                 };
             }
             Err(rejection) => {
+                if readonly && matches!(rejection, Rejection::Moved { .. }) {
+                    shared.metrics.replica_read(false);
+                }
                 shared.metrics.rejected(rejection_kind(&rejection));
                 return TaskOutput::reply(rejection.to_frame(), false);
             }
@@ -296,3 +487,7 @@ fn slot_task(shared: Arc<Shared>, slot: u16, read: SlotRead) -> Task {
         }
     })
 }
+
+#[cfg(test)]
+#[path = "cluster_cmd_tests.rs"]
+mod tests;

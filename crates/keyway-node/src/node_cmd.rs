@@ -75,17 +75,24 @@ pub async fn dispatch(shared: &Arc<Shared>, session: &mut Session, args: Vec<Byt
         "INFO" => info(shared).await.into(),
         "CONFIG" => config(shared, &args),
         "READONLY" | "READWRITE" | "ASKING" => match args.len() {
-            1 => Frame::ok().into(),
+            1 => {
+                match name.as_str() {
+                    "READONLY" => session.readonly = true,
+                    "READWRITE" => session.readonly = false,
+                    _ => {}
+                }
+                Frame::ok().into()
+            }
             _ => arity_error(&name.to_ascii_lowercase()).into(),
         },
-        "CLUSTER" => cluster_cmd::cluster(shared, &args).await,
+        "CLUSTER" => cluster_cmd::cluster(shared, &args, session.readonly).await,
         "DBSIZE" => crate::scan::dbsize(shared).await,
         "SCAN" => crate::scan::scan(shared, &args).await,
         "KW.AT" => kw_at(shared, args).await,
         "KW.MAP" => kw_map(shared, &args),
         "KW.GET" | "KW.SET" | "KW.DEL" | "KW.SCAN" => crate::kw::dispatch(shared, &args).await,
         _ => match cmd::parse(&args) {
-            Some(Ok(command)) => data_command(shared, command, None).await,
+            Some(Ok(command)) => data_command(shared, command, None, session.readonly).await,
             Some(Err(frame)) => frame.into(),
             None => unknown_command(&args).into(),
         },
@@ -273,12 +280,19 @@ async fn info(shared: &Arc<Shared>) -> Frame {
         Err(why) => format!("keyway_keys_unavailable:{why}\r\n"),
     };
     let map = shared.routing.map();
+    let routing = &shared.routing;
+    let replication = crate::replication_info::section(&crate::replication_info::ReplicationView {
+        map: &map,
+        me: shared.me,
+        last_seq: shared.engine.last_seq(),
+        read_lease: &|pid, epoch| routing.replica_read_valid(pid, epoch),
+    });
     let text = format!(
         "# Server\r\nredis_version:{REDIS_COMPAT_VERSION}\r\nkeyway_version:{}\r\nredis_mode:cluster\r\nprocess_id:{}\r\ntcp_port:{}\r\nuptime_in_seconds:{}\r\nrun_id:{}\r\n\r\n\
          # Clients\r\nconnected_clients:{}\r\nmaxclients:{}\r\n\r\n\
          # Persistence\r\nkeyway_durability:{:?}\r\n\r\n\
-         # Stats\r\ntotal_commands_processed:{}\r\n\r\n\
-         # Replication\r\nrole:master\r\nconnected_slaves:0\r\n\r\n\
+         # Stats\r\ntotal_commands_processed:{}\r\nkeyway_replica_reads:{}\r\nkeyway_replica_reads_moved:{}\r\n\r\n\
+         {replication}\
          # Cluster\r\ncluster_enabled:1\r\nkeyway_node_id:{}\r\nkeyway_map_version:{}\r\nkeyway_partitions_owned:{}\r\nkeyway_lease_remaining_ms:{}\r\n\r\n\
          # Keyspace\r\n{keyspace}",
         env!("CARGO_PKG_VERSION"),
@@ -294,6 +308,8 @@ async fn info(shared: &Arc<Shared>) -> Frame {
         shared.config.max_clients,
         shared.config.durability,
         shared.metrics.commands.get(),
+        shared.metrics.replica_reads_count(true),
+        shared.metrics.replica_reads_count(false),
         shared.me,
         map.version,
         map.owned_by(shared.me).count(),
@@ -352,17 +368,19 @@ async fn kw_at(shared: &Arc<Shared>, args: Vec<Bytes>) -> Reply {
         return crate::kw::dispatch_at(shared, &args[3..], expected).await;
     }
     match cmd::parse(&args[3..]) {
-        Some(Ok(command)) => data_command(shared, command, expected).await,
+        Some(Ok(command)) => data_command(shared, command, expected, false).await,
         Some(Err(frame)) => frame.into(),
         None => unknown_command(&args[3..]).into(),
     }
 }
 
 /// Routes a data command to the storage thread that owns its slot.
+/// `readonly`: the connection sent `READONLY` (see [`storage_task`]).
 async fn data_command(
     shared: &Arc<Shared>,
     command: Command,
     expected: Option<(PartitionId, Epoch)>,
+    readonly: bool,
 ) -> Reply {
     let slot = {
         let keys = command.keys();
@@ -376,7 +394,7 @@ async fn data_command(
         }
         slot
     };
-    let task = storage_task(shared.clone(), command, slot, expected);
+    let task = storage_task(shared.clone(), command, slot, expected, readonly);
     match shared.executor.submit(slot, task).await {
         Ok(rx) => Reply::Waiting(rx),
         Err(frame) => frame.into(),
@@ -387,29 +405,67 @@ async fn data_command(
 /// command's mutations in one batch — all under the routing read guard.
 /// A request for a fenced partition is parked (held, then re-run); a write
 /// to a dual-written partition hands its reply to the migration's push.
+///
+/// On a `READONLY` connection (`readonly`) a read is admitted by
+/// [`crate::routing::RoutingGuard::admit_replica_read`]: the owner serves it
+/// as any read, an in-sync replica holding a valid read lease serves it from
+/// its copy (invariant 11), anything else is `-MOVED` to the owner. Writes,
+/// and epoch-carrying requests (`KW.AT`), are always admitted by
+/// [`crate::routing::RoutingGuard::admit_slot`], so a write on a `READONLY`
+/// connection to a replica is `-MOVED` to the primary, as in Redis.
 fn storage_task(
     shared: Arc<Shared>,
     command: Command,
     slot: u16,
     expected: Option<(PartitionId, Epoch)>,
+    readonly: bool,
 ) -> Task {
     Box::new(move |engine| {
         let guard = shared.routing.read();
-        let partition = match guard.admit_slot(shared.keyspace.id, slot, expected) {
-            Ok(p) => p.id,
+        let replica_read = readonly && expected.is_none() && !command.is_write();
+        let admitted = if replica_read {
+            guard.admit_replica_read(shared.keyspace.id, slot)
+        } else {
+            guard.admit_slot(shared.keyspace.id, slot, expected)
+        };
+        let (partition, as_replica) = match admitted {
+            Ok(p) => (p.id, p.owner != shared.me),
             Err(Rejection::Fenced { .. }) => {
                 drop(guard);
                 return TaskOutput {
                     reply: Frame::Null,
                     wrote: false,
-                    follow: Follow::Park(storage_task(shared, command, slot, expected)),
+                    follow: Follow::Park(storage_task(shared, command, slot, expected, readonly)),
                 };
             }
             Err(rejection) => {
+                if replica_read && matches!(rejection, Rejection::Moved { .. }) {
+                    shared.metrics.replica_read(false);
+                }
                 shared.metrics.rejected(rejection_kind(&rejection));
                 return TaskOutput::reply(rejection.to_frame(), false);
             }
         };
+        let limits = DbLimits {
+            max_value_bytes: shared.config.max_value_bytes,
+        };
+        if as_replica {
+            debug_assert!(
+                replica_read,
+                "only a READONLY read is admitted on a replica"
+            );
+            shared.metrics.replica_read(true);
+            let mut db = Db::new(engine, &shared.keyspace, shared.clock.unix_ms(), &limits);
+            return match command.execute(&mut db) {
+                // A replica never changes its copy on a client's behalf: the
+                // only mutations a read queues are lazy-expiry deletes, which
+                // the primary's stream delivers (as a Redis replica leaves
+                // expiring to its master). The reply already reads the key as
+                // absent.
+                Ok(reply) => TaskOutput::reply(reply, false),
+                Err(e) => storage_failure(e),
+            };
+        }
         // Load statistics: one request, by its first key.
         if let Some(key) = command.keys().first() {
             let write = command.is_write();
@@ -417,9 +473,6 @@ fn storage_task(
                 .stats
                 .record_key(partition, &shared.keyspace, key, write);
         }
-        let limits = DbLimits {
-            max_value_bytes: shared.config.max_value_bytes,
-        };
         let mut db = Db::new(engine, &shared.keyspace, shared.clock.unix_ms(), &limits);
         let reply = match command.execute(&mut db) {
             Ok(reply) => reply,
