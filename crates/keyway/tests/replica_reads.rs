@@ -1,0 +1,274 @@
+//! `READONLY` reads on a replica, in-process: the replica serves a read only
+//! while it is in the partition's in-sync set at its map's epoch and holds
+//! a read lease for that epoch (invariant 11); anything else, and every
+//! write, is `-MOVED` to the primary.
+//!
+//! The partition's primary here is a node registered in the map that does
+//! not run, so no replication stream grants (or renews) a read lease: the
+//! test grants it through `Routing::grant_replica_read` itself, and no
+//! manager runs (nothing fails the absent primary over).
+
+use bytes::Bytes;
+use keyway_cluster::{ClusterSpec, LocalCluster};
+use keyway_map::{
+    DEFAULT_KEYSPACE, Epoch, MapChange, NodeId, NodeInfo, NodeState, OwnershipCondition,
+    PartitionRecord, key_hash_slot,
+};
+use keyway_meta::MapTxn;
+use keyway_resp::Frame;
+use keyway_testkit::eventually;
+use std::time::{Duration, Instant};
+
+async fn raw_command(conn: &mut tokio::net::TcpStream, args: &[&str]) -> Frame {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut out = bytes::BytesMut::new();
+    let frame = Frame::Array(
+        args.iter()
+            .map(|a| Frame::Bulk(Bytes::copy_from_slice(a.as_bytes())))
+            .collect(),
+    );
+    keyway_resp::encode(&frame, keyway_resp::Protocol::Resp2, &mut out);
+    conn.write_all(&out).await.unwrap();
+    let mut parser = keyway_resp::ResponseParser::new(keyway_resp::Limits::default());
+    let mut buf = bytes::BytesMut::new();
+    loop {
+        if let Some(f) = parser.parse(&mut buf).unwrap() {
+            return f;
+        }
+        assert!(
+            conn.read_buf(&mut buf).await.unwrap() > 0,
+            "connection closed"
+        );
+    }
+}
+
+fn bulk(s: &str) -> Frame {
+    Frame::Bulk(Bytes::copy_from_slice(s.as_bytes()))
+}
+
+/// Commits `row` (epoch + 1 of `prev`) conditional on `prev`'s owner and
+/// epoch, plus `extra` changes, and waits until node `at` routes by it.
+async fn commit(
+    c: &LocalCluster,
+    at: usize,
+    prev: &PartitionRecord,
+    row: PartitionRecord,
+    extra: Vec<MapChange>,
+) -> PartitionRecord {
+    assert_eq!(row.epoch, Epoch(prev.epoch.0 + 1));
+    let mut changes = extra;
+    changes.push(MapChange::UpsertPartition(row.clone()));
+    c.meta()
+        .commit(MapTxn {
+            conditions: vec![OwnershipCondition {
+                partition: prev.id,
+                expected: Some((prev.owner, prev.epoch)),
+            }],
+            changes,
+        })
+        .await
+        .unwrap();
+    let node = c.node(at).unwrap();
+    eventually(
+        "the node installs the new row",
+        Duration::from_secs(10),
+        || {
+            let map = node.shared().routing.map();
+            let seen = map.partitions.get(&row.id).map(|p| p.epoch);
+            async move { (seen == Some(row.epoch)).then_some(()) }
+        },
+    )
+    .await;
+    row
+}
+
+fn info_field(info: &Frame, name: &str) -> Option<String> {
+    let text = match info {
+        Frame::Bulk(b) => String::from_utf8_lossy(b).into_owned(),
+        Frame::Verbatim { text, .. } => String::from_utf8_lossy(text).into_owned(),
+        other => panic!("INFO answered {other:?}"),
+    };
+    text.split("\r\n")
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(':').map(str::to_string))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_readonly_replica_reads_only_in_sync_with_a_read_lease() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut spec = ClusterSpec::ephemeral(3, dir.path().to_path_buf());
+    spec.node.lease_ttl_ms = 60_000;
+    spec.manager = None;
+    let c = LocalCluster::start(spec).await.expect("cluster starts");
+
+    // The key's owner A holds its value (and an expiring neighbour in its slot).
+    let key = "replica-read-key";
+    let expiring = "{replica-read-key}e";
+    let slot = key_hash_slot(key.as_bytes());
+    let map = c.map().await.unwrap();
+    let p0 = map.locate_slot(DEFAULT_KEYSPACE, slot).unwrap().clone();
+    let at = (0..c.len())
+        .find(|i| c.node(*i).unwrap().id() == p0.owner)
+        .unwrap();
+    let a = c.node(at).unwrap();
+    let mut owner_conn = tokio::net::TcpStream::connect(a.resp_addr()).await.unwrap();
+    assert_eq!(
+        raw_command(&mut owner_conn, &["SET", key, "v1"]).await,
+        Frame::ok()
+    );
+    let expire_ms = 400;
+    assert_eq!(
+        raw_command(
+            &mut owner_conn,
+            &["SET", expiring, "gone", "PX", &expire_ms.to_string()]
+        )
+        .await,
+        Frame::ok()
+    );
+    let expires_at = Instant::now() + Duration::from_millis(expire_ms);
+
+    // The partition moves (metadata only) to primary F, which does not run;
+    // A keeps its copy as a replica, not yet in sync.
+    let f = NodeInfo {
+        id: NodeId(9_999),
+        resp_addr: "127.0.0.1:1".into(),
+        admin_addr: "127.0.0.1:1".into(),
+        state: NodeState::Up,
+        weight: keyway_map::DEFAULT_NODE_WEIGHT,
+        draining: false,
+        zone: None,
+    };
+    let moved = Frame::Error(format!("MOVED {slot} 127.0.0.1:1"));
+    let p1 = commit(
+        &c,
+        at,
+        &p0,
+        PartitionRecord {
+            owner: f.id,
+            replicas: vec![a.id()],
+            in_sync: vec![],
+            epoch: Epoch(p0.epoch.0 + 1),
+            ..p0.clone()
+        },
+        vec![MapChange::UpsertNode(f.clone())],
+    )
+    .await;
+    let mut ro = tokio::net::TcpStream::connect(a.resp_addr()).await.unwrap();
+    assert_eq!(raw_command(&mut ro, &["READONLY"]).await, Frame::ok());
+    // Not in sync: redirected, lease or not.
+    a.shared().routing.grant_replica_read(
+        p1.id,
+        p1.epoch,
+        Instant::now() + Duration::from_secs(60),
+    );
+    assert_eq!(raw_command(&mut ro, &["GET", key]).await, moved);
+
+    // In sync at a new epoch: still no read lease for it.
+    let p2 = commit(
+        &c,
+        at,
+        &p1,
+        PartitionRecord {
+            in_sync: vec![a.id()],
+            epoch: Epoch(p1.epoch.0 + 1),
+            ..p1.clone()
+        },
+        vec![],
+    )
+    .await;
+    assert_eq!(raw_command(&mut ro, &["GET", key]).await, moved);
+    assert_eq!(a.shared().metrics.replica_reads_count(true), 0);
+    assert_eq!(a.shared().metrics.replica_reads_count(false), 2);
+
+    // The primary's read lease for this epoch: the replica serves reads.
+    a.shared().routing.grant_replica_read(
+        p2.id,
+        p2.epoch,
+        Instant::now() + Duration::from_secs(60),
+    );
+    assert_eq!(raw_command(&mut ro, &["GET", key]).await, bulk("v1"));
+    assert_eq!(
+        raw_command(&mut ro, &["MGET", key, "{replica-read-key}none"]).await,
+        Frame::Array(vec![bulk("v1"), Frame::Null])
+    );
+    assert_eq!(
+        raw_command(&mut ro, &["CLUSTER", "COUNTKEYSINSLOT", &slot.to_string()]).await,
+        Frame::Integer(2)
+    );
+    assert_eq!(a.shared().metrics.replica_reads_count(true), 3);
+    // ... but never a write: MOVED to the primary, the copy unchanged.
+    assert_eq!(raw_command(&mut ro, &["SET", key, "v2"]).await, moved);
+    assert_eq!(raw_command(&mut ro, &["GET", key]).await, bulk("v1"));
+    // A connection without READONLY is redirected, as in Redis.
+    let mut plain = tokio::net::TcpStream::connect(a.resp_addr()).await.unwrap();
+    assert_eq!(raw_command(&mut plain, &["GET", key]).await, moved);
+
+    // An expired key reads as absent on the replica, which leaves the
+    // delete to its primary's stream: the copy still holds it.
+    eventually("the key expires", Duration::from_secs(10), || {
+        let past = Instant::now() > expires_at + Duration::from_millis(50);
+        async move { past.then_some(()) }
+    })
+    .await;
+    assert_eq!(raw_command(&mut ro, &["GET", expiring]).await, Frame::Null);
+    let storage_key = a.shared().keyspace.storage_key(expiring.as_bytes());
+    assert!(
+        a.shared().engine.get(&storage_key).unwrap().is_some(),
+        "a replica read deleted the expired key from the replica's copy"
+    );
+
+    // INFO and CLUSTER SLOTS tell the replica role.
+    let info = raw_command(&mut ro, &["INFO"]).await;
+    assert_eq!(
+        info_field(&info, "keyway_replica_partitions_readable").as_deref(),
+        Some("1")
+    );
+    assert_eq!(
+        info_field(&info, "keyway_replica_reads").as_deref(),
+        Some("5")
+    );
+    let Frame::Array(ranges) = raw_command(&mut ro, &["CLUSTER", "SLOTS"]).await else {
+        panic!("CLUSTER SLOTS is an array")
+    };
+    let range = ranges
+        .iter()
+        .find_map(|r| match r {
+            Frame::Array(r)
+                if matches!((&r[0], &r[1]), (Frame::Integer(lo), Frame::Integer(hi))
+                    if *lo <= slot as i64 && slot as i64 <= *hi) =>
+            {
+                Some(r.clone())
+            }
+            _ => None,
+        })
+        .expect("the slot's range");
+    assert_eq!(range.len(), 4, "primary and one replica: {range:?}");
+    let port = |entry: &Frame| match entry {
+        Frame::Array(e) => e[1].clone(),
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(port(&range[2]), Frame::Integer(1));
+    let a_port: i64 = a.resp_addr().rsplit_once(':').unwrap().1.parse().unwrap();
+    assert_eq!(port(&range[3]), Frame::Integer(a_port));
+
+    // READWRITE ends it for the connection.
+    assert_eq!(raw_command(&mut ro, &["READWRITE"]).await, Frame::ok());
+    assert_eq!(raw_command(&mut ro, &["GET", key]).await, moved);
+    assert_eq!(raw_command(&mut ro, &["READONLY"]).await, Frame::ok());
+    assert_eq!(raw_command(&mut ro, &["GET", key]).await, bulk("v1"));
+
+    // Out of the in-sync set at a newer epoch: the old lease is void.
+    commit(
+        &c,
+        at,
+        &p2,
+        PartitionRecord {
+            in_sync: vec![],
+            epoch: Epoch(p2.epoch.0 + 1),
+            ..p2.clone()
+        },
+        vec![],
+    )
+    .await;
+    assert_eq!(raw_command(&mut ro, &["GET", key]).await, moved);
+    c.shutdown().await;
+}
