@@ -189,6 +189,15 @@ pub struct NodeConfig {
     pub active_expire_scan_keys: usize,
     /// Active expiry: longest one cycle may run (at most the interval).
     pub active_expire_cycle_budget_ms: u64,
+    /// Every client connection starts in `READONLY` mode, as if it had sent
+    /// `READONLY`: its reads of a partition this node is an in-sync replica
+    /// of (with a valid read lease) are served here instead of `-MOVED`.
+    /// For cluster clients that send `READONLY` only to nodes they take for
+    /// pure replicas (ioredis with `scaleReads`: its connection to a node
+    /// that is primary of any range never sends it, and a Keyway node is
+    /// usually primary of some ranges and replica of others). A replica
+    /// read may show a write not yet acknowledged; off by default.
+    pub readonly_default: bool,
 }
 
 impl Default for NodeConfig {
@@ -240,6 +249,7 @@ impl Default for NodeConfig {
             active_expire_interval_ms: 100,
             active_expire_scan_keys: 200,
             active_expire_cycle_budget_ms: 25,
+            readonly_default: false,
         }
     }
 }

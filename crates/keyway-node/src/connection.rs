@@ -43,6 +43,7 @@ pub async fn serve(
     shared.metrics.connections.inc();
     let id = shared.next_client_id.fetch_add(1, Ordering::SeqCst);
     let mut session = Session::new(id, shared.config.requirepass.is_some(), peer.to_string());
+    session.readonly = shared.config.readonly_default;
     let mut parser = RequestParser::new(shared.config.resp_limits());
     let mut inbuf = BytesMut::with_capacity(READ_BUFFER_BYTES);
     let mut outbuf = BytesMut::with_capacity(READ_BUFFER_BYTES);

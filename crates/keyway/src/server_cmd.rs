@@ -82,6 +82,13 @@ pub struct NodeFlags {
     /// Active expiry: run a cycle this often, Redis `hz` (default 100 = hz 10).
     #[arg(long)]
     active_expire_interval_ms: Option<u64>,
+    /// Every client connection starts in READONLY mode: reads sent to a node
+    /// that is an in-sync replica of their slot are served there instead of
+    /// -MOVED. For clients that never send READONLY to a node that is also
+    /// a primary (ioredis scaleReads: 'slave'). Replica reads may show a
+    /// write not yet acknowledged; off by default.
+    #[arg(long)]
+    readonly_default: bool,
 }
 
 impl NodeFlags {
@@ -121,6 +128,9 @@ impl NodeFlags {
         );
         if self.requirepass.is_some() {
             c.requirepass = self.requirepass.clone();
+        }
+        if self.readonly_default {
+            c.readonly_default = true;
         }
         c.validate()
             .map_err(|e| anyhow::anyhow!("invalid configuration: {e}"))?;

@@ -272,3 +272,69 @@ async fn a_readonly_replica_reads_only_in_sync_with_a_read_lease() {
     assert_eq!(raw_command(&mut ro, &["GET", key]).await, moved);
     c.shutdown().await;
 }
+
+/// With `readonly_default`, a connection that never sent `READONLY` (as
+/// ioredis's connection to a node that is also a primary) reads from an
+/// in-sync replica; `READWRITE` still turns it off.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readonly_default_serves_replica_reads_without_readonly() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut spec = ClusterSpec::ephemeral(2, dir.path().to_path_buf());
+    spec.node.lease_ttl_ms = 60_000;
+    spec.node.readonly_default = true;
+    spec.manager = None;
+    let c = LocalCluster::start(spec).await.expect("cluster starts");
+    let key = "readonly-default-key";
+    let slot = key_hash_slot(key.as_bytes());
+    let map = c.map().await.unwrap();
+    let p0 = map.locate_slot(DEFAULT_KEYSPACE, slot).unwrap().clone();
+    let at = (0..c.len())
+        .find(|i| c.node(*i).unwrap().id() == p0.owner)
+        .unwrap();
+    let a = c.node(at).unwrap();
+    let mut conn = tokio::net::TcpStream::connect(a.resp_addr()).await.unwrap();
+    assert_eq!(
+        raw_command(&mut conn, &["SET", key, "v"]).await,
+        Frame::ok()
+    );
+    let f = NodeInfo {
+        id: NodeId(9_998),
+        resp_addr: "127.0.0.1:2".into(),
+        admin_addr: "127.0.0.1:2".into(),
+        state: NodeState::Up,
+        weight: keyway_map::DEFAULT_NODE_WEIGHT,
+        draining: false,
+        zone: None,
+    };
+    let p1 = commit(
+        &c,
+        at,
+        &p0,
+        PartitionRecord {
+            owner: f.id,
+            replicas: vec![a.id()],
+            in_sync: vec![a.id()],
+            epoch: Epoch(p0.epoch.0 + 1),
+            ..p0.clone()
+        },
+        vec![MapChange::UpsertNode(f)],
+    )
+    .await;
+    a.shared().routing.grant_replica_read(
+        p1.id,
+        p1.epoch,
+        Instant::now() + Duration::from_secs(60),
+    );
+    assert_eq!(raw_command(&mut conn, &["GET", key]).await, bulk("v"));
+    assert_eq!(
+        raw_command(&mut conn, &["SET", key, "w"]).await,
+        Frame::Error(format!("MOVED {slot} 127.0.0.1:2"))
+    );
+    assert_eq!(raw_command(&mut conn, &["READWRITE"]).await, Frame::ok());
+    assert_eq!(
+        raw_command(&mut conn, &["GET", key]).await,
+        Frame::Error(format!("MOVED {slot} 127.0.0.1:2"))
+    );
+    assert_eq!(a.shared().metrics.replica_reads_count(true), 1);
+    c.shutdown().await;
+}
