@@ -1,0 +1,107 @@
+//! Real cluster clients read from replicas of a replicated cluster (3 nodes,
+//! replication factor 2): redis-py's `RedisCluster(read_from_replicas=True)`
+//! and ioredis's `Cluster` with `scaleReads: 'slave'`, unmodified. Each
+//! writes unique values and reads every one back right after its
+//! acknowledgement; a read that misses the acknowledged value is a stale
+//! read, and there must be none. Every node must have served replica reads
+//! (its `keyway_replica_reads{outcome="served"}` counter).
+//!
+//! ioredis never sends `READONLY` on its connection to a node it saw as a
+//! primary of any range, and every Keyway node here is the primary of one
+//! range and a replica of another: its cluster runs with
+//! `--readonly-default` (see `NodeConfig::readonly_default`).
+//!
+//! These need the replication streams (the read leases a primary grants its
+//! in-sync replicas) and `keyway dev --replication-factor`; until both are
+//! in the tree they are ignored: run them with
+//! `cargo test -p keyway --test replica_clients -- --ignored --test-threads=1`.
+
+mod common;
+
+use common::{DevCluster, Resp, http_get, run};
+use keyway_resp::Frame;
+use std::process::Command;
+use std::time::Duration;
+
+const KEYS: &str = "300";
+const ROUNDS: &str = "3";
+
+fn python() -> String {
+    std::env::var("PYTHON").unwrap_or_else(|_| "python3".into())
+}
+
+/// `READONLY` reads node `i` of `cluster` served as a replica so far.
+fn served(cluster: &DevCluster, i: usize) -> u64 {
+    let admin = cluster.admin_port + i as u16;
+    let metrics = http_get(admin, "/metrics").expect("the node's /metrics answers");
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(r#"keyway_replica_reads_total{outcome="served"} "#))
+        .map(|n| n.trim().parse().expect("a counter value"))
+        .unwrap_or(0)
+}
+
+/// Waits until `CLUSTER SLOTS` lists an in-sync replica after every range's
+/// primary (the layout the clients learn their read targets from).
+fn wait_for_replicas(port: u16) {
+    keyway_testkit::wait_until(
+        "every slot range lists an in-sync replica",
+        Duration::from_secs(30),
+        || match Resp::connect(port).cmd(&["CLUSTER", "SLOTS"]) {
+            Frame::Array(ranges)
+                if !ranges.is_empty()
+                    && ranges
+                        .iter()
+                        .all(|r| matches!(r, Frame::Array(r) if r.len() >= 4)) =>
+            {
+                Some(())
+            }
+            _ => None,
+        },
+    )
+    .expect("replicas listed");
+}
+
+/// Runs `client` against a fresh replicated cluster and checks its output
+/// and every node's replica read counter.
+fn reads_from_replicas(extra: &[&str], client: impl FnOnce(u16) -> Command) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut flags = vec!["--replication-factor", "2"];
+    flags.extend_from_slice(extra);
+    let mut cluster = DevCluster::start(3, &dir.path().join("data"), &flags);
+    let port = cluster.ports()[0];
+    wait_for_replicas(port);
+    let before: Vec<u64> = (0..3).map(|i| served(&cluster, i)).collect();
+    let out = run(&mut client(port));
+    let after: Vec<u64> = (0..3).map(|i| served(&cluster, i)).collect();
+    let per_node: Vec<u64> = after.iter().zip(&before).map(|(a, b)| a - b).collect();
+    eprintln!("{out}replica reads served per node: {per_node:?}");
+    assert!(out.contains(" stale 0"), "{out}");
+    assert!(
+        per_node.iter().all(|n| *n > 0),
+        "every node serves replica reads: {per_node:?}"
+    );
+    cluster.stop();
+}
+
+#[test]
+#[ignore = "needs the replication streams and `keyway dev --replication-factor` (see the module doc)"]
+fn redis_py_reads_from_replicas_with_no_stale_read() {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/py/replica_reads.py");
+    reads_from_replicas(&[], |port| {
+        let mut cmd = Command::new(python());
+        cmd.args([script, &port.to_string(), KEYS, ROUNDS]);
+        cmd
+    });
+}
+
+#[test]
+#[ignore = "needs the replication streams and `keyway dev --replication-factor` (see the module doc)"]
+fn ioredis_reads_from_replicas_with_no_stale_read() {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/js/replica_reads.js");
+    reads_from_replicas(&["--readonly-default"], |port| {
+        let mut cmd = Command::new("node");
+        cmd.args([script, &port.to_string(), KEYS, ROUNDS]);
+        cmd
+    });
+}
