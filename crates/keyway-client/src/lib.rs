@@ -644,10 +644,8 @@ mod tests {
         // The map as the client loads it (KW.MAP), replicas included.
         let map = keyway_map::decode_map(&keyway_map::encode_map(&map)).unwrap();
         for slot in [0, 5000, 9000, 16383] {
-            let (p, addr) = route(&map, |m| {
-                m.locate_slot(DEFAULT_KEYSPACE, slot).cloned()
-            })
-            .unwrap();
+            let (p, addr) =
+                route(&map, |m| m.locate_slot(DEFAULT_KEYSPACE, slot).cloned()).unwrap();
             assert_eq!(p.replicas.len(), 2);
             assert_eq!(addr, format!("127.0.0.1:{}", 7000 + p.owner.0));
         }
