@@ -227,39 +227,53 @@ fn shard_node(node: &NodeInfo, role: &'static str, in_sync: bool) -> Frame {
 /// Redis master does. A Keyway node can be master of one shard and replica
 /// in others.
 pub fn shards(map: &PartitionMap) -> Frame {
+    /// One shard: its runs share `owner` and `replicas` (with read-target flags).
+    struct Shard<'a> {
+        owner: NodeId,
+        replicas: &'a [(NodeId, bool)],
+        slots: Vec<Frame>,
+    }
     let runs = replicated_runs(map);
-    let mut groups: Vec<(NodeId, Vec<(NodeId, bool)>, Vec<Frame>)> = Vec::new();
+    let mut shards: Vec<Shard<'_>> = Vec::new();
     for run in &runs {
         let slots = [
             Frame::Integer(run.first as i64),
             Frame::Integer(run.last as i64),
         ];
-        match groups
+        match shards
             .iter_mut()
-            .find(|g| g.0 == run.owner && g.1 == run.replicas)
+            .find(|s| s.owner == run.owner && s.replicas == run.replicas.as_slice())
         {
-            Some(g) => g.2.extend(slots),
-            None => groups.push((run.owner, run.replicas.clone(), slots.to_vec())),
+            Some(s) => s.slots.extend(slots),
+            None => shards.push(Shard {
+                owner: run.owner,
+                replicas: &run.replicas,
+                slots: slots.to_vec(),
+            }),
         }
     }
     for n in map.nodes.values() {
         if !runs.iter().any(|r| r.owner == n.id) {
-            groups.push((n.id, Vec::new(), Vec::new()));
+            shards.push(Shard {
+                owner: n.id,
+                replicas: &[],
+                slots: Vec::new(),
+            });
         }
     }
     let shards =
-        groups.into_iter().map(|(owner, replicas, slots)| {
+        shards.into_iter().map(|shard| {
             let mut nodes: Vec<Frame> = map
                 .nodes
-                .get(&owner)
+                .get(&shard.owner)
                 .map(|n| shard_node(n, "master", true))
                 .into_iter()
                 .collect();
-            nodes.extend(replicas.iter().filter_map(|(r, target)| {
+            nodes.extend(shard.replicas.iter().filter_map(|(r, target)| {
                 map.nodes.get(r).map(|n| shard_node(n, "replica", *target))
             }));
             Frame::Map(vec![
-                (Frame::bulk("slots"), Frame::Array(slots)),
+                (Frame::bulk("slots"), Frame::Array(shard.slots)),
                 (Frame::bulk("nodes"), Frame::Array(nodes)),
             ])
         });
