@@ -6,7 +6,10 @@
 //! The partition's primary here is a node registered in the map that does
 //! not run, so no replication stream grants (or renews) a read lease: the
 //! test grants it through `Routing::grant_replica_read` itself, and no
-//! manager runs (nothing fails the absent primary over).
+//! manager runs (nothing fails the absent primary over). The real-client
+//! tests at the end (redis-py, ioredis) make a replica by moving a
+//! partition's ownership in the map alone, so only the replica holds the
+//! value read: a reply carrying it was served from the replica's copy.
 
 use bytes::Bytes;
 use keyway_cluster::{ClusterSpec, LocalCluster};
@@ -336,5 +339,173 @@ async fn readonly_default_serves_replica_reads_without_readonly() {
         Frame::Error(format!("MOVED {slot} 127.0.0.1:2"))
     );
     assert_eq!(a.shared().metrics.replica_reads_count(true), 1);
+    c.shutdown().await;
+}
+
+/// Two nodes: node A wrote `key`, then (metadata only) the key's partition
+/// moved to node B with A as its in-sync replica holding a read lease. B
+/// has no copy of the key, so a reply carrying its value was served by A's
+/// replica copy. Returns the cluster (and its data directory) and the
+/// indexes of A and B.
+async fn a_replicates_b(
+    readonly_default: bool,
+    key: &str,
+) -> (tempfile::TempDir, LocalCluster, usize, usize) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut spec = ClusterSpec::ephemeral(2, dir.path().to_path_buf());
+    spec.node.lease_ttl_ms = 60_000;
+    spec.node.readonly_default = readonly_default;
+    spec.manager = None;
+    let c = LocalCluster::start(spec).await.expect("cluster starts");
+    let slot = key_hash_slot(key.as_bytes());
+    let p0 = c
+        .map()
+        .await
+        .unwrap()
+        .locate_slot(DEFAULT_KEYSPACE, slot)
+        .unwrap()
+        .clone();
+    let a = (0..2)
+        .find(|i| c.node(*i).unwrap().id() == p0.owner)
+        .unwrap();
+    let b = 1 - a;
+    let mut conn = tokio::net::TcpStream::connect(c.node(a).unwrap().resp_addr())
+        .await
+        .unwrap();
+    assert_eq!(
+        raw_command(&mut conn, &["SET", key, "only-on-a"]).await,
+        Frame::ok()
+    );
+    let b_id = c.node(b).unwrap().id();
+    let a_id = c.node(a).unwrap().id();
+    let row = commit(
+        &c,
+        a,
+        &p0,
+        PartitionRecord {
+            owner: b_id,
+            replicas: vec![a_id],
+            in_sync: vec![a_id],
+            epoch: Epoch(p0.epoch.0 + 1),
+            ..p0.clone()
+        },
+        vec![],
+    )
+    .await;
+    let node_b = c.node(b).unwrap();
+    eventually("node B installs the row", Duration::from_secs(10), || {
+        let epoch = node_b.shared().routing.map().partitions[&row.id].epoch;
+        async move { (epoch == row.epoch).then_some(()) }
+    })
+    .await;
+    c.node(a).unwrap().shared().routing.grant_replica_read(
+        row.id,
+        row.epoch,
+        Instant::now() + Duration::from_secs(60),
+    );
+    (dir, c, a, b)
+}
+
+/// Runs a client script (`read_key.*`: one line per read) against node `at`.
+async fn read_key(
+    program: &str,
+    script: &str,
+    c: &LocalCluster,
+    at: usize,
+    key: &str,
+) -> Vec<String> {
+    let port = c
+        .node(at)
+        .unwrap()
+        .resp_addr()
+        .rsplit_once(':')
+        .unwrap()
+        .1
+        .to_string();
+    let out = tokio::process::Command::new(program)
+        .args([script, &port, key, "4"])
+        .output()
+        .await
+        .unwrap_or_else(|e| panic!("run {program} {script}: {e}"));
+    assert!(
+        out.status.success(),
+        "{program} {script} failed: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+const IOREDIS_READ: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/js/read_key.js");
+const REDIS_PY_READ: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/py/read_key.py");
+
+/// ioredis with `scaleReads: 'slave'` sends a read to the slot's replica
+/// on the connection it holds to that node, which, since the node is also
+/// a primary (of another range), never sent `READONLY`: Keyway answers
+/// `-MOVED` and ioredis, retrying the same replica, gives up. With
+/// `readonly_default` the replica serves it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ioredis_reads_from_a_replica_that_is_also_a_primary_with_readonly_default() {
+    let key = "ioredis-replica-key";
+    let (_dir, c, a, b) = a_replicates_b(false, key).await;
+    let reads = read_key("node", IOREDIS_READ, &c, b, key).await;
+    assert_eq!(reads.len(), 4);
+    assert!(
+        reads
+            .iter()
+            .all(|r| r.starts_with("ERR Too many Cluster redirections")),
+        "{reads:?}"
+    );
+    assert_eq!(
+        c.node(a)
+            .unwrap()
+            .shared()
+            .metrics
+            .replica_reads_count(true),
+        0
+    );
+    c.shutdown().await;
+
+    let (_dir, c, a, b) = a_replicates_b(true, key).await;
+    let reads = read_key("node", IOREDIS_READ, &c, b, key).await;
+    assert_eq!(reads, vec!["GOT only-on-a"; 4]);
+    assert_eq!(
+        c.node(a)
+            .unwrap()
+            .shared()
+            .metrics
+            .replica_reads_count(true),
+        4
+    );
+    c.shutdown().await;
+}
+
+/// redis-py with `read_from_replicas=True` sends `READONLY` on every
+/// connection and spreads reads over the slot's primary and the replicas
+/// `CLUSTER SLOTS` lists: the replica serves its share.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_py_read_from_replicas_reads_from_the_replica() {
+    let key = "redis-py-replica-key";
+    let (_dir, c, a, b) = a_replicates_b(false, key).await;
+    let python = std::env::var("PYTHON").unwrap_or_else(|_| "python3".into());
+    let reads = read_key(&python, REDIS_PY_READ, &c, b, key).await;
+    let from_replica = reads.iter().filter(|r| *r == "GOT only-on-a").count() as u64;
+    // The primary has no copy of the key here (the move was metadata only).
+    assert!(
+        reads.iter().all(|r| r == "GOT only-on-a" || r == "NIL"),
+        "{reads:?}"
+    );
+    assert!(from_replica >= 1, "{reads:?}");
+    assert_eq!(
+        c.node(a)
+            .unwrap()
+            .shared()
+            .metrics
+            .replica_reads_count(true),
+        from_replica
+    );
     c.shutdown().await;
 }
