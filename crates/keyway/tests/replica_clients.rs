@@ -12,8 +12,9 @@
 //! `--readonly-default` (see `NodeConfig::readonly_default`).
 //!
 //! These need the replication streams (the read leases a primary grants its
-//! in-sync replicas) and `keyway dev --replication-factor`; until both are
-//! in the tree they are ignored: run them with
+//! in-sync replicas, branch `repl-node`) and `keyway dev
+//! --replication-factor` (branch `repl-manager`); until both are in the
+//! tree they are ignored (remove the two `#[ignore]` lines once they are):
 //! `cargo test -p keyway --test replica_clients -- --ignored --test-threads=1`.
 
 mod common;

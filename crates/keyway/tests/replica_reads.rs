@@ -343,14 +343,17 @@ async fn readonly_default_serves_replica_reads_without_readonly() {
 }
 
 /// Two nodes: node A wrote `key`, then (metadata only) the key's partition
-/// moved to node B with A as its in-sync replica holding a read lease. B
-/// has no copy of the key, so a reply carrying its value was served by A's
-/// replica copy. Returns the cluster (and its data directory) and the
-/// indexes of A and B.
-async fn a_replicates_b(
+/// moved to primary F, a node in the map that does not run (at
+/// `primary_addr`), with A as its in-sync replica holding a read lease;
+/// A still owns other partitions (it is a primary too). F serves nothing,
+/// so a reply carrying the value was served by A's replica copy, and no
+/// replication stream changes A's copy or lease meanwhile. Returns the
+/// cluster (and its data directory) and A's index.
+async fn replica_of_absent_primary(
     readonly_default: bool,
     key: &str,
-) -> (tempfile::TempDir, LocalCluster, usize, usize) {
+    primary_addr: &str,
+) -> (tempfile::TempDir, LocalCluster, usize) {
     let dir = tempfile::tempdir().unwrap();
     let mut spec = ClusterSpec::ephemeral(2, dir.path().to_path_buf());
     spec.node.lease_ttl_ms = 60_000;
@@ -368,42 +371,53 @@ async fn a_replicates_b(
     let a = (0..2)
         .find(|i| c.node(*i).unwrap().id() == p0.owner)
         .unwrap();
-    let b = 1 - a;
-    let mut conn = tokio::net::TcpStream::connect(c.node(a).unwrap().resp_addr())
+    let node_a = c.node(a).unwrap();
+    let mut conn = tokio::net::TcpStream::connect(node_a.resp_addr())
         .await
         .unwrap();
     assert_eq!(
         raw_command(&mut conn, &["SET", key, "only-on-a"]).await,
         Frame::ok()
     );
-    let b_id = c.node(b).unwrap().id();
-    let a_id = c.node(a).unwrap().id();
+    let f = NodeInfo {
+        id: NodeId(9_997),
+        resp_addr: primary_addr.into(),
+        admin_addr: primary_addr.into(),
+        state: NodeState::Up,
+        weight: keyway_map::DEFAULT_NODE_WEIGHT,
+        draining: false,
+        zone: None,
+    };
     let row = commit(
         &c,
         a,
         &p0,
         PartitionRecord {
-            owner: b_id,
-            replicas: vec![a_id],
-            in_sync: vec![a_id],
+            owner: f.id,
+            replicas: vec![node_a.id()],
+            in_sync: vec![node_a.id()],
             epoch: Epoch(p0.epoch.0 + 1),
             ..p0.clone()
         },
-        vec![],
+        vec![MapChange::UpsertNode(f)],
     )
     .await;
-    let node_b = c.node(b).unwrap();
-    eventually("node B installs the row", Duration::from_secs(10), || {
-        let epoch = node_b.shared().routing.map().partitions[&row.id].epoch;
-        async move { (epoch == row.epoch).then_some(()) }
-    })
-    .await;
-    c.node(a).unwrap().shared().routing.grant_replica_read(
+    assert!(
+        node_a
+            .shared()
+            .routing
+            .map()
+            .owned_by(node_a.id())
+            .next()
+            .is_some(),
+        "A is still the primary of other partitions"
+    );
+    node_a.shared().routing.grant_replica_read(
         row.id,
         row.epoch,
         Instant::now() + Duration::from_secs(60),
     );
-    (dir, c, a, b)
+    (dir, c, a)
 }
 
 /// Runs a client script (`read_key.*`: one line per read) against node `at`.
@@ -450,8 +464,8 @@ const REDIS_PY_READ: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/py/read_
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ioredis_reads_from_a_replica_that_is_also_a_primary_with_readonly_default() {
     let key = "ioredis-replica-key";
-    let (_dir, c, a, b) = a_replicates_b(false, key).await;
-    let reads = read_key("node", IOREDIS_READ, &c, b, key).await;
+    let (_dir, c, a) = replica_of_absent_primary(false, key, "127.0.0.1:1").await;
+    let reads = read_key("node", IOREDIS_READ, &c, a, key).await;
     assert_eq!(reads.len(), 4);
     assert!(
         reads
@@ -469,8 +483,8 @@ async fn ioredis_reads_from_a_replica_that_is_also_a_primary_with_readonly_defau
     );
     c.shutdown().await;
 
-    let (_dir, c, a, b) = a_replicates_b(true, key).await;
-    let reads = read_key("node", IOREDIS_READ, &c, b, key).await;
+    let (_dir, c, a) = replica_of_absent_primary(true, key, "127.0.0.1:1").await;
+    let reads = read_key("node", IOREDIS_READ, &c, a, key).await;
     assert_eq!(reads, vec!["GOT only-on-a"; 4]);
     assert_eq!(
         c.node(a)
@@ -483,29 +497,59 @@ async fn ioredis_reads_from_a_replica_that_is_also_a_primary_with_readonly_defau
     c.shutdown().await;
 }
 
+/// A stand-in primary on 127.0.0.1: answers every `GET` with
+/// `from-primary` and anything else (`READONLY`, `CLIENT SETINFO`) `+OK`.
+async fn stand_in_primary() -> (String, tokio::task::JoinHandle<()>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let task = tokio::spawn(async move {
+        while let Ok((mut conn, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut parser = keyway_resp::RequestParser::new(keyway_resp::Limits::default());
+                let mut buf = bytes::BytesMut::new();
+                while conn.read_buf(&mut buf).await.is_ok_and(|n| n > 0) {
+                    while let Ok(Some(args)) = parser.parse(&mut buf) {
+                        let reply: &[u8] = if args[0].eq_ignore_ascii_case(b"GET") {
+                            b"$12\r\nfrom-primary\r\n"
+                        } else {
+                            b"+OK\r\n"
+                        };
+                        if conn.write_all(reply).await.is_err() {
+                            return;
+                        }
+                    }
+                }
+            });
+        }
+    });
+    (addr, task)
+}
+
 /// redis-py with `read_from_replicas=True` sends `READONLY` on every
 /// connection and spreads reads over the slot's primary and the replicas
-/// `CLUSTER SLOTS` lists: the replica serves its share.
+/// `CLUSTER SLOTS` lists, round robin: the replica serves its share. The
+/// primary is a stand-in that answers `from-primary`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_py_read_from_replicas_reads_from_the_replica() {
     let key = "redis-py-replica-key";
-    let (_dir, c, a, b) = a_replicates_b(false, key).await;
+    let (primary, stand_in) = stand_in_primary().await;
+    let (_dir, c, a) = replica_of_absent_primary(false, key, &primary).await;
     let python = std::env::var("PYTHON").unwrap_or_else(|_| "python3".into());
-    let reads = read_key(&python, REDIS_PY_READ, &c, b, key).await;
-    let from_replica = reads.iter().filter(|r| *r == "GOT only-on-a").count() as u64;
-    // The primary has no copy of the key here (the move was metadata only).
-    assert!(
-        reads.iter().all(|r| r == "GOT only-on-a" || r == "NIL"),
-        "{reads:?}"
+    let reads = read_key(&python, REDIS_PY_READ, &c, a, key).await;
+    assert_eq!(
+        reads,
+        ["GOT from-primary", "GOT only-on-a"].repeat(2),
+        "round robin over the primary and its replica"
     );
-    assert!(from_replica >= 1, "{reads:?}");
     assert_eq!(
         c.node(a)
             .unwrap()
             .shared()
             .metrics
             .replica_reads_count(true),
-        from_replica
+        2
     );
+    stand_in.abort();
     c.shutdown().await;
 }
