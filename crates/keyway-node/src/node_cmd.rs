@@ -286,6 +286,8 @@ async fn info(shared: &Arc<Shared>) -> Frame {
         me: shared.me,
         last_seq: shared.engine.last_seq(),
         read_lease: &|pid, epoch| routing.replica_read_valid(pid, epoch),
+        // The replication streams' acknowledged seqs are not known here yet.
+        replica_offset: &|_| None,
     });
     let text = format!(
         "# Server\r\nredis_version:{REDIS_COMPAT_VERSION}\r\nkeyway_version:{}\r\nredis_mode:cluster\r\nprocess_id:{}\r\ntcp_port:{}\r\nuptime_in_seconds:{}\r\nrun_id:{}\r\n\r\n\

@@ -8,8 +8,9 @@
 //! replicas; the `keyway_replica_*` fields tell the replica side of a
 //! mixed node. Fields Redis has but this node cannot know are left out
 //! rather than invented: a replica's stream offset lives in its primary's
-//! stream state, not in the map (so `slaveN` lines carry no `offset`/`lag`,
-//! and a `role:slave` node reports no `slave_repl_offset`).
+//! stream state, not in the map (`slaveN` lines carry `offset` only when
+//! the caller knows the stream's acknowledged seq, never `lag`; a
+//! `role:slave` node reports no `slave_repl_offset`).
 
 use keyway_map::{DEFAULT_KEYSPACE, Epoch, NodeId, NodeState, PartitionId, PartitionMap};
 use std::collections::BTreeMap;
@@ -25,6 +26,9 @@ pub struct ReplicationView<'a> {
     /// Whether this node holds a valid replica read lease for the
     /// partition at that epoch (its primary's stream vouched for it lately).
     pub read_lease: &'a dyn Fn(PartitionId, Epoch) -> bool,
+    /// The seq this node's stream to a replica node has acknowledged, when
+    /// the stream is known (`slaveN:...,offset=`); `None` leaves it out.
+    pub replica_offset: &'a dyn Fn(NodeId) -> Option<u64>,
 }
 
 const NO_REPLID: &str = "0000000000000000000000000000000000000000";
@@ -90,7 +94,11 @@ pub fn section(v: &ReplicationView<'_>) -> String {
                     .map(|n| n.resp_host_port())
                     .unwrap_or(("", 0));
                 let state = if *all_in_sync { "online" } else { "send_bulk" };
-                let _ = write!(out, "slave{i}:ip={host},port={port},state={state}\r\n");
+                let _ = write!(out, "slave{i}:ip={host},port={port},state={state}");
+                if let Some(offset) = (v.replica_offset)(*id) {
+                    let _ = write!(out, ",offset={offset}");
+                }
+                out.push_str("\r\n");
             }
             let _ = write!(
                 out,
@@ -143,18 +151,20 @@ mod tests {
             (NodeId(3), vec![NodeId(1)])
         );
         let lease = |pid: PartitionId, _e: Epoch| pid == p3.id;
+        let offsets = |n: NodeId| (n == NodeId(2)).then_some(40);
         let v = ReplicationView {
             map: &map,
             me: NodeId(1),
             last_seq: 42,
             read_lease: &lease,
+            replica_offset: &offsets,
         };
         let text = section(&v);
         assert_eq!(field(&text, "role"), Some("master"));
         assert_eq!(field(&text, "connected_slaves"), Some("1"));
         assert_eq!(
             field(&text, "slave0"),
-            Some("ip=127.0.0.1,port=7002,state=online")
+            Some("ip=127.0.0.1,port=7002,state=online,offset=40")
         );
         assert_eq!(field(&text, "master_repl_offset"), Some("42"));
         assert_eq!(field(&text, "master_replid"), Some(&*NodeId(1).to_string()));
@@ -167,11 +177,13 @@ mod tests {
         // Node 2 drops out of node 1's in-sync set: still connected, catching up.
         let p1 = map.locate_slot(DEFAULT_KEYSPACE, 0).unwrap().id;
         map.partitions.get_mut(&p1).unwrap().in_sync.clear();
+        let unknown = |_: NodeId| None;
         let text = section(&ReplicationView {
             map: &map,
             me: NodeId(1),
             last_seq: 42,
             read_lease: &lease,
+            replica_offset: &unknown,
         });
         assert_eq!(
             field(&text, "slave0"),
@@ -197,6 +209,7 @@ mod tests {
             me: NodeId(2),
             last_seq: 7,
             read_lease: &no_lease,
+            replica_offset: &|_| None,
         };
         let text = section(&v);
         assert_eq!(field(&text, "role"), Some("slave"));
