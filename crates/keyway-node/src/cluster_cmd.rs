@@ -222,10 +222,10 @@ fn shard_node(node: &NodeInfo, role: &'static str, in_sync: bool) -> Frame {
 
 /// `CLUSTER SHARDS`: one shard per primary and replica configuration
 /// (owner, replicas, in-sync set), its slot ranges, its master then every
-/// replica (`role` `replica`, `health` as [`shard_node`]). A node that owns
-/// no partition appears as a master shard with no slots, as an empty
-/// Redis master does. A Keyway node can be master of one shard and replica
-/// in others.
+/// replica (`role` `replica`, `health` as [`shard_node`]). A node that holds
+/// no copy at all appears as a master shard with no slots, as an empty
+/// Redis master does; one that holds replicas only appears in those shards.
+/// A Keyway node can be master of one shard and replica in others.
 pub fn shards(map: &PartitionMap) -> Frame {
     /// One shard: its runs share `owner` and `replicas` (with read-target flags).
     struct Shard<'a> {
@@ -253,7 +253,10 @@ pub fn shards(map: &PartitionMap) -> Frame {
         }
     }
     for n in map.nodes.values() {
-        if !runs.iter().any(|r| r.owner == n.id) {
+        let holds_copy = runs
+            .iter()
+            .any(|r| r.owner == n.id || r.replicas.iter().any(|(id, _)| *id == n.id));
+        if !holds_copy {
             shards.push(Shard {
                 owner: n.id,
                 replicas: &[],

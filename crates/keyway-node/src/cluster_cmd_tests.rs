@@ -241,6 +241,36 @@ fn nodes_mark_mixed_nodes_master_and_replica_only_nodes_slave() {
 }
 
 #[test]
+fn shards_list_a_replica_only_node_in_its_shards_and_an_idle_node_alone() {
+    let mut map = node2_owns_nothing();
+    let id = |i: u64| NodeId(i).to_string();
+    let s = |a: &str| a.to_string();
+    let Frame::Array(all) = shards(&map) else {
+        panic!()
+    };
+    assert_eq!(all.len(), 2, "node 1's shard and node 3's: {all:?}");
+    assert_eq!(
+        shard_nodes(&all[0]),
+        vec![
+            (id(1), s("master"), s("online")),
+            (id(2), s("replica"), s("online")),
+        ]
+    );
+    // A fourth node with no copy: an empty master shard, as in Redis.
+    let extra = node_infos(4).pop().unwrap();
+    map.nodes.insert(NodeId(4), extra);
+    let Frame::Array(all) = shards(&map) else {
+        panic!()
+    };
+    assert_eq!(all.len(), 3);
+    assert_eq!(map_get(&all[2], "slots"), &Frame::Array(vec![]));
+    assert_eq!(
+        shard_nodes(&all[2]),
+        vec![(id(4), s("master"), s("online"))]
+    );
+}
+
+#[test]
 fn replicas_lists_the_in_sync_copies_of_a_masters_partitions() {
     let map = node2_owns_nothing();
     let id = |i: u64| NodeId(i).to_string();
