@@ -638,6 +638,7 @@ mod tests {
                 weight: keyway_map::DEFAULT_NODE_WEIGHT,
                 draining: false,
                 zone: None,
+                replica_addr: None,
             })
             .collect();
         let map = PartitionMap::bootstrap_replicated(&nodes, 2, 3).unwrap();

@@ -115,6 +115,10 @@ async fn map(State(shared): State<Arc<Shared>>) -> impl IntoResponse {
 pub struct Status {
     pub node_id: String,
     pub resp_addr: String,
+    /// The replica endpoint (`--replica-listen`), if it listens.
+    pub replica_addr: Option<String>,
+    /// Its replica role's Redis node id (`CLUSTER MYID` there).
+    pub replica_node_id: Option<String>,
     pub admin_addr: String,
     pub serving: bool,
     pub lease_remaining_ms: u64,
@@ -173,6 +177,11 @@ async fn status(State(shared): State<Arc<Shared>>) -> impl IntoResponse {
     Json(Status {
         node_id: shared.me.to_string(),
         resp_addr: shared.resp_addr.clone(),
+        replica_addr: shared.replica_addr.clone(),
+        replica_node_id: shared
+            .replica_addr
+            .as_ref()
+            .map(|_| shared.me.replica_role_id()),
         admin_addr: shared.admin_addr.clone(),
         serving: shared.routing.lease_valid(),
         lease_remaining_ms: shared.routing.lease_remaining_ms(),

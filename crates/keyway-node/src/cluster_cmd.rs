@@ -6,8 +6,13 @@
 //! configuration) are reported as one slot range, as Redis Cluster would.
 //! Replicas are listed as Redis lists them: `SLOTS` after each range's
 //! primary (only the in-sync ones, the only ones that serve `READONLY`
-//! reads), `SHARDS` with their role and health, `NODES` as `slave` lines
-//! for nodes that own nothing (see [`nodes`] for the mixed case).
+//! reads), `SHARDS` with their role and health, `NODES` as `slave` lines.
+//! A node's two roles have two addresses and two ids
+//! ([`crate::replica_endpoint`]): its main address and node id only ever
+//! as a master, its replica endpoint and [`NodeId::replica_role_id`] only
+//! ever as a replica; a copy on a node without a replica endpoint is not
+//! listed (it serves no client reads). To a Redis client a Keyway node is
+//! then one master process plus one replica process.
 //! The two that read keys, `COUNTKEYSINSLOT` and `GETKEYSINSLOT`, are data
 //! commands on their slot instead: admitted and run on the slot's storage
 //! thread like `GET` (so a node answers them only for a slot it owns and
@@ -17,6 +22,7 @@ use crate::executor::{Follow, Task, TaskOutput};
 use crate::node_cmd::{Reply, rejection_kind, storage_failure};
 use crate::routing::Rejection;
 use crate::server::Shared;
+use crate::session::Session;
 use bytes::Bytes;
 use keyway_map::{
     DEFAULT_KEYSPACE, NodeId, NodeInfo, NodeState, PartitionMap, SLOT_COUNT, key_hash_slot,
@@ -25,9 +31,11 @@ use keyway_resp::Frame;
 use keyway_storage::KeyRange;
 use std::sync::Arc;
 
-/// Answers `CLUSTER <subcommand> ...`; `readonly`: the connection sent
-/// `READONLY` (the slot reads may then be served by an in-sync replica).
-pub async fn cluster(shared: &Arc<Shared>, args: &[Bytes], readonly: bool) -> Reply {
+/// Answers `CLUSTER <subcommand> ...` for `session`: if it sent `READONLY`
+/// the slot reads may be served by an in-sync replica; on the replica
+/// endpoint `MYID` and `NODES`' `myself` are the node's replica role.
+pub async fn cluster(shared: &Arc<Shared>, args: &[Bytes], session: &Session) -> Reply {
+    let readonly = session.readonly;
     let Some(sub) = args.get(1) else {
         return crate::cmd::table::arity_error("cluster").into();
     };
@@ -52,11 +60,15 @@ pub async fn cluster(shared: &Arc<Shared>, args: &[Bytes], readonly: bool) -> Re
         }
         _ => {}
     }
-    map_reply(shared, args).into()
+    map_reply(shared, args, session.replica_endpoint).into()
 }
 
 /// The replies built from the map alone.
-fn map_reply(shared: &Arc<Shared>, args: &[Bytes]) -> Frame {
+fn map_reply(shared: &Arc<Shared>, args: &[Bytes], replica_endpoint: bool) -> Frame {
+    let me = Me {
+        id: shared.me,
+        replica_endpoint,
+    };
     let sub = &args[1];
     let sub = String::from_utf8_lossy(sub).to_ascii_uppercase();
     let map = shared.routing.map();
@@ -64,10 +76,10 @@ fn map_reply(shared: &Arc<Shared>, args: &[Bytes]) -> Frame {
     match sub.as_str() {
         "SLOTS" if arity(2) => slots(&map),
         "SHARDS" if arity(2) => shards(&map),
-        "NODES" if arity(2) => Frame::Bulk(Bytes::from(nodes(&map, shared.me))),
+        "NODES" if arity(2) => Frame::Bulk(Bytes::from(nodes(&map, me))),
         "INFO" if arity(2) => info(&map, shared),
-        "MYID" if arity(2) => Frame::bulk(shared.me.to_string()),
-        "REPLICAS" | "SLAVES" if arity(3) => replicas(&map, shared.me, &args[2]),
+        "MYID" if arity(2) => Frame::bulk(me.redis_id()),
+        "REPLICAS" | "SLAVES" if arity(3) => replicas(&map, me, &args[2]),
         "KEYSLOT" if arity(3) => Frame::Integer(key_hash_slot(&args[2]) as i64),
         "SLOTS" | "SHARDS" | "NODES" | "INFO" | "MYID" | "KEYSLOT" | "COUNTKEYSINSLOT"
         | "GETKEYSINSLOT" | "REPLICAS" | "SLAVES" => Frame::Error(format!(
@@ -154,25 +166,66 @@ pub fn replicated_runs(map: &PartitionMap) -> Vec<ReplicatedRun> {
     out
 }
 
-fn node_entry(node: Option<&NodeInfo>, id: NodeId) -> Frame {
-    let (host, port) = node.map(|n| n.resp_host_port()).unwrap_or(("", 0));
+/// Who asks: this node, on its main address or on its replica endpoint.
+#[derive(Clone, Copy, Debug)]
+pub struct Me {
+    pub id: NodeId,
+    pub replica_endpoint: bool,
+}
+
+impl Me {
+    /// `CLUSTER MYID`: the node id, or on the replica endpoint its replica
+    /// role's id.
+    pub fn redis_id(self) -> String {
+        if self.replica_endpoint {
+            self.id.replica_role_id()
+        } else {
+            self.id.to_string()
+        }
+    }
+}
+
+fn slot_node_entry(host: &str, port: u16, id: String) -> Frame {
     Frame::Array(vec![
         Frame::bulk(host.to_string()),
         Frame::Integer(port as i64),
-        Frame::bulk(id.to_string()),
+        Frame::bulk(id),
         Frame::Map(vec![]),
     ])
 }
 
+/// A primary in `CLUSTER SLOTS`: its main address and node id.
+fn node_entry(node: Option<&NodeInfo>, id: NodeId) -> Frame {
+    let (host, port) = node.map(|n| n.resp_host_port()).unwrap_or(("", 0));
+    slot_node_entry(host, port, id.to_string())
+}
+
+/// A replica in `CLUSTER SLOTS`: its replica endpoint and replica role id.
+fn replica_entry(node: &NodeInfo) -> Option<Frame> {
+    let (host, port) = node.replica_host_port()?;
+    Some(slot_node_entry(host, port, node.id.replica_role_id()))
+}
+
+/// Whether `id` has a replica endpoint (only then are its copies listed).
+fn has_endpoint(map: &PartitionMap, id: NodeId) -> bool {
+    map.nodes
+        .get(&id)
+        .is_some_and(|n| n.replica_addr.is_some())
+}
+
 /// `CLUSTER SLOTS`: per slot range `[first, last, primary, replica...]`,
-/// each node `[host, port, id, {}]`; the replicas are the range's read
-/// targets ([`ReplicatedRun::read_targets`]). Ranges that differ only in a
-/// replica not listed merge, so the reply is the same as Redis's for the
-/// same layout.
+/// each node `[host, port, id, {}]`: the primary at its main address, the
+/// replicas (the range's read targets, [`ReplicatedRun::read_targets`],
+/// that have a replica endpoint) at their replica endpoints with their
+/// replica role ids. Ranges that differ only in a replica not listed
+/// merge, so the reply is the same as Redis's for the same layout.
 pub fn slots(map: &PartitionMap) -> Frame {
     let mut ranges: Vec<(u16, u16, NodeId, Vec<NodeId>)> = Vec::new();
     for run in replicated_runs(map) {
-        let targets: Vec<NodeId> = run.read_targets().collect();
+        let targets: Vec<NodeId> = run
+            .read_targets()
+            .filter(|r| has_endpoint(map, *r))
+            .collect();
         match ranges.last_mut() {
             Some(r) if r.2 == run.owner && r.3 == targets && r.1 + 1 == run.first => r.1 = run.last,
             _ => ranges.push((run.first, run.last, run.owner, targets)),
@@ -187,18 +240,30 @@ pub fn slots(map: &PartitionMap) -> Frame {
                     Frame::Integer(last as i64),
                     node_entry(map.nodes.get(&owner), owner),
                 ];
-                entry.extend(replicas.iter().map(|r| node_entry(map.nodes.get(r), *r)));
+                entry.extend(
+                    replicas
+                        .iter()
+                        .filter_map(|r| map.nodes.get(r).and_then(replica_entry)),
+                );
                 Frame::Array(entry)
             })
             .collect(),
     )
 }
 
-/// `health` of a copy in `CLUSTER SHARDS`, with Redis's words: `fail` for
-/// a node marked Down, `loading` for a replica not in the in-sync set
-/// (catching up; it serves no reads), else `online`.
-fn shard_node(node: &NodeInfo, role: &'static str, in_sync: bool) -> Frame {
-    let (host, port) = node.resp_host_port();
+/// A copy in `CLUSTER SHARDS`: a master at its main address with its node
+/// id, a replica at its replica endpoint with its replica role id (`None`
+/// without one). `health` with Redis's words: `fail` for a node marked
+/// Down, `loading` for a replica not in the in-sync set (catching up; it
+/// serves no reads), else `online`.
+fn shard_node(node: &NodeInfo, role: &'static str, in_sync: bool) -> Option<Frame> {
+    let (host, port, id) = if role == "master" {
+        let (host, port) = node.resp_host_port();
+        (host, port, node.id.to_string())
+    } else {
+        let (host, port) = node.replica_host_port()?;
+        (host, port, node.id.replica_role_id())
+    };
     let health = if node.state == NodeState::Down {
         "fail"
     } else if !in_sync {
@@ -206,8 +271,8 @@ fn shard_node(node: &NodeInfo, role: &'static str, in_sync: bool) -> Frame {
     } else {
         "online"
     };
-    Frame::Map(vec![
-        (Frame::bulk("id"), Frame::bulk(node.id.to_string())),
+    Some(Frame::Map(vec![
+        (Frame::bulk("id"), Frame::bulk(id)),
         (Frame::bulk("port"), Frame::Integer(port as i64)),
         (Frame::bulk("ip"), Frame::bulk(host.to_string())),
         (Frame::bulk("endpoint"), Frame::bulk(host.to_string())),
@@ -217,15 +282,15 @@ fn shard_node(node: &NodeInfo, role: &'static str, in_sync: bool) -> Frame {
         // Redis reports for a node whose offset it does not know.
         (Frame::bulk("replication-offset"), Frame::Integer(0)),
         (Frame::bulk("health"), Frame::bulk(health)),
-    ])
+    ]))
 }
 
 /// `CLUSTER SHARDS`: one shard per primary and replica configuration
 /// (owner, replicas, in-sync set), its slot ranges, its master then every
-/// replica (`role` `replica`, `health` as [`shard_node`]). A node that holds
-/// no copy at all appears as a master shard with no slots, as an empty
-/// Redis master does; one that holds replicas only appears in those shards.
-/// A Keyway node can be master of one shard and replica in others.
+/// replica (`role` `replica`, `health` as [`shard_node`]). A node that owns
+/// nothing appears (its master role) as a master shard with no slots, as
+/// an empty Redis master does. A Keyway node's master role is master of
+/// its shards, its replica role (its replica endpoint) a replica in others.
 pub fn shards(map: &PartitionMap) -> Frame {
     /// One shard: its runs share `owner` and `replicas` (with read-target flags).
     struct Shard<'a> {
@@ -253,10 +318,7 @@ pub fn shards(map: &PartitionMap) -> Frame {
         }
     }
     for n in map.nodes.values() {
-        let holds_copy = runs
-            .iter()
-            .any(|r| r.owner == n.id || r.replicas.iter().any(|(id, _)| *id == n.id));
-        if !holds_copy {
+        if !runs.iter().any(|r| r.owner == n.id) {
             shards.push(Shard {
                 owner: n.id,
                 replicas: &[],
@@ -269,11 +331,13 @@ pub fn shards(map: &PartitionMap) -> Frame {
             let mut nodes: Vec<Frame> = map
                 .nodes
                 .get(&shard.owner)
-                .map(|n| shard_node(n, "master", true))
+                .and_then(|n| shard_node(n, "master", true))
                 .into_iter()
                 .collect();
             nodes.extend(shard.replicas.iter().filter_map(|(r, target)| {
-                map.nodes.get(r).map(|n| shard_node(n, "replica", *target))
+                map.nodes
+                    .get(r)
+                    .and_then(|n| shard_node(n, "replica", *target))
             }));
             Frame::Map(vec![
                 (Frame::bulk("slots"), Frame::Array(shard.slots)),
@@ -283,42 +347,41 @@ pub fn shards(map: &PartitionMap) -> Frame {
     Frame::Array(shards.collect())
 }
 
-/// A node's role in `CLUSTER NODES`: `master` when it owns a partition (or
-/// nothing at all, an empty master), else `slave` of the owner of the first
-/// partition (by slot) it holds a replica of.
-fn role_of(map: &PartitionMap, ranges: &[(u16, u16, NodeId)], id: NodeId) -> Option<NodeId> {
-    if ranges.iter().any(|r| r.2 == id) {
-        return None;
-    }
+/// The primary the replica role of `id` names in `CLUSTER NODES`: the
+/// owner of the first partition (by slot) it holds a copy of, if any.
+/// Redis gives a replica one master; a Keyway node's replica role holds
+/// copies of several primaries' ranges. redis-py and ioredis route by
+/// `CLUSTER SLOTS`, which lists the replica role under every range it
+/// serves, and do not use this field.
+fn replica_master(map: &PartitionMap, id: NodeId) -> Option<NodeId> {
     map.keyspace_partitions(DEFAULT_KEYSPACE)
         .find(|p| p.replicas.contains(&id))
         .map(|p| p.owner)
 }
 
-fn node_line(
+fn link(n: &NodeInfo) -> (&'static str, &'static str) {
+    match n.state {
+        NodeState::Up => ("", "connected"),
+        NodeState::Down => (",fail", "disconnected"),
+    }
+}
+
+/// A node's master line: main address, node id, the slots it owns.
+fn master_line(
     map: &PartitionMap,
     ranges: &[(u16, u16, NodeId)],
     n: &NodeInfo,
-    me: NodeId,
+    me: Me,
 ) -> String {
     let (host, port) = n.resp_host_port();
-    let master = role_of(map, ranges, n.id);
-    let mut flags = String::new();
-    if n.id == me {
-        flags.push_str("myself,");
-    }
-    flags.push_str(if master.is_some() { "slave" } else { "master" });
-    if n.state == NodeState::Down {
-        flags.push_str(",fail");
-    }
-    let link = if n.state == NodeState::Up {
-        "connected"
+    let myself = if n.id == me.id && !me.replica_endpoint {
+        "myself,"
     } else {
-        "disconnected"
+        ""
     };
-    let master = master.map(|m| m.to_string()).unwrap_or_else(|| "-".into());
+    let (fail, link) = link(n);
     let mut line = format!(
-        "{} {host}:{port}@{} {flags} {master} 0 0 {} {link}",
+        "{} {host}:{port}@{} {myself}master{fail} - 0 0 {} {link}",
         n.id,
         port as u32 + 10000,
         map.version
@@ -333,40 +396,54 @@ fn node_line(
     line
 }
 
-/// The `CLUSTER NODES` text: one line per node, slot ranges at the end.
-/// A node that owns any partition is a `master` (with its slots), even if
-/// it also holds replicas of other partitions: one line per node can give
-/// it only one role, and a master's line is the only one that carries
-/// slots. A node that owns nothing but holds replicas is a `slave` of the
-/// owner of its first replicated partition. Clients learn the replicas of
-/// each range from `CLUSTER SLOTS` / `CLUSTER SHARDS`, which list them all.
-pub fn nodes(map: &PartitionMap, me: NodeId) -> String {
+/// A node's replica role's line: replica endpoint, replica role id,
+/// `slave <master>` ([`replica_master`]); `None` without a replica
+/// endpoint or a copy.
+fn replica_line(map: &PartitionMap, n: &NodeInfo, me: Me) -> Option<String> {
+    let (host, port) = n.replica_host_port()?;
+    let master = replica_master(map, n.id)?;
+    let myself = if n.id == me.id && me.replica_endpoint {
+        "myself,"
+    } else {
+        ""
+    };
+    let (fail, link) = link(n);
+    Some(format!(
+        "{} {host}:{port}@{} {myself}slave{fail} {master} 0 0 {} {link}",
+        n.id.replica_role_id(),
+        port as u32 + 10000,
+        map.version
+    ))
+}
+
+/// The `CLUSTER NODES` text: a `master` line per node (its main address;
+/// its slots, if it owns any), then a `slave` line per node's replica role
+/// (its replica endpoint; see [`replica_line`]) that holds copies.
+pub fn nodes(map: &PartitionMap, me: Me) -> String {
     let ranges = slot_ranges(map);
     let mut out = String::new();
     for n in map.nodes.values() {
-        out.push_str(&node_line(map, &ranges, n, me));
+        out.push_str(&master_line(map, &ranges, n, me));
+        out.push('\n');
+    }
+    for line in map.nodes.values().filter_map(|n| replica_line(map, n, me)) {
+        out.push_str(&line);
         out.push('\n');
     }
     out
 }
 
-/// `CLUSTER REPLICAS <node-id>` (and `SLAVES`): the `CLUSTER NODES` line of
-/// every node that is an in-sync replica of a partition `master` owns.
-pub fn replicas(map: &PartitionMap, me: NodeId, master: &[u8]) -> Frame {
-    let Some(m) = map
-        .nodes
-        .values()
-        .find(|n| n.id.to_string().as_bytes() == master)
-    else {
-        return Frame::Error(format!(
-            "ERR Unknown node {}",
-            String::from_utf8_lossy(master)
-        ));
-    };
-    let ranges = slot_ranges(map);
-    if role_of(map, &ranges, m.id).is_some() {
+/// `CLUSTER REPLICAS <node-id>` (and `SLAVES`): the `slave` lines of the
+/// replica roles that are in-sync replicas of a partition `master` owns
+/// (a replica role id is not a master: an error, as Redis answers).
+pub fn replicas(map: &PartitionMap, me: Me, master: &[u8]) -> Frame {
+    let text = String::from_utf8_lossy(master);
+    if NodeId::parse_replica_role_id(&text).is_some_and(|id| has_endpoint(map, id)) {
         return Frame::Error("ERR The specified node is not a master".into());
     }
+    let Some(m) = map.nodes.values().find(|n| n.id.to_string() == text) else {
+        return Frame::Error(format!("ERR Unknown node {text}"));
+    };
     let of_master: Vec<NodeId> = map
         .keyspace_partitions(DEFAULT_KEYSPACE)
         .filter(|p| p.owner == m.id)
@@ -376,7 +453,8 @@ pub fn replicas(map: &PartitionMap, me: NodeId, master: &[u8]) -> Frame {
         map.nodes
             .values()
             .filter(|n| of_master.contains(&n.id))
-            .map(|n| Frame::bulk(node_line(map, &ranges, n, me)))
+            .filter_map(|n| replica_line(map, n, me))
+            .map(Frame::bulk)
             .collect(),
     )
 }
@@ -393,7 +471,12 @@ fn info(map: &PartitionMap, shared: &Shared) -> Frame {
     let text = format!(
         "cluster_state:{}\r\ncluster_slots_assigned:{assigned}\r\ncluster_slots_ok:{assigned}\r\ncluster_slots_pfail:0\r\ncluster_slots_fail:0\r\ncluster_known_nodes:{}\r\ncluster_size:{size}\r\ncluster_current_epoch:{}\r\ncluster_my_epoch:{}\r\ncluster_stats_messages_sent:0\r\ncluster_stats_messages_received:0\r\ntotal_cluster_links_buffer_limit_exceeded:0\r\n",
         if ok { "ok" } else { "fail" },
-        map.nodes.len(),
+        map.nodes.len()
+            + map
+                .nodes
+                .values()
+                .filter(|n| n.replica_addr.is_some() && replica_master(map, n.id).is_some())
+                .count(),
         map.version,
         map.version,
     );

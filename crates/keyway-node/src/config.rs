@@ -189,15 +189,10 @@ pub struct NodeConfig {
     pub active_expire_scan_keys: usize,
     /// Active expiry: longest one cycle may run (at most the interval).
     pub active_expire_cycle_budget_ms: u64,
-    /// Every client connection starts in `READONLY` mode, as if it had sent
-    /// `READONLY`: its reads of a partition this node is an in-sync replica
-    /// of (with a valid read lease) are served here instead of `-MOVED`.
-    /// For cluster clients that send `READONLY` only to nodes they take for
-    /// pure replicas (ioredis with `scaleReads`: its connection to a node
-    /// that is primary of any range never sends it, and a Keyway node is
-    /// usually primary of some ranges and replica of others). A replica
-    /// read may show a write not yet acknowledged; off by default.
-    pub readonly_default: bool,
+    /// The replica endpoint (see [`crate::replica_endpoint`]): `auto`
+    /// (the `listen` IP, a free port), `off`, or an address. Its connections
+    /// start `READONLY`; `CLUSTER SLOTS` lists this node's replica copies there.
+    pub replica_listen: crate::replica_endpoint::ReplicaListen,
 }
 
 impl Default for NodeConfig {
@@ -249,7 +244,7 @@ impl Default for NodeConfig {
             active_expire_interval_ms: 100,
             active_expire_scan_keys: 200,
             active_expire_cycle_budget_ms: 25,
-            readonly_default: false,
+            replica_listen: crate::replica_endpoint::ReplicaListen::Auto,
         }
     }
 }
@@ -317,6 +312,8 @@ impl NodeConfig {
         if let Some((name, _)) = positive.iter().find(|(_, v)| *v == 0) {
             return Err(format!("{name} must be greater than 0"));
         }
+        self.replica_listen
+            .validate(self.listen, self.admin_listen)?;
         if self.storage_max_journal_bytes < MIN_JOURNAL_BYTES {
             return Err(format!(
                 "storage_max_journal_bytes must be at least {MIN_JOURNAL_BYTES} (fjall's minimum)"

@@ -63,6 +63,7 @@ pub mod metrics;
 pub mod migrate;
 pub mod node_cmd;
 pub mod peer;
+pub mod replica_endpoint;
 pub mod replication_info;
 pub mod routing;
 pub mod scan;

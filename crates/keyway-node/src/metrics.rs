@@ -67,6 +67,9 @@ pub struct Metrics {
     /// `served` (admitted by the replica read lease) or `moved` (answered
     /// `-MOVED` to the primary: not in sync, no valid read lease, no copy).
     pub replica_reads: Family<OutcomeLabel, Counter>,
+    /// Open client connections on the replica endpoint (also counted in
+    /// `connections`).
+    pub replica_endpoint_connections: Gauge,
 }
 
 impl Default for Metrics {
@@ -103,6 +106,7 @@ impl Metrics {
             map_since_replies: Family::default(),
             peer_refusals: Family::default(),
             replica_reads: Family::default(),
+            replica_endpoint_connections: Gauge::default(),
         };
         {
             let mut r = m.registry.lock().expect("fresh mutex");
@@ -225,6 +229,11 @@ impl Metrics {
                 "replica_reads",
                 "READONLY reads of partitions this node does not own, by outcome (served as an in-sync replica, moved to the primary)",
                 m.replica_reads.clone(),
+            );
+            r.register(
+                "replica_endpoint_connections",
+                "Open client connections on the replica endpoint (--replica-listen)",
+                m.replica_endpoint_connections.clone(),
             );
         }
         m

@@ -61,18 +61,20 @@ pub async fn dispatch(shared: &Arc<Shared>, session: &mut Session, args: Vec<Byt
             session.closing = true;
             Frame::ok().into()
         }
-        "HELLO" => session::hello(
-            session,
-            shared.config.requirepass.as_deref(),
-            &args,
-            "cluster",
-        )
-        .into(),
+        "HELLO" => {
+            let reply = session::hello(
+                session,
+                shared.config.requirepass.as_deref(),
+                &args,
+                "cluster",
+            );
+            replica_role_in_hello(reply, session.replica_endpoint).into()
+        }
         "AUTH" => session::auth(session, shared.config.requirepass.as_deref(), &args).into(),
         "SELECT" => select(&args),
         "CLIENT" => client(session, &args),
         "COMMAND" => cmd::table::command_reply(&args[1..]).into(),
-        "INFO" => info(shared).await.into(),
+        "INFO" => info(shared, session.replica_endpoint).await.into(),
         "CONFIG" => config(shared, &args),
         "READONLY" | "READWRITE" | "ASKING" => match args.len() {
             1 => {
@@ -85,14 +87,17 @@ pub async fn dispatch(shared: &Arc<Shared>, session: &mut Session, args: Vec<Byt
             }
             _ => arity_error(&name.to_ascii_lowercase()).into(),
         },
-        "CLUSTER" => cluster_cmd::cluster(shared, &args, session.readonly).await,
+        "CLUSTER" => cluster_cmd::cluster(shared, &args, session).await,
         "DBSIZE" => crate::scan::dbsize(shared).await,
         "SCAN" => crate::scan::scan(shared, &args).await,
+        "KW.AT" | "KW.GET" | "KW.SET" | "KW.DEL" | "KW.SCAN" if session.replica_endpoint => err(
+            "ERR this is the replica endpoint: send KW.* requests to the node's main address",
+        ),
         "KW.AT" => kw_at(shared, args).await,
         "KW.MAP" => kw_map(shared, &args),
         "KW.GET" | "KW.SET" | "KW.DEL" | "KW.SCAN" => crate::kw::dispatch(shared, &args).await,
         _ => match cmd::parse(&args) {
-            Some(Ok(command)) => data_command(shared, command, None, session.readonly).await,
+            Some(Ok(command)) => data_command(shared, command, None, session).await,
             Some(Err(frame)) => frame.into(),
             None => unknown_command(&args).into(),
         },
@@ -272,7 +277,9 @@ fn durability_name(d: crate::Durability) -> &'static str {
     }
 }
 
-async fn info(shared: &Arc<Shared>) -> Frame {
+/// `replica_endpoint`: asked on the replica endpoint, whose `# Replication`
+/// speaks for the node's replica role (`role:slave`).
+async fn info(shared: &Arc<Shared>, replica_endpoint: bool) -> Frame {
     // The key count is admitted like any read: without a lease (or past a
     // fence held too long) INFO says why instead of counting.
     let keyspace = match crate::scan::count_owned_keys(shared).await {
@@ -284,6 +291,7 @@ async fn info(shared: &Arc<Shared>) -> Frame {
     let replication = crate::replication_info::section(&crate::replication_info::ReplicationView {
         map: &map,
         me: shared.me,
+        replica_endpoint,
         last_seq: shared.engine.last_seq(),
         read_lease: &|pid, epoch| routing.replica_read_valid(pid, epoch),
         // The replication streams' acknowledged seqs are not known here yet.
@@ -370,20 +378,28 @@ async fn kw_at(shared: &Arc<Shared>, args: Vec<Bytes>) -> Reply {
         return crate::kw::dispatch_at(shared, &args[3..], expected).await;
     }
     match cmd::parse(&args[3..]) {
-        Some(Ok(command)) => data_command(shared, command, expected, false).await,
+        Some(Ok(command)) => {
+            let plain = Session::new(0, false, String::new());
+            data_command(shared, command, expected, &plain).await
+        }
         Some(Err(frame)) => frame.into(),
         None => unknown_command(&args[3..]).into(),
     }
 }
 
 /// Routes a data command to the storage thread that owns its slot.
-/// `readonly`: the connection sent `READONLY` (see [`storage_task`]).
+/// The session says whether the connection sent `READONLY` and whether it
+/// is on the replica endpoint (see [`storage_task`]).
 async fn data_command(
     shared: &Arc<Shared>,
     command: Command,
     expected: Option<(PartitionId, Epoch)>,
-    readonly: bool,
+    session: &Session,
 ) -> Reply {
+    let on = Connection {
+        readonly: session.readonly,
+        replica_endpoint: session.replica_endpoint,
+    };
     let slot = {
         let keys = command.keys();
         let Some(first) = keys.first() else {
@@ -396,7 +412,7 @@ async fn data_command(
         }
         slot
     };
-    let task = storage_task(shared.clone(), command, slot, expected, readonly);
+    let task = storage_task(shared.clone(), command, slot, expected, on);
     match shared.executor.submit(slot, task).await {
         Ok(rx) => Reply::Waiting(rx),
         Err(frame) => frame.into(),
@@ -414,18 +430,22 @@ async fn data_command(
 /// its copy (invariant 11), anything else is `-MOVED` to the owner. Writes,
 /// and epoch-carrying requests (`KW.AT`), are always admitted by
 /// [`crate::routing::RoutingGuard::admit_slot`], so a write on a `READONLY`
-/// connection to a replica is `-MOVED` to the primary, as in Redis.
+/// connection to a replica is `-MOVED` to the primary, as in Redis. On the
+/// replica endpoint every write is `-MOVED` to the primary's main address,
+/// even when this node is the primary.
 fn storage_task(
     shared: Arc<Shared>,
     command: Command,
     slot: u16,
     expected: Option<(PartitionId, Epoch)>,
-    readonly: bool,
+    on: Connection,
 ) -> Task {
     Box::new(move |engine| {
         let guard = shared.routing.read();
-        let replica_read = readonly && expected.is_none() && !command.is_write();
-        let admitted = if replica_read {
+        let replica_read = on.readonly && expected.is_none() && !command.is_write();
+        let admitted = if on.replica_endpoint && command.is_write() {
+            Err(guard.redirect_to_owner(shared.keyspace.id, slot))
+        } else if replica_read {
             guard.admit_replica_read(shared.keyspace.id, slot)
         } else {
             guard.admit_slot(shared.keyspace.id, slot, expected)
@@ -437,7 +457,7 @@ fn storage_task(
                 return TaskOutput {
                     reply: Frame::Null,
                     wrote: false,
-                    follow: Follow::Park(storage_task(shared, command, slot, expected, readonly)),
+                    follow: Follow::Park(storage_task(shared, command, slot, expected, on)),
                 };
             }
             Err(rejection) => {
@@ -482,6 +502,31 @@ fn storage_task(
         };
         apply_and_reply(engine, &guard, partition, db.into_mutations(), reply)
     })
+}
+
+/// What a data command's connection is ([`storage_task`]).
+#[derive(Clone, Copy, Debug)]
+struct Connection {
+    /// It sent `READONLY` (or is on the replica endpoint and did not send `READWRITE`).
+    readonly: bool,
+    /// It is on the replica endpoint.
+    replica_endpoint: bool,
+}
+
+/// `HELLO` on the replica endpoint says `role: replica`.
+fn replica_role_in_hello(reply: Frame, replica_endpoint: bool) -> Frame {
+    match reply {
+        Frame::Map(fields) if replica_endpoint => Frame::Map(
+            fields
+                .into_iter()
+                .map(|(k, v)| match &k {
+                    Frame::Bulk(name) if &name[..] == b"role" => (k, Frame::bulk("replica")),
+                    _ => (k, v),
+                })
+                .collect(),
+        ),
+        other => other,
+    }
 }
 
 /// The effect of an admitted command, still under the routing read guard:

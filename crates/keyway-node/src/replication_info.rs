@@ -11,6 +11,12 @@
 //! stream state, not in the map (`slaveN` lines carry `offset` only when
 //! the caller knows the stream's acknowledged seq, never `lag`; a
 //! `role:slave` node reports no `slave_repl_offset`).
+//!
+//! With a replica endpoint ([`crate::replica_endpoint`]) the two roles have
+//! two addresses: INFO on the main address says `role:master` (its slaves
+//! listed at their replica endpoints), on the replica endpoint
+//! `role:slave` of the owner of the first partition it replicates. A node
+//! without one keeps the single-address rule above.
 
 use keyway_map::{DEFAULT_KEYSPACE, Epoch, NodeId, NodeState, PartitionId, PartitionMap};
 use std::collections::BTreeMap;
@@ -20,6 +26,8 @@ use std::fmt::Write;
 pub struct ReplicationView<'a> {
     pub map: &'a PartitionMap,
     pub me: NodeId,
+    /// Asked on the replica endpoint: the section speaks for the replica role.
+    pub replica_endpoint: bool,
     /// This node's last change-log seq (`master_repl_offset`: every write
     /// this node applied as a primary has a seq at or below it).
     pub last_seq: u64,
@@ -37,7 +45,18 @@ const NO_REPLID: &str = "0000000000000000000000000000000000000000";
 pub fn section(v: &ReplicationView<'_>) -> String {
     let map = v.map;
     let partitions: Vec<_> = map.keyspace_partitions(DEFAULT_KEYSPACE).collect();
-    let owns_any = map.owned_by(v.me).next().is_some();
+    let has_endpoint = map
+        .nodes
+        .get(&v.me)
+        .is_some_and(|n| n.replica_addr.is_some());
+    // The role this address plays: the replica endpoint is a replica, a
+    // main address with a replica endpoint beside it is a master; without
+    // one, a node is a master when it owns any partition.
+    let as_master = if v.replica_endpoint {
+        false
+    } else {
+        has_endpoint || map.owned_by(v.me).next().is_some()
+    };
     // Replica nodes of this node's partitions: in sync for every one of them?
     let mut slaves: BTreeMap<NodeId, bool> = BTreeMap::new();
     for p in map.owned_by(v.me) {
@@ -66,32 +85,36 @@ pub fn section(v: &ReplicationView<'_>) -> String {
         .iter()
         .find(|p| p.replicas.contains(&v.me))
         .map(|p| p.owner);
-    match (owns_any, first_master) {
-        (false, Some(master)) => {
-            let (host, port) = map
-                .nodes
-                .get(&master)
+    match (as_master, first_master) {
+        (false, master) => {
+            let (host, port) = master
+                .and_then(|m| map.nodes.get(&m))
                 .map(|n| n.resp_host_port())
                 .unwrap_or(("", 0));
-            let of_master: Vec<_> = held.iter().filter(|p| p.owner == master).collect();
+            let of_master: Vec<_> = held
+                .iter()
+                .filter(|p| Some(p.owner) == master)
+                .collect();
             let link_up = of_master
                 .iter()
                 .any(|p| p.is_in_sync_replica(v.me) && (v.read_lease)(p.id, p.epoch));
             let syncing = of_master.iter().any(|p| !p.is_in_sync_replica(v.me));
             let _ = write!(
                 out,
-                "role:slave\r\nmaster_host:{host}\r\nmaster_port:{port}\r\nmaster_link_status:{}\r\nmaster_sync_in_progress:{}\r\nslave_read_only:1\r\nreplica_announced:1\r\nconnected_slaves:0\r\nmaster_failover_state:no-failover\r\nmaster_replid:{master}\r\nmaster_replid2:{NO_REPLID}\r\n",
+                "role:slave\r\nmaster_host:{host}\r\nmaster_port:{port}\r\nmaster_link_status:{}\r\nmaster_sync_in_progress:{}\r\nslave_read_only:1\r\nreplica_announced:1\r\nconnected_slaves:0\r\nmaster_failover_state:no-failover\r\nmaster_replid:{}\r\nmaster_replid2:{NO_REPLID}\r\n",
                 if link_up { "up" } else { "down" },
                 u8::from(syncing),
+                master.map_or_else(|| NO_REPLID.to_string(), |m| m.to_string()),
             );
         }
         _ => {
             let _ = write!(out, "role:master\r\nconnected_slaves:{}\r\n", slaves.len());
             for (i, (id, all_in_sync)) in slaves.iter().enumerate() {
+                // A replica is listed at its replica endpoint, if it has one.
                 let (host, port) = map
                     .nodes
                     .get(id)
-                    .map(|n| n.resp_host_port())
+                    .map(|n| n.replica_host_port().unwrap_or(n.resp_host_port()))
                     .unwrap_or(("", 0));
                 let state = if *all_in_sync { "online" } else { "send_bulk" };
                 let _ = write!(out, "slave{i}:ip={host},port={port},state={state}");
@@ -131,6 +154,7 @@ mod tests {
                 weight: keyway_map::DEFAULT_NODE_WEIGHT,
                 draining: false,
                 zone: None,
+                replica_addr: None,
             })
             .collect()
     }
@@ -155,6 +179,7 @@ mod tests {
         let v = ReplicationView {
             map: &map,
             me: NodeId(1),
+            replica_endpoint: false,
             last_seq: 42,
             read_lease: &lease,
             replica_offset: &offsets,
@@ -181,6 +206,7 @@ mod tests {
         let text = section(&ReplicationView {
             map: &map,
             me: NodeId(1),
+            replica_endpoint: false,
             last_seq: 42,
             read_lease: &lease,
             replica_offset: &unknown,
@@ -207,6 +233,7 @@ mod tests {
         let v = ReplicationView {
             map: &map,
             me: NodeId(2),
+            replica_endpoint: false,
             last_seq: 7,
             read_lease: &no_lease,
             replica_offset: &|_| None,
@@ -228,5 +255,38 @@ mod tests {
             field(&text, "keyway_replica_partitions_readable"),
             Some("2")
         );
+    }
+
+    #[test]
+    fn with_replica_endpoints_the_main_address_is_a_master_and_the_endpoint_a_slave() {
+        let mut map = PartitionMap::bootstrap_replicated(&nodes(3), 1, 2).unwrap();
+        for n in map.nodes.values_mut() {
+            n.replica_addr = Some(format!("127.0.0.1:{}", 17000 + n.id.0));
+        }
+        let lease = |_: PartitionId, _: Epoch| true;
+        let main = ReplicationView {
+            map: &map,
+            me: NodeId(1),
+            replica_endpoint: false,
+            last_seq: 42,
+            read_lease: &lease,
+            replica_offset: &|_| None,
+        };
+        let text = section(&main);
+        assert_eq!(field(&text, "role"), Some("master"));
+        // Node 1's replica (node 2) is listed at its replica endpoint.
+        assert_eq!(
+            field(&text, "slave0"),
+            Some("ip=127.0.0.1,port=17002,state=online")
+        );
+        let text = section(&ReplicationView {
+            replica_endpoint: true,
+            ..main
+        });
+        // Node 1 replicates node 3's range: its replica role's master.
+        assert_eq!(field(&text, "role"), Some("slave"));
+        assert_eq!(field(&text, "master_port"), Some("7003"));
+        assert_eq!(field(&text, "master_link_status"), Some("up"));
+        assert_eq!(field(&text, "master_replid"), Some(&*NodeId(3).to_string()));
     }
 }

@@ -31,6 +31,10 @@ pub struct Session {
     /// ([`crate::routing::RoutingGuard::admit_replica_read`]); writes are
     /// always admitted as on any connection (the owner, else `-MOVED`).
     pub readonly: bool,
+    /// The connection came in on the replica endpoint
+    /// ([`crate::replica_endpoint`]): writes are `-MOVED` to the primary,
+    /// `CLUSTER MYID`/`NODES`/INFO speak for the node's replica role.
+    pub replica_endpoint: bool,
 }
 
 impl Session {
@@ -45,6 +49,7 @@ impl Session {
             closing: false,
             peer,
             readonly: false,
+            replica_endpoint: false,
         }
     }
 }

@@ -139,6 +139,7 @@ async fn a_readonly_replica_reads_only_in_sync_with_a_read_lease() {
         weight: keyway_map::DEFAULT_NODE_WEIGHT,
         draining: false,
         zone: None,
+        replica_addr: None,
     };
     let moved = Frame::Error(format!("MOVED {slot} 127.0.0.1:1"));
     let p1 = commit(
@@ -308,6 +309,7 @@ async fn readonly_default_serves_replica_reads_without_readonly() {
         weight: keyway_map::DEFAULT_NODE_WEIGHT,
         draining: false,
         zone: None,
+        replica_addr: None,
     };
     let p1 = commit(
         &c,
@@ -387,6 +389,7 @@ async fn replica_of_absent_primary(
         weight: keyway_map::DEFAULT_NODE_WEIGHT,
         draining: false,
         zone: None,
+        replica_addr: None,
     };
     let row = commit(
         &c,

@@ -283,6 +283,7 @@ mod tests {
                 weight: keyway_map::DEFAULT_NODE_WEIGHT,
                 draining: false,
                 zone: None,
+                replica_addr: None,
             }],
             1,
         )
