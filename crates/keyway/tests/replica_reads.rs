@@ -1,7 +1,9 @@
 //! `READONLY` reads on a replica, in-process: the replica serves a read only
 //! while it is in the partition's in-sync set at its map's epoch and holds
 //! a read lease for that epoch (invariant 11); anything else, and every
-//! write, is `-MOVED` to the primary.
+//! write, is `-MOVED` to the primary. The reads go to the node's replica
+//! endpoint (`--replica-listen`, on by default), whose connections start
+//! `READONLY` and where every write is `-MOVED` to a primary's main address.
 //!
 //! The partition's primary here is a node registered in the map that does
 //! not run, so no replication stream grants (or renews) a read lease: the
@@ -156,8 +158,9 @@ async fn a_readonly_replica_reads_only_in_sync_with_a_read_lease() {
         vec![MapChange::UpsertNode(f.clone())],
     )
     .await;
-    let mut ro = tokio::net::TcpStream::connect(a.resp_addr()).await.unwrap();
-    assert_eq!(raw_command(&mut ro, &["READONLY"]).await, Frame::ok());
+    // The replica endpoint: READONLY without asking.
+    let replica_addr = a.replica_addr().expect("a replica endpoint by default");
+    let mut ro = tokio::net::TcpStream::connect(replica_addr).await.unwrap();
     // Not in sync: redirected, lease or not.
     a.shared().routing.grant_replica_read(
         p1.id,
@@ -202,6 +205,34 @@ async fn a_readonly_replica_reads_only_in_sync_with_a_read_lease() {
     // ... but never a write: MOVED to the primary, the copy unchanged.
     assert_eq!(raw_command(&mut ro, &["SET", key, "v2"]).await, moved);
     assert_eq!(raw_command(&mut ro, &["GET", key]).await, bulk("v1"));
+    // Not even of a partition A owns: MOVED to A's main address.
+    let map = a.shared().routing.map();
+    let (owned_slot, owned_key) = (0..10_000)
+        .map(|i| format!("owned-{i}"))
+        .map(|k| (key_hash_slot(k.as_bytes()), k))
+        .find(|(s, _)| map.locate_slot(DEFAULT_KEYSPACE, *s).unwrap().owner == a.id())
+        .expect("A owns some slot");
+    assert_eq!(
+        raw_command(&mut ro, &["SET", &owned_key, "x"]).await,
+        Frame::Error(format!("MOVED {owned_slot} {}", a.resp_addr()))
+    );
+    let mut main = tokio::net::TcpStream::connect(a.resp_addr()).await.unwrap();
+    assert_eq!(
+        raw_command(&mut main, &["GET", &owned_key]).await,
+        Frame::Null,
+        "the write was not run"
+    );
+    assert_eq!(
+        raw_command(&mut ro, &["KW.SET", &owned_key, "x"]).await,
+        Frame::Error(
+            "ERR this is the replica endpoint: send KW.* requests to the node's main address"
+                .into()
+        )
+    );
+    // A READONLY connection to the main address reads the copy too.
+    assert_eq!(raw_command(&mut main, &["READONLY"]).await, Frame::ok());
+    assert_eq!(raw_command(&mut main, &["GET", key]).await, bulk("v1"));
+    assert_eq!(raw_command(&mut main, &["READWRITE"]).await, Frame::ok());
     // A connection without READONLY is redirected, as in Redis.
     let mut plain = tokio::net::TcpStream::connect(a.resp_addr()).await.unwrap();
     assert_eq!(raw_command(&mut plain, &["GET", key]).await, moved);
@@ -228,7 +259,21 @@ async fn a_readonly_replica_reads_only_in_sync_with_a_read_lease() {
     );
     assert_eq!(
         info_field(&info, "keyway_replica_reads").as_deref(),
-        Some("5")
+        Some("6")
+    );
+    // The replica endpoint speaks for the replica role, the main address
+    // for the master role.
+    assert_eq!(info_field(&info, "role").as_deref(), Some("slave"));
+    assert_eq!(info_field(&info, "master_port").as_deref(), Some("1"));
+    let info = raw_command(&mut main, &["INFO"]).await;
+    assert_eq!(info_field(&info, "role").as_deref(), Some("master"));
+    assert_eq!(
+        raw_command(&mut ro, &["CLUSTER", "MYID"]).await,
+        bulk(&a.id().replica_role_id())
+    );
+    assert_eq!(
+        raw_command(&mut main, &["CLUSTER", "MYID"]).await,
+        bulk(&a.id().to_string())
     );
     let Frame::Array(ranges) = raw_command(&mut ro, &["CLUSTER", "SLOTS"]).await else {
         panic!("CLUSTER SLOTS is an array")
@@ -246,15 +291,37 @@ async fn a_readonly_replica_reads_only_in_sync_with_a_read_lease() {
         })
         .expect("the slot's range");
     assert_eq!(range.len(), 4, "primary and one replica: {range:?}");
-    let port = |entry: &Frame| match entry {
-        Frame::Array(e) => e[1].clone(),
+    let port_id = |entry: &Frame| match entry {
+        Frame::Array(e) => (e[1].clone(), e[2].clone()),
         other => panic!("{other:?}"),
     };
-    assert_eq!(port(&range[2]), Frame::Integer(1));
-    let a_port: i64 = a.resp_addr().rsplit_once(':').unwrap().1.parse().unwrap();
-    assert_eq!(port(&range[3]), Frame::Integer(a_port));
+    assert_eq!(port_id(&range[2]), (Frame::Integer(1), bulk(&f.id.to_string())));
+    // A is listed at its replica endpoint, under its replica role's id.
+    let replica_port: i64 = replica_addr.rsplit_once(':').unwrap().1.parse().unwrap();
+    assert_eq!(
+        port_id(&range[3]),
+        (Frame::Integer(replica_port), bulk(&a.id().replica_role_id()))
+    );
+    let Frame::Bulk(nodes) = raw_command(&mut ro, &["CLUSTER", "NODES"]).await else {
+        panic!("CLUSTER NODES is a bulk string")
+    };
+    let nodes = String::from_utf8_lossy(&nodes).into_owned();
+    let mine = nodes
+        .lines()
+        .find(|l| l.contains("myself"))
+        .expect("a myself line");
+    assert!(
+        mine.starts_with(&format!(
+            "{} {replica_addr}@{} myself,slave {}",
+            a.id().replica_role_id(),
+            replica_port + 10000,
+            f.id
+        )),
+        "{nodes}"
+    );
 
-    // READWRITE ends it for the connection.
+    // READWRITE ends it for the connection, even on the replica endpoint
+    // (as on a Redis replica).
     assert_eq!(raw_command(&mut ro, &["READWRITE"]).await, Frame::ok());
     assert_eq!(raw_command(&mut ro, &["GET", key]).await, moved);
     assert_eq!(raw_command(&mut ro, &["READONLY"]).await, Frame::ok());
@@ -277,73 +344,6 @@ async fn a_readonly_replica_reads_only_in_sync_with_a_read_lease() {
     c.shutdown().await;
 }
 
-/// With `readonly_default`, a connection that never sent `READONLY` (as
-/// ioredis's connection to a node that is also a primary) reads from an
-/// in-sync replica; `READWRITE` still turns it off.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn readonly_default_serves_replica_reads_without_readonly() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut spec = ClusterSpec::ephemeral(2, dir.path().to_path_buf());
-    spec.node.lease_ttl_ms = 60_000;
-    spec.node.readonly_default = true;
-    spec.manager = None;
-    let c = LocalCluster::start(spec).await.expect("cluster starts");
-    let key = "readonly-default-key";
-    let slot = key_hash_slot(key.as_bytes());
-    let map = c.map().await.unwrap();
-    let p0 = map.locate_slot(DEFAULT_KEYSPACE, slot).unwrap().clone();
-    let at = (0..c.len())
-        .find(|i| c.node(*i).unwrap().id() == p0.owner)
-        .unwrap();
-    let a = c.node(at).unwrap();
-    let mut conn = tokio::net::TcpStream::connect(a.resp_addr()).await.unwrap();
-    assert_eq!(
-        raw_command(&mut conn, &["SET", key, "v"]).await,
-        Frame::ok()
-    );
-    let f = NodeInfo {
-        id: NodeId(9_998),
-        resp_addr: "127.0.0.1:2".into(),
-        admin_addr: "127.0.0.1:2".into(),
-        state: NodeState::Up,
-        weight: keyway_map::DEFAULT_NODE_WEIGHT,
-        draining: false,
-        zone: None,
-        replica_addr: None,
-    };
-    let p1 = commit(
-        &c,
-        at,
-        &p0,
-        PartitionRecord {
-            owner: f.id,
-            replicas: vec![a.id()],
-            in_sync: vec![a.id()],
-            epoch: Epoch(p0.epoch.0 + 1),
-            ..p0.clone()
-        },
-        vec![MapChange::UpsertNode(f)],
-    )
-    .await;
-    a.shared().routing.grant_replica_read(
-        p1.id,
-        p1.epoch,
-        Instant::now() + Duration::from_secs(60),
-    );
-    assert_eq!(raw_command(&mut conn, &["GET", key]).await, bulk("v"));
-    assert_eq!(
-        raw_command(&mut conn, &["SET", key, "w"]).await,
-        Frame::Error(format!("MOVED {slot} 127.0.0.1:2"))
-    );
-    assert_eq!(raw_command(&mut conn, &["READWRITE"]).await, Frame::ok());
-    assert_eq!(
-        raw_command(&mut conn, &["GET", key]).await,
-        Frame::Error(format!("MOVED {slot} 127.0.0.1:2"))
-    );
-    assert_eq!(a.shared().metrics.replica_reads_count(true), 1);
-    c.shutdown().await;
-}
-
 /// Two nodes: node A wrote `key`, then (metadata only) the key's partition
 /// moved to primary F, a node in the map that does not run (at
 /// `primary_addr`), with A as its in-sync replica holding a read lease;
@@ -352,14 +352,12 @@ async fn readonly_default_serves_replica_reads_without_readonly() {
 /// replication stream changes A's copy or lease meanwhile. Returns the
 /// cluster (and its data directory) and A's index.
 async fn replica_of_absent_primary(
-    readonly_default: bool,
     key: &str,
     primary_addr: &str,
 ) -> (tempfile::TempDir, LocalCluster, usize) {
     let dir = tempfile::tempdir().unwrap();
     let mut spec = ClusterSpec::ephemeral(2, dir.path().to_path_buf());
     spec.node.lease_ttl_ms = 60_000;
-    spec.node.readonly_default = readonly_default;
     spec.manager = None;
     let c = LocalCluster::start(spec).await.expect("cluster starts");
     let slot = key_hash_slot(key.as_bytes());
@@ -459,34 +457,17 @@ async fn read_key(
 const IOREDIS_READ: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/js/read_key.js");
 const REDIS_PY_READ: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/py/read_key.py");
 
-/// ioredis with `scaleReads: 'slave'` sends a read to the slot's replica
-/// on the connection it holds to that node, which, since the node is also
-/// a primary (of another range), never sent `READONLY`: Keyway answers
-/// `-MOVED` and ioredis, retrying the same replica, gives up. With
-/// `readonly_default` the replica serves it.
+/// ioredis with `scaleReads: 'slave'` keeps a connection to a node that is
+/// a primary of any range as a master connection, which never sends
+/// `READONLY`; A is a primary too (of other ranges). With the replica role
+/// at its own address (the replica endpoint, listed as the range's replica
+/// in `CLUSTER SLOTS`) ioredis takes it for a replica and reads from it
+/// unmodified (without it: `-MOVED` to the primary, retried on the same
+/// connection until "Too many Cluster redirections").
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn ioredis_reads_from_a_replica_that_is_also_a_primary_with_readonly_default() {
+async fn ioredis_scale_reads_slave_reads_from_a_replica_that_is_also_a_primary() {
     let key = "ioredis-replica-key";
-    let (_dir, c, a) = replica_of_absent_primary(false, key, "127.0.0.1:1").await;
-    let reads = read_key("node", IOREDIS_READ, &c, a, key).await;
-    assert_eq!(reads.len(), 4);
-    assert!(
-        reads
-            .iter()
-            .all(|r| r.starts_with("ERR Too many Cluster redirections")),
-        "{reads:?}"
-    );
-    assert_eq!(
-        c.node(a)
-            .unwrap()
-            .shared()
-            .metrics
-            .replica_reads_count(true),
-        0
-    );
-    c.shutdown().await;
-
-    let (_dir, c, a) = replica_of_absent_primary(true, key, "127.0.0.1:1").await;
+    let (_dir, c, a) = replica_of_absent_primary(key, "127.0.0.1:1").await;
     let reads = read_key("node", IOREDIS_READ, &c, a, key).await;
     assert_eq!(reads, vec!["GOT only-on-a"; 4]);
     assert_eq!(
@@ -537,7 +518,7 @@ async fn stand_in_primary() -> (String, tokio::task::JoinHandle<()>) {
 async fn redis_py_read_from_replicas_reads_from_the_replica() {
     let key = "redis-py-replica-key";
     let (primary, stand_in) = stand_in_primary().await;
-    let (_dir, c, a) = replica_of_absent_primary(false, key, &primary).await;
+    let (_dir, c, a) = replica_of_absent_primary(key, &primary).await;
     let python = std::env::var("PYTHON").unwrap_or_else(|_| "python3".into());
     let reads = read_key(&python, REDIS_PY_READ, &c, a, key).await;
     assert_eq!(
@@ -554,5 +535,116 @@ async fn redis_py_read_from_replicas_reads_from_the_replica() {
         2
     );
     stand_in.abort();
+    c.shutdown().await;
+}
+
+const REDIS_PY_SCAN: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/py/scan_all.py");
+
+/// 3 nodes, every partition replicated on the next node (in sync): each
+/// node is the primary of its ranges and a replica of its predecessor's.
+/// redis-py gives an address the role of its first appearance in
+/// `CLUSTER SLOTS`; with a node's replica role at its replica endpoint, it
+/// sees the 3 main addresses as the primaries and the 3 replica endpoints
+/// as the replicas, so `scan_iter` and `DBSIZE` (sent to every primary)
+/// reach every key. (With both roles at one address redis-py saw 1 primary
+/// of 3 and scanned a third of the keys.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_py_sees_every_node_as_a_primary_and_scans_every_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut spec = ClusterSpec::ephemeral(3, dir.path().to_path_buf());
+    spec.node.lease_ttl_ms = 60_000;
+    spec.manager = None;
+    let c = LocalCluster::start(spec).await.expect("cluster starts");
+    let map = c.map().await.unwrap();
+    let index_of = |id: NodeId| (0..c.len()).find(|i| c.node(*i).unwrap().id() == id).unwrap();
+    // The keys are written first, each to its owner.
+    let mut conns = Vec::new();
+    for i in 0..c.len() {
+        conns.push(
+            tokio::net::TcpStream::connect(c.node(i).unwrap().resp_addr())
+                .await
+                .unwrap(),
+        );
+    }
+    let keys = 300;
+    for k in 0..keys {
+        let key = format!("scan-key-{k}");
+        let owner = map
+            .locate_slot(DEFAULT_KEYSPACE, key_hash_slot(key.as_bytes()))
+            .unwrap()
+            .owner;
+        assert_eq!(
+            raw_command(&mut conns[index_of(owner)], &["SET", &key, "v"]).await,
+            Frame::ok()
+        );
+    }
+    // Then every partition gets an in-sync replica on the next node.
+    let ids: Vec<NodeId> = map.nodes.keys().copied().collect();
+    assert_eq!(ids.len(), 3);
+    let next = |id: NodeId| ids[(ids.iter().position(|n| *n == id).unwrap() + 1) % ids.len()];
+    let mut conditions = Vec::new();
+    let mut changes = Vec::new();
+    for p in map.keyspace_partitions(DEFAULT_KEYSPACE) {
+        conditions.push(OwnershipCondition {
+            partition: p.id,
+            expected: Some((p.owner, p.epoch)),
+        });
+        changes.push(MapChange::UpsertPartition(PartitionRecord {
+            replicas: vec![next(p.owner)],
+            in_sync: vec![next(p.owner)],
+            epoch: Epoch(p.epoch.0 + 1),
+            ..p.clone()
+        }));
+    }
+    let version = c
+        .meta()
+        .commit(MapTxn {
+            conditions,
+            changes,
+        })
+        .await
+        .unwrap();
+    for i in 0..c.len() {
+        let node = c.node(i).unwrap();
+        eventually("every node routes by the replicated map", Duration::from_secs(10), || {
+            let map = node.shared().routing.map();
+            let ok = map.version >= version && map.nodes.values().all(|n| n.replica_addr.is_some());
+            async move { ok.then_some(()) }
+        })
+        .await;
+    }
+    let port = c.node(0).unwrap().resp_addr().rsplit_once(':').unwrap().1.to_string();
+    let python = std::env::var("PYTHON").unwrap_or_else(|_| "python3".into());
+    let out = tokio::process::Command::new(&python)
+        .args([REDIS_PY_SCAN, &port])
+        .output()
+        .await
+        .unwrap_or_else(|e| panic!("run {python} {REDIS_PY_SCAN}: {e}"));
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let line = |name: &str| {
+        stdout
+            .lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ').map(str::to_string))
+            .unwrap_or_else(|| panic!("no {name} in {stdout}"))
+    };
+    let sorted = |mut v: Vec<String>| {
+        v.sort();
+        v.join(",")
+    };
+    let mains = sorted((0..3).map(|i| c.node(i).unwrap().resp_addr().to_string()).collect());
+    let replicas = sorted(
+        (0..3)
+            .map(|i| c.node(i).unwrap().replica_addr().unwrap().to_string())
+            .collect(),
+    );
+    assert_eq!(line("primaries"), mains, "{stdout}");
+    assert_eq!(line("replicas"), replicas, "{stdout}");
+    assert_eq!(line("scanned"), keys.to_string(), "{stdout}");
+    assert_eq!(line("dbsize"), keys.to_string(), "{stdout}");
     c.shutdown().await;
 }
