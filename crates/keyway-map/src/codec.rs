@@ -31,6 +31,8 @@ const NODE_WEIGHTED: u8 = 0x20;
 /// The node record carries a zone string after the tag (and weight).
 const NODE_ZONED: u8 = 0x40;
 /// The node record carries its replica endpoint address after the zone.
+/// (The last free flag bit: a later node field needs a state value of
+/// the low bits as an escape.)
 const NODE_REPLICA_ENDPOINT: u8 = 0x80;
 // A keyspace's routing byte and a partition's state byte take the same
 // trick: a flag says extra fields follow, so records without replication
@@ -573,10 +575,15 @@ mod tests {
 
     #[test]
     fn unknown_node_flags_and_oversized_weights_are_refused() {
-        let mut bad = old_format(0x80);
+        // Every flag bit is taken; an unknown state is refused.
+        let mut bad = old_format(0x02);
         assert_eq!(
             decode_changes(&bad),
             Err(MapError::Decode("node state tag"))
+        );
+        assert!(
+            decode_changes(&old_format(NODE_REPLICA_ENDPOINT)).is_err(),
+            "replica endpoint address missing"
         );
         bad = old_format(NODE_WEIGHTED);
         bad.extend_from_slice(&[0xff, 0xff, 0xff, 0xff, 0x7f]);

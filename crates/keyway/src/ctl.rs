@@ -94,6 +94,8 @@ struct NodeRow {
     weight: u32,
     draining: bool,
     zone: Option<String>,
+    /// The replica endpoint (`--replica-listen`), if the node has one.
+    replica_addr: Option<String>,
     partitions: usize,
     lease_remaining_ms: Option<u64>,
 }
@@ -117,6 +119,7 @@ async fn nodes(meta: &dyn MetaStore, json: bool) -> anyhow::Result<()> {
             weight: n.weight,
             draining: n.draining,
             zone: n.zone.clone(),
+            replica_addr: n.replica_addr.clone(),
             partitions: map.owned_by(n.id).count(),
             lease_remaining_ms: leases.get(&n.id).copied(),
         })

@@ -6,10 +6,12 @@
 //! read, and there must be none. Every node must have served replica reads
 //! (its `keyway_replica_reads{outcome="served"}` counter).
 //!
-//! ioredis never sends `READONLY` on its connection to a node it saw as a
-//! primary of any range, and every Keyway node here is the primary of one
-//! range and a replica of another: its cluster runs with
-//! `--readonly-default` (see `NodeConfig::readonly_default`).
+//! Every Keyway node here is the primary of one range and a replica of
+//! another; `CLUSTER SLOTS` lists its replica role at its replica endpoint
+//! (on by default), so both clients see 3 primaries and 3 replicas, as of a
+//! Redis cluster of 3 masters and 3 replicas: ioredis sends `READONLY` to
+//! the replicas and reads there, and redis-py's commands to all primaries
+//! (`scan_iter`) reach every node, which the redis-py test checks too.
 //!
 //! These need the replication streams (the read leases a primary grants its
 //! in-sync replicas, branch `repl-node`) and `keyway dev
@@ -65,10 +67,10 @@ fn wait_for_replicas(port: u16) {
 
 /// Runs `client` against a fresh replicated cluster and checks its output
 /// and every node's replica read counter.
-fn reads_from_replicas(extra: &[&str], client: impl FnOnce(u16) -> Command) {
+/// Then `then(port)`: more checks on the same cluster.
+fn reads_from_replicas(client: impl FnOnce(u16) -> Command, then: impl FnOnce(u16)) {
     let dir = tempfile::tempdir().unwrap();
-    let mut flags = vec!["--replication-factor", "2"];
-    flags.extend_from_slice(extra);
+    let flags = ["--replication-factor", "2"];
     let mut cluster = DevCluster::start(3, &dir.path().join("data"), &flags);
     let port = cluster.ports()[0];
     wait_for_replicas(port);
@@ -82,6 +84,7 @@ fn reads_from_replicas(extra: &[&str], client: impl FnOnce(u16) -> Command) {
         per_node.iter().all(|n| *n > 0),
         "every node serves replica reads: {per_node:?}"
     );
+    then(port);
     cluster.stop();
 }
 
@@ -89,20 +92,40 @@ fn reads_from_replicas(extra: &[&str], client: impl FnOnce(u16) -> Command) {
 #[ignore = "needs the replication streams and `keyway dev --replication-factor` (see the module doc)"]
 fn redis_py_reads_from_replicas_with_no_stale_read() {
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/py/replica_reads.py");
-    reads_from_replicas(&[], |port| {
-        let mut cmd = Command::new(python());
-        cmd.args([script, &port.to_string(), KEYS, ROUNDS]);
-        cmd
-    });
+    let scan = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/py/scan_all.py");
+    reads_from_replicas(
+        |port| {
+            let mut cmd = Command::new(python());
+            cmd.args([script, &port.to_string(), KEYS, ROUNDS]);
+            cmd
+        },
+        |port| {
+            // redis-py sees the 3 main addresses as primaries, the 3 replica
+            // endpoints as replicas, and scans every key written.
+            let out = run(Command::new(python()).args([scan, &port.to_string()]));
+            let field = |name: &str| {
+                out.lines()
+                    .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+                    .unwrap_or_else(|| panic!("no {name} in {out}"))
+                    .to_string()
+            };
+            assert_eq!(field("primaries").split(',').count(), 3, "{out}");
+            assert_eq!(field("replicas").split(',').count(), 3, "{out}");
+            assert_eq!(field("scanned"), KEYS, "{out}");
+        },
+    );
 }
 
 #[test]
 #[ignore = "needs the replication streams and `keyway dev --replication-factor` (see the module doc)"]
 fn ioredis_reads_from_replicas_with_no_stale_read() {
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/js/replica_reads.js");
-    reads_from_replicas(&["--readonly-default"], |port| {
-        let mut cmd = Command::new("node");
-        cmd.args([script, &port.to_string(), KEYS, ROUNDS]);
-        cmd
-    });
+    reads_from_replicas(
+        |port| {
+            let mut cmd = Command::new("node");
+            cmd.args([script, &port.to_string(), KEYS, ROUNDS]);
+            cmd
+        },
+        |_| {},
+    );
 }
