@@ -648,3 +648,55 @@ async fn redis_py_sees_every_node_as_a_primary_and_scans_every_key() {
     assert_eq!(line("dbsize"), keys.to_string(), "{stdout}");
     c.shutdown().await;
 }
+
+/// A node registers its replica endpoint in its `NodeInfo` (on by
+/// default), writes it again when an upsert of a stale record dropped it,
+/// and keeps it (same port) across a restart; `off` registers none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_advertises_its_replica_endpoint_and_restores_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut spec = ClusterSpec::ephemeral(2, dir.path().to_path_buf());
+    spec.manager = None;
+    let mut c = LocalCluster::start(spec).await.expect("cluster starts");
+    let advertised = |c: &LocalCluster, i: usize| {
+        let id = c.node(i).unwrap().id();
+        let meta = c.meta().clone();
+        async move {
+            meta.get_map().await.unwrap().nodes[&id]
+                .replica_addr
+                .clone()
+        }
+    };
+    let a = c.node(0).unwrap();
+    let addr = a.replica_addr().expect("on by default").to_string();
+    assert_ne!(addr, a.resp_addr());
+    assert_eq!(advertised(&c, 0).await.as_deref(), Some(&*addr));
+    // An unconditional upsert of a record without it (as a stale copy
+    // written back would be): the node writes it again.
+    let mut stale = c.map().await.unwrap().nodes[&a.id()].clone();
+    stale.replica_addr = None;
+    c.meta()
+        .commit(MapTxn::unconditional(vec![MapChange::UpsertNode(stale)]))
+        .await
+        .unwrap();
+    eventually("the node re-advertises", Duration::from_secs(10), || {
+        let got = advertised(&c, 0);
+        let addr = addr.clone();
+        async move { (got.await.as_deref() == Some(&*addr)).then_some(()) }
+    })
+    .await;
+    // A restart keeps the port (the fixture binds it again).
+    c.restart_node(0).await.unwrap();
+    assert_eq!(c.node(0).unwrap().replica_addr(), Some(&*addr));
+    assert_eq!(advertised(&c, 0).await.as_deref(), Some(&*addr));
+    c.shutdown().await;
+
+    let dir = tempfile::tempdir().unwrap();
+    let mut spec = ClusterSpec::ephemeral(1, dir.path().to_path_buf());
+    spec.manager = None;
+    spec.node.replica_listen = keyway_node::replica_endpoint::ReplicaListen::Off;
+    let c = LocalCluster::start(spec).await.expect("cluster starts");
+    assert_eq!(c.node(0).unwrap().replica_addr(), None);
+    assert_eq!(advertised(&c, 0).await, None);
+    c.shutdown().await;
+}
