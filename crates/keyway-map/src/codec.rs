@@ -498,7 +498,11 @@ mod tests {
     fn replica_endpoint_round_trips_and_nodes_without_one_encode_as_before() {
         let plain = node(NodeState::Up, DEFAULT_NODE_WEIGHT, false);
         let plain_bytes = encode_changes(&[MapChange::UpsertNode(plain.clone())]);
-        assert_eq!(plain_bytes, old_format(0), "no replica endpoint: the old bytes");
+        assert_eq!(
+            plain_bytes,
+            old_format(0),
+            "no replica endpoint: the old bytes"
+        );
         for zone in [None, Some("zone-a".to_string())] {
             for weight in [DEFAULT_NODE_WEIGHT, 7] {
                 let mut n = node(NodeState::Down, weight, true);
@@ -511,7 +515,8 @@ mod tests {
                 for cut in 0..bytes.len() {
                     assert!(decode_changes(&bytes[..cut]).is_err(), "cut at {cut}");
                 }
-                let map = PartitionMap::from_parts(MapVersion(3), PartitionId(1), [], [n.clone()], []);
+                let map =
+                    PartitionMap::from_parts(MapVersion(3), PartitionId(1), [], [n.clone()], []);
                 assert_eq!(decode_map(&encode_map(&map)).unwrap().nodes[&n.id], n);
             }
         }

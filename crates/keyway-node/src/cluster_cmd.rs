@@ -208,9 +208,7 @@ fn replica_entry(node: &NodeInfo) -> Option<Frame> {
 
 /// Whether `id` has a replica endpoint (only then are its copies listed).
 fn has_endpoint(map: &PartitionMap, id: NodeId) -> bool {
-    map.nodes
-        .get(&id)
-        .is_some_and(|n| n.replica_addr.is_some())
+    map.nodes.get(&id).is_some_and(|n| n.replica_addr.is_some())
 }
 
 /// `CLUSTER SLOTS`: per slot range `[first, last, primary, replica...]`,
@@ -326,24 +324,23 @@ pub fn shards(map: &PartitionMap) -> Frame {
             });
         }
     }
-    let shards =
-        shards.into_iter().map(|shard| {
-            let mut nodes: Vec<Frame> = map
-                .nodes
-                .get(&shard.owner)
-                .and_then(|n| shard_node(n, "master", true))
-                .into_iter()
-                .collect();
-            nodes.extend(shard.replicas.iter().filter_map(|(r, target)| {
-                map.nodes
-                    .get(r)
-                    .and_then(|n| shard_node(n, "replica", *target))
-            }));
-            Frame::Map(vec![
-                (Frame::bulk("slots"), Frame::Array(shard.slots)),
-                (Frame::bulk("nodes"), Frame::Array(nodes)),
-            ])
-        });
+    let shards = shards.into_iter().map(|shard| {
+        let mut nodes: Vec<Frame> = map
+            .nodes
+            .get(&shard.owner)
+            .and_then(|n| shard_node(n, "master", true))
+            .into_iter()
+            .collect();
+        nodes.extend(shard.replicas.iter().filter_map(|(r, target)| {
+            map.nodes
+                .get(r)
+                .and_then(|n| shard_node(n, "replica", *target))
+        }));
+        Frame::Map(vec![
+            (Frame::bulk("slots"), Frame::Array(shard.slots)),
+            (Frame::bulk("nodes"), Frame::Array(nodes)),
+        ])
+    });
     Frame::Array(shards.collect())
 }
 
@@ -367,12 +364,7 @@ fn link(n: &NodeInfo) -> (&'static str, &'static str) {
 }
 
 /// A node's master line: main address, node id, the slots it owns.
-fn master_line(
-    map: &PartitionMap,
-    ranges: &[(u16, u16, NodeId)],
-    n: &NodeInfo,
-    me: Me,
-) -> String {
+fn master_line(map: &PartitionMap, ranges: &[(u16, u16, NodeId)], n: &NodeInfo, me: Me) -> String {
     let (host, port) = n.resp_host_port();
     let myself = if n.id == me.id && !me.replica_endpoint {
         "myself,"

@@ -103,9 +103,12 @@ fn entry((host, port, id): (String, i64, String)) -> Frame {
 /// A `CLUSTER SLOTS` range: `nodes[0]` the primary, the rest its replicas.
 fn range(first: i64, last: i64, nodes: &[u64]) -> Frame {
     let mut v = vec![Frame::Integer(first), Frame::Integer(last)];
-    v.extend(nodes.iter().enumerate().map(|(i, n)| {
-        entry(if i == 0 { main_at(*n) } else { replica_at(*n) })
-    }));
+    v.extend(
+        nodes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| entry(if i == 0 { main_at(*n) } else { replica_at(*n) })),
+    );
     Frame::Array(v)
 }
 
@@ -400,7 +403,11 @@ fn shards_list_a_replica_role_in_its_shards_and_an_owner_of_nothing_alone() {
     let Frame::Array(all) = shards(&map) else {
         panic!()
     };
-    assert_eq!(all.len(), 3, "node 1's shard, node 3's, node 2 empty: {all:?}");
+    assert_eq!(
+        all.len(),
+        3,
+        "node 1's shard, node 3's, node 2 empty: {all:?}"
+    );
     assert_eq!(
         shard_nodes(&all[0]),
         vec![
@@ -442,10 +449,7 @@ fn replicas_lists_the_in_sync_copies_of_a_masters_partitions() {
         Frame::Array(vec![Frame::bulk(line(1))])
     );
     // Node 2's master role owns nothing: no replicas.
-    assert_eq!(
-        replicas(&map, MAIN, id(2).as_bytes()),
-        Frame::Array(vec![])
-    );
+    assert_eq!(replicas(&map, MAIN, id(2).as_bytes()), Frame::Array(vec![]));
     assert_eq!(
         replicas(&map, MAIN, NodeId(2).replica_role_id().as_bytes()),
         Frame::Error("ERR The specified node is not a master".into())

@@ -91,10 +91,7 @@ pub fn section(v: &ReplicationView<'_>) -> String {
                 .and_then(|m| map.nodes.get(&m))
                 .map(|n| n.resp_host_port())
                 .unwrap_or(("", 0));
-            let of_master: Vec<_> = held
-                .iter()
-                .filter(|p| Some(p.owner) == master)
-                .collect();
+            let of_master: Vec<_> = held.iter().filter(|p| Some(p.owner) == master).collect();
             let link_up = of_master
                 .iter()
                 .any(|p| p.is_in_sync_replica(v.me) && (v.read_lease)(p.id, p.epoch));

@@ -295,12 +295,18 @@ async fn a_readonly_replica_reads_only_in_sync_with_a_read_lease() {
         Frame::Array(e) => (e[1].clone(), e[2].clone()),
         other => panic!("{other:?}"),
     };
-    assert_eq!(port_id(&range[2]), (Frame::Integer(1), bulk(&f.id.to_string())));
+    assert_eq!(
+        port_id(&range[2]),
+        (Frame::Integer(1), bulk(&f.id.to_string()))
+    );
     // A is listed at its replica endpoint, under its replica role's id.
     let replica_port: i64 = replica_addr.rsplit_once(':').unwrap().1.parse().unwrap();
     assert_eq!(
         port_id(&range[3]),
-        (Frame::Integer(replica_port), bulk(&a.id().replica_role_id()))
+        (
+            Frame::Integer(replica_port),
+            bulk(&a.id().replica_role_id())
+        )
     );
     let Frame::Bulk(nodes) = raw_command(&mut ro, &["CLUSTER", "NODES"]).await else {
         panic!("CLUSTER NODES is a bulk string")
@@ -556,7 +562,11 @@ async fn redis_py_sees_every_node_as_a_primary_and_scans_every_key() {
     spec.manager = None;
     let c = LocalCluster::start(spec).await.expect("cluster starts");
     let map = c.map().await.unwrap();
-    let index_of = |id: NodeId| (0..c.len()).find(|i| c.node(*i).unwrap().id() == id).unwrap();
+    let index_of = |id: NodeId| {
+        (0..c.len())
+            .find(|i| c.node(*i).unwrap().id() == id)
+            .unwrap()
+    };
     // The keys are written first, each to its owner.
     let mut conns = Vec::new();
     for i in 0..c.len() {
@@ -606,14 +616,26 @@ async fn redis_py_sees_every_node_as_a_primary_and_scans_every_key() {
         .unwrap();
     for i in 0..c.len() {
         let node = c.node(i).unwrap();
-        eventually("every node routes by the replicated map", Duration::from_secs(10), || {
-            let map = node.shared().routing.map();
-            let ok = map.version >= version && map.nodes.values().all(|n| n.replica_addr.is_some());
-            async move { ok.then_some(()) }
-        })
+        eventually(
+            "every node routes by the replicated map",
+            Duration::from_secs(10),
+            || {
+                let map = node.shared().routing.map();
+                let ok =
+                    map.version >= version && map.nodes.values().all(|n| n.replica_addr.is_some());
+                async move { ok.then_some(()) }
+            },
+        )
         .await;
     }
-    let port = c.node(0).unwrap().resp_addr().rsplit_once(':').unwrap().1.to_string();
+    let port = c
+        .node(0)
+        .unwrap()
+        .resp_addr()
+        .rsplit_once(':')
+        .unwrap()
+        .1
+        .to_string();
     let python = std::env::var("PYTHON").unwrap_or_else(|_| "python3".into());
     let out = tokio::process::Command::new(&python)
         .args([REDIS_PY_SCAN, &port])
@@ -636,7 +658,11 @@ async fn redis_py_sees_every_node_as_a_primary_and_scans_every_key() {
         v.sort();
         v.join(",")
     };
-    let mains = sorted((0..3).map(|i| c.node(i).unwrap().resp_addr().to_string()).collect());
+    let mains = sorted(
+        (0..3)
+            .map(|i| c.node(i).unwrap().resp_addr().to_string())
+            .collect(),
+    );
     let replicas = sorted(
         (0..3)
             .map(|i| c.node(i).unwrap().replica_addr().unwrap().to_string())
