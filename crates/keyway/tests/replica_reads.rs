@@ -275,6 +275,22 @@ async fn a_readonly_replica_reads_only_in_sync_with_a_read_lease() {
         raw_command(&mut main, &["CLUSTER", "MYID"]).await,
         bulk(&a.id().to_string())
     );
+    // HELLO (RESP2: the map as a flat array) names the role too.
+    let role_in_hello = |reply: Frame| match reply {
+        Frame::Array(items) => items
+            .chunks(2)
+            .find(|kv| kv[0] == bulk("role"))
+            .map(|kv| kv[1].clone()),
+        other => panic!("HELLO answered {other:?}"),
+    };
+    assert_eq!(
+        role_in_hello(raw_command(&mut ro, &["HELLO"]).await),
+        Some(bulk("replica"))
+    );
+    assert_eq!(
+        role_in_hello(raw_command(&mut main, &["HELLO"]).await),
+        Some(bulk("master"))
+    );
     let Frame::Array(ranges) = raw_command(&mut ro, &["CLUSTER", "SLOTS"]).await else {
         panic!("CLUSTER SLOTS is an array")
     };
