@@ -630,15 +630,21 @@ async fn redis_py_sees_every_node_as_a_primary_and_scans_every_key() {
         })
         .await
         .unwrap();
+    // Every node routes by it with every replica in sync (with the
+    // replication streams running, a primary may first take a replica out
+    // of the in-sync set and let it catch up and rejoin).
     for i in 0..c.len() {
         let node = c.node(i).unwrap();
         eventually(
-            "every node routes by the replicated map",
-            Duration::from_secs(10),
+            "every node routes by the replicated map, every replica in sync",
+            Duration::from_secs(30),
             || {
                 let map = node.shared().routing.map();
-                let ok =
-                    map.version >= version && map.nodes.values().all(|n| n.replica_addr.is_some());
+                let ok = map.version >= version
+                    && map.nodes.values().all(|n| n.replica_addr.is_some())
+                    && map
+                        .keyspace_partitions(DEFAULT_KEYSPACE)
+                        .all(|p| !p.in_sync.is_empty());
                 async move { ok.then_some(()) }
             },
         )
