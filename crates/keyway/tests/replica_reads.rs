@@ -13,6 +13,8 @@
 //! partition's ownership in the map alone, so only the replica holds the
 //! value read: a reply carrying it was served from the replica's copy.
 
+mod common;
+
 use bytes::Bytes;
 use keyway_cluster::{ClusterSpec, LocalCluster};
 use keyway_map::{
@@ -732,6 +734,32 @@ async fn a_node_advertises_its_replica_endpoint_and_restores_it() {
         let addr = addr.clone();
         async move { (got.await.as_deref() == Some(&*addr)).then_some(()) }
     })
+    .await;
+    // `/status` and `/metrics` show it.
+    let admin_port: u16 = a.admin_addr().rsplit_once(':').unwrap().1.parse().unwrap();
+    let _open = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    let rid = a.id().replica_role_id();
+    let status = tokio::task::spawn_blocking(move || common::http_get(admin_port, "/status"))
+        .await
+        .unwrap()
+        .expect("/status answers");
+    let status: serde_json::Value = serde_json::from_str(&status).unwrap();
+    assert_eq!(status["replica_addr"], serde_json::json!(addr));
+    assert_eq!(status["replica_node_id"], serde_json::json!(rid));
+    // (The node counts the connection once its task runs.)
+    eventually(
+        "/metrics counts the open replica endpoint connection",
+        Duration::from_secs(10),
+        || async move {
+            let metrics =
+                tokio::task::spawn_blocking(move || common::http_get(admin_port, "/metrics"))
+                    .await
+                    .unwrap()?;
+            metrics
+                .contains("keyway_replica_endpoint_connections 1")
+                .then_some(())
+        },
+    )
     .await;
     // A restart keeps the port (the fixture binds it again).
     c.restart_node(0).await.unwrap();
