@@ -15,79 +15,14 @@
 
 mod common;
 
-use bytes::Bytes;
+use common::replica::{bulk, commit, raw_command};
 use keyway_cluster::{ClusterSpec, LocalCluster};
 use keyway_map::{
-    DEFAULT_KEYSPACE, Epoch, MapChange, NodeId, NodeInfo, NodeState, OwnershipCondition,
-    PartitionRecord, key_hash_slot,
+    DEFAULT_KEYSPACE, Epoch, MapChange, NodeId, NodeInfo, NodeState, PartitionRecord, key_hash_slot,
 };
-use keyway_meta::MapTxn;
 use keyway_resp::Frame;
 use keyway_testkit::eventually;
 use std::time::{Duration, Instant};
-
-async fn raw_command(conn: &mut tokio::net::TcpStream, args: &[&str]) -> Frame {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut out = bytes::BytesMut::new();
-    let frame = Frame::Array(
-        args.iter()
-            .map(|a| Frame::Bulk(Bytes::copy_from_slice(a.as_bytes())))
-            .collect(),
-    );
-    keyway_resp::encode(&frame, keyway_resp::Protocol::Resp2, &mut out);
-    conn.write_all(&out).await.unwrap();
-    let mut parser = keyway_resp::ResponseParser::new(keyway_resp::Limits::default());
-    let mut buf = bytes::BytesMut::new();
-    loop {
-        if let Some(f) = parser.parse(&mut buf).unwrap() {
-            return f;
-        }
-        assert!(
-            conn.read_buf(&mut buf).await.unwrap() > 0,
-            "connection closed"
-        );
-    }
-}
-
-fn bulk(s: &str) -> Frame {
-    Frame::Bulk(Bytes::copy_from_slice(s.as_bytes()))
-}
-
-/// Commits `row` (epoch + 1 of `prev`) conditional on `prev`'s owner and
-/// epoch, plus `extra` changes, and waits until node `at` routes by it.
-async fn commit(
-    c: &LocalCluster,
-    at: usize,
-    prev: &PartitionRecord,
-    row: PartitionRecord,
-    extra: Vec<MapChange>,
-) -> PartitionRecord {
-    assert_eq!(row.epoch, Epoch(prev.epoch.0 + 1));
-    let mut changes = extra;
-    changes.push(MapChange::UpsertPartition(row.clone()));
-    c.meta()
-        .commit(MapTxn {
-            conditions: vec![OwnershipCondition {
-                partition: prev.id,
-                expected: Some((prev.owner, prev.epoch)),
-            }],
-            changes,
-        })
-        .await
-        .unwrap();
-    let node = c.node(at).unwrap();
-    eventually(
-        "the node installs the new row",
-        Duration::from_secs(10),
-        || {
-            let map = node.shared().routing.map();
-            let seen = map.partitions.get(&row.id).map(|p| p.epoch);
-            async move { (seen == Some(row.epoch)).then_some(()) }
-        },
-    )
-    .await;
-    row
-}
 
 fn info_field(info: &Frame, name: &str) -> Option<String> {
     let text = match info {
@@ -562,217 +497,131 @@ async fn redis_py_read_from_replicas_reads_from_the_replica() {
     c.shutdown().await;
 }
 
-const REDIS_PY_SCAN: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/py/scan_all.py");
-
-/// 3 nodes, every partition replicated on the next node (in sync): each
-/// node is the primary of its ranges and a replica of its predecessor's.
-/// redis-py gives an address the role of its first appearance in
-/// `CLUSTER SLOTS`; with a node's replica role at its replica endpoint, it
-/// sees the 3 main addresses as the primaries and the 3 replica endpoints
-/// as the replicas, so `scan_iter` and `DBSIZE` (sent to every primary)
-/// reach every key. (With both roles at one address redis-py saw 1 primary
-/// of 3 and scanned a third of the keys.)
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn redis_py_sees_every_node_as_a_primary_and_scans_every_key() {
+/// Two nodes; A wrote one key in each of two partitions it owned, then
+/// (metadata only) the lower one moved to absent primary F1 and the higher
+/// one to absent primary F2, with A as their in-sync replica holding read
+/// leases. A's replica role now copies ranges of two primaries, and its
+/// `CLUSTER NODES` line can name one: F1, the owner of its first range.
+/// Returns the cluster, A's index and the two keys (F1's, F2's).
+async fn replica_of_two_absent_primaries(
+    primaries: [&str; 2],
+) -> (tempfile::TempDir, LocalCluster, usize, [String; 2]) {
     let dir = tempfile::tempdir().unwrap();
-    let mut spec = ClusterSpec::ephemeral(3, dir.path().to_path_buf());
+    let mut spec = ClusterSpec::ephemeral(2, dir.path().to_path_buf());
     spec.node.lease_ttl_ms = 60_000;
     spec.manager = None;
     let c = LocalCluster::start(spec).await.expect("cluster starts");
     let map = c.map().await.unwrap();
-    let index_of = |id: NodeId| {
-        (0..c.len())
-            .find(|i| c.node(*i).unwrap().id() == id)
-            .unwrap()
-    };
-    // The keys are written first, each to its owner.
-    let mut conns = Vec::new();
-    for i in 0..c.len() {
-        conns.push(
-            tokio::net::TcpStream::connect(c.node(i).unwrap().resp_addr())
-                .await
-                .unwrap(),
-        );
-    }
-    let keys = 300;
-    for k in 0..keys {
-        let key = format!("scan-key-{k}");
-        let owner = map
+    let a = 0;
+    let node_a = c.node(a).unwrap();
+    // Two keys in two partitions A owns, the lower partition first.
+    assert!(
+        map.owned_by(node_a.id()).count() >= 3,
+        "A owns enough partitions"
+    );
+    let mut picked: Vec<(PartitionRecord, String)> = Vec::new();
+    for i in 0..100_000 {
+        let key = format!("two-primaries-{i}");
+        let p = map
             .locate_slot(DEFAULT_KEYSPACE, key_hash_slot(key.as_bytes()))
-            .unwrap()
-            .owner;
+            .unwrap();
+        // Not slot 0's: redis-py sends its start-up `COMMAND` to the
+        // primary of the first range, which must be a real node.
+        let first = p.slot_span().0 == 0;
+        if p.owner == node_a.id() && !first && !picked.iter().any(|(q, _)| q.id == p.id) {
+            picked.push((p.clone(), key));
+            if picked.len() == 2 {
+                break;
+            }
+        }
+    }
+    picked.sort_by_key(|(p, _)| p.slot_span().0);
+    assert_eq!(picked.len(), 2, "A owns two partitions");
+    let mut conn = tokio::net::TcpStream::connect(node_a.resp_addr())
+        .await
+        .unwrap();
+    for (_, key) in &picked {
         assert_eq!(
-            raw_command(&mut conns[index_of(owner)], &["SET", &key, "v"]).await,
+            raw_command(&mut conn, &["SET", key, "only-on-a"]).await,
             Frame::ok()
         );
     }
-    // Then every partition gets an in-sync replica on the next node.
-    let ids: Vec<NodeId> = map.nodes.keys().copied().collect();
-    assert_eq!(ids.len(), 3);
-    let next = |id: NodeId| ids[(ids.iter().position(|n| *n == id).unwrap() + 1) % ids.len()];
-    let mut conditions = Vec::new();
-    let mut changes = Vec::new();
-    for p in map.keyspace_partitions(DEFAULT_KEYSPACE) {
-        conditions.push(OwnershipCondition {
-            partition: p.id,
-            expected: Some((p.owner, p.epoch)),
-        });
-        changes.push(MapChange::UpsertPartition(PartitionRecord {
-            replicas: vec![next(p.owner)],
-            in_sync: vec![next(p.owner)],
-            epoch: Epoch(p.epoch.0 + 1),
-            ..p.clone()
-        }));
-    }
-    let version = c
-        .meta()
-        .commit(MapTxn {
-            conditions,
-            changes,
-        })
-        .await
-        .unwrap();
-    // Every node routes by it with every replica in sync (with the
-    // replication streams running, a primary may first take a replica out
-    // of the in-sync set and let it catch up and rejoin).
-    for i in 0..c.len() {
-        let node = c.node(i).unwrap();
-        eventually(
-            "every node routes by the replicated map, every replica in sync",
-            Duration::from_secs(30),
-            || {
-                let map = node.shared().routing.map();
-                let ok = map.version >= version
-                    && map.nodes.values().all(|n| n.replica_addr.is_some())
-                    && map
-                        .keyspace_partitions(DEFAULT_KEYSPACE)
-                        .all(|p| !p.in_sync.is_empty());
-                async move { ok.then_some(()) }
+    for (i, (p0, _)) in picked.iter().enumerate() {
+        let f = NodeInfo {
+            id: NodeId(9_990 + i as u64),
+            resp_addr: primaries[i].into(),
+            admin_addr: primaries[i].into(),
+            state: NodeState::Up,
+            weight: keyway_map::DEFAULT_NODE_WEIGHT,
+            draining: false,
+            zone: None,
+            replica_addr: None,
+        };
+        let row = commit(
+            &c,
+            a,
+            p0,
+            PartitionRecord {
+                owner: f.id,
+                replicas: vec![node_a.id()],
+                in_sync: vec![node_a.id()],
+                epoch: Epoch(p0.epoch.0 + 1),
+                ..p0.clone()
             },
+            vec![MapChange::UpsertNode(f)],
         )
         .await;
+        node_a.shared().routing.grant_replica_read(
+            row.id,
+            row.epoch,
+            Instant::now() + Duration::from_secs(60),
+        );
     }
-    let port = c
-        .node(0)
-        .unwrap()
-        .resp_addr()
-        .rsplit_once(':')
-        .unwrap()
-        .1
-        .to_string();
-    let python = std::env::var("PYTHON").unwrap_or_else(|_| "python3".into());
-    let out = tokio::process::Command::new(&python)
-        .args([REDIS_PY_SCAN, &port])
-        .output()
-        .await
-        .unwrap_or_else(|e| panic!("run {python} {REDIS_PY_SCAN}: {e}"));
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
-        "{stdout}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let line = |name: &str| {
-        stdout
-            .lines()
-            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ').map(str::to_string))
-            .unwrap_or_else(|| panic!("no {name} in {stdout}"))
-    };
-    let sorted = |mut v: Vec<String>| {
-        v.sort();
-        v.join(",")
-    };
-    let mains = sorted(
-        (0..3)
-            .map(|i| c.node(i).unwrap().resp_addr().to_string())
-            .collect(),
-    );
-    let replicas = sorted(
-        (0..3)
-            .map(|i| c.node(i).unwrap().replica_addr().unwrap().to_string())
-            .collect(),
-    );
-    assert_eq!(line("primaries"), mains, "{stdout}");
-    assert_eq!(line("replicas"), replicas, "{stdout}");
-    assert_eq!(line("scanned"), keys.to_string(), "{stdout}");
-    assert_eq!(line("dbsize"), keys.to_string(), "{stdout}");
-    c.shutdown().await;
+    let keys = [picked[0].1.clone(), picked[1].1.clone()];
+    (dir, c, a, keys)
 }
 
-/// A node registers its replica endpoint in its `NodeInfo` (on by
-/// default), writes it again when an upsert of a stale record dropped it,
-/// and keeps it (same port) across a restart; `off` registers none.
+/// A replica role that copies ranges of two primaries names only the first
+/// as its master in `CLUSTER NODES`; the clients route by `CLUSTER SLOTS`,
+/// which lists it under both ranges, so they read the second primary's key
+/// from it too: ioredis (`scaleReads: 'slave'`, reads only from replicas)
+/// and redis-py (`read_from_replicas`, round robin with the primary, here
+/// a stand-in answering `from-primary`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_node_advertises_its_replica_endpoint_and_restores_it() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut spec = ClusterSpec::ephemeral(2, dir.path().to_path_buf());
-    spec.manager = None;
-    let mut c = LocalCluster::start(spec).await.expect("cluster starts");
-    let advertised = |c: &LocalCluster, i: usize| {
-        let id = c.node(i).unwrap().id();
-        let meta = c.meta().clone();
-        async move {
-            meta.get_map().await.unwrap().nodes[&id]
-                .replica_addr
-                .clone()
-        }
-    };
-    let a = c.node(0).unwrap();
-    let addr = a.replica_addr().expect("on by default").to_string();
-    assert_ne!(addr, a.resp_addr());
-    assert_eq!(advertised(&c, 0).await.as_deref(), Some(&*addr));
-    // An unconditional upsert of a record without it (as a stale copy
-    // written back would be): the node writes it again.
-    let mut stale = c.map().await.unwrap().nodes[&a.id()].clone();
-    stale.replica_addr = None;
-    c.meta()
-        .commit(MapTxn::unconditional(vec![MapChange::UpsertNode(stale)]))
+async fn clients_read_a_replica_of_two_primaries_whatever_its_nodes_line_names() {
+    let (_dir, c, a, keys) = replica_of_two_absent_primaries(["127.0.0.1:1", "127.0.0.1:2"]).await;
+    let node_a = c.node(a).unwrap();
+    let mut main = tokio::net::TcpStream::connect(node_a.resp_addr())
         .await
         .unwrap();
-    eventually("the node re-advertises", Duration::from_secs(10), || {
-        let got = advertised(&c, 0);
-        let addr = addr.clone();
-        async move { (got.await.as_deref() == Some(&*addr)).then_some(()) }
-    })
-    .await;
-    // `/status` and `/metrics` show it.
-    let admin_port: u16 = a.admin_addr().rsplit_once(':').unwrap().1.parse().unwrap();
-    let _open = tokio::net::TcpStream::connect(&addr).await.unwrap();
-    let rid = a.id().replica_role_id();
-    let status = tokio::task::spawn_blocking(move || common::http_get(admin_port, "/status"))
-        .await
-        .unwrap()
-        .expect("/status answers");
-    let status: serde_json::Value = serde_json::from_str(&status).unwrap();
-    assert_eq!(status["replica_addr"], serde_json::json!(addr));
-    assert_eq!(status["replica_node_id"], serde_json::json!(rid));
-    // (The node counts the connection once its task runs.)
-    eventually(
-        "/metrics counts the open replica endpoint connection",
-        Duration::from_secs(10),
-        || async move {
-            let metrics =
-                tokio::task::spawn_blocking(move || common::http_get(admin_port, "/metrics"))
-                    .await
-                    .unwrap()?;
-            metrics
-                .contains("keyway_replica_endpoint_connections 1")
-                .then_some(())
-        },
-    )
-    .await;
-    // A restart keeps the port (the fixture binds it again).
-    c.restart_node(0).await.unwrap();
-    assert_eq!(c.node(0).unwrap().replica_addr(), Some(&*addr));
-    assert_eq!(advertised(&c, 0).await.as_deref(), Some(&*addr));
+    let Frame::Bulk(nodes) = raw_command(&mut main, &["CLUSTER", "NODES"]).await else {
+        panic!("CLUSTER NODES is a bulk string")
+    };
+    let nodes = String::from_utf8_lossy(&nodes).into_owned();
+    let line = nodes
+        .lines()
+        .find(|l| l.starts_with(&node_a.id().replica_role_id()))
+        .unwrap_or_else(|| panic!("no replica line for A: {nodes}"));
+    assert!(
+        line.contains(&format!(" slave {} ", NodeId(9_990))),
+        "A's replica role names F1, the owner of its first range: {line}"
+    );
+    let reads = read_key("node", IOREDIS_READ, &c, a, &keys[1]).await;
+    assert_eq!(reads, vec!["GOT only-on-a"; 4], "F2's key, from A");
+    assert_eq!(node_a.shared().metrics.replica_reads_count(true), 4);
     c.shutdown().await;
 
-    let dir = tempfile::tempdir().unwrap();
-    let mut spec = ClusterSpec::ephemeral(1, dir.path().to_path_buf());
-    spec.manager = None;
-    spec.node.replica_listen = keyway_node::replica_endpoint::ReplicaListen::Off;
-    let c = LocalCluster::start(spec).await.expect("cluster starts");
-    assert_eq!(c.node(0).unwrap().replica_addr(), None);
-    assert_eq!(advertised(&c, 0).await, None);
+    let (p1, stand_in_1) = stand_in_primary().await;
+    let (p2, stand_in_2) = stand_in_primary().await;
+    let (_dir, c, a, keys) = replica_of_two_absent_primaries([&p1, &p2]).await;
+    let python = std::env::var("PYTHON").unwrap_or_else(|_| "python3".into());
+    let reads = read_key(&python, REDIS_PY_READ, &c, a, &keys[1]).await;
+    assert_eq!(
+        reads,
+        ["GOT from-primary", "GOT only-on-a"].repeat(2),
+        "F2's key: round robin over F2 and A"
+    );
+    stand_in_1.abort();
+    stand_in_2.abort();
     c.shutdown().await;
 }
