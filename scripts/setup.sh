@@ -11,6 +11,9 @@ command -v redis-cli >/dev/null 2>&1 || need_apt+=(redis-tools)
 command -v redis-server >/dev/null 2>&1 || need_apt+=(redis-server)
 command -v redis-benchmark >/dev/null 2>&1 || need_apt+=(redis-tools)
 command -v etcd >/dev/null 2>&1 || need_apt+=(etcd-server)
+# ioredis (crates/keyway/tests/js) runs on Node.js.
+command -v node >/dev/null 2>&1 || need_apt+=(nodejs)
+command -v npm >/dev/null 2>&1 || need_apt+=(npm)
 
 if [ ${#need_apt[@]} -gt 0 ]; then
   SUDO=""
@@ -41,7 +44,13 @@ if ! "$PY" -c 'import redis' >/dev/null 2>&1; then
   "$PY" -m pip install -q 'redis>=5,<7'
 fi
 
+JS=crates/keyway/tests/js
+if [ ! -d "$(dirname "$0")/../$JS/node_modules/ioredis" ]; then
+  echo "setup: installing the Node.js test clients ($JS/package-lock.json)" >&2
+  (cd "$(dirname "$0")/../$JS" && npm ci --no-audit --no-fund --silent)
+fi
+
 if ! command -v cargo-nextest >/dev/null 2>&1 && [ -n "${KEYWAY_WANT_NEXTEST:-}" ]; then
   cargo install --locked cargo-nextest
 fi
-echo "setup: ok (protoc $(protoc --version | cut -d' ' -f2), $(redis-cli --version | cut -d' ' -f1-2), python redis $("$PY" -c 'import redis; print(redis.__version__)'))" >&2
+echo "setup: ok (protoc $(protoc --version | cut -d' ' -f2), $(redis-cli --version | cut -d' ' -f1-2), python redis $("$PY" -c 'import redis; print(redis.__version__)'), node $(node --version))" >&2

@@ -57,6 +57,7 @@ pub fn patch_map(map: &mut PartitionMap, moved: &KwMoved) -> bool {
         weight: keyway_map::DEFAULT_NODE_WEIGHT,
         draining: false,
         zone: None,
+        replica_addr: None,
     });
     if let Some(node) = map.nodes.get_mut(&fresh.owner) {
         node.resp_addr = moved.owner_addr.clone();

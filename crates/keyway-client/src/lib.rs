@@ -604,6 +604,7 @@ pub(crate) fn at_request(p: &PartitionRecord, args: &[&[u8]]) -> Vec<Bytes> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use keyway_map::{NodeId, NodeInfo, NodeState};
 
     #[test]
     fn strategies_parse_and_bad_settings_are_named() {
@@ -624,5 +625,30 @@ mod tests {
             ..ClientConfig::default()
         };
         assert!(bad.validate().unwrap_err().contains("cache_file"));
+    }
+
+    #[test]
+    fn a_replicated_map_routes_every_request_to_the_owner() {
+        let nodes: Vec<NodeInfo> = (1..=3)
+            .map(|i| NodeInfo {
+                id: NodeId(i),
+                resp_addr: format!("127.0.0.1:{}", 7000 + i),
+                admin_addr: String::new(),
+                state: NodeState::Up,
+                weight: keyway_map::DEFAULT_NODE_WEIGHT,
+                draining: false,
+                zone: None,
+                replica_addr: None,
+            })
+            .collect();
+        let map = PartitionMap::bootstrap_replicated(&nodes, 2, 3).unwrap();
+        // The map as the client loads it (KW.MAP), replicas included.
+        let map = keyway_map::decode_map(&keyway_map::encode_map(&map)).unwrap();
+        for slot in [0, 5000, 9000, 16383] {
+            let (p, addr) =
+                route(&map, |m| m.locate_slot(DEFAULT_KEYSPACE, slot).cloned()).unwrap();
+            assert_eq!(p.replicas.len(), 2);
+            assert_eq!(addr, format!("127.0.0.1:{}", 7000 + p.owner.0));
+        }
     }
 }

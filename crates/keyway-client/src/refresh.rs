@@ -210,6 +210,7 @@ mod tests {
                 weight: keyway_map::DEFAULT_NODE_WEIGHT,
                 draining: false,
                 zone: None,
+                replica_addr: None,
             })
             .collect();
         let map = PartitionMap::bootstrap(&nodes, 2).unwrap();

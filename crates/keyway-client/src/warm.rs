@@ -160,6 +160,7 @@ mod tests {
             weight: keyway_map::DEFAULT_NODE_WEIGHT,
             draining: false,
             zone: None,
+            replica_addr: None,
         }];
         let map = PartitionMap::bootstrap(&nodes, 3).unwrap();
         let dir = tempfile::tempdir().unwrap();

@@ -43,6 +43,7 @@ fn map_at(addr: &str, version: u64) -> PartitionMap {
         weight: keyway_map::DEFAULT_NODE_WEIGHT,
         draining: false,
         zone: None,
+        replica_addr: None,
     };
     let mut map = PartitionMap::bootstrap(&[node], 1).unwrap();
     map.version = MapVersion(version);

@@ -295,6 +295,10 @@ impl LocalCluster {
         if let Ok(addr) = node.admin_addr().parse() {
             bound.admin_listen = addr;
         }
+        // The replica endpoint (on by default) keeps its port too.
+        if let Some(addr) = node.replica_addr().and_then(|a| a.parse().ok()) {
+            bound.replica_listen = keyway_node::replica_endpoint::ReplicaListen::At(addr);
+        }
         self.nodes[index] = Some(node);
         Ok(())
     }

@@ -158,6 +158,7 @@ mod tests {
                 weight: keyway_map::DEFAULT_NODE_WEIGHT,
                 draining: false,
                 zone: None,
+                replica_addr: None,
             })
             .collect();
         PartitionMap::bootstrap(&nodes, 2).unwrap()

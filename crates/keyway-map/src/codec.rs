@@ -30,6 +30,10 @@ const NODE_DRAINING: u8 = 0x10;
 const NODE_WEIGHTED: u8 = 0x20;
 /// The node record carries a zone string after the tag (and weight).
 const NODE_ZONED: u8 = 0x40;
+/// The node record carries its replica endpoint address after the zone.
+/// (The last free flag bit: a later node field needs a state value of
+/// the low bits as an escape.)
+const NODE_REPLICA_ENDPOINT: u8 = 0x80;
 // A keyspace's routing byte and a partition's state byte take the same
 // trick: a flag says extra fields follow, so records without replication
 // encode exactly as before.
@@ -241,12 +245,20 @@ impl MapWrite for Writer {
         let weighted = n.weight != DEFAULT_NODE_WEIGHT;
         let draining = if n.draining { NODE_DRAINING } else { 0 };
         let zoned = if n.zone.is_some() { NODE_ZONED } else { 0 };
-        self.u8(state | draining | zoned | if weighted { NODE_WEIGHTED } else { 0 });
+        let replica = if n.replica_addr.is_some() {
+            NODE_REPLICA_ENDPOINT
+        } else {
+            0
+        };
+        self.u8(state | draining | zoned | replica | if weighted { NODE_WEIGHTED } else { 0 });
         if weighted {
             self.var(u64::from(n.weight));
         }
         if let Some(zone) = &n.zone {
             self.bytes(zone.as_bytes());
+        }
+        if let Some(addr) = &n.replica_addr {
+            self.bytes(addr.as_bytes());
         }
     }
     fn partition(&mut self, p: &PartitionRecord) {
@@ -335,7 +347,8 @@ impl MapRead for Reader<'_> {
         let resp_addr = self.string()?;
         let admin_addr = self.string()?;
         let tag = self.u8()?;
-        if tag & !(NODE_STATE_MASK | NODE_DRAINING | NODE_WEIGHTED | NODE_ZONED) != 0 {
+        let flags = NODE_STATE_MASK | NODE_DRAINING | NODE_WEIGHTED | NODE_ZONED;
+        if tag & !(flags | NODE_REPLICA_ENDPOINT) != 0 {
             return Err(MapError::Decode("node state tag"));
         }
         let state = match tag & NODE_STATE_MASK {
@@ -353,6 +366,11 @@ impl MapRead for Reader<'_> {
         } else {
             None
         };
+        let replica_addr = if tag & NODE_REPLICA_ENDPOINT != 0 {
+            Some(self.string()?)
+        } else {
+            None
+        };
         Ok(NodeInfo {
             id,
             resp_addr,
@@ -361,6 +379,7 @@ impl MapRead for Reader<'_> {
             weight,
             draining: tag & NODE_DRAINING != 0,
             zone,
+            replica_addr,
         })
     }
     fn partition(&mut self) -> Result<PartitionRecord, MapError> {
@@ -415,6 +434,7 @@ mod tests {
             weight,
             draining,
             zone: None,
+            replica_addr: None,
         }
     }
 
@@ -470,6 +490,34 @@ mod tests {
                     );
                     assert_eq!(decode_map(&encode_map(&map)).unwrap().nodes[&n.id], n);
                 }
+            }
+        }
+    }
+
+    #[test]
+    fn replica_endpoint_round_trips_and_nodes_without_one_encode_as_before() {
+        let plain = node(NodeState::Up, DEFAULT_NODE_WEIGHT, false);
+        let plain_bytes = encode_changes(&[MapChange::UpsertNode(plain.clone())]);
+        assert_eq!(
+            plain_bytes,
+            old_format(0),
+            "no replica endpoint: the old bytes"
+        );
+        for zone in [None, Some("zone-a".to_string())] {
+            for weight in [DEFAULT_NODE_WEIGHT, 7] {
+                let mut n = node(NodeState::Down, weight, true);
+                n.zone = zone.clone();
+                n.replica_addr = Some("10.0.0.7:16379".into());
+                let changes = vec![MapChange::UpsertNode(n.clone())];
+                let bytes = encode_changes(&changes);
+                assert_eq!(decode_changes(&bytes).unwrap(), changes);
+                // The flag sits in the tag; every byte of the address counts.
+                for cut in 0..bytes.len() {
+                    assert!(decode_changes(&bytes[..cut]).is_err(), "cut at {cut}");
+                }
+                let map =
+                    PartitionMap::from_parts(MapVersion(3), PartitionId(1), [], [n.clone()], []);
+                assert_eq!(decode_map(&encode_map(&map)).unwrap().nodes[&n.id], n);
             }
         }
     }
@@ -532,10 +580,15 @@ mod tests {
 
     #[test]
     fn unknown_node_flags_and_oversized_weights_are_refused() {
-        let mut bad = old_format(0x80);
+        // Every flag bit is taken; an unknown state is refused.
+        let mut bad = old_format(0x02);
         assert_eq!(
             decode_changes(&bad),
             Err(MapError::Decode("node state tag"))
+        );
+        assert!(
+            decode_changes(&old_format(NODE_REPLICA_ENDPOINT)).is_err(),
+            "replica endpoint address missing"
         );
         bad = old_format(NODE_WEIGHTED);
         bad.extend_from_slice(&[0xff, 0xff, 0xff, 0xff, 0x7f]);

@@ -67,6 +67,29 @@ impl NodeId {
     }
 }
 
+/// The first 24 of the 40 hex digits of a replica role id
+/// ([`NodeId::replica_role_id`]); a node id's own are all `0`.
+const REPLICA_ROLE_PREFIX: &str = "000000000000000000000001";
+
+impl NodeId {
+    /// The Redis node id of this node's replica endpoint (its replica role
+    /// in `CLUSTER SLOTS`/`SHARDS`/`NODES`, and `CLUSTER MYID` on the
+    /// replica port): 40 hex digits, `000000000000000000000001` then the
+    /// node id's 16 (the node's own id has 24 zeros there), so it never
+    /// equals any node id and [`NodeId::parse`] does not take it for one.
+    pub fn replica_role_id(self) -> String {
+        format!("{REPLICA_ROLE_PREFIX}{:016x}", self.0)
+    }
+
+    /// The node whose replica role id `text` is, if it is one.
+    pub fn parse_replica_role_id(text: &str) -> Option<NodeId> {
+        let digits = text.trim().strip_prefix(REPLICA_ROLE_PREFIX)?;
+        (digits.len() == 16)
+            .then(|| u64::from_str_radix(digits, 16).ok().map(NodeId))
+            .flatten()
+    }
+}
+
 impl fmt::Display for NodeId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{:040x}", self.0)
@@ -76,6 +99,20 @@ impl fmt::Display for NodeId {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn replica_role_ids_are_distinct_from_node_ids_and_round_trip() {
+        for raw in [0u64, 1, 42, u64::MAX] {
+            let id = NodeId(raw);
+            let role = id.replica_role_id();
+            assert_eq!(role.len(), 40);
+            assert!(role.chars().all(|c| c.is_ascii_hexdigit()));
+            assert_ne!(role, id.to_string());
+            assert_eq!(NodeId::parse_replica_role_id(&role), Some(id));
+            assert_eq!(NodeId::parse(&role), None, "{role}");
+            assert_eq!(NodeId::parse_replica_role_id(&id.to_string()), None);
+        }
+    }
 
     #[test]
     fn node_id_round_trips_through_its_display_form() {

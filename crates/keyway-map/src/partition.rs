@@ -135,6 +135,23 @@ pub struct NodeInfo {
     /// in distinct zones when it can. `None`: no zone given.
     #[serde(default)]
     pub zone: Option<String>,
+    /// `host:port` of the node's replica endpoint (`--replica-listen`): a
+    /// second RESP listener whose connections start `READONLY` and serve
+    /// only replica reads. `CLUSTER SLOTS`/`SHARDS`/`NODES` list the node's
+    /// replica copies at this address, under [`NodeId::replica_role_id`],
+    /// so to a Redis client the node is one master plus one replica
+    /// process. `None`: no replica endpoint (its copies are not advertised
+    /// as read targets).
+    #[serde(default)]
+    pub replica_addr: Option<String>,
+}
+
+/// `host:port` (or `[v6]:port`) split for the Redis replies; port 0 when absent.
+fn split_host_port(addr: &str) -> (&str, u16) {
+    match addr.rsplit_once(':') {
+        Some((host, port)) => (host.trim_matches(['[', ']']), port.parse().unwrap_or(0)),
+        None => (addr, 0),
+    }
 }
 
 fn default_weight() -> u32 {
@@ -153,15 +170,18 @@ impl NodeInfo {
             weight: DEFAULT_NODE_WEIGHT,
             draining: false,
             zone: None,
+            replica_addr: None,
         }
     }
 
     /// Host and port of the RESP address, split for `CLUSTER SLOTS` and `-MOVED`.
     pub fn resp_host_port(&self) -> (&str, u16) {
-        match self.resp_addr.rsplit_once(':') {
-            Some((host, port)) => (host.trim_matches(['[', ']']), port.parse().unwrap_or(0)),
-            None => (&self.resp_addr, 0),
-        }
+        split_host_port(&self.resp_addr)
+    }
+
+    /// Host and port of the replica endpoint, if the node has one.
+    pub fn replica_host_port(&self) -> Option<(&str, u16)> {
+        self.replica_addr.as_deref().map(split_host_port)
     }
 }
 

@@ -16,6 +16,7 @@ fn nodes(n: u64) -> Vec<NodeInfo> {
             weight: keyway_map::DEFAULT_NODE_WEIGHT,
             draining: false,
             zone: None,
+            replica_addr: None,
         })
         .collect()
 }

@@ -550,6 +550,8 @@ impl MetaStore for EmbeddedMeta {
                 weight: kept.map_or(keyway_map::DEFAULT_NODE_WEIGHT, |n| n.weight),
                 draining: kept.is_some_and(|n| n.draining),
                 zone: zone.or_else(|| kept.and_then(|n| n.zone.clone())),
+                // The node re-advertises its replica endpoint after registering.
+                replica_addr: kept.and_then(|n| n.replica_addr.clone()),
             };
             let txn = MapTxn::unconditional(vec![MapChange::UpsertNode(node)]);
             let (map, entry) = Inner::prepare(&state, txn)?;

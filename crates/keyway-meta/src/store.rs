@@ -455,6 +455,7 @@ mod tests {
             weight: keyway_map::DEFAULT_NODE_WEIGHT,
             draining: false,
             zone: None,
+            replica_addr: None,
         })
     }
 

@@ -116,6 +116,10 @@ async fn map(State(shared): State<Arc<Shared>>) -> impl IntoResponse {
 pub struct Status {
     pub node_id: String,
     pub resp_addr: String,
+    /// The replica endpoint (`--replica-listen`), if it listens.
+    pub replica_addr: Option<String>,
+    /// Its replica role's Redis node id (`CLUSTER MYID` there).
+    pub replica_node_id: Option<String>,
     pub admin_addr: String,
     pub serving: bool,
     pub lease_remaining_ms: u64,
@@ -139,6 +143,17 @@ pub struct Status {
     /// This node's replica roles: per partition, primary (with each
     /// replica's state, acked seq and lag) or replica (of whom, in sync or not).
     pub replication: crate::replicate::ReplicationStatus,
+    /// `READONLY` reads of partitions this node does not own, since start.
+    pub replica_reads: ReplicaReadsView,
+}
+
+/// The `replica_reads` field of `/status` (`keyway_replica_reads`).
+#[derive(Serialize)]
+pub struct ReplicaReadsView {
+    /// Served from this node's copy as an in-sync replica with a read lease.
+    pub served: u64,
+    /// Answered `-MOVED` to the primary.
+    pub moved: u64,
 }
 
 /// One incoming migration in `/status`.
@@ -166,6 +181,11 @@ async fn status(State(shared): State<Arc<Shared>>) -> impl IntoResponse {
     Json(Status {
         node_id: shared.me.to_string(),
         resp_addr: shared.resp_addr.clone(),
+        replica_addr: shared.replica_addr.clone(),
+        replica_node_id: shared
+            .replica_addr
+            .as_ref()
+            .map(|_| shared.me.replica_role_id()),
         admin_addr: shared.admin_addr.clone(),
         serving: shared.routing.lease_valid(),
         lease_remaining_ms: shared.routing.lease_remaining_ms(),
@@ -197,6 +217,10 @@ async fn status(State(shared): State<Arc<Shared>>) -> impl IntoResponse {
         },
         expired_keys_removed: shared.active_expiry.removed.get(),
         replication: shared.replication.status(),
+        replica_reads: ReplicaReadsView {
+            served: shared.metrics.replica_reads_count(true),
+            moved: shared.metrics.replica_reads_count(false),
+        },
     })
 }
 

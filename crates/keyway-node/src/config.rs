@@ -203,6 +203,10 @@ pub struct NodeConfig {
     /// Replication: the primary's stream sends an empty call this often
     /// when idle, renewing read leases (less than `replica_read_lease_ms`).
     pub replica_heartbeat_ms: u64,
+    /// The replica endpoint (see [`crate::replica_endpoint`]): `auto`
+    /// (the `listen` IP, a free port), `off`, or an address. Its connections
+    /// start `READONLY`; `CLUSTER SLOTS` lists this node's replica copies there.
+    pub replica_listen: crate::replica_endpoint::ReplicaListen,
 }
 
 impl Default for NodeConfig {
@@ -258,6 +262,7 @@ impl Default for NodeConfig {
             replica_lag_timeout_ms: 2_000,
             replica_read_lease_ms: 1_000,
             replica_heartbeat_ms: 200,
+            replica_listen: crate::replica_endpoint::ReplicaListen::Auto,
         }
     }
 }
@@ -339,6 +344,8 @@ impl NodeConfig {
         if let Some((name, _)) = positive.iter().find(|(_, v)| *v == 0) {
             return Err(format!("{name} must be greater than 0"));
         }
+        self.replica_listen
+            .validate(self.listen, self.admin_listen)?;
         if self.storage_max_journal_bytes < MIN_JOURNAL_BYTES {
             return Err(format!(
                 "storage_max_journal_bytes must be at least {MIN_JOURNAL_BYTES} (fjall's minimum)"

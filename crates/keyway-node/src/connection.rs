@@ -33,16 +33,24 @@ enum Pending {
 }
 
 /// Serves one client until it quits, errs, or the node shuts down.
+/// `replica_endpoint`: it connected to the replica endpoint (see
+/// [`crate::replica_endpoint`]): it starts `READONLY`.
 pub async fn serve(
     shared: Arc<Shared>,
     mut stream: TcpStream,
     peer: SocketAddr,
+    replica_endpoint: bool,
     mut shutdown: watch::Receiver<bool>,
 ) {
     // The accept loop already counted this connection in `shared.clients`.
     shared.metrics.connections.inc();
     let id = shared.next_client_id.fetch_add(1, Ordering::SeqCst);
     let mut session = Session::new(id, shared.config.requirepass.is_some(), peer.to_string());
+    session.replica_endpoint = replica_endpoint;
+    session.readonly = replica_endpoint;
+    if replica_endpoint {
+        shared.metrics.replica_endpoint_connections.inc();
+    }
     let mut parser = RequestParser::new(shared.config.resp_limits());
     let mut inbuf = BytesMut::with_capacity(READ_BUFFER_BYTES);
     let mut outbuf = BytesMut::with_capacity(READ_BUFFER_BYTES);
@@ -110,6 +118,9 @@ pub async fn serve(
     let _ = stream.shutdown().await;
     shared.clients.fetch_sub(1, Ordering::SeqCst);
     shared.metrics.connections.dec();
+    if replica_endpoint {
+        shared.metrics.replica_endpoint_connections.dec();
+    }
 }
 
 async fn dispatch(shared: &Arc<Shared>, session: &mut Session, args: Vec<bytes::Bytes>) -> Pending {

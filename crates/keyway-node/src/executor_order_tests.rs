@@ -37,6 +37,7 @@ fn rig() -> Rig {
         weight: keyway_map::DEFAULT_NODE_WEIGHT,
         draining: false,
         zone: None,
+        replica_addr: None,
     };
     let routing = Arc::new(Routing::new(NodeId(1), Arc::new(SystemClock)));
     routing

@@ -17,6 +17,13 @@ pub struct KindLabel {
     pub kind: &'static str,
 }
 
+/// Label of the replica read counter: what became of a `READONLY` read
+/// of a partition this node does not own.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OutcomeLabel {
+    pub outcome: &'static str,
+}
+
 /// Every metric a node exports.
 pub struct Metrics {
     registry: Mutex<Registry>,
@@ -56,6 +63,13 @@ pub struct Metrics {
     /// Data-changing peer calls (`ApplyForeign`, `DropRangeChunk`,
     /// `MigrateReceive`) refused, by reason (`not_receiving`, `owned`, ...).
     pub peer_refusals: Family<KindLabel, Counter>,
+    /// `READONLY` reads of partitions this node is a replica of, by outcome:
+    /// `served` (admitted by the replica read lease) or `moved` (answered
+    /// `-MOVED` to the primary: not in sync, no valid read lease, no copy).
+    pub replica_reads: Family<OutcomeLabel, Counter>,
+    /// Open client connections on the replica endpoint (also counted in
+    /// `connections`).
+    pub replica_endpoint_connections: Gauge,
 }
 
 impl Default for Metrics {
@@ -91,6 +105,8 @@ impl Metrics {
             migration_dual_wait_seconds: Histogram::new(exponential_buckets(0.000_05, 2.0, 16)),
             map_since_replies: Family::default(),
             peer_refusals: Family::default(),
+            replica_reads: Family::default(),
+            replica_endpoint_connections: Gauge::default(),
         };
         {
             let mut r = m.registry.lock().expect("fresh mutex");
@@ -209,6 +225,16 @@ impl Metrics {
                 "Migration writes from peers refused by this node's map and incoming migrations, by reason",
                 m.peer_refusals.clone(),
             );
+            r.register(
+                "replica_reads",
+                "READONLY reads of partitions this node does not own, by outcome (served as an in-sync replica, moved to the primary)",
+                m.replica_reads.clone(),
+            );
+            r.register(
+                "replica_endpoint_connections",
+                "Open client connections on the replica endpoint (--replica-listen)",
+                m.replica_endpoint_connections.clone(),
+            );
         }
         m
     }
@@ -230,6 +256,23 @@ impl Metrics {
     /// Counts one rejection of `kind`.
     pub fn rejected(&self, kind: &'static str) {
         self.rejections.get_or_create(&KindLabel { kind }).inc();
+    }
+
+    /// Counts one `READONLY` read of a partition this node does not own.
+    pub fn replica_read(&self, served: bool) {
+        let outcome = if served { "served" } else { "moved" };
+        self.replica_reads
+            .get_or_create(&OutcomeLabel { outcome })
+            .inc();
+    }
+
+    /// `READONLY` reads this node served (`true`) or redirected (`false`)
+    /// as a replica so far.
+    pub fn replica_reads_count(&self, served: bool) -> u64 {
+        let outcome = if served { "served" } else { "moved" };
+        self.replica_reads
+            .get_or_create(&OutcomeLabel { outcome })
+            .get()
     }
 
     /// Counts one `KW.MAP SINCE` reply.

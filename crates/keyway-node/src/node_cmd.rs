@@ -61,31 +61,43 @@ pub async fn dispatch(shared: &Arc<Shared>, session: &mut Session, args: Vec<Byt
             session.closing = true;
             Frame::ok().into()
         }
-        "HELLO" => session::hello(
-            session,
-            shared.config.requirepass.as_deref(),
-            &args,
-            "cluster",
-        )
-        .into(),
+        "HELLO" => {
+            let reply = session::hello(
+                session,
+                shared.config.requirepass.as_deref(),
+                &args,
+                "cluster",
+            );
+            replica_role_in_hello(reply, session.replica_endpoint).into()
+        }
         "AUTH" => session::auth(session, shared.config.requirepass.as_deref(), &args).into(),
         "SELECT" => select(&args),
         "CLIENT" => client(session, &args),
         "COMMAND" => cmd::table::command_reply(&args[1..]).into(),
-        "INFO" => info(shared).await.into(),
+        "INFO" => info(shared, session.replica_endpoint).await.into(),
         "CONFIG" => config(shared, &args),
         "READONLY" | "READWRITE" | "ASKING" => match args.len() {
-            1 => Frame::ok().into(),
+            1 => {
+                match name.as_str() {
+                    "READONLY" => session.readonly = true,
+                    "READWRITE" => session.readonly = false,
+                    _ => {}
+                }
+                Frame::ok().into()
+            }
             _ => arity_error(&name.to_ascii_lowercase()).into(),
         },
-        "CLUSTER" => cluster_cmd::cluster(shared, &args).await,
+        "CLUSTER" => cluster_cmd::cluster(shared, &args, session).await,
         "DBSIZE" => crate::scan::dbsize(shared).await,
         "SCAN" => crate::scan::scan(shared, &args).await,
+        "KW.AT" | "KW.GET" | "KW.SET" | "KW.DEL" | "KW.SCAN" if session.replica_endpoint => {
+            err("ERR this is the replica endpoint: send KW.* requests to the node's main address")
+        }
         "KW.AT" => kw_at(shared, args).await,
         "KW.MAP" => kw_map(shared, &args),
         "KW.GET" | "KW.SET" | "KW.DEL" | "KW.SCAN" => crate::kw::dispatch(shared, &args).await,
         _ => match cmd::parse(&args) {
-            Some(Ok(command)) => data_command(shared, command, None).await,
+            Some(Ok(command)) => data_command(shared, command, None, session).await,
             Some(Err(frame)) => frame.into(),
             None => unknown_command(&args).into(),
         },
@@ -265,7 +277,9 @@ fn durability_name(d: crate::Durability) -> &'static str {
     }
 }
 
-async fn info(shared: &Arc<Shared>) -> Frame {
+/// `replica_endpoint`: asked on the replica endpoint, whose `# Replication`
+/// speaks for the node's replica role (`role:slave`).
+async fn info(shared: &Arc<Shared>, replica_endpoint: bool) -> Frame {
     // The key count is admitted like any read: without a lease (or past a
     // fence held too long) INFO says why instead of counting.
     let keyspace = match crate::scan::count_owned_keys(shared).await {
@@ -273,12 +287,22 @@ async fn info(shared: &Arc<Shared>) -> Frame {
         Err(why) => format!("keyway_keys_unavailable:{why}\r\n"),
     };
     let map = shared.routing.map();
+    let routing = &shared.routing;
+    let replication = crate::replication_info::section(&crate::replication_info::ReplicationView {
+        map: &map,
+        me: shared.me,
+        replica_endpoint,
+        last_seq: shared.engine.last_seq(),
+        read_lease: &|pid, epoch| routing.replica_read_valid(pid, epoch),
+        // The replication streams' acknowledged seqs are not known here yet.
+        replica_offset: &|_| None,
+    });
     let text = format!(
         "# Server\r\nredis_version:{REDIS_COMPAT_VERSION}\r\nkeyway_version:{}\r\nredis_mode:cluster\r\nprocess_id:{}\r\ntcp_port:{}\r\nuptime_in_seconds:{}\r\nrun_id:{}\r\n\r\n\
          # Clients\r\nconnected_clients:{}\r\nmaxclients:{}\r\n\r\n\
          # Persistence\r\nkeyway_durability:{:?}\r\n\r\n\
-         # Stats\r\ntotal_commands_processed:{}\r\n\r\n\
-         # Replication\r\nrole:master\r\nconnected_slaves:0\r\n\r\n\
+         # Stats\r\ntotal_commands_processed:{}\r\nkeyway_replica_reads:{}\r\nkeyway_replica_reads_moved:{}\r\n\r\n\
+         {replication}\
          # Cluster\r\ncluster_enabled:1\r\nkeyway_node_id:{}\r\nkeyway_map_version:{}\r\nkeyway_partitions_owned:{}\r\nkeyway_lease_remaining_ms:{}\r\n\r\n\
          # Keyspace\r\n{keyspace}",
         env!("CARGO_PKG_VERSION"),
@@ -294,6 +318,8 @@ async fn info(shared: &Arc<Shared>) -> Frame {
         shared.config.max_clients,
         shared.config.durability,
         shared.metrics.commands.get(),
+        shared.metrics.replica_reads_count(true),
+        shared.metrics.replica_reads_count(false),
         shared.me,
         map.version,
         map.owned_by(shared.me).count(),
@@ -352,18 +378,28 @@ async fn kw_at(shared: &Arc<Shared>, args: Vec<Bytes>) -> Reply {
         return crate::kw::dispatch_at(shared, &args[3..], expected).await;
     }
     match cmd::parse(&args[3..]) {
-        Some(Ok(command)) => data_command(shared, command, expected).await,
+        Some(Ok(command)) => {
+            let plain = Session::new(0, false, String::new());
+            data_command(shared, command, expected, &plain).await
+        }
         Some(Err(frame)) => frame.into(),
         None => unknown_command(&args[3..]).into(),
     }
 }
 
 /// Routes a data command to the storage thread that owns its slot.
+/// The session says whether the connection sent `READONLY` and whether it
+/// is on the replica endpoint (see [`storage_task`]).
 async fn data_command(
     shared: &Arc<Shared>,
     command: Command,
     expected: Option<(PartitionId, Epoch)>,
+    session: &Session,
 ) -> Reply {
+    let on = Connection {
+        readonly: session.readonly,
+        replica_endpoint: session.replica_endpoint,
+    };
     let slot = {
         let keys = command.keys();
         let Some(first) = keys.first() else {
@@ -376,7 +412,7 @@ async fn data_command(
         }
         slot
     };
-    let task = storage_task(shared.clone(), command, slot, expected);
+    let task = storage_task(shared.clone(), command, slot, expected, on);
     match shared.executor.submit(slot, task).await {
         Ok(rx) => Reply::Waiting(rx),
         Err(frame) => frame.into(),
@@ -387,33 +423,75 @@ async fn data_command(
 /// command's mutations in one batch — all under the routing read guard.
 /// A request for a fenced partition is parked (held, then re-run); a write
 /// to a dual-written partition hands its reply to the migration's push.
+///
+/// On a `READONLY` connection (`readonly`) a read is admitted by
+/// [`crate::routing::RoutingGuard::admit_replica_read`]: the owner serves it
+/// as any read, an in-sync replica holding a valid read lease serves it from
+/// its copy (invariant 11), anything else is `-MOVED` to the owner. Writes,
+/// and epoch-carrying requests (`KW.AT`), are always admitted by
+/// [`crate::routing::RoutingGuard::admit_slot`], so a write on a `READONLY`
+/// connection to a replica is `-MOVED` to the primary, as in Redis. On the
+/// replica endpoint every write is `-MOVED` to the primary's main address,
+/// even when this node is the primary.
 fn storage_task(
     shared: Arc<Shared>,
     command: Command,
     slot: u16,
     expected: Option<(PartitionId, Epoch)>,
+    on: Connection,
 ) -> Task {
     Box::new(move |engine| {
         let guard = shared.routing.read();
-        let partition = match guard.admit_slot(shared.keyspace.id, slot, expected) {
+        let replica_read = on.readonly && expected.is_none() && !command.is_write();
+        let admitted = if on.replica_endpoint && command.is_write() {
+            Err(guard.redirect_to_owner(shared.keyspace.id, slot))
+        } else if replica_read {
+            guard.admit_replica_read(shared.keyspace.id, slot)
+        } else {
+            guard.admit_slot(shared.keyspace.id, slot, expected)
+        };
+        let (partition, as_replica) = match admitted {
             Ok(p) if command.is_write() => match norepl(&shared, guard.map(), p) {
                 Some(refused) => return refused,
-                None => p.id,
+                None => (p.id, false),
             },
-            Ok(p) => p.id,
+            Ok(p) => (p.id, p.owner != shared.me),
             Err(Rejection::Fenced { .. }) => {
                 drop(guard);
                 return TaskOutput {
                     reply: Frame::Null,
                     wrote: false,
-                    follow: Follow::Park(storage_task(shared, command, slot, expected)),
+                    follow: Follow::Park(storage_task(shared, command, slot, expected, on)),
                 };
             }
             Err(rejection) => {
+                if replica_read && matches!(rejection, Rejection::Moved { .. }) {
+                    shared.metrics.replica_read(false);
+                }
                 shared.metrics.rejected(rejection_kind(&rejection));
                 return TaskOutput::reply(rejection.to_frame(), false);
             }
         };
+        let limits = DbLimits {
+            max_value_bytes: shared.config.max_value_bytes,
+        };
+        if as_replica {
+            debug_assert!(
+                replica_read,
+                "only a READONLY read is admitted on a replica"
+            );
+            shared.metrics.replica_read(true);
+            let mut db = Db::new(engine, &shared.keyspace, shared.clock.unix_ms(), &limits);
+            return match command.execute(&mut db) {
+                // A replica never changes its copy on a client's behalf: the
+                // only mutations a read queues are lazy-expiry deletes, which
+                // the primary's stream delivers (as a Redis replica leaves
+                // expiring to its master). The reply already reads the key as
+                // absent.
+                Ok(reply) => TaskOutput::reply(reply, false),
+                Err(e) => storage_failure(e),
+            };
+        }
         // Load statistics: one request, by its first key.
         if let Some(key) = command.keys().first() {
             let write = command.is_write();
@@ -421,9 +499,6 @@ fn storage_task(
                 .stats
                 .record_key(partition, &shared.keyspace, key, write);
         }
-        let limits = DbLimits {
-            max_value_bytes: shared.config.max_value_bytes,
-        };
         let mut db = Db::new(engine, &shared.keyspace, shared.clock.unix_ms(), &limits);
         let reply = match command.execute(&mut db) {
             Ok(reply) => reply,
@@ -438,6 +513,31 @@ fn storage_task(
             reply,
         )
     })
+}
+
+/// What a data command's connection is ([`storage_task`]).
+#[derive(Clone, Copy, Debug)]
+struct Connection {
+    /// It sent `READONLY` (or is on the replica endpoint and did not send `READWRITE`).
+    readonly: bool,
+    /// It is on the replica endpoint.
+    replica_endpoint: bool,
+}
+
+/// `HELLO` on the replica endpoint says `role: replica`.
+fn replica_role_in_hello(reply: Frame, replica_endpoint: bool) -> Frame {
+    match reply {
+        Frame::Map(fields) if replica_endpoint => Frame::Map(
+            fields
+                .into_iter()
+                .map(|(k, v)| match &k {
+                    Frame::Bulk(name) if &name[..] == b"role" => (k, Frame::bulk("replica")),
+                    _ => (k, v),
+                })
+                .collect(),
+        ),
+        other => other,
+    }
 }
 
 /// The effect of an admitted command, still under the routing read guard:

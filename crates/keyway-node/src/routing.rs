@@ -536,6 +536,18 @@ impl RoutingGuard<'_> {
         })
     }
 
+    /// A write sent to the replica endpoint: never run there, `-MOVED` to
+    /// the slot's primary's main address (even when that is this node).
+    pub fn redirect_to_owner(&self, ks: KeyspaceId, slot: u16) -> Rejection {
+        match self.map.map.locate(ks, &slot.to_be_bytes()) {
+            Some(p) => Rejection::Moved {
+                slot,
+                addr: self.addr_of(p.owner),
+            },
+            None => Rejection::Unserved,
+        }
+    }
+
     /// This node is about to receive `p` (its map still shows the old row).
     fn incoming(&self, p: &PartitionRecord) -> bool {
         self.map
@@ -578,6 +590,7 @@ mod tests {
                 weight: keyway_map::DEFAULT_NODE_WEIGHT,
                 draining: false,
                 zone: None,
+                replica_addr: None,
             })
             .collect()
     }

@@ -56,6 +56,9 @@ pub struct Shared {
     pub me: NodeId,
     pub resp_addr: String,
     pub admin_addr: String,
+    /// `host:port` of the replica endpoint, if it listens (see
+    /// [`crate::replica_endpoint`]).
+    pub replica_addr: Option<String>,
     pub routing: Arc<Routing>,
     /// The engine behind the fail-stop latch (see [`crate::storage_health`]).
     pub engine: Arc<dyn Engine>,
@@ -167,6 +170,20 @@ impl Node {
             None => local_addr(&listener)?,
         };
         let admin_addr = local_addr(&admin_listener)?;
+        let replica_listener = match config.replica_listen.bind_addr(config.listen) {
+            Some(addr) => Some(bind(addr).await?),
+            None => None,
+        };
+        let replica_addr = match &replica_listener {
+            Some(l) => Some(crate::replica_endpoint::advertised_addr(
+                l.local_addr().map_err(|source| NodeError::Bind {
+                    addr: config.listen,
+                    source,
+                })?,
+                config.announce.as_deref(),
+            )),
+            None => None,
+        };
         let (shutdown, shutdown_rx) = watch::channel(false);
         let me = register(
             &config,
@@ -176,6 +193,12 @@ impl Node {
             shutdown_rx.clone(),
         )
         .await?;
+        if let Err(e) =
+            crate::replica_endpoint::advertise(&*meta, me, replica_addr.as_deref()).await
+        {
+            // `keep_advertised` retries.
+            tracing::warn!(%e, "cannot advertise the replica endpoint yet");
+        }
         let metrics = Arc::new(Metrics::new());
         metrics.register(
             "storage_failed",
@@ -241,6 +264,7 @@ impl Node {
             me,
             resp_addr,
             admin_addr,
+            replica_addr,
             routing,
             engine,
             storage_health,
@@ -296,8 +320,20 @@ impl Node {
             admin_listener,
             shutdown_rx.clone(),
         ));
-        tasks.spawn(accept_loop(shared.clone(), listener, shutdown_rx));
-        tracing::info!(node = %me, resp = %shared.resp_addr, admin = %shared.admin_addr, "node started");
+        if let Some(replica_listener) = replica_listener {
+            tasks.spawn(crate::replica_endpoint::keep_advertised(
+                shared.clone(),
+                shutdown_rx.clone(),
+            ));
+            tasks.spawn(accept_loop(
+                shared.clone(),
+                replica_listener,
+                true,
+                shutdown_rx.clone(),
+            ));
+        }
+        tasks.spawn(accept_loop(shared.clone(), listener, false, shutdown_rx));
+        tracing::info!(node = %me, resp = %shared.resp_addr, replica = ?shared.replica_addr, admin = %shared.admin_addr, "node started");
         Ok(Node {
             shared,
             shutdown,
@@ -318,6 +354,11 @@ impl Node {
     /// `host:port` of the admin HTTP port.
     pub fn admin_addr(&self) -> &str {
         &self.shared.admin_addr
+    }
+
+    /// `host:port` of the replica endpoint, if it listens.
+    pub fn replica_addr(&self) -> Option<&str> {
+        self.shared.replica_addr.as_deref()
     }
 
     pub fn shared(&self) -> &Arc<Shared> {
@@ -481,9 +522,11 @@ fn write_node_id(path: &Path, id: NodeId) -> Result<(), NodeError> {
     std::fs::rename(&tmp, path).map_err(err)
 }
 
+/// `replica_endpoint`: the listener is the replica endpoint's.
 async fn accept_loop(
     shared: Arc<Shared>,
     listener: TcpListener,
+    replica_endpoint: bool,
     mut shutdown: watch::Receiver<bool>,
 ) {
     let mut conns = JoinSet::new();
@@ -500,7 +543,7 @@ async fn accept_loop(
                         continue;
                     }
                     let _ = stream.set_nodelay(true);
-                    conns.spawn(crate::connection::serve(shared.clone(), stream, peer, shutdown.clone()));
+                    conns.spawn(crate::connection::serve(shared.clone(), stream, peer, replica_endpoint, shutdown.clone()));
                 }
                 Err(err) => {
                     tracing::warn!(%err, "accept failed");

@@ -1,4 +1,5 @@
-//! Per-connection state: protocol version, client name, authentication;
+//! Per-connection state: protocol version, client name, authentication,
+//! `READONLY`;
 //! and the connection commands that change it (`AUTH`, `HELLO`), shared
 //! with `keyway proxy`.
 
@@ -25,6 +26,15 @@ pub struct Session {
     pub closing: bool,
     /// Remote address, for `CLIENT INFO`.
     pub peer: String,
+    /// Set by `READONLY`, cleared by `READWRITE`: reads on this connection
+    /// may be served by an in-sync replica of their partition
+    /// ([`crate::routing::RoutingGuard::admit_replica_read`]); writes are
+    /// always admitted as on any connection (the owner, else `-MOVED`).
+    pub readonly: bool,
+    /// The connection came in on the replica endpoint
+    /// ([`crate::replica_endpoint`]): writes are `-MOVED` to the primary,
+    /// `CLUSTER MYID`/`NODES`/INFO speak for the node's replica role.
+    pub replica_endpoint: bool,
 }
 
 impl Session {
@@ -38,6 +48,8 @@ impl Session {
             authenticated: !needs_auth,
             closing: false,
             peer,
+            readonly: false,
+            replica_endpoint: false,
         }
     }
 }

@@ -146,6 +146,7 @@ mod tests {
                         weight: keyway_map::DEFAULT_NODE_WEIGHT,
                         draining: false,
                         zone: None,
+                        replica_addr: None,
                     })
                     .collect();
                 let map = PartitionMap::bootstrap(&infos, per_node).unwrap();

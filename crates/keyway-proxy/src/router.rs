@@ -225,6 +225,7 @@ fn apply_patch(view: &mut PartitionMap, patch: &Patch) -> bool {
         weight: keyway_map::DEFAULT_NODE_WEIGHT,
         draining: false,
         zone: None,
+        replica_addr: None,
     });
     node.resp_addr = patch.owner_addr.clone();
     view.partitions.insert(fresh.id, fresh.clone());

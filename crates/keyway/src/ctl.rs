@@ -102,6 +102,8 @@ struct NodeRow {
     weight: u32,
     draining: bool,
     zone: Option<String>,
+    /// The replica endpoint (`--replica-listen`), if the node has one.
+    replica_addr: Option<String>,
     /// Partitions it is primary (owner) of.
     partitions: usize,
     /// Partitions it holds a replica of, and how many of those in sync.
@@ -129,6 +131,7 @@ async fn nodes(meta: &dyn MetaStore, json: bool) -> anyhow::Result<()> {
             weight: n.weight,
             draining: n.draining,
             zone: n.zone.clone(),
+            replica_addr: n.replica_addr.clone(),
             partitions: map.owned_by(n.id).count(),
             replicas: map
                 .partitions

@@ -92,9 +92,10 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     for i in 0..cluster.len() {
         if let Some(node) = cluster.node(i) {
             println!(
-                "  node {}  redis://{}  admin http://{}",
+                "  node {}  redis://{}  replica endpoint redis://{}  admin http://{}",
                 node.id(),
                 node.resp_addr(),
+                node.replica_addr().unwrap_or("(off)"),
                 node.admin_addr()
             );
         }

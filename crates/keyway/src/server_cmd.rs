@@ -155,6 +155,16 @@ pub struct ServerArgs {
     /// Address clients are told to dial, if not the listen address.
     #[arg(long)]
     announce: Option<String>,
+    /// The replica endpoint: a second RESP listener for this node's replica
+    /// role. `auto` (default): the --listen IP, a free port; `off`: none (the
+    /// node's copies are not advertised as read targets); or IP:PORT.
+    /// CLUSTER SLOTS/SHARDS/NODES list the node's in-sync replica copies at
+    /// this address under a node id of their own, so Redis clients see one
+    /// master plus one replica process per node. Its connections start
+    /// READONLY; writes there are -MOVED to the primary. With --announce the
+    /// announced host is advertised with this port.
+    #[arg(long)]
+    replica_listen: Option<keyway_node::replica_endpoint::ReplicaListen>,
     /// Admin HTTP listen address (`/metrics`, `/map`, `/status`).
     #[arg(long, default_value = "127.0.0.1:8001")]
     admin_listen: SocketAddr,
@@ -189,6 +199,9 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
     config.listen = args.listen;
     config.announce = args.announce;
     config.admin_listen = args.admin_listen;
+    if let Some(replica_listen) = args.replica_listen {
+        config.replica_listen = replica_listen;
+    }
     config.data_dir = args.data;
     config.fault_injection = config.fault_injection || args.fault_injection;
     config.zone = args.zone.clone().or(config.zone);

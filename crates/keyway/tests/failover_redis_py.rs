@@ -58,7 +58,6 @@ fn quantile(v: &mut [f64], q: f64) -> f64 {
 }
 
 #[test]
-#[ignore = "needs replication merged"]
 fn redis_py_sees_no_lost_write_through_a_kill_of_every_node() {
     let spec = ReplSpec::default();
     let lease_ttl_s = spec.lease_ttl_ms as f64 / 1000.0;

@@ -131,7 +131,6 @@ fn short_nemesis_runs_find_no_violation() {
 }
 
 #[test]
-#[ignore = "needs replication merged"]
 fn replicated_nemesis_runs_find_no_violation() {
     nemesis_runs(2);
 }

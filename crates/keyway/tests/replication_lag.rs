@@ -87,7 +87,6 @@ fn set_ok(port: u16, key: &str, value: &str) {
 }
 
 #[test]
-#[ignore = "needs replication merged"]
 fn a_stopped_replica_leaves_the_in_sync_set_and_rejoins_after_sigcont() {
     let spec = spec(1);
     let lag = Duration::from_millis(spec.replica_lag_timeout_ms);
@@ -210,7 +209,6 @@ fn a_stopped_replica_leaves_the_in_sync_set_and_rejoins_after_sigcont() {
 }
 
 #[test]
-#[ignore = "needs replication merged"]
 fn min_in_sync_2_refuses_writes_with_noreplicas_and_serves_reads() {
     let spec = spec(2);
     let lag = Duration::from_millis(spec.replica_lag_timeout_ms);

@@ -345,6 +345,7 @@ mod tests {
             weight: DEFAULT_NODE_WEIGHT,
             draining: false,
             zone: None,
+            replica_addr: None,
         });
         PartitionMap::from_parts(Default::default(), Default::default(), [], nodes, [])
     }

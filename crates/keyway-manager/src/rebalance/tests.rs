@@ -27,6 +27,7 @@ fn node(id: u64) -> NodeInfo {
         weight: DEFAULT_NODE_WEIGHT,
         draining: false,
         zone: None,
+        replica_addr: None,
     }
 }
 

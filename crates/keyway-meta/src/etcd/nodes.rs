@@ -44,6 +44,8 @@ impl Inner {
                     weight: kept.map_or(keyway_map::DEFAULT_NODE_WEIGHT, |n| n.weight),
                     draining: kept.is_some_and(|n| n.draining),
                     zone: zone.clone().or_else(|| kept.and_then(|n| n.zone.clone())),
+                    // The node re-advertises its replica endpoint after registering.
+                    replica_addr: kept.and_then(|n| n.replica_addr.clone()),
                 };
                 Ok(Step::Commit {
                     txn: MapTxn::unconditional(vec![MapChange::UpsertNode(node)]),

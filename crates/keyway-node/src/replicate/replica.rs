@@ -387,19 +387,11 @@ pub fn check<'k>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use keyway_map::{MapVersion, NodeInfo, NodeState};
+    use keyway_map::{MapVersion, NodeInfo};
 
     fn map() -> PartitionMap {
         let nodes: Vec<NodeInfo> = (1..=3)
-            .map(|i| NodeInfo {
-                id: NodeId(i),
-                resp_addr: format!("127.0.0.1:{}", 7000 + i),
-                admin_addr: String::new(),
-                state: NodeState::Up,
-                weight: keyway_map::DEFAULT_NODE_WEIGHT,
-                draining: false,
-                zone: None,
-            })
+            .map(|i| NodeInfo::up(NodeId(i), format!("127.0.0.1:{}", 7000 + i)))
             .collect();
         PartitionMap::bootstrap_replicated(&nodes, 1, 2).unwrap()
     }

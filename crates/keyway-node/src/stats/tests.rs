@@ -68,6 +68,7 @@ fn world(config: StatsConfig) -> World {
         weight: keyway_map::DEFAULT_NODE_WEIGHT,
         draining: false,
         zone: None,
+        replica_addr: None,
     };
     routing
         .install(PartitionMap::bootstrap(&[node], 4).unwrap())

@@ -579,6 +579,7 @@ mod tests {
                 weight: keyway_map::DEFAULT_NODE_WEIGHT,
                 draining: false,
                 zone: None,
+                replica_addr: None,
             })
             .collect();
         let map = PartitionMap::bootstrap(&nodes, 8).unwrap();

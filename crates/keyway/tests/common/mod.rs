@@ -3,6 +3,7 @@
 
 #![allow(dead_code)]
 
+pub mod replica;
 pub mod workload;
 
 use bytes::{Bytes, BytesMut};

@@ -1,0 +1,74 @@
+//! Helpers of the replica tests (`replica_reads.rs`, `replica_endpoint.rs`):
+//! one RESP request on a raw connection, and a partition row committed
+//! conditionally and waited for.
+
+use bytes::Bytes;
+use keyway_cluster::LocalCluster;
+use keyway_map::{Epoch, MapChange, OwnershipCondition, PartitionRecord};
+use keyway_meta::MapTxn;
+use keyway_resp::Frame;
+use keyway_testkit::eventually;
+use std::time::Duration;
+
+pub async fn raw_command(conn: &mut tokio::net::TcpStream, args: &[&str]) -> Frame {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut out = bytes::BytesMut::new();
+    let frame = Frame::Array(
+        args.iter()
+            .map(|a| Frame::Bulk(Bytes::copy_from_slice(a.as_bytes())))
+            .collect(),
+    );
+    keyway_resp::encode(&frame, keyway_resp::Protocol::Resp2, &mut out);
+    conn.write_all(&out).await.unwrap();
+    let mut parser = keyway_resp::ResponseParser::new(keyway_resp::Limits::default());
+    let mut buf = bytes::BytesMut::new();
+    loop {
+        if let Some(f) = parser.parse(&mut buf).unwrap() {
+            return f;
+        }
+        assert!(
+            conn.read_buf(&mut buf).await.unwrap() > 0,
+            "connection closed"
+        );
+    }
+}
+
+pub fn bulk(s: &str) -> Frame {
+    Frame::Bulk(Bytes::copy_from_slice(s.as_bytes()))
+}
+
+/// Commits `row` (epoch + 1 of `prev`) conditional on `prev`'s owner and
+/// epoch, plus `extra` changes, and waits until node `at` routes by it.
+pub async fn commit(
+    c: &LocalCluster,
+    at: usize,
+    prev: &PartitionRecord,
+    row: PartitionRecord,
+    extra: Vec<MapChange>,
+) -> PartitionRecord {
+    assert_eq!(row.epoch, Epoch(prev.epoch.0 + 1));
+    let mut changes = extra;
+    changes.push(MapChange::UpsertPartition(row.clone()));
+    c.meta()
+        .commit(MapTxn {
+            conditions: vec![OwnershipCondition {
+                partition: prev.id,
+                expected: Some((prev.owner, prev.epoch)),
+            }],
+            changes,
+        })
+        .await
+        .unwrap();
+    let node = c.node(at).unwrap();
+    eventually(
+        "the node installs the new row",
+        Duration::from_secs(10),
+        || {
+            let map = node.shared().routing.map();
+            let seen = map.partitions.get(&row.id).map(|p| p.epoch);
+            async move { (seen == Some(row.epoch)).then_some(()) }
+        },
+    )
+    .await;
+    row
+}
