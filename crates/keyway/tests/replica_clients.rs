@@ -13,11 +13,8 @@
 //! the replicas and reads there, and redis-py's commands to all primaries
 //! (`scan_iter`) reach every node, which the redis-py test checks too.
 //!
-//! These need the replication streams (the read leases a primary grants its
-//! in-sync replicas, branch `repl-node`) and `keyway dev
-//! --replication-factor` (branch `repl-manager`); until both are in the
-//! tree they are ignored (remove the two `#[ignore]` lines once they are):
-//! `cargo test -p keyway --test replica_clients -- --ignored --test-threads=1`.
+//! The replicas serve because the primaries' streams grant them read
+//! leases; the tests wait until every partition has an in-sync replica.
 
 mod common;
 
@@ -89,7 +86,6 @@ fn reads_from_replicas(client: impl FnOnce(u16) -> Command, then: impl FnOnce(u1
 }
 
 #[test]
-#[ignore = "needs the replication streams and `keyway dev --replication-factor` (see the module doc)"]
 fn redis_py_reads_from_replicas_with_no_stale_read() {
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/py/replica_reads.py");
     let scan = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/py/scan_all.py");
@@ -117,7 +113,6 @@ fn redis_py_reads_from_replicas_with_no_stale_read() {
 }
 
 #[test]
-#[ignore = "needs the replication streams and `keyway dev --replication-factor` (see the module doc)"]
 fn ioredis_reads_from_replicas_with_no_stale_read() {
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/js/replica_reads.js");
     reads_from_replicas(
