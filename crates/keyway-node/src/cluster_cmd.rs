@@ -451,18 +451,37 @@ pub fn replicas(map: &PartitionMap, me: Me, master: &[u8]) -> Frame {
     )
 }
 
+/// Slots whose primary the manager marked Down (it holds no lease), or that
+/// name a node the map does not know: unreachable until a failover promotes
+/// a replica, so the cluster is not `ok` (Redis counts such slots as
+/// `cluster_slots_fail`).
+pub(crate) fn failed_slots(map: &PartitionMap) -> u32 {
+    let down = |id: NodeId| {
+        map.nodes
+            .get(&id)
+            .is_none_or(|n| n.state == keyway_map::NodeState::Down)
+    };
+    slot_ranges(map)
+        .iter()
+        .filter(|r| down(r.2))
+        .map(|r| (r.1 - r.0) as u32 + 1)
+        .sum()
+}
+
 fn info(map: &PartitionMap, shared: &Shared) -> Frame {
     let ranges = slot_ranges(map);
     let assigned: u32 = ranges.iter().map(|r| (r.1 - r.0) as u32 + 1).sum();
-    let ok = assigned == SLOT_COUNT as u32 && shared.routing.lease_valid();
+    let failed = failed_slots(map);
+    let ok = assigned == SLOT_COUNT as u32 && failed == 0 && shared.routing.lease_valid();
     let size = map
         .nodes
         .keys()
         .filter(|id| ranges.iter().any(|r| r.2 == **id))
         .count();
     let text = format!(
-        "cluster_state:{}\r\ncluster_slots_assigned:{assigned}\r\ncluster_slots_ok:{assigned}\r\ncluster_slots_pfail:0\r\ncluster_slots_fail:0\r\ncluster_known_nodes:{}\r\ncluster_size:{size}\r\ncluster_current_epoch:{}\r\ncluster_my_epoch:{}\r\ncluster_stats_messages_sent:0\r\ncluster_stats_messages_received:0\r\ntotal_cluster_links_buffer_limit_exceeded:0\r\n",
+        "cluster_state:{}\r\ncluster_slots_assigned:{assigned}\r\ncluster_slots_ok:{}\r\ncluster_slots_pfail:0\r\ncluster_slots_fail:{failed}\r\ncluster_known_nodes:{}\r\ncluster_size:{size}\r\ncluster_current_epoch:{}\r\ncluster_my_epoch:{}\r\ncluster_stats_messages_sent:0\r\ncluster_stats_messages_received:0\r\ntotal_cluster_links_buffer_limit_exceeded:0\r\n",
         if ok { "ok" } else { "fail" },
+        assigned - failed,
         map.nodes.len()
             + map
                 .nodes

@@ -459,3 +459,39 @@ fn replicas_lists_the_in_sync_copies_of_a_masters_partitions() {
         Frame::Error("ERR Unknown node nope".into())
     );
 }
+
+#[test]
+fn slots_of_a_down_primary_count_as_failed_until_a_replica_is_promoted() {
+    let mut map = rf2();
+    assert_eq!(failed_slots(&map), 0);
+    let owner = map
+        .locate_slot(keyway_map::DEFAULT_KEYSPACE, 0)
+        .unwrap()
+        .owner;
+    let owned: u32 = map
+        .keyspace_partitions(keyway_map::DEFAULT_KEYSPACE)
+        .filter(|p| p.owner == owner)
+        .map(|p| {
+            let (first, last) = p.slot_span();
+            u32::from(last - first) + 1
+        })
+        .sum();
+    map.nodes.get_mut(&owner).unwrap().state = keyway_map::NodeState::Down;
+    assert_eq!(failed_slots(&map), owned);
+    // A failover moves those partitions to their in-sync replicas.
+    let moved: Vec<PartitionId> = map
+        .keyspace_partitions(keyway_map::DEFAULT_KEYSPACE)
+        .filter(|p| p.owner == owner)
+        .map(|p| p.id)
+        .collect();
+    for id in moved {
+        let p = map.partitions.get_mut(&id).unwrap();
+        let to = p.in_sync[0];
+        p.replicas = vec![owner];
+        p.in_sync.clear();
+        p.owner = to;
+        p.epoch = Epoch(p.epoch.0 + 1);
+    }
+    map.reindex();
+    assert_eq!(failed_slots(&map), 0);
+}

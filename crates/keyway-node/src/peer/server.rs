@@ -109,6 +109,11 @@ impl PeerService {
         }
         if r.reason == RefusalReason::MapBehind {
             tracing::debug!(what, %r, "peer write deferred: map behind");
+        } else if what == "Replicate" && r.reason == RefusalReason::Stale {
+            // A late or superseded stream call (an earlier call of a stream
+            // that restarted, or a primary deposed since): expected around
+            // every in-sync change and failover; counted in the metric.
+            tracing::debug!(what, %r, "stale replication call refused");
         } else {
             tracing::warn!(what, reason = r.reason.label(), %r, "peer write refused");
         }
