@@ -7,7 +7,7 @@
 //! address. The cache may have gaps afterwards; a lookup that finds none
 //! refreshes the map.
 
-use keyway_map::{NodeInfo, NodeState, PartitionId, PartitionMap, PartitionRecord};
+use keyway_map::{NodeInfo, PartitionId, PartitionMap, PartitionRecord};
 use std::sync::{Arc, RwLock};
 use std::time::Instant;
 
@@ -49,16 +49,9 @@ pub fn patch_map(map: &mut PartitionMap, moved: &KwMoved) -> bool {
         map.partitions.remove(&id);
     }
     map.partitions.remove(&fresh.id);
-    map.nodes.entry(fresh.owner).or_insert_with(|| NodeInfo {
-        id: fresh.owner,
-        resp_addr: moved.owner_addr.clone(),
-        admin_addr: String::new(),
-        state: NodeState::Up,
-        weight: keyway_map::DEFAULT_NODE_WEIGHT,
-        draining: false,
-        zone: None,
-        replica_addr: None,
-    });
+    map.nodes
+        .entry(fresh.owner)
+        .or_insert_with(|| NodeInfo::up(fresh.owner, moved.owner_addr.clone()));
     if let Some(node) = map.nodes.get_mut(&fresh.owner) {
         node.resp_addr = moved.owner_addr.clone();
     }

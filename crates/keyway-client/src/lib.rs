@@ -604,7 +604,7 @@ pub(crate) fn at_request(p: &PartitionRecord, args: &[&[u8]]) -> Vec<Bytes> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use keyway_map::{NodeId, NodeInfo, NodeState};
+    use keyway_map::{NodeId, NodeInfo};
 
     #[test]
     fn strategies_parse_and_bad_settings_are_named() {
@@ -630,16 +630,7 @@ mod tests {
     #[test]
     fn a_replicated_map_routes_every_request_to_the_owner() {
         let nodes: Vec<NodeInfo> = (1..=3)
-            .map(|i| NodeInfo {
-                id: NodeId(i),
-                resp_addr: format!("127.0.0.1:{}", 7000 + i),
-                admin_addr: String::new(),
-                state: NodeState::Up,
-                weight: keyway_map::DEFAULT_NODE_WEIGHT,
-                draining: false,
-                zone: None,
-                replica_addr: None,
-            })
+            .map(|i| NodeInfo::up(NodeId(i), format!("127.0.0.1:{}", 7000 + i)))
             .collect();
         let map = PartitionMap::bootstrap_replicated(&nodes, 2, 3).unwrap();
         // The map as the client loads it (KW.MAP), replicas included.

@@ -197,21 +197,12 @@ const RELAXED: std::sync::atomic::Ordering = std::sync::atomic::Ordering::Relaxe
 #[cfg(test)]
 mod tests {
     use super::*;
-    use keyway_map::{Epoch, NodeId, NodeInfo, NodeState};
+    use keyway_map::{Epoch, NodeId, NodeInfo};
 
     #[test]
     fn deltas_apply_in_order_and_gaps_are_refused() {
         let nodes: Vec<NodeInfo> = (1..=2)
-            .map(|i| NodeInfo {
-                id: NodeId(i),
-                resp_addr: format!("h:{i}"),
-                admin_addr: String::new(),
-                state: NodeState::Up,
-                weight: keyway_map::DEFAULT_NODE_WEIGHT,
-                draining: false,
-                zone: None,
-                replica_addr: None,
-            })
+            .map(|i| NodeInfo::up(NodeId(i), format!("h:{i}")))
             .collect();
         let map = PartitionMap::bootstrap(&nodes, 2).unwrap();
         let mut p = map.partitions.values().next().unwrap().clone();

@@ -148,20 +148,11 @@ fn write_logged(path: &Path, writing: &Mutex<()>, map: &PartitionMap) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use keyway_map::{NodeId, NodeInfo, NodeState};
+    use keyway_map::{NodeId, NodeInfo};
 
     #[test]
     fn round_trips_and_refuses_every_corruption() {
-        let nodes = vec![NodeInfo {
-            id: NodeId(1),
-            resp_addr: "h:1".into(),
-            admin_addr: String::new(),
-            state: NodeState::Up,
-            weight: keyway_map::DEFAULT_NODE_WEIGHT,
-            draining: false,
-            zone: None,
-            replica_addr: None,
-        }];
+        let nodes = vec![NodeInfo::up(NodeId(1), "h:1".into())];
         let map = PartitionMap::bootstrap(&nodes, 3).unwrap();
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("map.cache");

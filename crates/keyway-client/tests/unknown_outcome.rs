@@ -6,7 +6,7 @@
 
 use bytes::{Bytes, BytesMut};
 use keyway_client::{Client, ClientConfig, ClientError};
-use keyway_map::{MapVersion, NodeId, NodeInfo, NodeState, PartitionMap, encode_map};
+use keyway_map::{MapVersion, NodeId, NodeInfo, PartitionMap, encode_map};
 use keyway_resp::{Frame, Limits, Protocol, RequestParser, encode};
 use std::sync::{Arc, Mutex};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -35,16 +35,7 @@ struct FakeNode {
 
 /// A one-node map of version `version` whose node is at `addr`.
 fn map_at(addr: &str, version: u64) -> PartitionMap {
-    let node = NodeInfo {
-        id: NodeId(1),
-        resp_addr: addr.to_string(),
-        admin_addr: String::new(),
-        state: NodeState::Up,
-        weight: keyway_map::DEFAULT_NODE_WEIGHT,
-        draining: false,
-        zone: None,
-        replica_addr: None,
-    };
+    let node = NodeInfo::up(NodeId(1), addr.to_string());
     let mut map = PartitionMap::bootstrap(&[node], 1).unwrap();
     map.version = MapVersion(version);
     map

@@ -444,19 +444,10 @@ pub fn bootstrap_txn(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use keyway_map::{NodeInfo, NodeState, PartitionId};
+    use keyway_map::{NodeInfo, PartitionId};
 
     fn node(id: u64) -> MapChange {
-        MapChange::UpsertNode(NodeInfo {
-            id: NodeId(id),
-            resp_addr: format!("h:{id}"),
-            admin_addr: String::new(),
-            state: NodeState::Up,
-            weight: keyway_map::DEFAULT_NODE_WEIGHT,
-            draining: false,
-            zone: None,
-            replica_addr: None,
-        })
+        MapChange::UpsertNode(NodeInfo::up(NodeId(id), format!("h:{id}")))
     }
 
     #[test]

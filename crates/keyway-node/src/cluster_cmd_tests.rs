@@ -8,14 +8,8 @@ use keyway_map::{Epoch, NodeInfo, PartitionId};
 fn node_infos(n: u64) -> Vec<NodeInfo> {
     (1..=n)
         .map(|i| NodeInfo {
-            id: NodeId(i),
-            resp_addr: format!("127.0.0.1:{}", 7000 + i),
-            admin_addr: String::new(),
-            state: NodeState::Up,
-            weight: keyway_map::DEFAULT_NODE_WEIGHT,
-            draining: false,
-            zone: None,
             replica_addr: Some(format!("127.0.0.1:{}", 7100 + i)),
+            ..NodeInfo::up(NodeId(i), format!("127.0.0.1:{}", 7000 + i))
         })
         .collect()
 }

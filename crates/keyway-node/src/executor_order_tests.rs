@@ -7,7 +7,7 @@ use super::*;
 use crate::clock::SystemClock;
 use crate::routing::{Rejection, Routing};
 use bytes::Bytes;
-use keyway_map::{DEFAULT_KEYSPACE, NodeId, NodeInfo, NodeState, PartitionId, PartitionMap};
+use keyway_map::{DEFAULT_KEYSPACE, NodeId, NodeInfo, PartitionId, PartitionMap};
 use keyway_storage::{MemEngine, Mutation, ValueKind};
 
 const FENCED_SLOT: u16 = 0;
@@ -29,16 +29,7 @@ struct Rig {
 
 /// One node owning both partitions; the partition of slot 0 fenced.
 fn rig() -> Rig {
-    let node = NodeInfo {
-        id: NodeId(1),
-        resp_addr: "127.0.0.1:7001".into(),
-        admin_addr: String::new(),
-        state: NodeState::Up,
-        weight: keyway_map::DEFAULT_NODE_WEIGHT,
-        draining: false,
-        zone: None,
-        replica_addr: None,
-    };
+    let node = NodeInfo::up(NodeId(1), "127.0.0.1:7001".into());
     let routing = Arc::new(Routing::new(NodeId(1), Arc::new(SystemClock)));
     routing
         .install(PartitionMap::bootstrap(&[node], 2).unwrap())

@@ -157,20 +157,11 @@ impl MapHistory {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use keyway_map::{Epoch, NodeId, NodeInfo, NodeState};
+    use keyway_map::{Epoch, NodeId, NodeInfo};
 
     fn nodes() -> Vec<NodeInfo> {
         (1..=2)
-            .map(|i| NodeInfo {
-                id: NodeId(i),
-                resp_addr: format!("127.0.0.1:{}", 7000 + i),
-                admin_addr: String::new(),
-                state: NodeState::Up,
-                weight: keyway_map::DEFAULT_NODE_WEIGHT,
-                draining: false,
-                zone: None,
-                replica_addr: None,
-            })
+            .map(|i| NodeInfo::up(NodeId(i), format!("127.0.0.1:{}", 7000 + i)))
             .collect()
     }
 

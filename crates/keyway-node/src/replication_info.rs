@@ -143,16 +143,7 @@ mod tests {
 
     fn nodes(n: u64) -> Vec<NodeInfo> {
         (1..=n)
-            .map(|i| NodeInfo {
-                id: NodeId(i),
-                resp_addr: format!("127.0.0.1:{}", 7000 + i),
-                admin_addr: String::new(),
-                state: NodeState::Up,
-                weight: keyway_map::DEFAULT_NODE_WEIGHT,
-                draining: false,
-                zone: None,
-                replica_addr: None,
-            })
+            .map(|i| NodeInfo::up(NodeId(i), format!("127.0.0.1:{}", 7000 + i)))
             .collect()
     }
 

@@ -577,21 +577,12 @@ impl RoutingGuard<'_> {
 mod tests {
     use super::*;
     use crate::clock::SystemClock;
-    use keyway_map::{DEFAULT_KEYSPACE, MapVersion, NodeInfo, NodeState, key_hash_slot};
+    use keyway_map::{DEFAULT_KEYSPACE, MapVersion, NodeInfo, key_hash_slot};
     use std::time::Duration;
 
     fn nodes() -> Vec<NodeInfo> {
         (1..=3)
-            .map(|i| NodeInfo {
-                id: NodeId(i),
-                resp_addr: format!("127.0.0.1:{}", 7000 + i),
-                admin_addr: String::new(),
-                state: NodeState::Up,
-                weight: keyway_map::DEFAULT_NODE_WEIGHT,
-                draining: false,
-                zone: None,
-                replica_addr: None,
-            })
+            .map(|i| NodeInfo::up(NodeId(i), format!("127.0.0.1:{}", 7000 + i)))
             .collect()
     }
 

@@ -19,8 +19,8 @@
 use crate::metrics::Metrics;
 use futures::StreamExt;
 use keyway_map::{
-    DEFAULT_KEYSPACE, Epoch, Keyspace, KeyspaceId, MapVersion, NodeInfo, NodeState, PartitionId,
-    PartitionMap, PartitionRecord,
+    DEFAULT_KEYSPACE, Epoch, Keyspace, KeyspaceId, MapVersion, NodeInfo, PartitionId, PartitionMap,
+    PartitionRecord,
 };
 use keyway_meta::{MapUpdate, MetaStore};
 use std::sync::{Arc, Mutex, RwLock};
@@ -217,16 +217,10 @@ fn apply_patch(view: &mut PartitionMap, patch: &Patch) -> bool {
     for id in stale {
         view.partitions.remove(&id);
     }
-    let node = view.nodes.entry(fresh.owner).or_insert_with(|| NodeInfo {
-        id: fresh.owner,
-        resp_addr: patch.owner_addr.clone(),
-        admin_addr: String::new(),
-        state: NodeState::Up,
-        weight: keyway_map::DEFAULT_NODE_WEIGHT,
-        draining: false,
-        zone: None,
-        replica_addr: None,
-    });
+    let node = view
+        .nodes
+        .entry(fresh.owner)
+        .or_insert_with(|| NodeInfo::up(fresh.owner, patch.owner_addr.clone()));
     node.resp_addr = patch.owner_addr.clone();
     view.partitions.insert(fresh.id, fresh.clone());
     true

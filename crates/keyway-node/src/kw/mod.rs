@@ -280,24 +280,13 @@ impl PeerCache {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use keyway_map::{MapChange, MapVersion, NodeId, NodeInfo, NodeState, Routing as KeyRouting};
+    use keyway_map::{MapChange, MapVersion, NodeId, NodeInfo, Routing as KeyRouting};
 
     #[test]
     fn keyspaces_resolve_by_name_then_by_id() {
-        let mut map = PartitionMap::bootstrap(
-            &[NodeInfo {
-                id: NodeId(1),
-                resp_addr: "127.0.0.1:7001".into(),
-                admin_addr: String::new(),
-                state: NodeState::Up,
-                weight: keyway_map::DEFAULT_NODE_WEIGHT,
-                draining: false,
-                zone: None,
-                replica_addr: None,
-            }],
-            1,
-        )
-        .unwrap();
+        let mut map =
+            PartitionMap::bootstrap(&[NodeInfo::up(NodeId(1), "127.0.0.1:7001".into())], 1)
+                .unwrap();
         map.apply(
             MapVersion(2),
             &[MapChange::UpsertKeyspace(Keyspace {

@@ -571,16 +571,7 @@ mod tests {
     #[test]
     fn moves_come_off_the_first_node_spread_and_alternating() {
         let nodes: Vec<keyway_map::NodeInfo> = (1..=3)
-            .map(|i| keyway_map::NodeInfo {
-                id: NodeId(i),
-                resp_addr: format!("h:{i}"),
-                admin_addr: String::new(),
-                state: keyway_map::NodeState::Up,
-                weight: keyway_map::DEFAULT_NODE_WEIGHT,
-                draining: false,
-                zone: None,
-                replica_addr: None,
-            })
+            .map(|i| keyway_map::NodeInfo::up(NodeId(i), format!("h:{i}")))
             .collect();
         let map = PartitionMap::bootstrap(&nodes, 8).unwrap();
         let plan = plan_moves(&map, 4);
