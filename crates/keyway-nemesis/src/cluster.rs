@@ -78,9 +78,9 @@ pub struct ClusterSpec {
     pub network: bool,
     /// Start the nodes with `--fault-injection` (the `disk` fault).
     pub fault_injection: bool,
-    /// Keyspace 0's replication factor (`keyway meta --replication-factor`;
-    /// the embedded store only). 1 passes no replication flag at all, so a
-    /// binary without replication runs as before.
+    /// Keyspace 0's replication factor (`--replication-factor` of `keyway
+    /// meta`, or of the servers' bootstrap on etcd). 1 passes no replication
+    /// flag at all.
     pub replication_factor: u8,
     /// Keyspace 0's `min_in_sync` (copies, the primary included).
     pub min_in_sync: u8,
@@ -410,6 +410,7 @@ impl Cluster {
             ]);
             if spec.meta == MetaKind::Etcd {
                 args.extend(s(&["--bootstrap-nodes", &n, "--partitions-per-node", &ppn]));
+                args.extend(spec.replication_flags());
             }
             args.extend(spec.replica_node_flags());
             if spec.fault_injection {

@@ -85,7 +85,15 @@ pub struct ClusterClient {
     next_replica: usize,
     /// Seeds are tried round-robin from here.
     next_seed: usize,
+    /// When the slot table was last reloaded.
+    refreshed_at: Option<Instant>,
 }
+
+/// A replica read that finds no replica listed for its slot reloads the
+/// table when it is older than this (replicas join the in-sync set, and
+/// so `CLUSTER SLOTS`, after the table was read; no redirect announces
+/// that), as ioredis's `slotsRefreshInterval` does.
+const REPLICA_REFRESH: Duration = Duration::from_millis(1_000);
 
 impl ClusterClient {
     /// A client that learns the slot table from `seeds` when it first needs it.
@@ -99,6 +107,7 @@ impl ClusterClient {
             readonly_conns: HashMap::new(),
             next_replica: 0,
             next_seed: 0,
+            refreshed_at: None,
         }
     }
 
@@ -166,7 +175,11 @@ impl ClusterClient {
         budget: Duration,
     ) -> (Exec, bool) {
         let deadline = Instant::now() + budget;
-        if self.slots[slot as usize].is_none() {
+        let stale = self
+            .refreshed_at
+            .is_none_or(|at| at.elapsed() >= REPLICA_REFRESH);
+        if self.slots[slot as usize].is_none() || (self.replicas[slot as usize].is_empty() && stale)
+        {
             self.refresh(deadline).await;
         }
         let replicas = &self.replicas[slot as usize];
@@ -272,6 +285,7 @@ impl ClusterClient {
             {
                 self.slots = table;
                 self.replicas = replicas;
+                self.refreshed_at = Some(Instant::now());
                 return;
             }
         }

@@ -117,11 +117,6 @@ impl RunConfig {
         keyway_map::check_replication(self.replication_factor, self.min_in_sync)
             .map_err(|e| format!("--replication-factor/--min-in-sync: {e}"))?;
         check(
-            self.replication_factor == 1 && self.min_in_sync == 1
-                || self.meta == MetaKind::Embedded,
-            "--replication-factor/--min-in-sync need --meta embedded (`keyway meta` bootstraps keyspace 0 replicated; on etcd the servers bootstrap it, unreplicated)",
-        )?;
-        check(
             usize::from(self.replication_factor) <= self.nodes,
             "--replication-factor must be at most --nodes",
         )?;

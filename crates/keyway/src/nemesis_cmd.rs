@@ -80,8 +80,9 @@ pub struct NemesisArgs {
     #[arg(long, default_value_t = 60_000)]
     settle_timeout_ms: u64,
     /// Copies of each partition of keyspace 0 (`keyway meta
-    /// --replication-factor`); 1 passes no replication flag (1..=5, at most --nodes).
-    #[arg(long, default_value_t = 1)]
+    /// --replication-factor`), as `keyway dev` runs by default; 1 tests the
+    /// single-copy path and passes no replication flag (1..=5, at most --nodes).
+    #[arg(long, default_value_t = 2)]
     replication_factor: u8,
     /// Copies (the primary included) that must be in sync for a write to
     /// be accepted (`-NOREPLICAS` below it); 1..=--replication-factor.

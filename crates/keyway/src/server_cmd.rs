@@ -176,6 +176,9 @@ pub struct ServerArgs {
     /// Partitions per node in that initial map.
     #[arg(long, default_value_t = 4)]
     partitions_per_node: u16,
+    /// Keyspace 0's replication in that initial map (with `--bootstrap-nodes`).
+    #[command(flatten)]
+    replication: crate::meta_cmd::BootstrapReplication,
     /// This node's zone (rack, availability zone): a partition's copies go
     /// to distinct zones first. 1-64 bytes of letters, digits, `_.-`.
     #[arg(long)]
@@ -216,6 +219,7 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
         args.partitions_per_node > 0,
         "--partitions-per-node must be greater than 0"
     );
+    let replication = args.replication.to_replication()?;
     let meta = keyway_meta::connect(&args.meta).await?;
     let node = Node::start(config, meta.clone()).await?;
     let bootstrap = args.bootstrap_nodes.map(|nodes| {
@@ -223,7 +227,7 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
             meta.clone(),
             nodes,
             args.partitions_per_node,
-            keyway_meta::Replication::default(),
+            replication,
         ))
     });
     println!(
