@@ -155,7 +155,17 @@ pub async fn run(args: NemesisArgs) -> anyhow::Result<()> {
         let seed = first.wrapping_add(i);
         let progress = Arc::new(Progress::default());
         let bar = progress_bar(seed, args.time_limit, &progress)?;
-        let result = run_one(&config, seed, progress.clone()).await;
+        // SIGINT/SIGTERM ends the batch: dropping the run stops its
+        // processes and removes its namespaces and bridge (their `Drop`s).
+        let result = tokio::select! {
+            r = run_one(&config, seed, progress.clone()) => r,
+            _ = crate::shutdown_signal() => {
+                bar.finish_and_clear();
+                println!("seed {seed} interrupted: cluster stopped, runs not carried out from here");
+                totals.add_error();
+                break;
+            }
+        };
         bar.finish_and_clear();
         match result {
             Ok(report) => {
