@@ -143,6 +143,9 @@ pub async fn read_migrations(
     let mut live = Vec::new();
     let mut moved_at: BTreeMap<PartitionId, u64> = BTreeMap::new();
     for stored in meta.migrations().await? {
+        if crate::replication::moves::is_replica_move(&stored) {
+            continue;
+        }
         let rec = match crate::driver::load(&stored) {
             Ok(rec) => rec,
             Err(err) => {
