@@ -59,8 +59,16 @@ pub async fn move_cmd(meta: &dyn MetaStore, args: MoveArgs, json: bool) -> anyho
         let from = resolve_node(&map, from)?;
         let deadline = Instant::now() + Duration::from_secs(args.timeout_secs);
         let wait = !args.detach;
-        return crate::ctl_move_replica::move_replicas(meta, &partitions, from, target, wait, deadline, json)
-            .await;
+        return crate::ctl_move_replica::move_replicas(
+            meta,
+            &partitions,
+            from,
+            target,
+            wait,
+            deadline,
+            json,
+        )
+        .await;
     }
     let mut ids = Vec::new();
     for pid in &partitions {

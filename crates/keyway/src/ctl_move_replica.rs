@@ -98,7 +98,12 @@ async fn follow(meta: &dyn MetaStore, mv: &ReplicaMove, deadline: Instant) -> an
                 outcome.to_uppercase(),
                 mv.partition,
                 if done {
-                    format!("replica {} -> {} in {} ms", mv.from, mv.to, began.elapsed().as_millis())
+                    format!(
+                        "replica {} -> {} in {} ms",
+                        mv.from,
+                        mv.to,
+                        began.elapsed().as_millis()
+                    )
                 } else {
                     format!("keeps its replica on {} (see /decisions for why)", mv.from)
                 }

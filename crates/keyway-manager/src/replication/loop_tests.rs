@@ -332,7 +332,9 @@ async fn a_replica_move_adds_the_target_and_removes_the_source_once_in_sync() {
     let (p, from, to) = move_candidate(&before);
     let mv = request_replica_move(&*env.meta, p, from, to).await.unwrap();
     // A second move of the same partition is refused while this one lives.
-    let err = request_replica_move(&*env.meta, p, from, to).await.unwrap_err();
+    let err = request_replica_move(&*env.meta, p, from, to)
+        .await
+        .unwrap_err();
     assert!(matches!(err, ReplicaMoveError::Busy { .. }), "{err}");
     let err = crate::request_move(&*env.meta, p, to).await.unwrap_err();
     assert!(err.to_string().contains("replica move"), "{err}");
@@ -367,7 +369,11 @@ async fn a_replica_move_adds_the_target_and_removes_the_source_once_in_sync() {
         }
     })
     .await;
-    assert_eq!(done.owner, NodeId(1), "a replica move never changes the primary");
+    assert_eq!(
+        done.owner,
+        NodeId(1),
+        "a replica move never changes the primary"
+    );
     assert_eq!(done.replicas, [to]);
     assert_eq!(done.in_sync, [to]);
     eventually("the record deleted", || {
@@ -421,7 +427,12 @@ async fn a_replica_move_that_never_catches_up_is_abandoned_and_the_source_kept()
     let row = env.map().await.partitions[&p].clone();
     assert_eq!(row.replicas, [from], "the target removed, the source kept");
     assert_eq!(row.in_sync, before.partitions[&p].in_sync);
-    assert!(moves::read_replica_moves(&*env.meta).await.unwrap().is_empty());
+    assert!(
+        moves::read_replica_moves(&*env.meta)
+            .await
+            .unwrap()
+            .is_empty()
+    );
     let text = env.metrics.encode();
     assert!(
         text.contains("keyway_manager_replica_moves_total{outcome=\"abandoned\"} 1"),

@@ -149,7 +149,10 @@ pub async fn request_replica_move(
         .partitions
         .get(&partition)
         .ok_or(ReplicaMoveError::UnknownPartition(partition))?;
-    let node = map.nodes.get(&to).ok_or(ReplicaMoveError::UnknownNode(to))?;
+    let node = map
+        .nodes
+        .get(&to)
+        .ok_or(ReplicaMoveError::UnknownNode(to))?;
     if !row.replicas.contains(&from) {
         return Err(ReplicaMoveError::NotAReplica {
             partition,
