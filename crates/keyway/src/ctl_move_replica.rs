@@ -51,7 +51,7 @@ pub async fn move_replicas(
     let mut failed = 0;
     for mv in requested {
         let row = if wait {
-            follow(meta, &mv, deadline).await?
+            follow(meta, &mv, deadline, json).await?
         } else {
             row(&mv, "requested", None)
         };
@@ -80,7 +80,13 @@ fn row(mv: &ReplicaMove, outcome: &'static str, took: Option<Duration>) -> Row {
 }
 
 /// Prints each phase change until the record is gone, then the outcome.
-async fn follow(meta: &dyn MetaStore, mv: &ReplicaMove, deadline: Instant) -> anyhow::Result<Row> {
+/// The outcome line goes to stderr with `--json` (stdout is the JSON).
+async fn follow(
+    meta: &dyn MetaStore,
+    mv: &ReplicaMove,
+    deadline: Instant,
+    json: bool,
+) -> anyhow::Result<Row> {
     let began = Instant::now();
     let mut last = "";
     loop {
@@ -92,7 +98,7 @@ async fn follow(meta: &dyn MetaStore, mv: &ReplicaMove, deadline: Instant) -> an
                 .get(&mv.partition)
                 .is_some_and(|r| r.has_copy(mv.to) && !r.has_copy(mv.from));
             let outcome = if done { "done" } else { "abandoned" };
-            println!(
+            let line = format!(
                 "replica move {} {}: partition {} {}",
                 mv.id,
                 outcome.to_uppercase(),
@@ -108,6 +114,11 @@ async fn follow(meta: &dyn MetaStore, mv: &ReplicaMove, deadline: Instant) -> an
                     format!("keeps its replica on {} (see /decisions for why)", mv.from)
                 }
             );
+            if json {
+                eprintln!("{line}");
+            } else {
+                println!("{line}");
+            }
             return Ok(row(mv, outcome, Some(began.elapsed())));
         }
         let phase = moves::phase(mv, &map);
