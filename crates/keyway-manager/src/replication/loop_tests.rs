@@ -331,12 +331,19 @@ async fn a_replica_move_adds_the_target_and_removes_the_source_once_in_sync() {
     let before = env.map().await;
     let (p, from, to) = move_candidate(&before);
     let mv = request_replica_move(&*env.meta, p, from, to).await.unwrap();
-    // A second move of the same partition is refused while this one lives.
-    let err = request_replica_move(&*env.meta, p, from, to)
+    // A second move of the same partition, and a migration of it, are
+    // refused while this one lives (to the other node without a copy: `to`
+    // may have been added already).
+    let other = *before
+        .nodes
+        .keys()
+        .find(|n| !before.partitions[&p].has_copy(**n) && **n != to)
+        .unwrap();
+    let err = request_replica_move(&*env.meta, p, from, other)
         .await
         .unwrap_err();
     assert!(matches!(err, ReplicaMoveError::Busy { .. }), "{err}");
-    let err = crate::request_move(&*env.meta, p, to).await.unwrap_err();
+    let err = crate::request_move(&*env.meta, p, other).await.unwrap_err();
     assert!(err.to_string().contains("replica move"), "{err}");
     let added = eventually("the target added, out of sync", || {
         let meta = env.meta.clone();
