@@ -95,27 +95,31 @@ impl Env {
 
     /// Sets `p`'s in-sync set by CAS (as its primary would).
     async fn set_in_sync(&self, p: PartitionId, in_sync: &[u64]) {
-        let map = self.map().await;
-        let mut row = map.partitions[&p].clone();
-        let cond = OwnershipCondition {
-            partition: p,
-            expected: Some((row.owner, row.epoch)),
-        };
-        row.in_sync = in_sync.iter().map(|n| NodeId(*n)).collect();
-        row.epoch = Epoch(row.epoch.0 + 1);
-        self.meta
-            .commit(MapTxn {
-                conditions: vec![cond],
-                changes: vec![MapChange::UpsertPartition(row)],
-            })
-            .await
-            .unwrap();
+        cas_in_sync(&*self.meta, p, in_sync).await
     }
 
     async fn shutdown(self) {
         self.duty.shutdown().await;
         self.seat.shutdown().await;
     }
+}
+
+/// Sets `p`'s in-sync set by CAS (as its primary would).
+async fn cas_in_sync(meta: &dyn MetaStore, p: PartitionId, in_sync: &[u64]) {
+    let map = meta.get_map().await.unwrap();
+    let mut row = map.partitions[&p].clone();
+    let cond = OwnershipCondition {
+        partition: p,
+        expected: Some((row.owner, row.epoch)),
+    };
+    row.in_sync = in_sync.iter().map(|n| NodeId(*n)).collect();
+    row.epoch = Epoch(row.epoch.0 + 1);
+    meta.commit(MapTxn {
+        conditions: vec![cond],
+        changes: vec![MapChange::UpsertPartition(row)],
+    })
+    .await
+    .unwrap();
 }
 
 fn fast() -> ReplicationConfig {
@@ -445,5 +449,62 @@ async fn a_replica_move_that_never_catches_up_is_abandoned_and_the_source_kept()
         text.contains("keyway_manager_replica_moves_total{outcome=\"abandoned\"} 1"),
         "{text}"
     );
+    env.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_new_leader_finishes_a_replica_move_the_old_one_started() {
+    let mut env = Env::new(4, 2, fast()).await;
+    let before = env.map().await;
+    let (p, from, to) = move_candidate(&before);
+    request_replica_move(&*env.meta, p, from, to).await.unwrap();
+    eventually("the target added", || {
+        let meta = env.meta.clone();
+        async move {
+            let map = meta.get_map().await.ok()?;
+            map.partitions[&p].replicas.contains(&to).then_some(())
+        }
+    })
+    .await;
+    // The leader's loop dies mid-move; the target catches up meanwhile.
+    let old = env.duty;
+    old.shutdown().await;
+    cas_in_sync(&*env.meta, p, &[from.0, to.0]).await;
+    assert_eq!(
+        moves::read_replica_moves(&*env.meta).await.unwrap().len(),
+        1
+    );
+    // A new loop (no memory of the move) finishes it from the record and
+    // the row.
+    let metrics = Arc::new(Metrics::new());
+    env.duty = Replication::start(
+        env.meta.clone(),
+        env.seat.view(),
+        fast(),
+        env.decisions.clone(),
+        &metrics,
+    );
+    let row = eventually("the source removed by the new loop", || {
+        let meta = env.meta.clone();
+        async move {
+            let map = meta.get_map().await.ok()?;
+            let row = map.partitions[&p].clone();
+            (!row.replicas.contains(&from)).then_some(row)
+        }
+    })
+    .await;
+    assert_eq!(
+        (row.replicas.as_slice(), row.in_sync.as_slice()),
+        (&[to][..], &[to][..])
+    );
+    eventually("the record deleted", || {
+        let meta = env.meta.clone();
+        async move {
+            let left = moves::read_replica_moves(&*meta).await.ok()?;
+            left.is_empty().then_some(())
+        }
+    })
+    .await;
+    assert_eq!(env.duty.status().get().replica_moves_done, 1);
     env.shutdown().await;
 }
