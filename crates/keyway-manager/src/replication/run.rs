@@ -113,12 +113,24 @@ impl Loop {
         }
         // Read after the map: a replica move's record exists before its
         // target is added, so a row with the extra copy is never planned
-        // without its move in view.
-        let (live_moves, _) = crate::rebalance::read_migrations(&*self.meta).await?;
-        let migrating: BTreeSet<PartitionId> = live_moves.iter().map(|m| m.partition).collect();
-        let replica_moves = moves::read_replica_moves(&*self.meta).await?;
+        // without its move in view. Migration records are decoded only
+        // when something may change (a replica move lives, or the
+        // reconciler would act).
+        let stored = self.meta.migrations().await?;
+        let replica_moves: Vec<ReplicaMove> = stored.iter().filter_map(ReplicaMove::load).collect();
         let replica_moving: BTreeSet<PartitionId> =
             replica_moves.iter().map(|m| m.partition).collect();
+        let first_plan = self
+            .config
+            .reconcile
+            .then(|| membership::plan_with(&map, &live, &BTreeSet::new(), &replica_moving));
+        let decode =
+            !replica_moves.is_empty() || first_plan.as_ref().is_some_and(|p| !p.changes.is_empty());
+        let migrating: BTreeSet<PartitionId> = if decode {
+            live_migrations(&stored)
+        } else {
+            BTreeSet::new()
+        };
         if !replica_moves.is_empty() {
             self.drive_moves(&term, &map, &replica_moves, &migrating)
                 .await?;
@@ -126,8 +138,10 @@ impl Loop {
         } else {
             self.status.update(|v| v.replica_moves.clear());
         }
-        if self.config.reconcile {
-            let plan = membership::plan_with(&map, &live, &migrating, &replica_moving);
+        if let Some(mut plan) = first_plan {
+            if decode {
+                plan = membership::plan_with(&map, &live, &migrating, &replica_moving);
+            }
             for s in &plan.skipped {
                 self.decisions.record_once(
                     format!("partition {}", s.partition),
@@ -387,6 +401,18 @@ impl Loop {
         }
         Ok(())
     }
+}
+
+/// The partitions with a non-terminal migration among `stored` (replica
+/// moves and unreadable records skipped).
+fn live_migrations(stored: &[keyway_meta::StoredMigration]) -> BTreeSet<PartitionId> {
+    stored
+        .iter()
+        .filter(|s| !moves::is_replica_move(s))
+        .filter_map(|s| crate::driver::load(s).ok())
+        .filter(|r| !r.state.is_terminal())
+        .map(|r| r.partition_id())
+        .collect()
 }
 
 /// Partitions with fewer in-sync copies than their wanted copy count.
