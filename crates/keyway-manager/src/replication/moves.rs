@@ -137,7 +137,9 @@ pub enum ReplicaMoveError {
 /// Writes the intent to move `partition`'s replica on `from` to `to` (the
 /// leader's replication loop carries it out). Refuses a `from` that is not
 /// a replica, a `to` holding a copy or not Up / draining, and a partition
-/// with a live migration or replica move.
+/// with a live migration or replica move. Two requests racing past these
+/// checks both write a record; the leader acts on the older one only and
+/// abandons the other (`duplicate`).
 pub async fn request_replica_move(
     meta: &dyn MetaStore,
     partition: PartitionId,
@@ -181,7 +183,7 @@ pub async fn request_replica_move(
             });
         }
     }
-    let mut mv = ReplicaMove {
+    let mv = ReplicaMove {
         id: meta.allocate_migration_id().await?,
         generation: 1,
         partition,
@@ -189,8 +191,8 @@ pub async fn request_replica_move(
         to,
         started_at_ms: crate::driver::now_ms(),
     };
-    meta.put_migration(mv.id, None, 1, mv.encode()).await?;
-    mv.generation = 1;
+    meta.put_migration(mv.id, None, mv.generation, mv.encode())
+        .await?;
     Ok(mv)
 }
 
