@@ -86,7 +86,10 @@ pub use merge::{MergeConfig, MergeError, merge_partitions};
 pub use metrics::Metrics;
 pub use monitor::{LoadMonitor, LoadReceiver, MonitorConfig};
 pub use rebalance::{RebalanceConfig, Rebalancer};
-pub use replication::{Replication, ReplicationConfig, ReplicationStatus, ReplicationView};
+pub use replication::{
+    ReplicaMove, ReplicaMoveError, Replication, ReplicationConfig, ReplicationStatus,
+    ReplicationView, request_replica_move,
+};
 pub use seat::{MANAGER_ELECTION, Seat, SeatConfig, SeatState, SeatView};
 pub use split::{SplitAt, SplitConfig, SplitError, split_partition};
 pub use splitter::Splitter;

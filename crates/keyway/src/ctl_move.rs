@@ -27,6 +27,13 @@ pub struct MoveArgs {
     /// The target: a node id as `CLUSTER MYID` prints it, or its `host:port`.
     #[arg(long)]
     to: String,
+    /// Move the replica on this node instead of the primary (a node id or
+    /// `host:port`): the target is added as a replica, the primary copies
+    /// it, and once it is in sync this node's copy is removed. Writes never
+    /// pause; a target not in sync within the manager's
+    /// `--replica-move-timeout-ms` is removed again.
+    #[arg(long)]
+    replica: Option<String>,
     /// Follow each move until it ends (the default).
     #[arg(long, conflicts_with = "detach")]
     wait: bool,
@@ -48,6 +55,21 @@ pub async fn move_cmd(meta: &dyn MetaStore, args: MoveArgs, json: bool) -> anyho
     let map = meta.get_map().await?;
     let target = resolve_node(&map, &args.to)?;
     let partitions = resolve_partitions(&map, &args.what)?;
+    if let Some(from) = &args.replica {
+        let from = resolve_node(&map, from)?;
+        let deadline = Instant::now() + Duration::from_secs(args.timeout_secs);
+        let wait = !args.detach;
+        return crate::ctl_move_replica::move_replicas(
+            meta,
+            &partitions,
+            from,
+            target,
+            wait,
+            deadline,
+            json,
+        )
+        .await;
+    }
     let mut ids = Vec::new();
     for pid in &partitions {
         if map.partitions[pid].owner == target {
@@ -284,6 +306,9 @@ impl Row {
 pub async fn migrations_cmd(meta: &dyn MetaStore, json: bool) -> anyhow::Result<()> {
     let mut rows = Vec::new();
     for stored in meta.migrations().await? {
+        if keyway_manager::replication::moves::is_replica_move(&stored) {
+            continue;
+        }
         match MigrationRecord::decode(&stored.record) {
             Ok(rec) => rows.push(Row::new(&rec)),
             Err(e) => eprintln!("migration {}: unreadable record: {e}", stored.id),

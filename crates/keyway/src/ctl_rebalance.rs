@@ -12,6 +12,9 @@
 use crate::ctl::print_json;
 use crate::ctl_move::resolve_node;
 use crate::rebalance_flags::RebalanceFlags;
+use keyway_manager::rebalance::replicas::{
+    LiveReplicaMove, ReplicaInput, ReplicaPlan, plan_replicas,
+};
 use keyway_manager::rebalance::{
     DownPhase, NodePlan, Plan, PlanInput, Role, Stop, Stuck, decommission, plan, read_migrations,
     set_draining, set_weight,
@@ -182,6 +185,8 @@ pub struct PlanReport {
     pub stop: Stop,
     /// Nodes down that own partitions (they cannot move).
     pub stuck: Vec<Stuck>,
+    /// Replica counts balanced apart (the whole plan, caps lifted).
+    pub replicas: ReplicaPlan,
     pub notes: Vec<String>,
 }
 
@@ -247,7 +252,29 @@ pub async fn rebalance_cmd(
     if !config.enabled {
         notes.push("--no-rebalance: the manager would move nothing".into());
     }
-    let report = report(&whole, &now, config.tolerance, notes);
+    let live_replica: Vec<LiveReplicaMove> = keyway_manager::replication::read_replica_moves(meta)
+        .await?
+        .iter()
+        .map(|m| LiveReplicaMove {
+            partition: m.partition,
+            from: m.from,
+            to: m.to,
+        })
+        .collect();
+    let migrating: BTreeSet<PartitionId> = live
+        .iter()
+        .map(|m| m.partition)
+        .chain(whole.moves.iter().map(|m| m.partition))
+        .collect();
+    let replicas = plan_replicas(&ReplicaInput {
+        map: &map,
+        migrating: &migrating,
+        live: &live_replica,
+        down: &down,
+        config: &config,
+        uncapped: true,
+    });
+    let report = report(&whole, &now, config.tolerance, replicas, notes);
     if json {
         return print_json(&report);
     }
@@ -274,6 +301,7 @@ fn report(
     whole: &Plan,
     now: &BTreeSet<PartitionId>,
     tolerance: f64,
+    replicas: ReplicaPlan,
     notes: Vec<String>,
 ) -> PlanReport {
     PlanReport {
@@ -299,6 +327,7 @@ fn report(
         nodes: whole.nodes.clone(),
         stop: whole.stop.clone(),
         stuck: whole.stuck.clone(),
+        replicas,
         notes,
     }
 }
@@ -379,6 +408,25 @@ fn print_report(r: &PlanReport) {
              restart it",
             s.node,
             s.partitions.len()
+        );
+    }
+    let rp = &r.replicas;
+    println!(
+        "replicas (balanced by count apart from primaries): {} replica move(s); stops: {} ({})",
+        rp.moves.len(),
+        rp.stop.reason,
+        rp.stop.detail
+    );
+    for m in &rp.moves {
+        println!(
+            "  partition {:>6}  replica {} -> {}",
+            m.partition, m.from, m.to
+        );
+    }
+    for n in &rp.nodes {
+        println!(
+            "  node {}: {} -> {} replica(s), share {:.1}",
+            n.node, n.replicas, n.replicas_after, n.share
         );
     }
     for n in &r.notes {

@@ -23,6 +23,12 @@ pub struct ReplicationFlags {
     /// How often the leader checks primaries' leases and copy counts, ms (1-60000).
     #[arg(long, default_value_t = ReplicationConfig::default().interval_ms)]
     pub replication_interval_ms: u64,
+    /// Abandon a replica move (`keyway ctl move P --replica X --to Y`, or the
+    /// rebalancer's) whose target is not in sync this long after it was
+    /// requested: the target is removed again, the source kept, ms
+    /// (1-86400000).
+    #[arg(long, default_value_t = ReplicationConfig::default().replica_move_timeout_ms)]
+    pub replica_move_timeout_ms: u64,
 }
 
 impl ReplicationFlags {
@@ -33,6 +39,7 @@ impl ReplicationFlags {
             failover_margin_ms: self.failover_margin_ms,
             reconcile: !self.no_replica_reconcile,
             interval_ms: self.replication_interval_ms,
+            replica_move_timeout_ms: self.replica_move_timeout_ms,
         };
         c.validate().map_err(anyhow::Error::msg)?;
         Ok(c)
@@ -69,5 +76,9 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("replication_interval_ms"), "{err}");
+        let err = parse(&["--replica-move-timeout-ms", "0"])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("replica_move_timeout_ms"), "{err}");
     }
 }

@@ -97,6 +97,11 @@ async fn discover(
         if running.contains_key(&id) || skip.contains(&s.id) {
             continue;
         }
+        if crate::replication::moves::is_replica_move(s) {
+            // The replication loop's (a replica move), not a migration.
+            skip.insert(s.id);
+            continue;
+        }
         let machine = load(s).and_then(|rec| {
             Migration::new(rec, shared.config.migration.clone()).map_err(|e| {
                 DriverError::BadRecord {

@@ -172,6 +172,8 @@ pub enum DriverError {
         migration: MigrationId,
         state: MigrationState,
     },
+    #[error("partition {partition} has replica move {id} in flight")]
+    ReplicaMoving { partition: PartitionId, id: u64 },
     #[error("migration {0} not found")]
     NotFound(MigrationId),
     #[error("migration {id}: the stored record is unusable: {detail}")]
@@ -385,6 +387,7 @@ impl DriverView {
         let stored = self.meta.migrations().await?;
         Ok(stored
             .iter()
+            .filter(|s| !crate::replication::moves::is_replica_move(s))
             .map(|s| match load(s) {
                 Ok(rec) => {
                     let live = self.live.get(rec.id);
@@ -544,6 +547,15 @@ pub async fn request_move(
         });
     }
     for stored in meta.migrations().await? {
+        if let Some(mv) = crate::replication::ReplicaMove::load(&stored) {
+            if mv.partition == partition {
+                return Err(DriverError::ReplicaMoving {
+                    partition,
+                    id: mv.id,
+                });
+            }
+            continue;
+        }
         match load(&stored) {
             Ok(rec) if rec.partition_id() == partition && !rec.state.is_terminal() => {
                 return Err(DriverError::Busy {

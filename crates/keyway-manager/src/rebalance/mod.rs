@@ -24,10 +24,16 @@
 //!    (`rebalance`/`move`/`drain|balance`) and counted; why it stopped is
 //!    recorded once per change of reason (`balanced`, `cap_reached`,
 //!    `migrations_in_flight`, `cooldown`, `waiting_for_grace`, ...).
+//! 4. Replicas apart ([`replicas::plan_replicas`]): replica counts by
+//!    weight; each planned replica move is requested
+//!    ([`crate::request_replica_move`]; the replication loop carries it
+//!    out) and recorded (`rebalance`/`move_replica`/`balance_replicas`).
 //!
 //! # Layout
 //! - `config.rs`: [`RebalanceConfig`], [`Objective`].
 //! - `plan.rs`: the planner: [`plan()`], [`PlanInput`], [`Plan`].
+//! - `replicas.rs`: the replica balancer ([`replicas::plan_replicas`], pure):
+//!   replica counts by weight, apart from the primaries' objective.
 //! - `nodes.rs`: [`Liveness`], and the operator's calls [`set_draining`],
 //!   [`set_weight`], [`decommission`].
 //! - `mod.rs`: [`Rebalancer`] (the loop), [`read_migrations`].
@@ -39,6 +45,9 @@ mod config;
 mod loop_tests;
 mod nodes;
 mod plan;
+pub mod replicas;
+#[cfg(test)]
+mod replicas_tests;
 #[cfg(test)]
 mod tests;
 
@@ -143,6 +152,9 @@ pub async fn read_migrations(
     let mut live = Vec::new();
     let mut moved_at: BTreeMap<PartitionId, u64> = BTreeMap::new();
     for stored in meta.migrations().await? {
+        if crate::replication::moves::is_replica_move(&stored) {
+            continue;
+        }
         let rec = match crate::driver::load(&stored) {
             Ok(rec) => rec,
             Err(err) => {
@@ -327,6 +339,11 @@ impl Loop {
             }
             self.start_move(m).await;
         }
+        if !self.still_leads(&term) {
+            return Ok(());
+        }
+        self.balance_replicas(&map, &live, &round, &obs.down)
+            .await?;
         let stop = &round.stop;
         let detail = match round.peak_after() {
             Some(peak) => format!(
@@ -341,6 +358,80 @@ impl Loop {
         );
         self.moved_at
             .retain(|_, at| now_ms < at.saturating_add(self.config.move_cooldown_ms));
+        Ok(())
+    }
+
+    /// Plans and requests this round's replica moves (see `replicas.rs`).
+    async fn balance_replicas(
+        &mut self,
+        map: &keyway_map::PartitionMap,
+        live: &[LiveMove],
+        round: &Plan,
+        down: &BTreeMap<NodeId, DownPhase>,
+    ) -> Result<(), MetaError> {
+        let moving = crate::replication::read_replica_moves(&*self.meta).await?;
+        let live_replica: Vec<replicas::LiveReplicaMove> = moving
+            .iter()
+            .map(|m| replicas::LiveReplicaMove {
+                partition: m.partition,
+                from: m.from,
+                to: m.to,
+            })
+            .collect();
+        let migrating: std::collections::BTreeSet<PartitionId> = live
+            .iter()
+            .map(|m| m.partition)
+            .chain(round.moves.iter().map(|m| m.partition))
+            .collect();
+        let plan = replicas::plan_replicas(&replicas::ReplicaInput {
+            map,
+            migrating: &migrating,
+            live: &live_replica,
+            down,
+            config: &self.config,
+            uncapped: false,
+        });
+        let label = MoveLabel {
+            reason: "balance_replicas",
+        };
+        for m in &plan.moves {
+            self.metrics.moves_planned.get_or_create(&label).inc();
+            match crate::request_replica_move(&*self.meta, m.partition, m.from, m.to).await {
+                Ok(mv) => {
+                    self.metrics.moves_started.get_or_create(&label).inc();
+                    self.decisions.record(Decision::now(
+                        DUTY,
+                        "move_replica",
+                        "balance_replicas",
+                        Some(m.partition),
+                        true,
+                        format!(
+                            "replica move {}: replica node {} -> node {}",
+                            mv.id, m.from, m.to
+                        ),
+                    ));
+                }
+                Err(err) => self.decisions.record(Decision::now(
+                    DUTY,
+                    "no_move_replica",
+                    "move_refused",
+                    Some(m.partition),
+                    false,
+                    format!("replica node {} -> node {}: {err}", m.from, m.to),
+                )),
+            }
+        }
+        self.decisions.record_once(
+            "replicas",
+            Decision::now(
+                DUTY,
+                "no_move_replica",
+                plan.stop.reason,
+                None,
+                false,
+                plan.stop.detail.clone(),
+            ),
+        );
         Ok(())
     }
 

@@ -95,27 +95,31 @@ impl Env {
 
     /// Sets `p`'s in-sync set by CAS (as its primary would).
     async fn set_in_sync(&self, p: PartitionId, in_sync: &[u64]) {
-        let map = self.map().await;
-        let mut row = map.partitions[&p].clone();
-        let cond = OwnershipCondition {
-            partition: p,
-            expected: Some((row.owner, row.epoch)),
-        };
-        row.in_sync = in_sync.iter().map(|n| NodeId(*n)).collect();
-        row.epoch = Epoch(row.epoch.0 + 1);
-        self.meta
-            .commit(MapTxn {
-                conditions: vec![cond],
-                changes: vec![MapChange::UpsertPartition(row)],
-            })
-            .await
-            .unwrap();
+        cas_in_sync(&*self.meta, p, in_sync).await
     }
 
     async fn shutdown(self) {
         self.duty.shutdown().await;
         self.seat.shutdown().await;
     }
+}
+
+/// Sets `p`'s in-sync set by CAS (as its primary would).
+async fn cas_in_sync(meta: &dyn MetaStore, p: PartitionId, in_sync: &[u64]) {
+    let map = meta.get_map().await.unwrap();
+    let mut row = map.partitions[&p].clone();
+    let cond = OwnershipCondition {
+        partition: p,
+        expected: Some((row.owner, row.epoch)),
+    };
+    row.in_sync = in_sync.iter().map(|n| NodeId(*n)).collect();
+    row.epoch = Epoch(row.epoch.0 + 1);
+    meta.commit(MapTxn {
+        conditions: vec![cond],
+        changes: vec![MapChange::UpsertPartition(row)],
+    })
+    .await
+    .unwrap();
 }
 
 fn fast() -> ReplicationConfig {
@@ -314,5 +318,193 @@ async fn raising_the_factor_adds_replicas_and_lowering_it_removes_them() {
         text.contains(&format!("keyway_manager_replicas_added_total {added}")),
         "{text}"
     );
+    env.shutdown().await;
+}
+
+/// A partition owned by node 1, its replica, and a node with no copy.
+fn move_candidate(map: &PartitionMap) -> (PartitionId, NodeId, NodeId) {
+    let row = map.owned_by(NodeId(1)).next().unwrap();
+    let from = row.replicas[0];
+    let to = *map.nodes.keys().find(|n| !row.has_copy(**n)).unwrap();
+    (row.id, from, to)
+}
+
+#[tokio::test]
+async fn a_replica_move_adds_the_target_and_removes_the_source_once_in_sync() {
+    let env = Env::new(4, 2, fast()).await;
+    let before = env.map().await;
+    let (p, from, to) = move_candidate(&before);
+    let mv = request_replica_move(&*env.meta, p, from, to).await.unwrap();
+    // A second move of the same partition, and a migration of it, are
+    // refused while this one lives (to the other node without a copy: `to`
+    // may have been added already).
+    let other = *before
+        .nodes
+        .keys()
+        .find(|n| !before.partitions[&p].has_copy(**n) && **n != to)
+        .unwrap();
+    let err = request_replica_move(&*env.meta, p, from, other)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, ReplicaMoveError::Busy { .. }), "{err}");
+    let err = crate::request_move(&*env.meta, p, other).await.unwrap_err();
+    assert!(err.to_string().contains("replica move"), "{err}");
+    let added = eventually("the target added, out of sync", || {
+        let meta = env.meta.clone();
+        async move {
+            let map = meta.get_map().await.ok()?;
+            let row = map.partitions[&p].clone();
+            row.replicas.contains(&to).then_some(row)
+        }
+    })
+    .await;
+    assert_eq!(added.replicas, [from, to]);
+    assert_eq!(added.in_sync, [from]);
+    eventually("the loop to wait for the catch-up", || {
+        let view = env.duty.status().get();
+        async move {
+            (view.replica_moves.len() == 1 && view.replica_moves[0].phase == "catching_up")
+                .then_some(())
+        }
+    })
+    .await;
+    // The primary's part: Y caught up (this unwraps only if Y is still
+    // listed: the reconciler did not undo the move).
+    env.set_in_sync(p, &[from.0, to.0]).await;
+    let done = eventually("the source removed", || {
+        let meta = env.meta.clone();
+        async move {
+            let map = meta.get_map().await.ok()?;
+            let row = map.partitions[&p].clone();
+            (!row.replicas.contains(&from)).then_some(row)
+        }
+    })
+    .await;
+    assert_eq!(
+        done.owner,
+        NodeId(1),
+        "a replica move never changes the primary"
+    );
+    assert_eq!(done.replicas, [to]);
+    assert_eq!(done.in_sync, [to]);
+    eventually("the record deleted", || {
+        let meta = env.meta.clone();
+        async move {
+            let left = moves::read_replica_moves(&*meta).await.ok()?;
+            left.is_empty().then_some(())
+        }
+    })
+    .await;
+    assert!(env.meta.get_migration(mv.id).await.unwrap().is_none());
+    let decisions = env.decisions.recent();
+    let of_p: Vec<(&str, &str)> = decisions
+        .iter()
+        .filter(|d| d.partition == Some(p) && d.acted)
+        .map(|d| (d.action, d.reason))
+        .collect();
+    assert_eq!(
+        of_p,
+        [
+            ("add_target", "replica_move"),
+            ("remove_source", "target_in_sync"),
+            ("replica_move_done", "completed")
+        ],
+        "{decisions:?}"
+    );
+    let text = env.metrics.encode();
+    assert!(
+        text.contains("keyway_manager_replica_moves_total{outcome=\"done\"} 1"),
+        "{text}"
+    );
+    assert_eq!(env.duty.status().get().replica_moves_done, 1);
+    env.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_replica_move_that_never_catches_up_is_abandoned_and_the_source_kept() {
+    let config = ReplicationConfig {
+        replica_move_timeout_ms: 300,
+        ..fast()
+    };
+    let env = Env::new(4, 2, config).await;
+    let before = env.map().await;
+    let (p, from, to) = move_candidate(&before);
+    request_replica_move(&*env.meta, p, from, to).await.unwrap();
+    eventually("the move abandoned", || {
+        let view = env.duty.status().get();
+        async move { (view.replica_moves_abandoned == 1).then_some(()) }
+    })
+    .await;
+    let row = env.map().await.partitions[&p].clone();
+    assert_eq!(row.replicas, [from], "the target removed, the source kept");
+    assert_eq!(row.in_sync, before.partitions[&p].in_sync);
+    assert!(
+        moves::read_replica_moves(&*env.meta)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let text = env.metrics.encode();
+    assert!(
+        text.contains("keyway_manager_replica_moves_total{outcome=\"abandoned\"} 1"),
+        "{text}"
+    );
+    env.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_new_leader_finishes_a_replica_move_the_old_one_started() {
+    let mut env = Env::new(4, 2, fast()).await;
+    let before = env.map().await;
+    let (p, from, to) = move_candidate(&before);
+    request_replica_move(&*env.meta, p, from, to).await.unwrap();
+    eventually("the target added", || {
+        let meta = env.meta.clone();
+        async move {
+            let map = meta.get_map().await.ok()?;
+            map.partitions[&p].replicas.contains(&to).then_some(())
+        }
+    })
+    .await;
+    // The leader's loop dies mid-move; the target catches up meanwhile.
+    let old = env.duty;
+    old.shutdown().await;
+    cas_in_sync(&*env.meta, p, &[from.0, to.0]).await;
+    assert_eq!(
+        moves::read_replica_moves(&*env.meta).await.unwrap().len(),
+        1
+    );
+    // A new loop (no memory of the move) finishes it from the record and
+    // the row.
+    let metrics = Arc::new(Metrics::new());
+    env.duty = Replication::start(
+        env.meta.clone(),
+        env.seat.view(),
+        fast(),
+        env.decisions.clone(),
+        &metrics,
+    );
+    let row = eventually("the source removed by the new loop", || {
+        let meta = env.meta.clone();
+        async move {
+            let map = meta.get_map().await.ok()?;
+            let row = map.partitions[&p].clone();
+            (!row.replicas.contains(&from)).then_some(row)
+        }
+    })
+    .await;
+    assert_eq!(
+        (row.replicas.as_slice(), row.in_sync.as_slice()),
+        (&[to][..], &[to][..])
+    );
+    eventually("the record deleted", || {
+        let meta = env.meta.clone();
+        async move {
+            let left = moves::read_replica_moves(&*meta).await.ok()?;
+            left.is_empty().then_some(())
+        }
+    })
+    .await;
+    assert_eq!(env.duty.status().get().replica_moves_done, 1);
     env.shutdown().await;
 }

@@ -21,7 +21,9 @@
 //! the grace is a later issue). Partitions whose primary holds no lease (the
 //! failover's business) or that are in a live migration (its flip writes the
 //! row it read at creation, so a membership change would abort it) are left
-//! alone this round, with the reason.
+//! alone this round, with the reason; so are partitions with a live replica
+//! move (`moves.rs`: it holds one copy more than the factor on purpose until
+//! its target is in sync).
 
 use keyway_map::{Epoch, NodeId, NodeState, PartitionId, PartitionMap, PartitionRecord};
 use std::collections::{BTreeMap, BTreeSet};
@@ -70,6 +72,17 @@ pub fn plan(
     live: &BTreeSet<NodeId>,
     migrating: &BTreeSet<PartitionId>,
 ) -> MembershipPlan {
+    plan_with(map, live, migrating, &BTreeSet::new())
+}
+
+/// [`plan`], also leaving alone the partitions in `replica_moving` (a live
+/// replica move: its extra copy is intended, see `moves.rs`).
+pub fn plan_with(
+    map: &PartitionMap,
+    live: &BTreeSet<NodeId>,
+    migrating: &BTreeSet<PartitionId>,
+    replica_moving: &BTreeSet<PartitionId>,
+) -> MembershipPlan {
     let mut copies: BTreeMap<NodeId, usize> = map.nodes.keys().map(|n| (*n, 0)).collect();
     for p in map.partitions.values() {
         for n in p.copies() {
@@ -104,6 +117,13 @@ pub fn plan(
             out.skipped.push(skip(
                 "migration_in_flight",
                 format!("{have} of {wanted} copies; waiting for its migration to end"),
+            ));
+            continue;
+        }
+        if replica_moving.contains(&p.id) {
+            out.skipped.push(skip(
+                "replica_move_in_flight",
+                format!("{have} of {wanted} copies; waiting for its replica move to end"),
             ));
             continue;
         }

@@ -14,15 +14,19 @@
 //!   [`ReplicationView`] (`/status`), [`Replication`] (start / shutdown).
 //! - `failover.rs`: [`Failover`]: who to promote, and why not (pure).
 //! - `membership.rs`: the replica reconciler's plan (pure).
+//! - `moves.rs`: replica moves: the durable intent and its next step (pure).
 //! - `observe.rs`: the in-sync observer over the map watch.
 //! - `run.rs`: the leader's loop: rounds, CASes, decisions, metrics.
-//! - `tests.rs`: the pure plans; `loop_tests.rs`: the loop against an
-//!   embedded store.
+//! - `tests.rs`, `moves_tests.rs`: the pure plans; `loop_tests.rs`: the
+//!   loop against an embedded store.
 
 mod failover;
 #[cfg(test)]
 mod loop_tests;
 pub mod membership;
+pub mod moves;
+#[cfg(test)]
+mod moves_tests;
 pub mod observe;
 mod run;
 #[cfg(test)]
@@ -30,9 +34,12 @@ mod tests;
 
 pub use failover::{Failover, FailoverPlan, Promotion, Waiting, promoted};
 pub use membership::{MembershipChange, MembershipPlan, Skipped};
+pub use moves::{
+    MoveOutcome, ReplicaMove, ReplicaMoveError, Step, read_replica_moves, request_replica_move,
+};
 
 use crate::decisions::DecisionLog;
-use crate::metrics::{Metrics, ReasonLabel};
+use crate::metrics::{Metrics, OutcomeLabel, ReasonLabel};
 use crate::seat::SeatView;
 use keyway_meta::MetaStore;
 use prometheus_client::metrics::counter::Counter;
@@ -75,6 +82,9 @@ pub struct ReplicationConfig {
     /// How often the leader checks the leases and the copy counts. Failover
     /// time is at most lease TTL + margin + this (+ the CAS).
     pub interval_ms: u64,
+    /// A replica move whose target is not in sync this long after it was
+    /// requested is abandoned (the target removed again, the source kept).
+    pub replica_move_timeout_ms: u64,
 }
 
 impl Default for ReplicationConfig {
@@ -84,6 +94,7 @@ impl Default for ReplicationConfig {
             failover_margin_ms: 1_000,
             reconcile: true,
             interval_ms: 250,
+            replica_move_timeout_ms: moves::DEFAULT_REPLICA_MOVE_TIMEOUT_MS,
         }
     }
 }
@@ -101,6 +112,13 @@ impl ReplicationConfig {
             return Err(format!(
                 "replication_interval_ms must be in 1..={MAX_REPLICATION_MS}, got {}",
                 self.interval_ms
+            ));
+        }
+        let max = moves::MAX_REPLICA_MOVE_TIMEOUT_MS;
+        if self.replica_move_timeout_ms == 0 || self.replica_move_timeout_ms > max {
+            return Err(format!(
+                "replica_move_timeout_ms must be in 1..={max}, got {}",
+                self.replica_move_timeout_ms
             ));
         }
         Ok(())
@@ -123,6 +141,8 @@ pub struct ReplicationMetrics {
     pub replicas_removed: Counter,
     /// In-sync changes seen in the map watch, by inferred reason.
     pub in_sync_changes_seen: Family<observe::InSyncLabel, Counter>,
+    /// Replica moves ended, by outcome (`done`, `abandoned`).
+    pub replica_moves: Family<OutcomeLabel, Counter>,
 }
 
 impl ReplicationMetrics {
@@ -135,6 +155,7 @@ impl ReplicationMetrics {
             replicas_added: Counter::default(),
             replicas_removed: Counter::default(),
             in_sync_changes_seen: Family::default(),
+            replica_moves: Family::default(),
         };
         metrics.register(
             "failovers",
@@ -171,6 +192,11 @@ impl ReplicationMetrics {
             "In-sync set changes seen in the map watch, by inferred reason",
             m.in_sync_changes_seen.clone(),
         );
+        metrics.register(
+            "replica_moves",
+            "Replica moves ended, by outcome (done, abandoned)",
+            m.replica_moves.clone(),
+        );
         m
     }
 }
@@ -188,6 +214,20 @@ pub struct ReplicationView {
     pub offline_partitions: Vec<u64>,
     pub replicas_added: u64,
     pub replicas_removed: u64,
+    pub replica_move_timeout_ms: u64,
+    /// Live replica moves with their phase, by id.
+    pub replica_moves: Vec<ReplicaMoveView>,
+    pub replica_moves_done: u64,
+    pub replica_moves_abandoned: u64,
+}
+
+/// One live replica move in `/status`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ReplicaMoveView {
+    #[serde(flatten)]
+    pub intent: ReplicaMove,
+    /// `adding_target`, `catching_up`, `removing_source`, `ending`.
+    pub phase: &'static str,
 }
 
 /// A shared, cheap-to-clone handle on the [`ReplicationView`].
@@ -231,6 +271,7 @@ impl Replication {
             v.failover_enabled = config.failover;
             v.failover_margin_ms = config.failover_margin_ms;
             v.reconcile_enabled = config.reconcile;
+            v.replica_move_timeout_ms = config.replica_move_timeout_ms;
         });
         let observer = tokio::spawn(observe::run(
             meta.clone(),

@@ -1,15 +1,17 @@
 //! The leader's replication loop: every `interval_ms`, while the seat
 //! leads, read the map and the leases, plan failovers ([`Failover`]) and
-//! commit each promotion (one CAS per partition); re-read the map and plan
-//! the membership changes ([`super::membership::plan`]) and commit each.
+//! commit each promotion (one CAS per partition); take the next step of
+//! every replica move ([`super::moves::step`]); re-read the map and plan
+//! the membership changes ([`super::membership::plan_with`]) and commit each.
 //! Every decision (and every decision not to act, once per change of
 //! reason per partition) goes to the decision log.
 
 use super::failover::{Failover, Promotion};
 use super::membership::{self, MembershipChange};
-use super::{DUTY, ReplicationConfig, ReplicationMetrics, ReplicationStatus};
+use super::moves::{self, ReplicaMove, Step};
+use super::{DUTY, ReplicaMoveView, ReplicationConfig, ReplicationMetrics, ReplicationStatus};
 use crate::decisions::{Decision, DecisionLog};
-use crate::metrics::ReasonLabel;
+use crate::metrics::{OutcomeLabel, ReasonLabel};
 use crate::seat::SeatView;
 use keyway_map::{MapChange, NodeId, OwnershipCondition, PartitionId, PartitionMap};
 use keyway_meta::{Leadership, MapTxn, MetaError, MetaStore};
@@ -109,14 +111,36 @@ impl Loop {
             }
             map = self.meta.get_map().await?;
         }
-        if self.config.reconcile {
-            // The migration records are read only when something is to change.
-            let mut plan = membership::plan(&map, &live, &BTreeSet::new());
-            if !plan.changes.is_empty() {
-                let (live_moves, _) = crate::rebalance::read_migrations(&*self.meta).await?;
-                let migrating: BTreeSet<PartitionId> =
-                    live_moves.iter().map(|m| m.partition).collect();
-                plan = membership::plan(&map, &live, &migrating);
+        // Read after the map: a replica move's record exists before its
+        // target is added, so a row with the extra copy is never planned
+        // without its move in view. Migration records are decoded only
+        // when something may change (a replica move lives, or the
+        // reconciler would act).
+        let stored = self.meta.migrations().await?;
+        let replica_moves: Vec<ReplicaMove> = stored.iter().filter_map(ReplicaMove::load).collect();
+        let replica_moving: BTreeSet<PartitionId> =
+            replica_moves.iter().map(|m| m.partition).collect();
+        let first_plan = self
+            .config
+            .reconcile
+            .then(|| membership::plan_with(&map, &live, &BTreeSet::new(), &replica_moving));
+        let decode =
+            !replica_moves.is_empty() || first_plan.as_ref().is_some_and(|p| !p.changes.is_empty());
+        let migrating: BTreeSet<PartitionId> = if decode {
+            live_migrations(&stored)
+        } else {
+            BTreeSet::new()
+        };
+        if !replica_moves.is_empty() {
+            self.drive_moves(&term, &map, &replica_moves, &migrating)
+                .await?;
+            map = self.meta.get_map().await?;
+        } else {
+            self.status.update(|v| v.replica_moves.clear());
+        }
+        if let Some(mut plan) = first_plan {
+            if decode {
+                plan = membership::plan_with(&map, &live, &migrating, &replica_moving);
             }
             for s in &plan.skipped {
                 self.decisions.record_once(
@@ -144,6 +168,122 @@ impl Loop {
             v.under_replicated_partitions = under;
             v.offline_partitions = offline;
         });
+        Ok(())
+    }
+
+    /// One step of every replica move (the oldest live one per partition
+    /// acts; a later one is a duplicate), and the moves' `/status` view.
+    async fn drive_moves(
+        &self,
+        term: &Leadership,
+        map: &PartitionMap,
+        list: &[ReplicaMove],
+        migrating: &BTreeSet<PartitionId>,
+    ) -> Result<(), MetaError> {
+        let now = crate::driver::now_ms();
+        let mut seen = BTreeSet::new();
+        let mut views = Vec::new();
+        for mv in list {
+            let first = seen.insert(mv.partition);
+            let step = moves::step(
+                mv,
+                map,
+                first,
+                migrating.contains(&mv.partition),
+                now,
+                self.config.replica_move_timeout_ms,
+            );
+            let what = format!(
+                "replica move {}: partition {} node {} -> node {}",
+                mv.id, mv.partition, mv.from, mv.to
+            );
+            match step {
+                Step::Wait { why } => {
+                    views.push(ReplicaMoveView {
+                        intent: mv.clone(),
+                        phase: moves::phase(mv, map),
+                    });
+                    self.decisions.record_once(
+                        format!("replica move {}", mv.id),
+                        Decision::now(
+                            DUTY,
+                            "replica_move_wait",
+                            why,
+                            Some(mv.partition),
+                            false,
+                            what,
+                        ),
+                    );
+                }
+                Step::Cas {
+                    expected,
+                    row,
+                    action,
+                    reason,
+                } => {
+                    views.push(ReplicaMoveView {
+                        intent: mv.clone(),
+                        phase: moves::phase(mv, map),
+                    });
+                    match self.commit(term, mv.partition, expected, &row).await? {
+                        Outcome::Committed => {
+                            let list = |v: &[NodeId]| v.iter().map(|n| n.0).collect::<Vec<_>>();
+                            self.decisions.record(Decision::now(
+                                DUTY,
+                                action,
+                                reason,
+                                Some(mv.partition),
+                                true,
+                                format!(
+                                    "{what}: epoch {}: replicas now {:?}, in sync {:?}",
+                                    row.epoch,
+                                    list(&row.replicas),
+                                    list(&row.in_sync)
+                                ),
+                            ));
+                        }
+                        Outcome::Stale(why) => {
+                            tracing::debug!(%why, "{what}: row changed; re-planned next round")
+                        }
+                        Outcome::NotLeading => return Ok(()),
+                    }
+                }
+                Step::Finish { outcome, reason } => {
+                    if self.seat.leading().as_ref() != Some(term) {
+                        return Ok(());
+                    }
+                    match self.meta.delete_migration(mv.id, mv.generation).await {
+                        Ok(()) => {}
+                        Err(MetaError::MigrationConflict { .. }) => continue,
+                        Err(e) => return Err(e),
+                    }
+                    self.metrics
+                        .replica_moves
+                        .get_or_create(&OutcomeLabel {
+                            outcome: outcome.name(),
+                        })
+                        .inc();
+                    self.status.update(|v| match outcome {
+                        moves::MoveOutcome::Done => v.replica_moves_done += 1,
+                        moves::MoveOutcome::Abandoned => v.replica_moves_abandoned += 1,
+                    });
+                    let took = now.saturating_sub(mv.started_at_ms);
+                    self.decisions.record(Decision::now(
+                        DUTY,
+                        if outcome == moves::MoveOutcome::Done {
+                            "replica_move_done"
+                        } else {
+                            "replica_move_abandoned"
+                        },
+                        reason,
+                        Some(mv.partition),
+                        true,
+                        format!("{what}: {} after {took} ms", outcome.name()),
+                    ));
+                }
+            }
+        }
+        self.status.update(|v| v.replica_moves = views);
         Ok(())
     }
 
@@ -261,6 +401,18 @@ impl Loop {
         }
         Ok(())
     }
+}
+
+/// The partitions with a non-terminal migration among `stored` (replica
+/// moves and unreadable records skipped).
+fn live_migrations(stored: &[keyway_meta::StoredMigration]) -> BTreeSet<PartitionId> {
+    stored
+        .iter()
+        .filter(|s| !moves::is_replica_move(s))
+        .filter_map(|s| crate::driver::load(s).ok())
+        .filter(|r| !r.state.is_terminal())
+        .map(|r| r.partition_id())
+        .collect()
 }
 
 /// Partitions with fewer in-sync copies than their wanted copy count.

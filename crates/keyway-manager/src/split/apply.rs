@@ -47,6 +47,9 @@ const ID_RACE_ATTEMPTS: u32 = 8;
 pub async fn live_migrations(meta: &dyn MetaStore) -> Result<Busy, MetaError> {
     let mut busy = HashMap::new();
     for stored in meta.migrations().await? {
+        if crate::replication::moves::is_replica_move(&stored) {
+            continue;
+        }
         match crate::driver::load(&stored) {
             Ok(rec) if !rec.state.is_terminal() => {
                 busy.insert(rec.partition_id(), (rec.id, rec.state));
@@ -68,6 +71,9 @@ pub async fn migration_over(
     rows: &[&PartitionRecord],
 ) -> Result<Option<(PartitionId, MigrationId, MigrationState)>, MetaError> {
     for stored in meta.migrations().await? {
+        if crate::replication::moves::is_replica_move(&stored) {
+            continue;
+        }
         let rec = match crate::driver::load(&stored) {
             Ok(rec) if !rec.state.is_terminal() => rec,
             Ok(_) => continue,
