@@ -18,6 +18,15 @@ use keyway_map::wire::{Reader, WireError, Writer};
 use keyway_map::{Epoch, MapChange, NodeId, decode_changes, encode_changes};
 
 const MAGIC: u8 = b'M';
+/// The first byte of a replica-move record, stored among the migration
+/// records (keyway-manager's `replication/moves.rs` writes them): readers
+/// of migration records skip these rather than call them undecodable.
+pub const REPLICA_MOVE_MAGIC: u8 = b'R';
+
+/// Whether stored record bytes are a replica move, not a migration.
+pub fn is_replica_move_record(bytes: &[u8]) -> bool {
+    bytes.first() == Some(&REPLICA_MOVE_MAGIC)
+}
 const FORMAT: u8 = 2;
 /// The format before `stray` was added (decoded with `stray: None`).
 const FORMAT_1: u8 = 1;

@@ -88,8 +88,22 @@ fn ctl_shows_replicas_and_checks_replication_and_failover_arguments() {
     let dir = tempfile::tempdir().unwrap();
     let cluster = DevCluster::start(3, dir.path(), &["--replication-factor", "2"]);
     let port = cluster.meta_port;
-    let nodes: Vec<serde_json::Value> =
-        serde_json::from_str(&ctl(port, &["nodes", "--json"])).unwrap();
+    // Right after bootstrap each primary takes its replicas out of sync
+    // (their positions in its log are unknown), copies them and takes them
+    // back in: wait for that, then every node shows all its replicas in sync.
+    let nodes: Vec<serde_json::Value> = keyway_testkit::wait_until(
+        "every replica back in sync after bootstrap",
+        std::time::Duration::from_secs(30),
+        || {
+            let nodes: Vec<serde_json::Value> =
+                serde_json::from_str(&ctl(port, &["nodes", "--json"])).unwrap();
+            nodes
+                .iter()
+                .all(|n| n["in_sync_replicas"] == 4)
+                .then_some(nodes)
+        },
+    )
+    .unwrap();
     for n in &nodes {
         assert_eq!(n["partitions"], 4, "{n}");
         assert_eq!(

@@ -37,7 +37,7 @@ use keyway_map::{Epoch, NodeId, NodeState, PartitionId, PartitionMap, PartitionR
 use keyway_meta::{MetaError, MetaStore, StoredMigration};
 use serde::Serialize;
 
-const MAGIC: u8 = b'R';
+const MAGIC: u8 = keyway_migration::REPLICA_MOVE_MAGIC;
 const FORMAT: u8 = 1;
 
 /// The default `replica_move_timeout_ms`: ten minutes to copy and catch up.
@@ -96,7 +96,7 @@ impl ReplicaMove {
 
 /// Whether a stored migration record is a replica move (not a migration).
 pub fn is_replica_move(stored: &StoredMigration) -> bool {
-    stored.record.first() == Some(&MAGIC)
+    keyway_migration::is_replica_move_record(&stored.record)
 }
 
 /// Every replica move stored, by id.

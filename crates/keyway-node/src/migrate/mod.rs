@@ -383,6 +383,9 @@ pub async fn recover_fences(
     let me = migrations.routing.node_id();
     let mut fenced = 0;
     for stored in meta.migrations().await? {
+        if keyway_migration::is_replica_move_record(&stored.record) {
+            continue;
+        }
         let Ok(rec) = MigrationRecord::decode(&stored.record) else {
             tracing::warn!(id = stored.id, "undecodable migration record; ignored");
             continue;
