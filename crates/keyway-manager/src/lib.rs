@@ -197,6 +197,11 @@ impl Manager {
             decisions.clone(),
             &metrics,
         );
+        // One down grace for the rebalancer and re-replication.
+        let replication = ReplicationConfig {
+            down_grace_ms: rebalance.down_grace_ms,
+            ..replication
+        };
         let rebalancer = Rebalancer::start(
             meta.clone(),
             seat.view(),

@@ -29,6 +29,17 @@ pub struct ReplicationFlags {
     /// (1-86400000).
     #[arg(long, default_value_t = ReplicationConfig::default().replica_move_timeout_ms)]
     pub replica_move_timeout_ms: u64,
+    /// Re-replication (a replica on a node down past
+    /// --rebalance-down-grace-ms is replaced): the most replacement copies
+    /// in flight (replicas not yet in sync) one target node may have, so
+    /// recovery spreads over the survivors and does not starve foreground
+    /// traffic (1-1024).
+    #[arg(long, default_value_t = ReplicationConfig::default().recovery_max_copies_per_node)]
+    pub recovery_max_copies_per_node: usize,
+    /// Re-replication: the most replacement copies in flight over the whole
+    /// cluster (1-1024).
+    #[arg(long, default_value_t = ReplicationConfig::default().recovery_max_copies)]
+    pub recovery_max_copies: usize,
 }
 
 impl ReplicationFlags {
@@ -40,6 +51,9 @@ impl ReplicationFlags {
             reconcile: !self.no_replica_reconcile,
             interval_ms: self.replication_interval_ms,
             replica_move_timeout_ms: self.replica_move_timeout_ms,
+            recovery_max_copies_per_node: self.recovery_max_copies_per_node,
+            recovery_max_copies: self.recovery_max_copies,
+            ..ReplicationConfig::default()
         };
         c.validate().map_err(anyhow::Error::msg)?;
         Ok(c)
@@ -80,5 +94,13 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("replica_move_timeout_ms"), "{err}");
+        let err = parse(&["--recovery-max-copies-per-node", "0"])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("recovery_max_copies_per_node"), "{err}");
+        let err = parse(&["--recovery-max-copies", "5000"])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("recovery_max_copies"), "{err}");
     }
 }

@@ -17,16 +17,30 @@
 //!   so the partition never has fewer in-sync copies for the drain.
 //!
 //! A replica on a node that is merely Down still counts as a copy: it is
-//! never replaced (invariant 12, no move on suspicion; re-replication after
-//! the grace is a later issue). Partitions whose primary holds no lease (the
+//! never replaced within the grace (invariant 12, no move on suspicion).
+//! **Re-replication** (issue 13): a replica on a node in [`Recovery::dead`]
+//! (lease gone past `rebalance_down_grace_ms`) is treated like one on a
+//! draining node: a replacement is added, and the dead replica is removed
+//! only once every staying copy is in sync. The dead node stays listed
+//! until then even when it was out of sync: an out-of-sync replica gates no
+//! acknowledgement, so keeping it costs nothing, and one rule for both
+//! cases means the row never shows fewer copies than it has. The
+//! partitions with the fewest staying in-sync copies are planned first, and
+//! a replacement for a dead replica is only placed on a node with fewer
+//! than `max_copies_per_node` copies in flight (replicas not yet in sync,
+//! this round's additions included) while fewer than `max_copies` are in
+//! flight in total; a partition over a cap waits (`recovery_throttled`).
+//! Partitions whose primary holds no lease (the
 //! failover's business) or that are in a live migration (its flip writes the
 //! row it read at creation, so a membership change would abort it) are left
 //! alone this round, with the reason; so are partitions with a live replica
 //! move (`moves.rs`: it holds one copy more than the factor on purpose until
 //! its target is in sync).
 
+use crate::fencing::{FencingGate, Verdict};
 use keyway_map::{Epoch, NodeId, NodeState, PartitionId, PartitionMap, PartitionRecord};
 use std::collections::{BTreeMap, BTreeSet};
+use std::time::Instant;
 
 /// One planned membership change: the CAS and what it changes.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -38,7 +52,9 @@ pub struct MembershipChange {
     pub row: PartitionRecord,
     pub added: Vec<NodeId>,
     pub removed: Vec<NodeId>,
-    /// `under_replicated` or `over_replicated`.
+    /// `under_replicated`, `over_replicated`, `replica_node_dead` (a
+    /// replacement for a replica on a node down past the grace) or
+    /// `dead_replica_replaced` (that replica removed, the replacement in sync).
     pub reason: &'static str,
 }
 
@@ -46,7 +62,8 @@ pub struct MembershipChange {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Skipped {
     pub partition: PartitionId,
-    /// `primary_gone`, `migration_in_flight`, `no_eligible_node`.
+    /// `primary_gone`, `migration_in_flight`, `replica_move_in_flight`,
+    /// `no_eligible_node`, `waiting_for_catch_up`, `recovery_throttled`.
     pub reason: &'static str,
     pub detail: String,
 }
@@ -66,6 +83,48 @@ pub fn wanted_copies(map: &PartitionMap, p: &PartitionRecord) -> usize {
     rf.min(map.nodes.len().max(1))
 }
 
+/// The re-replication inputs: the nodes down past the grace and the caps
+/// on copies in flight.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Recovery {
+    /// Nodes whose lease has been gone longer than the down grace.
+    pub dead: BTreeSet<NodeId>,
+    /// Copies in flight (replicas not yet in sync) a node may be the target
+    /// of before it gets no further replacement replica.
+    pub max_copies_per_node: usize,
+    /// Copies in flight over the whole map before no further replacement
+    /// replica is added.
+    pub max_copies: usize,
+}
+
+impl Recovery {
+    /// No node is dead: nothing is re-replicated.
+    pub fn none() -> Self {
+        Recovery {
+            dead: BTreeSet::new(),
+            max_copies_per_node: usize::MAX,
+            max_copies: usize::MAX,
+        }
+    }
+}
+
+/// The registered nodes whose lease `gate` (margin: the down grace) has
+/// seen gone for the whole grace at `now`: the dead ones. A node within the
+/// grace is never dead (invariant 12, no move on suspicion).
+pub fn dead_nodes(
+    gate: &mut FencingGate,
+    map: &PartitionMap,
+    live: &BTreeSet<NodeId>,
+    now: Instant,
+) -> BTreeSet<NodeId> {
+    let live: Vec<NodeId> = live.iter().copied().collect();
+    map.nodes
+        .keys()
+        .copied()
+        .filter(|n| gate.check(*n, &live, now) == Verdict::Fenced)
+        .collect()
+}
+
 /// Plans this round's changes; see the module docs.
 pub fn plan(
     map: &PartitionMap,
@@ -83,15 +142,42 @@ pub fn plan_with(
     migrating: &BTreeSet<PartitionId>,
     replica_moving: &BTreeSet<PartitionId>,
 ) -> MembershipPlan {
+    plan_recovering(map, live, migrating, replica_moving, &Recovery::none())
+}
+
+/// [`plan_with`], also replacing the replicas on `recovery.dead` nodes.
+pub fn plan_recovering(
+    map: &PartitionMap,
+    live: &BTreeSet<NodeId>,
+    migrating: &BTreeSet<PartitionId>,
+    replica_moving: &BTreeSet<PartitionId>,
+    recovery: &Recovery,
+) -> MembershipPlan {
+    let dead = |n: &NodeId| recovery.dead.contains(n);
     let mut copies: BTreeMap<NodeId, usize> = map.nodes.keys().map(|n| (*n, 0)).collect();
     for p in map.partitions.values() {
         for n in p.copies() {
             *copies.entry(n).or_default() += 1;
         }
     }
-    let leaving = |n: &NodeId| map.nodes.get(n).is_some_and(|n| n.draining);
-    let mut out = MembershipPlan::default();
+    // Copies in flight: replicas on a node not dead that are not in sync.
+    let mut in_flight: BTreeMap<NodeId, usize> = BTreeMap::new();
     for p in map.partitions.values() {
+        for r in p
+            .replicas
+            .iter()
+            .filter(|r| !dead(r) && !p.in_sync.contains(r))
+        {
+            *in_flight.entry(*r).or_default() += 1;
+        }
+    }
+    let mut in_flight_total: usize = in_flight.values().sum();
+    let leaving = |n: &NodeId| dead(n) || map.nodes.get(n).is_some_and(|n| n.draining);
+    // The partitions with the fewest staying in-sync copies first.
+    let mut order: Vec<&PartitionRecord> = map.partitions.values().collect();
+    order.sort_by_key(|p| (1 + p.in_sync.iter().filter(|r| !leaving(r)).count(), p.id));
+    let mut out = MembershipPlan::default();
+    for p in order {
         let wanted = wanted_copies(map, p);
         let have = 1 + p.replicas.len();
         let staying = 1 + p.replicas.iter().filter(|r| !leaving(r)).count();
@@ -131,14 +217,40 @@ pub fn plan_with(
         let (mut added, mut removed) = (Vec::new(), Vec::new());
         let staying_of =
             |row: &PartitionRecord| 1 + row.replicas.iter().filter(|r| !leaving(r)).count();
+        let recovering = p.replicas.iter().any(dead);
         if staying < wanted {
+            let mut throttled = false;
             while staying_of(&row) < wanted {
-                let Some(n) = pick_new_replica(map, &row, live, &copies) else {
+                if recovering && in_flight_total >= recovery.max_copies {
+                    throttled = true;
+                    break;
+                }
+                let under_cap = |n: NodeId| {
+                    !recovering
+                        || in_flight.get(&n).copied().unwrap_or(0) < recovery.max_copies_per_node
+                };
+                let Some(n) = pick_new_replica(map, &row, live, &copies, under_cap) else {
+                    throttled |= recovering
+                        && pick_new_replica(map, &row, live, &copies, |_| true).is_some();
                     break;
                 };
                 row.replicas.push(n);
                 *copies.entry(n).or_default() += 1;
+                *in_flight.entry(n).or_default() += 1;
+                in_flight_total += 1;
                 added.push(n);
+            }
+            if added.is_empty() && throttled {
+                out.skipped.push(skip(
+                    "recovery_throttled",
+                    format!(
+                        "{staying} of {wanted} copies left after a node down past the grace; \
+                         waiting for a recovery copy slot ({in_flight_total} in flight, at most {} \
+                         in total and {} per node)",
+                        recovery.max_copies, recovery.max_copies_per_node
+                    ),
+                ));
+                continue;
             }
             if added.is_empty() {
                 out.skipped.push(skip(
@@ -204,10 +316,11 @@ pub fn plan_with(
             partition: p.id,
             expected: (p.owner, p.epoch),
             row,
-            reason: if added.is_empty() {
-                "over_replicated"
-            } else {
-                "under_replicated"
+            reason: match (added.is_empty(), recovering) {
+                (false, true) => "replica_node_dead",
+                (false, false) => "under_replicated",
+                (true, true) => "dead_replica_replaced",
+                (true, false) => "over_replicated",
             },
             added,
             removed,
@@ -223,6 +336,7 @@ fn pick_new_replica(
     p: &PartitionRecord,
     live: &BTreeSet<NodeId>,
     copies: &BTreeMap<NodeId, usize>,
+    under_cap: impl Fn(NodeId) -> bool,
 ) -> Option<NodeId> {
     let used_zones: BTreeSet<&str> = p
         .copies()
@@ -231,7 +345,11 @@ fn pick_new_replica(
     map.nodes
         .values()
         .filter(|n| {
-            n.state == NodeState::Up && !n.draining && live.contains(&n.id) && !p.has_copy(n.id)
+            n.state == NodeState::Up
+                && !n.draining
+                && live.contains(&n.id)
+                && !p.has_copy(n.id)
+                && under_cap(n.id)
         })
         .min_by_key(|n| {
             let zone_used = n.zone.as_deref().is_some_and(|z| used_zones.contains(z));

@@ -28,12 +28,14 @@ pub mod moves;
 #[cfg(test)]
 mod moves_tests;
 pub mod observe;
+#[cfg(test)]
+mod recovery_tests;
 mod run;
 #[cfg(test)]
 mod tests;
 
 pub use failover::{Failover, FailoverPlan, Promotion, Waiting, promoted};
-pub use membership::{MembershipChange, MembershipPlan, Skipped};
+pub use membership::{MembershipChange, MembershipPlan, Recovery, Skipped};
 pub use moves::{
     MoveOutcome, ReplicaMove, ReplicaMoveError, Step, read_replica_moves, request_replica_move,
 };
@@ -85,7 +87,19 @@ pub struct ReplicationConfig {
     /// A replica move whose target is not in sync this long after it was
     /// requested is abandoned (the target removed again, the source kept).
     pub replica_move_timeout_ms: u64,
+    /// A node whose lease has been gone this long is dead: its replicas are
+    /// replaced (re-replication). Not a flag of its own: the manager copies
+    /// the rebalancer's `down_grace_ms` here at start (one grace).
+    pub down_grace_ms: u64,
+    /// Re-replication copies in flight (replicas not yet in sync) one target
+    /// node may have before it gets no further replacement replica.
+    pub recovery_max_copies_per_node: usize,
+    /// Re-replication copies in flight over the whole cluster.
+    pub recovery_max_copies: usize,
 }
+
+/// The largest `recovery_max_copies_per_node` / `recovery_max_copies` accepted.
+pub const MAX_RECOVERY_COPIES: usize = 1_024;
 
 impl Default for ReplicationConfig {
     fn default() -> Self {
@@ -95,6 +109,9 @@ impl Default for ReplicationConfig {
             reconcile: true,
             interval_ms: 250,
             replica_move_timeout_ms: moves::DEFAULT_REPLICA_MOVE_TIMEOUT_MS,
+            down_grace_ms: 300_000,
+            recovery_max_copies_per_node: 2,
+            recovery_max_copies: 16,
         }
     }
 }
@@ -121,6 +138,19 @@ impl ReplicationConfig {
                 self.replica_move_timeout_ms
             ));
         }
+        for (name, v) in [
+            (
+                "recovery_max_copies_per_node",
+                self.recovery_max_copies_per_node,
+            ),
+            ("recovery_max_copies", self.recovery_max_copies),
+        ] {
+            if v == 0 || v > MAX_RECOVERY_COPIES {
+                return Err(format!(
+                    "{name} must be in 1..={MAX_RECOVERY_COPIES}, got {v}"
+                ));
+            }
+        }
         Ok(())
     }
 }
@@ -143,6 +173,19 @@ pub struct ReplicationMetrics {
     pub in_sync_changes_seen: Family<observe::InSyncLabel, Counter>,
     /// Replica moves ended, by outcome (`done`, `abandoned`).
     pub replica_moves: Family<OutcomeLabel, Counter>,
+    /// Re-replication copies by state (`in_flight`: replacements not yet
+    /// in sync; `throttled`: partitions waiting for a copy slot;
+    /// `waiting_for_grace`: partitions with a replica on a node Down within
+    /// the grace).
+    pub recovery_copies: Family<StateLabel, Gauge>,
+    /// Dead replicas removed after their replacement caught up.
+    pub recovered: Counter,
+}
+
+/// The `state` label of `keyway_manager_recovery_copies`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelSet)]
+pub struct StateLabel {
+    pub state: &'static str,
 }
 
 impl ReplicationMetrics {
@@ -156,6 +199,8 @@ impl ReplicationMetrics {
             replicas_removed: Counter::default(),
             in_sync_changes_seen: Family::default(),
             replica_moves: Family::default(),
+            recovery_copies: Family::default(),
+            recovered: Counter::default(),
         };
         metrics.register(
             "failovers",
@@ -197,6 +242,16 @@ impl ReplicationMetrics {
             "Replica moves ended, by outcome (done, abandoned)",
             m.replica_moves.clone(),
         );
+        metrics.register(
+            "recovery_copies",
+            "Re-replication after a node down past the grace: in_flight (replacement replicas not yet in sync), throttled (partitions waiting for a copy slot), waiting_for_grace (partitions with a replica on a node Down within the grace)",
+            m.recovery_copies.clone(),
+        );
+        metrics.register(
+            "recovered_replicas",
+            "Replicas on nodes down past the grace removed once their replacement was in sync",
+            m.recovered.clone(),
+        );
         m
     }
 }
@@ -219,6 +274,40 @@ pub struct ReplicationView {
     pub replica_moves: Vec<ReplicaMoveView>,
     pub replica_moves_done: u64,
     pub replica_moves_abandoned: u64,
+    /// Re-replication: see [`RecoveryView`].
+    pub recovery: RecoveryView,
+}
+
+/// `/status`'s `replication.recovery` (and `keyway ctl recovery`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct RecoveryView {
+    pub down_grace_ms: u64,
+    pub max_copies_per_node: usize,
+    pub max_copies: usize,
+    /// Nodes down past the grace (their replicas are being replaced).
+    pub dead_nodes: Vec<u64>,
+    /// Nodes Down within the grace, with the ms left before recovery starts.
+    pub waiting_for_grace: Vec<GraceWait>,
+    /// Replacement replicas not yet in sync: (partition, target node).
+    pub copies_in_flight: Vec<RecoveryCopy>,
+    /// Partitions waiting for a copy slot.
+    pub throttled_partitions: Vec<u64>,
+    /// Dead replicas removed since this manager started leading.
+    pub recovered_replicas: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct GraceWait {
+    pub node: u64,
+    pub left_ms: u64,
+    /// Partitions with a copy on it.
+    pub partitions: usize,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct RecoveryCopy {
+    pub partition: u64,
+    pub target: u64,
 }
 
 /// One live replica move in `/status`.
@@ -272,6 +361,9 @@ impl Replication {
             v.failover_margin_ms = config.failover_margin_ms;
             v.reconcile_enabled = config.reconcile;
             v.replica_move_timeout_ms = config.replica_move_timeout_ms;
+            v.recovery.down_grace_ms = config.down_grace_ms;
+            v.recovery.max_copies_per_node = config.recovery_max_copies_per_node;
+            v.recovery.max_copies = config.recovery_max_copies;
         });
         let observer = tokio::spawn(observe::run(
             meta.clone(),

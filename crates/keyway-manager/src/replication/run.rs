@@ -7,10 +7,14 @@
 //! reason per partition) goes to the decision log.
 
 use super::failover::{Failover, Promotion};
-use super::membership::{self, MembershipChange};
+use super::membership::{self, MembershipChange, Recovery};
 use super::moves::{self, ReplicaMove, Step};
-use super::{DUTY, ReplicaMoveView, ReplicationConfig, ReplicationMetrics, ReplicationStatus};
+use super::{
+    DUTY, GraceWait, RecoveryCopy, ReplicaMoveView, ReplicationConfig, ReplicationMetrics,
+    ReplicationStatus, StateLabel,
+};
 use crate::decisions::{Decision, DecisionLog};
+use crate::fencing::{FencingGate, Verdict};
 use crate::metrics::{OutcomeLabel, ReasonLabel};
 use crate::seat::SeatView;
 use keyway_map::{MapChange, NodeId, OwnershipCondition, PartitionId, PartitionMap};
@@ -28,6 +32,9 @@ pub(super) struct Loop {
     metrics: ReplicationMetrics,
     status: ReplicationStatus,
     failover: Failover,
+    /// The down grace's clock per node (started when this leader first saw
+    /// the lease gone, so a new leader waits a whole grace again).
+    grace: FencingGate,
     /// The leadership the in-memory state belongs to.
     term: Option<Leadership>,
 }
@@ -52,6 +59,7 @@ impl Loop {
     ) -> Self {
         Loop {
             failover: Failover::new(Duration::from_millis(config.failover_margin_ms)),
+            grace: FencingGate::new(Duration::from_millis(config.down_grace_ms)),
             meta,
             seat,
             config,
@@ -81,12 +89,15 @@ impl Loop {
         if leading != self.term {
             // A new leadership waits a whole margin again (never less).
             self.failover = Failover::new(Duration::from_millis(self.config.failover_margin_ms));
+            self.grace = FencingGate::new(Duration::from_millis(self.config.down_grace_ms));
             self.term = leading.clone();
         }
         let Some(term) = leading else { return Ok(()) };
         let mut map = self.meta.get_map().await?;
         let live: BTreeSet<NodeId> = self.meta.leases().await?.iter().map(|l| l.node).collect();
-        let plan = self.failover.plan(&map, &live, Instant::now());
+        let now = Instant::now();
+        let recovery = self.recovery(&map, &live, now);
+        let plan = self.failover.plan(&map, &live, now);
         let mut offline = Vec::new();
         for w in &plan.waiting {
             if w.reason != "within_margin" {
@@ -120,10 +131,9 @@ impl Loop {
         let replica_moves: Vec<ReplicaMove> = stored.iter().filter_map(ReplicaMove::load).collect();
         let replica_moving: BTreeSet<PartitionId> =
             replica_moves.iter().map(|m| m.partition).collect();
-        let first_plan = self
-            .config
-            .reconcile
-            .then(|| membership::plan_with(&map, &live, &BTreeSet::new(), &replica_moving));
+        let first_plan = self.config.reconcile.then(|| {
+            membership::plan_recovering(&map, &live, &BTreeSet::new(), &replica_moving, &recovery)
+        });
         let decode =
             !replica_moves.is_empty() || first_plan.as_ref().is_some_and(|p| !p.changes.is_empty());
         let migrating: BTreeSet<PartitionId> = if decode {
@@ -140,8 +150,26 @@ impl Loop {
         }
         if let Some(mut plan) = first_plan {
             if decode {
-                plan = membership::plan_with(&map, &live, &migrating, &replica_moving);
+                plan = membership::plan_recovering(
+                    &map,
+                    &live,
+                    &migrating,
+                    &replica_moving,
+                    &recovery,
+                );
             }
+            let throttled: Vec<u64> = plan
+                .skipped
+                .iter()
+                .filter(|s| s.reason == "recovery_throttled")
+                .map(|s| s.partition.0)
+                .collect();
+            self.metrics
+                .recovery_copies
+                .get_or_create(&StateLabel { state: "throttled" })
+                .set(throttled.len() as i64);
+            self.status
+                .update(|v| v.recovery.throttled_partitions = throttled);
             for s in &plan.skipped {
                 self.decisions.record_once(
                     format!("partition {}", s.partition),
@@ -162,6 +190,7 @@ impl Loop {
                 map = self.meta.get_map().await?;
             }
         }
+        self.recovery_view(&map, &live, &recovery, now);
         let under = under_replicated(&map);
         self.metrics.under_replicated.set(under as i64);
         self.status.update(|v| {
@@ -169,6 +198,66 @@ impl Loop {
             v.offline_partitions = offline;
         });
         Ok(())
+    }
+
+    /// The re-replication inputs of this round: the nodes whose lease has
+    /// been gone past the down grace (invariant 12: never sooner).
+    fn recovery(&mut self, map: &PartitionMap, live: &BTreeSet<NodeId>, now: Instant) -> Recovery {
+        Recovery {
+            dead: membership::dead_nodes(&mut self.grace, map, live, now),
+            max_copies_per_node: self.config.recovery_max_copies_per_node,
+            max_copies: self.config.recovery_max_copies,
+        }
+    }
+
+    /// The recovery metrics and `/status` view from the map after this round.
+    fn recovery_view(
+        &mut self,
+        map: &PartitionMap,
+        live: &BTreeSet<NodeId>,
+        recovery: &Recovery,
+        now: Instant,
+    ) {
+        let live_v: Vec<NodeId> = live.iter().copied().collect();
+        let mut waiting = Vec::new();
+        for n in map.nodes.keys().filter(|n| !live.contains(n)) {
+            if let Verdict::Wait(left) = self.grace.check(*n, &live_v, now) {
+                let partitions = map.partitions.values().filter(|p| p.has_copy(*n)).count();
+                waiting.push(GraceWait {
+                    node: n.0,
+                    left_ms: left.as_millis() as u64,
+                    partitions,
+                });
+            }
+        }
+        let copies: Vec<RecoveryCopy> = map
+            .partitions
+            .values()
+            .filter(|p| p.replicas.iter().any(|r| recovery.dead.contains(r)))
+            .flat_map(|p| {
+                p.replicas
+                    .iter()
+                    .filter(|r| !recovery.dead.contains(r) && !p.in_sync.contains(r))
+                    .map(|r| RecoveryCopy {
+                        partition: p.id.0,
+                        target: r.0,
+                    })
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        let waiting_partitions: usize = waiting.iter().map(|w| w.partitions).sum();
+        let g = |state| {
+            self.metrics
+                .recovery_copies
+                .get_or_create(&StateLabel { state })
+        };
+        g("in_flight").set(copies.len() as i64);
+        g("waiting_for_grace").set(waiting_partitions as i64);
+        self.status.update(|v| {
+            v.recovery.dead_nodes = recovery.dead.iter().map(|n| n.0).collect();
+            v.recovery.waiting_for_grace = waiting;
+            v.recovery.copies_in_flight = copies;
+        });
     }
 
     /// One step of every replica move (the oldest live one per partition
@@ -365,6 +454,11 @@ impl Loop {
             Outcome::Committed => {
                 self.metrics.replicas_added.inc_by(c.added.len() as u64);
                 self.metrics.replicas_removed.inc_by(c.removed.len() as u64);
+                if c.reason == "dead_replica_replaced" {
+                    self.metrics.recovered.inc_by(c.removed.len() as u64);
+                    self.status
+                        .update(|v| v.recovery.recovered_replicas += c.removed.len() as u64);
+                }
                 self.status.update(|v| {
                     v.replicas_added += c.added.len() as u64;
                     v.replicas_removed += c.removed.len() as u64;
