@@ -508,3 +508,106 @@ async fn a_new_leader_finishes_a_replica_move_the_old_one_started() {
     assert_eq!(env.duty.status().get().replica_moves_done, 1);
     env.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_node_down_past_the_grace_is_replaced_on_the_survivors_and_then_dropped() {
+    let grace = Duration::from_millis(1_500);
+    let config = ReplicationConfig {
+        down_grace_ms: grace.as_millis() as u64,
+        ..fast()
+    };
+    let mut env = Env::new(4, 2, config).await;
+    let before = env.map().await;
+    let hit: Vec<PartitionId> = before
+        .partitions
+        .values()
+        .filter(|p| p.has_copy(NodeId(4)))
+        .map(|p| p.id)
+        .collect();
+    assert!(hit.len() >= 2, "{before:?}");
+    let t0 = std::time::Instant::now();
+    env.kill(4).await;
+    eventually("node 4's partitions to fail over", || {
+        let meta = env.meta.clone();
+        async move {
+            let map = meta.get_map().await.ok()?;
+            (map.owned_by(NodeId(4)).count() == 0).then_some(())
+        }
+    })
+    .await;
+    // Within the grace: no replacement, and the wait is in view.
+    let within = env.map().await;
+    if t0.elapsed() < grace {
+        for p in within.partitions.values() {
+            assert_eq!(1 + p.replicas.len(), 2, "a move on suspicion: {p:?}");
+        }
+        let view = eventually("the grace wait in /status", || {
+            let v = env.duty.status().get().recovery;
+            async move { (!v.waiting_for_grace.is_empty()).then_some(v) }
+        })
+        .await;
+        assert_eq!(view.waiting_for_grace[0].node, 4, "{view:?}");
+    }
+    // After the grace: a replacement for every partition with a copy on 4.
+    let added = eventually("a replacement for every copy on node 4", || {
+        let meta = env.meta.clone();
+        let hit = hit.clone();
+        async move {
+            let map = meta.get_map().await.ok()?;
+            hit.iter()
+                .all(|p| map.partitions[p].replicas.len() == 2)
+                .then_some(map)
+        }
+    })
+    .await;
+    assert!(t0.elapsed() >= grace, "replaced before the grace");
+    let view = env.duty.status().get().recovery;
+    assert_eq!(view.dead_nodes, [4], "{view:?}");
+    for p in &hit {
+        let row = &added.partitions[p];
+        assert!(
+            row.replicas.contains(&NodeId(4)),
+            "kept until in sync: {row:?}"
+        );
+        assert_ne!(row.owner, NodeId(4));
+    }
+    // The dead replica stays until the primary takes the replacement in.
+    for p in &hit {
+        let row = &added.partitions[p];
+        let new: Vec<u64> = row
+            .replicas
+            .iter()
+            .filter(|r| **r != NodeId(4))
+            .map(|r| r.0)
+            .collect();
+        env.set_in_sync(*p, &new).await;
+    }
+    let after = eventually("node 4 to hold nothing", || {
+        let meta = env.meta.clone();
+        async move {
+            let map = meta.get_map().await.ok()?;
+            (!map.partitions.values().any(|p| p.has_copy(NodeId(4)))).then_some(map)
+        }
+    })
+    .await;
+    for p in after.partitions.values() {
+        assert_eq!(1 + p.replicas.len(), 2, "back to RF 2: {p:?}");
+        assert_eq!(p.in_sync_copies(), 2, "{p:?}");
+    }
+    let removed = env
+        .decisions
+        .recent()
+        .iter()
+        .filter(|d| d.reason == "dead_replica_replaced")
+        .count();
+    assert_eq!(removed, hit.len());
+    let text = env.metrics.encode();
+    assert!(
+        text.contains(&format!(
+            "keyway_manager_recovered_replicas_total {}",
+            hit.len()
+        )),
+        "{text}"
+    );
+    env.shutdown().await;
+}
