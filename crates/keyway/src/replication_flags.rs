@@ -40,6 +40,12 @@ pub struct ReplicationFlags {
     /// cluster (1-1024).
     #[arg(long, default_value_t = ReplicationConfig::default().recovery_max_copies)]
     pub recovery_max_copies: usize,
+    /// Decommission a node automatically once it has held no lease this
+    /// long and owns and holds nothing (its copies re-replicated
+    /// elsewhere), as `keyway ctl decommission --force` would, ms
+    /// (0 = never, the default; at most 604800000).
+    #[arg(long, default_value_t = ReplicationConfig::default().auto_decommission_after_ms)]
+    pub auto_decommission_after_ms: u64,
 }
 
 impl ReplicationFlags {
@@ -53,6 +59,7 @@ impl ReplicationFlags {
             replica_move_timeout_ms: self.replica_move_timeout_ms,
             recovery_max_copies_per_node: self.recovery_max_copies_per_node,
             recovery_max_copies: self.recovery_max_copies,
+            auto_decommission_after_ms: self.auto_decommission_after_ms,
             ..ReplicationConfig::default()
         };
         c.validate().map_err(anyhow::Error::msg)?;

@@ -509,13 +509,50 @@ async fn a_new_leader_finishes_a_replica_move_the_old_one_started() {
     env.shutdown().await;
 }
 
+const GRACE: Duration = Duration::from_millis(1_500);
+
 #[tokio::test]
 async fn a_node_down_past_the_grace_is_replaced_on_the_survivors_and_then_dropped() {
-    let grace = Duration::from_millis(1_500);
     let config = ReplicationConfig {
-        down_grace_ms: grace.as_millis() as u64,
+        down_grace_ms: GRACE.as_millis() as u64,
         ..fast()
     };
+    let env = re_replicate_node_4(config).await;
+    // Off by default: the dead node stays registered.
+    assert!(env.map().await.nodes.contains_key(&NodeId(4)));
+    env.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_node_that_holds_nothing_is_decommissioned_after_auto_decommission_after_ms() {
+    let config = ReplicationConfig {
+        down_grace_ms: GRACE.as_millis() as u64,
+        auto_decommission_after_ms: GRACE.as_millis() as u64 * 2,
+        ..fast()
+    };
+    let env = re_replicate_node_4(config).await;
+    eventually("node 4 to be decommissioned", || {
+        let meta = env.meta.clone();
+        async move {
+            let map = meta.get_map().await.ok()?;
+            (!map.nodes.contains_key(&NodeId(4))).then_some(())
+        }
+    })
+    .await;
+    assert!(
+        env.decisions
+            .recent()
+            .iter()
+            .any(|d| d.action == "decommission" && d.acted)
+    );
+    assert_eq!(env.duty.status().get().recovery.auto_decommissioned, [4]);
+    env.shutdown().await;
+}
+
+/// 4 nodes at RF 2; node 4's lease is revoked for good; checks the
+/// replacements come after the grace only and node 4 ends holding nothing.
+async fn re_replicate_node_4(config: ReplicationConfig) -> Env {
+    let grace = GRACE;
     let mut env = Env::new(4, 2, config).await;
     let before = env.map().await;
     let hit: Vec<PartitionId> = before
@@ -609,5 +646,5 @@ async fn a_node_down_past_the_grace_is_replaced_on_the_survivors_and_then_droppe
         )),
         "{text}"
     );
-    env.shutdown().await;
+    env
 }

@@ -40,7 +40,7 @@
 use crate::fencing::{FencingGate, Verdict};
 use keyway_map::{Epoch, NodeId, NodeState, PartitionId, PartitionMap, PartitionRecord};
 use std::collections::{BTreeMap, BTreeSet};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// One planned membership change: the CAS and what it changes.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -122,6 +122,28 @@ pub fn dead_nodes(
         .keys()
         .copied()
         .filter(|n| gate.check(*n, &live, now) == Verdict::Fenced)
+        .collect()
+}
+
+/// The nodes to decommission automatically: no lease for `after` (by the
+/// grace clock of `gate`, which [`dead_nodes`] keeps), owning nothing and
+/// holding no replica.
+pub fn auto_decommissions(
+    gate: &FencingGate,
+    map: &PartitionMap,
+    live: &BTreeSet<NodeId>,
+    after: Duration,
+    now: Instant,
+) -> Vec<NodeId> {
+    map.nodes
+        .keys()
+        .copied()
+        .filter(|n| !live.contains(n))
+        .filter(|n| {
+            gate.gone_since(*n)
+                .is_some_and(|t| now.saturating_duration_since(t) >= after)
+        })
+        .filter(|n| !map.partitions.values().any(|p| p.has_copy(*n)))
         .collect()
 }
 

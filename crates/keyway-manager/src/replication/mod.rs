@@ -96,7 +96,13 @@ pub struct ReplicationConfig {
     pub recovery_max_copies_per_node: usize,
     /// Re-replication copies in flight over the whole cluster.
     pub recovery_max_copies: usize,
+    /// Decommission a node that has held no lease this long and owns and
+    /// holds nothing (its copies re-replicated), ms; 0 = never.
+    pub auto_decommission_after_ms: u64,
 }
+
+/// The longest `auto_decommission_after_ms` accepted (a week).
+pub const MAX_AUTO_DECOMMISSION_AFTER_MS: u64 = 7 * 24 * 3_600_000;
 
 /// The largest `recovery_max_copies_per_node` / `recovery_max_copies` accepted.
 pub const MAX_RECOVERY_COPIES: usize = 1_024;
@@ -112,6 +118,7 @@ impl Default for ReplicationConfig {
             down_grace_ms: 300_000,
             recovery_max_copies_per_node: 2,
             recovery_max_copies: 16,
+            auto_decommission_after_ms: 0,
         }
     }
 }
@@ -136,6 +143,12 @@ impl ReplicationConfig {
             return Err(format!(
                 "replica_move_timeout_ms must be in 1..={max}, got {}",
                 self.replica_move_timeout_ms
+            ));
+        }
+        if self.auto_decommission_after_ms > MAX_AUTO_DECOMMISSION_AFTER_MS {
+            return Err(format!(
+                "auto_decommission_after_ms must be at most {MAX_AUTO_DECOMMISSION_AFTER_MS} (0 = off), got {}",
+                self.auto_decommission_after_ms
             ));
         }
         for (name, v) in [
@@ -180,6 +193,8 @@ pub struct ReplicationMetrics {
     pub recovery_copies: Family<StateLabel, Gauge>,
     /// Dead replicas removed after their replacement caught up.
     pub recovered: Counter,
+    /// Nodes decommissioned by `auto_decommission_after_ms`.
+    pub auto_decommissions: Counter,
 }
 
 /// The `state` label of `keyway_manager_recovery_copies`.
@@ -201,6 +216,7 @@ impl ReplicationMetrics {
             replica_moves: Family::default(),
             recovery_copies: Family::default(),
             recovered: Counter::default(),
+            auto_decommissions: Counter::default(),
         };
         metrics.register(
             "failovers",
@@ -252,6 +268,11 @@ impl ReplicationMetrics {
             "Replicas on nodes down past the grace removed once their replacement was in sync",
             m.recovered.clone(),
         );
+        metrics.register(
+            "auto_decommissions",
+            "Nodes removed by the manager after auto_decommission_after_ms without a lease, owning and holding nothing",
+            m.auto_decommissions.clone(),
+        );
         m
     }
 }
@@ -292,8 +313,12 @@ pub struct RecoveryView {
     pub copies_in_flight: Vec<RecoveryCopy>,
     /// Partitions waiting for a copy slot.
     pub throttled_partitions: Vec<u64>,
-    /// Dead replicas removed since this manager started leading.
+    /// Dead replicas removed since this manager started.
     pub recovered_replicas: u64,
+    /// 0 = off.
+    pub auto_decommission_after_ms: u64,
+    /// Nodes this manager decommissioned automatically.
+    pub auto_decommissioned: Vec<u64>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -364,6 +389,7 @@ impl Replication {
             v.recovery.down_grace_ms = config.down_grace_ms;
             v.recovery.max_copies_per_node = config.recovery_max_copies_per_node;
             v.recovery.max_copies = config.recovery_max_copies;
+            v.recovery.auto_decommission_after_ms = config.auto_decommission_after_ms;
         });
         let observer = tokio::spawn(observe::run(
             meta.clone(),

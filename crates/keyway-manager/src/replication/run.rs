@@ -191,6 +191,9 @@ impl Loop {
             }
         }
         self.recovery_view(&map, &live, &recovery, now);
+        if self.config.auto_decommission_after_ms > 0 {
+            self.auto_decommission(&map, &live, now).await?;
+        }
         let under = under_replicated(&map);
         self.metrics.under_replicated.set(under as i64);
         self.status.update(|v| {
@@ -208,6 +211,55 @@ impl Loop {
             max_copies_per_node: self.config.recovery_max_copies_per_node,
             max_copies: self.config.recovery_max_copies,
         }
+    }
+
+    /// Removes the nodes [`membership::auto_decommissions`] names, each as
+    /// `keyway ctl decommission --force` would (it re-checks the lease,
+    /// ownership and migrations against a fresh map).
+    async fn auto_decommission(
+        &self,
+        map: &PartitionMap,
+        live: &BTreeSet<NodeId>,
+        now: Instant,
+    ) -> Result<(), MetaError> {
+        let after = Duration::from_millis(self.config.auto_decommission_after_ms);
+        for n in membership::auto_decommissions(&self.grace, map, live, after, now) {
+            if self.seat.leading().is_none() {
+                return Ok(());
+            }
+            let key = format!("node {n}");
+            match crate::rebalance::decommission(&*self.meta, n, true).await {
+                Ok(_) => {
+                    self.metrics.auto_decommissions.inc();
+                    self.status
+                        .update(|v| v.recovery.auto_decommissioned.push(n.0));
+                    self.decisions.record(Decision::now(
+                        DUTY,
+                        "decommission",
+                        "down_past_auto_decommission_after_ms",
+                        None,
+                        true,
+                        format!(
+                            "node {n}: no lease for over {} ms, owns nothing and holds no replica",
+                            after.as_millis()
+                        ),
+                    ));
+                }
+                Err(crate::rebalance::NodeOpError::Meta(e)) => return Err(e),
+                Err(e) => self.decisions.record_once(
+                    key,
+                    Decision::now(
+                        DUTY,
+                        "no_decommission",
+                        "refused",
+                        None,
+                        false,
+                        format!("node {n}: {e}"),
+                    ),
+                ),
+            }
+        }
+        Ok(())
     }
 
     /// The recovery metrics and `/status` view from the map after this round.
