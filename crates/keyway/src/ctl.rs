@@ -62,6 +62,9 @@ enum CtlCommand {
     Node(crate::ctl_rebalance::NodeArgs),
     /// `--plan`: the moves the rebalancer would make, without making them.
     Rebalance(crate::ctl_rebalance::RebalanceArgs),
+    /// Re-replication: under-replicated partitions, nodes without a lease,
+    /// copies in flight; `--manager ADDR` adds the grace wait.
+    Recovery(crate::ctl_recovery::RecoveryArgs),
 }
 
 pub async fn run(args: CtlArgs) -> anyhow::Result<()> {
@@ -85,6 +88,7 @@ pub async fn run(args: CtlArgs) -> anyhow::Result<()> {
         }
         CtlCommand::Node(n) => crate::ctl_rebalance::node_cmd(&*meta, n, args.json).await,
         CtlCommand::Rebalance(r) => crate::ctl_rebalance::rebalance_cmd(&*meta, r, args.json).await,
+        CtlCommand::Recovery(r) => crate::ctl_recovery::recovery_cmd(&*meta, r, args.json).await,
     }
 }
 

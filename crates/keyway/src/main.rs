@@ -21,6 +21,7 @@ mod ctl_log;
 mod ctl_move;
 mod ctl_move_replica;
 mod ctl_rebalance;
+mod ctl_recovery;
 mod ctl_split;
 mod dev;
 mod manager_cmd;
