@@ -33,6 +33,8 @@ pub struct ReplSpec {
     pub lease_margin_ms: u64,
     pub replica_lag_timeout_ms: u64,
     pub replica_read_lease_ms: u64,
+    /// More `keyway manager` flags (e.g. `--rebalance-down-grace-ms`).
+    pub manager_flags: Vec<String>,
 }
 
 impl ReplSpec {
@@ -87,6 +89,7 @@ impl Default for ReplSpec {
             lease_margin_ms: 500,
             replica_lag_timeout_ms: 1_500,
             replica_read_lease_ms: 750,
+            manager_flags: Vec::new(),
         }
     }
 }
@@ -254,6 +257,7 @@ impl ReplCluster {
             ])
             .into_iter()
             .chain(spec.manager_replication_flags())
+            .chain(spec.manager_flags.iter().cloned())
             .collect(),
             "manager mgr0 ",
         );

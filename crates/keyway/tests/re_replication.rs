@@ -1,0 +1,118 @@
+//! Re-replication after a node is gone for good (issue 13, item 1), with
+//! real processes: 4 nodes at replication factor 2 (`--min-in-sync 1`),
+//! writes acknowledged at every partition's primary, then `kill -9` of one
+//! node and deletion of its data directory. After `--rebalance-down-grace-ms`
+//! (and not before) every partition is back to 2 in-sync copies on the 3
+//! survivors, the dead node holds nothing, every acknowledged write reads
+//! back, and `keyway ctl decommission --force` removes the node.
+
+mod common;
+mod repl_fixture;
+
+use common::Resp;
+use keyway_map::{PartitionMap, key_hash_slot};
+use keyway_resp::Frame;
+use keyway_testkit::wait_until;
+use repl_fixture::{ReplCluster, ReplSpec};
+use std::time::{Duration, Instant};
+
+const SYNC_TIMEOUT: Duration = Duration::from_secs(60);
+const GRACE_MS: u64 = 4_000;
+const KEYS: usize = 400;
+
+/// The port of the primary of `key`'s partition.
+fn primary_port(cluster: &ReplCluster, map: &PartitionMap, key: &str) -> u16 {
+    let slot = key_hash_slot(key.as_bytes());
+    let p = ReplCluster::partitions(map)
+        .into_iter()
+        .find(|p| {
+            let (a, b) = p.slot_span();
+            (a..=b).contains(&slot)
+        })
+        .unwrap();
+    cluster.ports[cluster.index_of(map, p.owner)]
+}
+
+#[test]
+fn a_node_lost_for_good_is_re_replicated_on_the_survivors_after_the_grace() {
+    let spec = ReplSpec {
+        nodes: 4,
+        partitions_per_node: 2,
+        manager_flags: vec!["--rebalance-down-grace-ms".into(), GRACE_MS.to_string()],
+        ..ReplSpec::default()
+    };
+    let mut cluster = ReplCluster::start(spec);
+    let map = wait_until("every partition in sync", SYNC_TIMEOUT, || {
+        cluster.all_in_sync()
+    })
+    .unwrap();
+    let keys: Vec<String> = (0..KEYS).map(|i| format!("rr:{i}")).collect();
+    for (i, key) in keys.iter().enumerate() {
+        let mut conn = Resp::connect(primary_port(&cluster, &map, key));
+        match conn.cmd(&["SET", key, &i.to_string()]) {
+            Frame::Simple(s) if s == "OK" => {}
+            other => panic!("SET {key}: {other:?}"),
+        }
+    }
+    let dead = cluster.node_id(&map, 3);
+    let hit = ReplCluster::partitions(&map)
+        .iter()
+        .filter(|p| p.has_copy(dead))
+        .count();
+    assert!(hit > 0);
+    let t0 = Instant::now();
+    cluster.kill(3);
+    std::fs::remove_dir_all(cluster.dir().join("node3")).unwrap();
+
+    // Within the grace: failover only, never a replacement.
+    let within = wait_until("node 3's primaries to fail over", SYNC_TIMEOUT, || {
+        let m = cluster.map()?;
+        (m.owned_by(dead).count() == 0).then_some(m)
+    })
+    .unwrap();
+    if t0.elapsed() < Duration::from_millis(GRACE_MS) {
+        for p in ReplCluster::partitions(&within) {
+            assert_eq!(1 + p.replicas.len(), 2, "a move on suspicion: {p:?}");
+        }
+    }
+    let (ok, out, err) = cluster.ctl(&["--json", "recovery"]);
+    assert!(ok, "{out}\n{err}");
+    let view: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(
+        view["leaseless_nodes"][0]["node"],
+        dead.to_string(),
+        "{out}"
+    );
+
+    let after = wait_until("RF 2 on the survivors", SYNC_TIMEOUT, || {
+        let m = cluster.map()?;
+        let parts = ReplCluster::partitions(&m);
+        parts
+            .iter()
+            .all(|p| !p.has_copy(dead) && p.in_sync_copies() == 2)
+            .then_some(m)
+    })
+    .unwrap_or_else(|e| panic!("{e}: {:?}", cluster.map()));
+    let took = t0.elapsed();
+    assert!(
+        took >= Duration::from_millis(GRACE_MS),
+        "before the grace: {took:?}"
+    );
+    eprintln!(
+        "kill -9 to {hit} partitions back at 2 in-sync copies: {} ms (grace {GRACE_MS} ms)",
+        took.as_millis()
+    );
+    for (i, key) in keys.iter().enumerate() {
+        let mut conn = Resp::connect(primary_port(&cluster, &after, key));
+        let got = conn.cmd(&["GET", key]);
+        assert_eq!(
+            got,
+            Frame::Bulk(i.to_string().into_bytes().into()),
+            "acknowledged write {key} lost"
+        );
+    }
+    let (ok, out, err) = cluster.ctl(&["decommission", "--force", &dead.to_string()]);
+    assert!(ok, "decommission --force: {out}\n{err}");
+    let m = cluster.map().unwrap();
+    assert!(!m.nodes.contains_key(&dead));
+}
