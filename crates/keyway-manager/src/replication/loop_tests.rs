@@ -584,6 +584,12 @@ async fn re_replicate_node_4(config: ReplicationConfig) -> Env {
         })
         .await;
         assert_eq!(view.waiting_for_grace[0].node, 4, "{view:?}");
+        assert!(
+            env.decisions
+                .recent()
+                .iter()
+                .any(|d| d.reason == "within_down_grace" && !d.acted)
+        );
     }
     // After the grace: a replacement for every partition with a copy on 4.
     let added = eventually("a replacement for every copy on node 4", || {
@@ -598,7 +604,17 @@ async fn re_replicate_node_4(config: ReplicationConfig) -> Env {
     })
     .await;
     assert!(t0.elapsed() >= grace, "replaced before the grace");
-    let view = env.duty.status().get().recovery;
+    // The round that committed them ends by publishing its view.
+    let view = eventually("node 4 dead in /status and /decisions", || {
+        let v = env.duty.status().get().recovery;
+        let logged = env
+            .decisions
+            .recent()
+            .iter()
+            .any(|d| d.action == "re_replicate" && d.acted);
+        async move { (logged && v.dead_nodes == [4]).then_some(v) }
+    })
+    .await;
     assert_eq!(view.dead_nodes, [4], "{view:?}");
     for p in &hit {
         let row = &added.partitions[p];

@@ -275,6 +275,22 @@ impl Loop {
         for n in map.nodes.keys().filter(|n| !live.contains(n)) {
             if let Verdict::Wait(left) = self.grace.check(*n, &live_v, now) {
                 let partitions = map.partitions.values().filter(|p| p.has_copy(*n)).count();
+                self.decisions.record_once(
+                    format!("node {n} recovery"),
+                    Decision::now(
+                        DUTY,
+                        "no_re_replication",
+                        "within_down_grace",
+                        None,
+                        false,
+                        format!(
+                            "node {n} holds no lease; its {partitions} copies are replaced only after \
+                             the down grace ({} ms; {} ms left): no move on suspicion",
+                            self.config.down_grace_ms,
+                            left.as_millis()
+                        ),
+                    ),
+                );
                 waiting.push(GraceWait {
                     node: n.0,
                     left_ms: left.as_millis() as u64,
@@ -297,6 +313,26 @@ impl Loop {
                     .collect::<Vec<_>>()
             })
             .collect();
+        for n in &recovery.dead {
+            let partitions = map.partitions.values().filter(|p| p.has_copy(*n)).count();
+            if partitions > 0 {
+                self.decisions.record_once(
+                    format!("node {n} recovery"),
+                    Decision::now(
+                        DUTY,
+                        "re_replicate",
+                        "down_past_grace",
+                        None,
+                        true,
+                        format!(
+                            "node {n} held no lease for the down grace ({} ms): replacing its {partitions} \
+                             copies on the survivors",
+                            self.config.down_grace_ms
+                        ),
+                    ),
+                );
+            }
+        }
         let waiting_partitions: usize = waiting.iter().map(|w| w.partitions).sum();
         let g = |state| {
             self.metrics
