@@ -311,7 +311,12 @@ impl Resp {
                 return Ok(frame);
             }
             let mut chunk = [0u8; 16 * 1024];
-            let n = self.stream.read(&mut chunk)?;
+            let n = match self.stream.read(&mut chunk) {
+                // A signal to this process (a test that stops and resumes a
+                // child gets SIGCHLD) interrupts the read: read again.
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                other => other?,
+            };
             if n == 0 {
                 return Err(std::io::ErrorKind::UnexpectedEof.into());
             }
