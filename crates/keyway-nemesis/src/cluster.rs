@@ -90,9 +90,24 @@ pub struct ClusterSpec {
     pub replica_read_lease_ms: u64,
 }
 
-impl ClusterSpec {
-    /// The bootstrap flags of keyspace 0's replication (none at RF 1 with min 1).
-    fn replication_flags(&self) -> Vec<String> {
+/// The replication flags of a cluster's processes, built in one place for
+/// the harness and the test fixtures: none at all at replication factor 1
+/// (min 1), so an unreplicated cluster runs with no replication flag.
+#[derive(Clone, Copy, Debug)]
+pub struct ReplicationFlags {
+    pub replication_factor: u8,
+    pub min_in_sync: u8,
+    /// The nodes' `--lease-margin-ms`: the manager promotes once a dead
+    /// primary's lease has been gone from the store this long.
+    pub node_lease_margin_ms: u64,
+    pub replica_lag_timeout_ms: u64,
+    pub replica_read_lease_ms: u64,
+}
+
+impl ReplicationFlags {
+    /// Keyspace 0's bootstrap flags (`keyway meta`, or `keyway server
+    /// --bootstrap-nodes` on etcd).
+    pub fn bootstrap(&self) -> Vec<String> {
         if self.replication_factor <= 1 && self.min_in_sync <= 1 {
             return Vec::new();
         }
@@ -104,10 +119,8 @@ impl ClusterSpec {
         ]
     }
 
-    /// The manager's replication flags (none at RF 1): promote once a dead
-    /// primary's lease has been gone from the store for the nodes' own
-    /// lease margin (the manager's default assumes the default margin).
-    fn manager_replication_flags(&self) -> Vec<String> {
+    /// `keyway manager`'s flags.
+    pub fn manager(&self) -> Vec<String> {
         if self.replication_factor <= 1 {
             return Vec::new();
         }
@@ -117,8 +130,8 @@ impl ClusterSpec {
         ]
     }
 
-    /// The node flags of replication (none at RF 1).
-    fn replica_node_flags(&self) -> Vec<String> {
+    /// `keyway server`'s flags.
+    pub fn node(&self) -> Vec<String> {
         if self.replication_factor <= 1 {
             return Vec::new();
         }
@@ -128,6 +141,18 @@ impl ClusterSpec {
             "--replica-read-lease-ms".into(),
             self.replica_read_lease_ms.to_string(),
         ]
+    }
+}
+
+impl ClusterSpec {
+    fn replication(&self) -> ReplicationFlags {
+        ReplicationFlags {
+            replication_factor: self.replication_factor,
+            min_in_sync: self.min_in_sync,
+            node_lease_margin_ms: self.node_lease_margin_ms,
+            replica_lag_timeout_ms: self.replica_lag_timeout_ms,
+            replica_read_lease_ms: self.replica_read_lease_ms,
+        }
     }
 }
 
@@ -353,7 +378,7 @@ impl Cluster {
                     "--partitions-per-node",
                     &ppn,
                 ]);
-                args.extend(spec.replication_flags());
+                args.extend(spec.replication().bootstrap());
                 let mut meta = Daemon::new("meta", args, "keyway meta listening", &logs);
                 meta.start(&spec.bin, spec.start_timeout)?;
                 (Some(meta), None, format!("keyway://{addr}"))
@@ -410,9 +435,9 @@ impl Cluster {
             ]);
             if spec.meta == MetaKind::Etcd {
                 args.extend(s(&["--bootstrap-nodes", &n, "--partitions-per-node", &ppn]));
-                args.extend(spec.replication_flags());
+                args.extend(spec.replication().bootstrap());
             }
-            args.extend(spec.replica_node_flags());
+            args.extend(spec.replication().node());
             if spec.fault_injection {
                 args.push("--fault-injection".into());
             }
@@ -449,7 +474,7 @@ impl Cluster {
                     "1000",
                 ])
                 .into_iter()
-                .chain(spec.manager_replication_flags())
+                .chain(spec.replication().manager())
                 .collect(),
                 &format!("manager {name} "),
                 &logs,

@@ -46,7 +46,7 @@ mod run;
 mod summary;
 mod workload;
 
-pub use cluster::{Cluster, ClusterSpec, MetaKind};
+pub use cluster::{Cluster, ClusterSpec, MetaKind, ReplicationFlags};
 pub use faults::{ChurnKind, Fault, FaultKind, Step, Timings, schedule};
 pub use judge::{Verdict, judge};
 pub use netns::Network;

@@ -134,6 +134,21 @@ impl Rig {
     }
 
     /// Announces a routing change, as `Routing` does after making it.
+    /// Announces the routing change, then: both SETs answered OK, applied
+    /// as `1` then `2`, and `k` is `2`.
+    async fn announce_and_expect_in_order(
+        self,
+        first: oneshot::Receiver<Frame>,
+        second: oneshot::Receiver<Frame>,
+    ) {
+        self.announce();
+        assert_eq!(first.await.unwrap(), Frame::ok());
+        assert_eq!(second.await.unwrap(), Frame::ok());
+        assert_eq!(self.applied(), ["1", "2"]);
+        assert_eq!(self.value().as_deref(), Some(&b"2"[..]));
+        self.executor.shutdown();
+    }
+
     fn announce(&self) {
         self.changes.send_modify(|n| *n += 1);
         self.executor.wake();
@@ -168,12 +183,7 @@ async fn a_new_task_never_overtakes_a_parked_one_of_its_slot() {
         "SET k 2 ran before the parked SET k 1: {:?}",
         rig.applied()
     );
-    rig.announce();
-    assert_eq!(first.await.unwrap(), Frame::ok());
-    assert_eq!(second.await.unwrap(), Frame::ok());
-    assert_eq!(rig.applied(), ["1", "2"]);
-    assert_eq!(rig.value().as_deref(), Some(&b"2"[..]));
-    rig.executor.shutdown();
+    rig.announce_and_expect_in_order(first, second).await;
 }
 
 /// Two parked tasks of one slot; the fence lifts while the first is being
@@ -198,12 +208,7 @@ async fn a_fence_lifting_mid_pass_lets_no_later_task_pass() {
         "SET k 2 ran while SET k 1 was still parked: {:?}",
         rig.applied()
     );
-    rig.announce();
-    assert_eq!(first.await.unwrap(), Frame::ok());
-    assert_eq!(second.await.unwrap(), Frame::ok());
-    assert_eq!(rig.applied(), ["1", "2"]);
-    assert_eq!(rig.value().as_deref(), Some(&b"2"[..]));
-    rig.executor.shutdown();
+    rig.announce_and_expect_in_order(first, second).await;
 }
 
 /// A parked slot holds back only its own slot.

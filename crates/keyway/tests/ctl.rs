@@ -177,9 +177,7 @@ fn ctl_shows_replicas_and_checks_replication_and_failover_arguments() {
     assert_eq!(created["replication_factor"], 3, "{created}");
 
     // A planned switchover reaches partition 1's primary over its Peer
-    // port. Where the node serves `Switchover`, the replica is primary at
-    // epoch + 1 afterwards; a node without it answers UNIMPLEMENTED, which
-    // ctl reports as the primary's error (and nothing changes).
+    // port: its in-sync replica is primary at epoch + 1 afterwards.
     let before: serde_json::Value = serde_json::from_str(&ctl(port, &["map", "--json"])).unwrap();
     let row = &before["partitions"]["1"];
     let out = Command::new(env!("CARGO_BIN_EXE_keyway"))
@@ -191,17 +189,13 @@ fn ctl_shows_replicas_and_checks_replication_and_failover_arguments() {
     let rows: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
     let after: serde_json::Value = serde_json::from_str(&ctl(port, &["map", "--json"])).unwrap();
     let now = &after["partitions"]["1"];
-    if rows[0]["ok"] == true {
-        assert!(out.status.success());
-        assert_eq!(now["owner"], row["replicas"][0], "{now}");
-        assert_eq!(now["epoch"].as_u64(), row["epoch"].as_u64().map(|e| e + 1));
-    } else {
-        assert!(!out.status.success());
-        let err = rows[0]["error"].as_str().unwrap();
-        assert!(
-            err.contains("primary node") && err.contains("Unimplemented"),
-            "{err}"
-        );
-        assert_eq!(now, row, "nothing changed");
-    }
+    assert_eq!(
+        rows[0]["ok"],
+        true,
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert!(out.status.success());
+    assert_eq!(now["owner"], row["replicas"][0], "{now}");
+    assert_eq!(now["epoch"].as_u64(), row["epoch"].as_u64().map(|e| e + 1));
 }

@@ -2,7 +2,10 @@
 //! data survives a restart of the whole cluster, and a node without a
 //! lease serves nothing.
 
+mod common;
+
 use bytes::Bytes;
+use common::replica::raw_command;
 use keyway_client::{Client, ClientConfig};
 use keyway_cluster::{ClusterSpec, LocalCluster};
 use keyway_map::{
@@ -165,29 +168,6 @@ async fn a_node_without_a_lease_serves_nothing() {
     let reply = raw_command(&mut conn, &["SET", &key, "w"]).await;
     assert!(matches!(reply, Frame::Error(e) if e.starts_with("CLUSTERDOWN")));
     c.shutdown().await;
-}
-
-async fn raw_command(conn: &mut tokio::net::TcpStream, args: &[&str]) -> Frame {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut out = bytes::BytesMut::new();
-    let frame = Frame::Array(
-        args.iter()
-            .map(|a| Frame::Bulk(Bytes::copy_from_slice(a.as_bytes())))
-            .collect(),
-    );
-    keyway_resp::encode(&frame, keyway_resp::Protocol::Resp2, &mut out);
-    conn.write_all(&out).await.unwrap();
-    let mut parser = keyway_resp::ResponseParser::new(keyway_resp::Limits::default());
-    let mut buf = bytes::BytesMut::new();
-    loop {
-        if let Some(f) = parser.parse(&mut buf).unwrap() {
-            return f;
-        }
-        assert!(
-            conn.read_buf(&mut buf).await.unwrap() > 0,
-            "connection closed"
-        );
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -38,43 +38,15 @@ pub struct ReplSpec {
 }
 
 impl ReplSpec {
-    /// `keyway meta`'s bootstrap flags for keyspace 0 (none at RF 1, min 1,
-    /// so the fixture also runs an unreplicated cluster).
-    fn replication_flags(&self) -> Vec<String> {
-        if self.replication_factor <= 1 && self.min_in_sync <= 1 {
-            return Vec::new();
+    /// The processes' replication flags, as the nemesis harness builds them.
+    fn replication(&self) -> keyway_nemesis::ReplicationFlags {
+        keyway_nemesis::ReplicationFlags {
+            replication_factor: self.replication_factor,
+            min_in_sync: self.min_in_sync,
+            node_lease_margin_ms: self.lease_margin_ms,
+            replica_lag_timeout_ms: self.replica_lag_timeout_ms,
+            replica_read_lease_ms: self.replica_read_lease_ms,
         }
-        vec![
-            "--replication-factor".into(),
-            self.replication_factor.to_string(),
-            "--min-in-sync".into(),
-            self.min_in_sync.to_string(),
-        ]
-    }
-
-    /// `keyway manager`'s replication flags (none at RF 1): promote once a
-    /// dead primary's lease has been gone for the nodes' own lease margin.
-    fn manager_replication_flags(&self) -> Vec<String> {
-        if self.replication_factor <= 1 {
-            return Vec::new();
-        }
-        vec![
-            "--failover-margin-ms".into(),
-            self.lease_margin_ms.to_string(),
-        ]
-    }
-
-    /// `keyway server`'s replication flags (none at RF 1).
-    fn replica_node_flags(&self) -> Vec<String> {
-        if self.replication_factor <= 1 {
-            return Vec::new();
-        }
-        vec![
-            "--replica-lag-timeout-ms".into(),
-            self.replica_lag_timeout_ms.to_string(),
-            "--replica-read-lease-ms".into(),
-            self.replica_read_lease_ms.to_string(),
-        ]
     }
 }
 
@@ -205,7 +177,7 @@ impl ReplCluster {
                 &spec.partitions_per_node.to_string(),
             ])
             .into_iter()
-            .chain(spec.replication_flags())
+            .chain(spec.replication().bootstrap())
             .collect(),
             "keyway meta listening",
         );
@@ -232,7 +204,7 @@ impl ReplCluster {
                     &spec.lease_margin_ms.to_string(),
                 ])
                 .into_iter()
-                .chain(spec.replica_node_flags())
+                .chain(spec.replication().node())
                 .collect(),
                 "serving redis://",
             );
@@ -256,7 +228,7 @@ impl ReplCluster {
                 "--no-auto-merge",
             ])
             .into_iter()
-            .chain(spec.manager_replication_flags())
+            .chain(spec.replication().manager())
             .chain(spec.manager_flags.iter().cloned())
             .collect(),
             "manager mgr0 ",
