@@ -29,6 +29,8 @@ import threading
 import time
 
 import redis.exceptions as rex
+from redis.backoff import ConstantBackoff
+from redis.retry import Retry
 from redis.cluster import ClusterNode, RedisCluster
 from redis.crc import key_slot
 
@@ -101,6 +103,11 @@ def client(ports):
         decode_responses=False,
         socket_timeout=SOCKET_TIMEOUT_S,
         socket_connect_timeout=CONNECT_TIMEOUT_S,
+        # redis-py's default cluster retry sleeps with jittered exponential
+        # back-off (1 s base, 10 s cap) between its attempts: a write sent
+        # just after a kill would then measure the client's own sleeps, not
+        # the failover. The same three attempts, BACKOFF_S apart.
+        retry=Retry(ConstantBackoff(BACKOFF_S), retries=3),
     )
 
 
