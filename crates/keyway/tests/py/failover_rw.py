@@ -1,7 +1,7 @@
 """redis-py RedisCluster writing and reading back unique values continuously,
 while the test runner (crates/keyway/tests/failover_redis_py.rs) kills nodes.
 
-usage: failover_rw.py PORT[,PORT...] GROUPS OUT_JSON [--threads N] [--keys-per-group K]
+usage: failover_rw.py PORT[,PORT...] GROUPS OUT_JSON [--threads N (default: one per group)] [--keys-per-group K]
   GROUPS: slot ranges "a-b,c-d,..." (inclusive), one per partition: the
           slot groups failover times are measured for.
 
@@ -61,7 +61,11 @@ def parse_groups(text):
 
 
 def keys_for(groups, per_group, threads):
-    """per_group keys per group, spread over the group's slots, dealt to threads."""
+    """per_group keys per group, spread over the group's slots. Group g's
+    keys go to threads g, g + len(groups), ... (mod threads): with as many
+    threads as groups each thread owns one group, so a group's recovery is
+    measured by a worker that tries nothing else (a worker busy with another
+    group's slow writes would otherwise delay its first try)."""
     keys = [[[] for _ in groups] for _ in range(threads)]
     rng = random.Random(12)
     for g, (a, b) in enumerate(groups):
@@ -69,7 +73,7 @@ def keys_for(groups, per_group, threads):
         while want > 0:
             k = b"fo:%d:%x" % (g, rng.getrandbits(48))
             if a <= key_slot(k) <= b:
-                keys[want % threads][g].append(k)
+                keys[(g + want * len(groups)) % threads][g].append(k)
                 want -= 1
     return keys
 
@@ -217,7 +221,7 @@ def main():
     ports = [int(p) for p in sys.argv[1].split(",")]
     groups = parse_groups(sys.argv[2])
     out_path = sys.argv[3]
-    threads = 4
+    threads = len(groups)
     per_group = 16
     args = sys.argv[4:]
     while args:
