@@ -261,6 +261,7 @@ pub fn plan_with(
                 end,
                 owner: owners[i % owners.len()],
                 in_sync: replicas.clone(),
+                reads_from: None,
                 replicas,
                 epoch: Epoch(1),
                 state: PartitionState::Active,

@@ -43,6 +43,8 @@ const KEYSPACE_REPLICATED: u8 = 0x10;
 const PARTITION_STATE_MASK: u8 = 0x0f;
 /// The partition carries its in-sync list after the state byte.
 const PARTITION_IN_SYNC: u8 = 0x10;
+/// The partition carries its reads-from node after the in-sync list.
+const PARTITION_READS_FROM: u8 = 0x20;
 
 /// Encodes a whole map.
 pub fn encode_map(map: &PartitionMap) -> Vec<u8> {
@@ -279,12 +281,20 @@ impl MapWrite for Writer {
         let state = match p.state {
             PartitionState::Active => 0,
         };
-        if p.in_sync.is_empty() {
-            self.u8(state);
-        } else {
-            self.u8(state | PARTITION_IN_SYNC);
+        let mut tag = state;
+        if !p.in_sync.is_empty() {
+            tag |= PARTITION_IN_SYNC;
+        }
+        if p.reads_from.is_some() {
+            tag |= PARTITION_READS_FROM;
+        }
+        self.u8(tag);
+        if !p.in_sync.is_empty() {
             self.var(p.in_sync.len() as u64);
             p.in_sync.iter().for_each(|r| self.var(r.0));
+        }
+        if let Some(r) = p.reads_from {
+            self.var(r.0);
         }
     }
 }
@@ -395,7 +405,7 @@ impl MapRead for Reader<'_> {
         let replicas = self.list(|r| Ok(NodeId(r.var()?)))?;
         let epoch = Epoch(self.var()?);
         let tag = self.u8()?;
-        if tag & !(PARTITION_STATE_MASK | PARTITION_IN_SYNC) != 0 {
+        if tag & !(PARTITION_STATE_MASK | PARTITION_IN_SYNC | PARTITION_READS_FROM) != 0 {
             return Err(MapError::Decode("partition state tag"));
         }
         let state = match tag & PARTITION_STATE_MASK {
@@ -407,6 +417,11 @@ impl MapRead for Reader<'_> {
         } else {
             Vec::new()
         };
+        let reads_from = if tag & PARTITION_READS_FROM != 0 {
+            Some(NodeId(self.var()?))
+        } else {
+            None
+        };
         Ok(PartitionRecord {
             id,
             keyspace,
@@ -415,6 +430,7 @@ impl MapRead for Reader<'_> {
             owner,
             replicas,
             in_sync,
+            reads_from,
             epoch,
             state,
         })
@@ -543,6 +559,15 @@ mod tests {
         assert_eq!(decode_map(&plain_bytes).unwrap(), plain);
         for cut in 0..bytes.len() {
             assert!(decode_map(&bytes[..cut]).is_err(), "cut at {cut}");
+        }
+        // Reads switched to a replica: one more field, behind its own flag.
+        let mut reads = map.clone();
+        reads.partitions.values_mut().next().unwrap().reads_from = Some(NodeId(9));
+        let reads_bytes = encode_map(&reads);
+        assert_eq!(decode_map(&reads_bytes).unwrap(), reads);
+        assert!(reads_bytes.len() > bytes.len());
+        for cut in 0..reads_bytes.len() {
+            assert!(decode_map(&reads_bytes[..cut]).is_err(), "cut at {cut}");
         }
     }
 

@@ -65,6 +65,7 @@ impl KwMoved {
             owner,
             replicas: Vec::new(),
             in_sync: Vec::new(),
+            reads_from: None,
             epoch,
             state: PartitionState::Active,
         };

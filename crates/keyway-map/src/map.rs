@@ -99,6 +99,7 @@ impl PartitionMap {
                 end: (i + 1 < count).then(|| Bytes::copy_from_slice(&slot_bound(next))),
                 owner,
                 in_sync: replicas.clone(),
+                reads_from: None,
                 replicas,
                 epoch: Epoch(1),
                 state: PartitionState::Active,
@@ -292,6 +293,9 @@ fn validate_copies(p: &PartitionRecord) -> Result<(), MapError> {
         .any(|(i, r)| p.in_sync[..i].contains(r))
     {
         return bad("an in-sync node is listed twice");
+    }
+    if p.reads_from.is_some_and(|r| !p.in_sync.contains(&r)) {
+        return bad("the reads-from node is not in sync");
     }
     Ok(())
 }

@@ -37,6 +37,14 @@ pub struct PartitionRecord {
     /// or serve `READONLY` reads (invariant 11).
     #[serde(default)]
     pub in_sync: Vec<NodeId>,
+    /// Reads switched ahead of writes (a move with `--reads-first`): an
+    /// in-sync replica that serves this partition's reads routed by the
+    /// smart client and the proxy while the owner keeps the writes. Set and
+    /// cleared by the leading manager by CAS; cleared by every change of
+    /// the owner and whenever the node leaves `in_sync`. Always a member of
+    /// `in_sync` (checked by `validate`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reads_from: Option<NodeId>,
     pub epoch: Epoch,
     pub state: PartitionState,
 }

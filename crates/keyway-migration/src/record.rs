@@ -426,6 +426,7 @@ pub(crate) mod tests {
             owner: NodeId(1),
             replicas: vec![NodeId(2), NodeId(3)],
             in_sync: Vec::new(),
+            reads_from: None,
             epoch: Epoch(4),
             state: PartitionState::Active,
         }

@@ -208,6 +208,7 @@ mod tests {
             owner,
             replicas: vec![],
             in_sync: Vec::new(),
+            reads_from: None,
             epoch: Epoch(epoch),
             state: PartitionState::Active,
         }

@@ -47,6 +47,7 @@ pub fn with_range_keyspace(map: &PartitionMap, bounds: &[&str], owner: NodeId) -
             owner,
             replicas: Vec::new(),
             in_sync: Vec::new(),
+            reads_from: None,
             epoch: Epoch(1),
             state: PartitionState::Active,
         })

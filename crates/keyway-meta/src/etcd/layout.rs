@@ -415,6 +415,7 @@ mod tests {
             owner: NodeId(3),
             replicas: vec![],
             in_sync: Vec::new(),
+            reads_from: None,
             epoch: Epoch(2),
             state: PartitionState::Active,
         };

@@ -156,6 +156,7 @@ pub fn partition() -> PartitionRecord {
         owner: SRC,
         replicas: vec![],
         in_sync: Vec::new(),
+        reads_from: None,
         epoch: E,
         state: PartitionState::Active,
     }

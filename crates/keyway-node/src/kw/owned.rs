@@ -207,6 +207,7 @@ mod tests {
             owner: NodeId(owner),
             replicas: vec![],
             in_sync: Vec::new(),
+            reads_from: None,
             epoch: Epoch(2),
             state: PartitionState::Active,
         }

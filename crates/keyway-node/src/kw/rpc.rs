@@ -137,6 +137,7 @@ pub fn read_reply(ks: KeyspaceId, resp: pb::RangeScanResponse) -> ScanReply {
                 owner: NodeId(r.owner),
                 replicas: Vec::new(),
                 in_sync: Vec::new(),
+                reads_from: None,
                 epoch: Epoch(r.epoch),
                 state: PartitionState::Active,
             },
