@@ -203,6 +203,11 @@ pub struct NodeConfig {
     /// Replication: the primary's stream sends an empty call this often
     /// when idle, renewing read leases (less than `replica_read_lease_ms`).
     pub replica_heartbeat_ms: u64,
+    /// Replication: the catch-up copy of a replica that is not in sync
+    /// (re-replication after a loss, a rejoin, a move's new copy) sends at
+    /// most this many snapshot bytes per second per copy; 0 = unlimited.
+    /// Recovery's byte-rate limit, so it leaves room for foreground traffic.
+    pub replica_copy_max_bytes_per_sec: u64,
     /// The replica endpoint (see [`crate::replica_endpoint`]): `auto`
     /// (the `listen` IP, a free port), `off`, or an address. Its connections
     /// start `READONLY`; `CLUSTER SLOTS` lists this node's replica copies there.
@@ -262,6 +267,7 @@ impl Default for NodeConfig {
             replica_lag_timeout_ms: 2_000,
             replica_read_lease_ms: 1_000,
             replica_heartbeat_ms: 200,
+            replica_copy_max_bytes_per_sec: crate::peer::Throttle::default().max_bytes_per_sec,
             replica_listen: crate::replica_endpoint::ReplicaListen::Auto,
         }
     }
@@ -456,7 +462,10 @@ impl NodeConfig {
             lag_timeout: Duration::from_millis(self.replica_lag_timeout_ms),
             read_lease: Duration::from_millis(self.replica_read_lease_ms),
             heartbeat: Duration::from_millis(self.replica_heartbeat_ms),
-            throttle: crate::peer::Throttle::default(),
+            throttle: crate::peer::Throttle {
+                max_bytes_per_sec: self.replica_copy_max_bytes_per_sec,
+                ..crate::peer::Throttle::default()
+            },
         }
     }
 

@@ -95,6 +95,11 @@ pub struct NodeFlags {
     /// leases; less than --replica-read-lease-ms (default 200).
     #[arg(long)]
     replica_heartbeat_ms: Option<u64>,
+    /// Replication: the byte-rate limit of one replica catch-up copy
+    /// (re-replication, rejoin, a move's new copy), bytes per second;
+    /// 0 = unlimited (default 67108864, the migration copy's default).
+    #[arg(long)]
+    replica_copy_max_bytes_per_sec: Option<u64>,
 }
 
 impl NodeFlags {
@@ -133,7 +138,8 @@ impl NodeFlags {
             active_expire_interval_ms,
             replica_lag_timeout_ms,
             replica_read_lease_ms,
-            replica_heartbeat_ms
+            replica_heartbeat_ms,
+            replica_copy_max_bytes_per_sec
         );
         if self.requirepass.is_some() {
             c.requirepass = self.requirepass.clone();

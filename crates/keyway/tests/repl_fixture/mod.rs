@@ -22,6 +22,13 @@ const START_TIMEOUT: Duration = Duration::from_secs(60);
 /// The processes' log filter.
 const LOG_FILTER: &str = "info,fjall=warn,lsm_tree=warn,h2=warn,tower=warn,hyper=warn";
 
+/// The `keyway` binary the processes run: `KEYWAY_TEST_BIN` if set (e.g. a
+/// release build for a long measured run), else the one cargo built for
+/// this test.
+pub fn keyway_bin() -> String {
+    std::env::var("KEYWAY_TEST_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_keyway").to_string())
+}
+
 /// What to start.
 #[derive(Clone, Debug)]
 pub struct ReplSpec {
@@ -83,7 +90,7 @@ impl Daemon {
             .append(true)
             .open(&self.log)
             .unwrap();
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_keyway"));
+        let mut cmd = Command::new(keyway_bin());
         cmd.args(&self.args)
             .env("KEYWAY_LOG", LOG_FILTER)
             .stdin(Stdio::null())
@@ -262,7 +269,7 @@ impl ReplCluster {
 
     /// `keyway ctl --meta URL ARGS...`: (success, stdout, stderr).
     pub fn ctl(&self, args: &[&str]) -> (bool, String, String) {
-        let out = Command::new(env!("CARGO_BIN_EXE_keyway"))
+        let out = Command::new(keyway_bin())
             .args(["ctl", "--meta", &self.meta_url])
             .args(args)
             .env("KEYWAY_LOG", "error")
