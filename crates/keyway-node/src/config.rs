@@ -208,6 +208,14 @@ pub struct NodeConfig {
     /// most this many snapshot bytes per second per copy; 0 = unlimited.
     /// Recovery's byte-rate limit, so it leaves room for foreground traffic.
     pub replica_copy_max_bytes_per_sec: u64,
+    /// How often the stray sweep looks for data of partitions this node
+    /// holds no copy of (see [`crate::stray_sweep`]).
+    pub stray_sweep_interval_ms: u64,
+    /// How long a partition must have been without a copy here before the
+    /// sweep drops what this node still stores of it (longer than the
+    /// manager's `migration_cleanup_grace_ms`, so a migration's own
+    /// cleanup goes first).
+    pub stray_sweep_grace_ms: u64,
     /// The replica endpoint (see [`crate::replica_endpoint`]): `auto`
     /// (the `listen` IP, a free port), `off`, or an address. Its connections
     /// start `READONLY`; `CLUSTER SLOTS` lists this node's replica copies there.
@@ -268,6 +276,8 @@ impl Default for NodeConfig {
             replica_read_lease_ms: 1_000,
             replica_heartbeat_ms: 200,
             replica_copy_max_bytes_per_sec: crate::peer::Throttle::default().max_bytes_per_sec,
+            stray_sweep_interval_ms: 10_000,
+            stray_sweep_grace_ms: 60_000,
             replica_listen: crate::replica_endpoint::ReplicaListen::Auto,
         }
     }
@@ -346,6 +356,8 @@ impl NodeConfig {
             ("replica_lag_timeout_ms", self.replica_lag_timeout_ms),
             ("replica_read_lease_ms", self.replica_read_lease_ms),
             ("replica_heartbeat_ms", self.replica_heartbeat_ms),
+            ("stray_sweep_interval_ms", self.stray_sweep_interval_ms),
+            ("stray_sweep_grace_ms", self.stray_sweep_grace_ms),
         ];
         if let Some((name, _)) = positive.iter().find(|(_, v)| *v == 0) {
             return Err(format!("{name} must be greater than 0"));
@@ -466,6 +478,15 @@ impl NodeConfig {
                 max_bytes_per_sec: self.replica_copy_max_bytes_per_sec,
                 ..crate::peer::Throttle::default()
             },
+        }
+    }
+
+    /// The stray sweep's limits.
+    pub fn sweep_limits(&self) -> crate::stray_sweep::SweepLimits {
+        use std::time::Duration;
+        crate::stray_sweep::SweepLimits {
+            interval: Duration::from_millis(self.stray_sweep_interval_ms),
+            grace: Duration::from_millis(self.stray_sweep_grace_ms),
         }
     }
 

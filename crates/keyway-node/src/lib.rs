@@ -75,6 +75,7 @@ pub mod server;
 pub mod session;
 pub mod stats;
 pub mod storage_health;
+pub mod stray_sweep;
 pub mod watcher;
 
 pub use config::{Durability, EngineKind, NodeConfig};

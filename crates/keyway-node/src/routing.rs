@@ -402,6 +402,17 @@ impl RoutingGuard<'_> {
         &self.map.map
     }
 
+    /// Does this node keep a copy of `p` (owner, listed replica, or
+    /// receiving it under an incoming migration, registered or held)?
+    /// What it holds of any other partition is stray (`crate::stray_sweep`).
+    pub fn keeps_copy(&self, p: &PartitionRecord) -> bool {
+        let me = self.routing.me;
+        p.owner == me
+            || p.replicas.contains(&me)
+            || self.map.receiving.contains_key(&p.id)
+            || self.map.incoming.contains_key(&p.id)
+    }
+
     /// May foreign records with `keys` be applied for `m` now? Hold the
     /// guard until they are in the engine.
     pub fn check_apply<'k>(

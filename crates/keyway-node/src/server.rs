@@ -306,6 +306,11 @@ impl Node {
             shared.config.expire_limits(),
             shutdown_rx.clone(),
         ));
+        tasks.spawn(crate::stray_sweep::run(
+            shared.clone(),
+            shared.config.sweep_limits(),
+            shutdown_rx.clone(),
+        ));
         let gc_stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let gc_thread = {
             let (stop, limits) = (gc_stop.clone(), shared.config.gc_limits());

@@ -100,6 +100,16 @@ pub struct NodeFlags {
     /// 0 = unlimited (default 67108864, the migration copy's default).
     #[arg(long)]
     replica_copy_max_bytes_per_sec: Option<u64>,
+    /// How often the stray sweep looks for data of partitions this node
+    /// holds no copy of any more (a node back after it was replaced, a
+    /// replica moved away), milliseconds (default 10000).
+    #[arg(long)]
+    stray_sweep_interval_ms: Option<u64>,
+    /// How long a partition must have had no copy here before the sweep
+    /// drops what this node still stores of it, milliseconds; keep it above
+    /// the manager's --migration-cleanup-grace-ms (default 60000).
+    #[arg(long)]
+    stray_sweep_grace_ms: Option<u64>,
 }
 
 impl NodeFlags {
@@ -139,7 +149,9 @@ impl NodeFlags {
             replica_lag_timeout_ms,
             replica_read_lease_ms,
             replica_heartbeat_ms,
-            replica_copy_max_bytes_per_sec
+            replica_copy_max_bytes_per_sec,
+            stray_sweep_interval_ms,
+            stray_sweep_grace_ms
         );
         if self.requirepass.is_some() {
             c.requirepass = self.requirepass.clone();

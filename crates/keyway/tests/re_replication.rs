@@ -116,3 +116,95 @@ fn a_node_lost_for_good_is_re_replicated_on_the_survivors_after_the_grace() {
     let m = cluster.map().unwrap();
     assert!(!m.nodes.contains_key(&dead));
 }
+
+/// The stray sweep's figures on a node's `/metrics`.
+fn swept_entries(admin_port: u16) -> u64 {
+    let text = common::http_get(admin_port, "/metrics").unwrap_or_default();
+    text.lines()
+        .find_map(|l| l.strip_prefix("keyway_stray_sweep_dropped_entries_total "))
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .map(|v| v as u64)
+        .unwrap_or(0)
+}
+
+#[test]
+fn a_node_back_after_it_was_replaced_serves_none_of_its_old_data_and_drops_it() {
+    const SWEEP_GRACE_MS: u64 = 2_000;
+    let spec = ReplSpec {
+        nodes: 4,
+        partitions_per_node: 2,
+        manager_flags: vec!["--rebalance-down-grace-ms".into(), GRACE_MS.to_string()],
+        node_flags: vec![
+            "--stray-sweep-interval-ms".into(),
+            "300".into(),
+            "--stray-sweep-grace-ms".into(),
+            SWEEP_GRACE_MS.to_string(),
+        ],
+        ..ReplSpec::default()
+    };
+    let mut cluster = ReplCluster::start(spec);
+    let map = wait_until("every partition in sync", SYNC_TIMEOUT, || {
+        cluster.all_in_sync()
+    })
+    .unwrap();
+    let keys: Vec<String> = (0..KEYS).map(|i| format!("rb:{i}")).collect();
+    for (i, key) in keys.iter().enumerate() {
+        let mut conn = Resp::connect(primary_port(&cluster, &map, key));
+        assert_eq!(
+            conn.cmd(&["SET", key, &i.to_string()]),
+            Frame::Simple("OK".into())
+        );
+    }
+    let victim = 3;
+    let dead = cluster.node_id(&map, victim);
+    let held: Vec<&String> = keys
+        .iter()
+        .filter(|k| {
+            let slot = key_hash_slot(k.as_bytes());
+            ReplCluster::partitions(&map).iter().any(|p| {
+                let (a, b) = p.slot_span();
+                (a..=b).contains(&slot) && p.has_copy(dead)
+            })
+        })
+        .collect();
+    assert!(!held.is_empty());
+    cluster.kill(victim);
+    let after = wait_until("RF 2 without node 3", SYNC_TIMEOUT, || {
+        let m = cluster.map()?;
+        ReplCluster::partitions(&m)
+            .iter()
+            .all(|p| !p.has_copy(dead) && p.in_sync_copies() == 2)
+            .then_some(m)
+    })
+    .unwrap_or_else(|e| panic!("{e}: {:?}", cluster.map()));
+    // Back with its old data directory: it holds no copy in the map.
+    cluster.restart(victim);
+    let port = cluster.ports[victim];
+    let admin = cluster.admin_ports[victim];
+    let mut plain = Resp::connect(port);
+    let mut readonly = Resp::connect(port);
+    assert_eq!(readonly.cmd(&["READONLY"]), Frame::Simple("OK".into()));
+    for key in &held {
+        for conn in [&mut plain, &mut readonly] {
+            match conn.cmd(&["GET", key]) {
+                Frame::Error(e) if e.starts_with("MOVED ") => {}
+                other => panic!("node{victim} served {key} it holds no copy of: {other:?}"),
+            }
+        }
+    }
+    // After the sweep's grace, all of it is dropped.
+    let swept = wait_until(
+        "the stray sweep to drop node 3's old data",
+        SYNC_TIMEOUT,
+        || (swept_entries(admin) >= held.len() as u64).then_some(()),
+    );
+    swept.unwrap_or_else(|e| panic!("{e}: swept {}", swept_entries(admin)));
+    for (i, key) in keys.iter().enumerate() {
+        let mut conn = Resp::connect(primary_port(&cluster, &after, key));
+        assert_eq!(
+            conn.cmd(&["GET", key]),
+            Frame::Bulk(i.to_string().into_bytes().into()),
+            "{key} lost"
+        );
+    }
+}

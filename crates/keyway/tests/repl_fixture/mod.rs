@@ -42,6 +42,8 @@ pub struct ReplSpec {
     pub replica_read_lease_ms: u64,
     /// More `keyway manager` flags (e.g. `--rebalance-down-grace-ms`).
     pub manager_flags: Vec<String>,
+    /// More `keyway server` flags, for every node.
+    pub node_flags: Vec<String>,
 }
 
 impl ReplSpec {
@@ -69,6 +71,7 @@ impl Default for ReplSpec {
             replica_lag_timeout_ms: 1_500,
             replica_read_lease_ms: 750,
             manager_flags: Vec::new(),
+            node_flags: Vec::new(),
         }
     }
 }
@@ -212,6 +215,7 @@ impl ReplCluster {
                 ])
                 .into_iter()
                 .chain(spec.replication().node())
+                .chain(spec.node_flags.iter().cloned())
                 .collect(),
                 "serving redis://",
             );
