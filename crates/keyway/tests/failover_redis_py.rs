@@ -23,11 +23,8 @@
 
 mod repl_fixture;
 
-use repl_fixture::{ReplCluster, ReplSpec};
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Command, Stdio};
-use std::sync::mpsc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use repl_fixture::{ReplCluster, ReplSpec, RwWorkload};
+use std::time::Duration;
 
 /// Longest the manager may take to fail a dead node's partitions over
 /// beyond its lease TTL, as the map shows it (map polling included).
@@ -38,17 +35,6 @@ const RESYNC_TIMEOUT: Duration = Duration::from_secs(60);
 const RESUME_SLACK_S: f64 = 2.0;
 /// A run with fewer acknowledged writes did not really run.
 const MIN_ACKED: u64 = 300;
-
-fn python() -> String {
-    std::env::var("PYTHON").unwrap_or_else(|_| "python3".into())
-}
-
-fn unix_now() -> f64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_secs_f64()
-}
 
 /// The value at quantile `q` (nearest rank) of `v`, sorted here.
 fn quantile(v: &mut [f64], q: f64) -> f64 {
@@ -70,39 +56,11 @@ fn redis_py_sees_no_lost_write_through_a_kill_of_every_node() {
     .unwrap_or_else(|e| panic!("{e}: map {:?}", cluster.map()));
     // One slot group per partition (the manager runs no moves, splits or
     // merges here, so the ranges stay as bootstrapped).
-    let parts = ReplCluster::partitions(&map);
-    let groups: Vec<String> = parts
-        .iter()
-        .map(|p| {
-            let (a, b) = p.slot_span();
-            format!("{a}-{b}")
-        })
-        .collect();
-    let ports: Vec<String> = cluster.ports.iter().map(u16::to_string).collect();
-    let out = cluster.dir().join("failover_rw.json");
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/py/failover_rw.py");
-    let mut py = Command::new(python())
-        .arg(script)
-        .arg(ports.join(","))
-        .arg(groups.join(","))
-        .arg(&out)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("run python3 (redis-py)");
-    let mut stdin = py.stdin.take().unwrap();
-    let (tx, lines) = mpsc::channel();
-    let stdout = py.stdout.take().unwrap();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            let _ = tx.send(line);
-        }
-    });
-    let first = lines.recv_timeout(Duration::from_secs(60));
-    assert_eq!(
-        first.as_deref(),
-        Ok("ready"),
-        "the workload never acknowledged a write to every partition"
+    let groups = repl_fixture::slot_groups(&map);
+    let mut py = RwWorkload::start(
+        &cluster.ports,
+        &groups,
+        cluster.dir().join("failover_rw.json"),
     );
 
     // Per kill: the victim and the slot groups it was primary of.
@@ -121,8 +79,7 @@ fn redis_py_sees_no_lost_write_through_a_kill_of_every_node() {
             .collect();
         cluster.kill(victim);
         let killed = std::time::Instant::now();
-        writeln!(stdin, "kill {}", unix_now()).unwrap();
-        stdin.flush().unwrap();
+        py.killed_now();
         eprintln!(
             "kill -9 node{victim} (primary of {} partitions)",
             owned.len()
@@ -149,15 +106,7 @@ fn redis_py_sees_no_lost_write_through_a_kill_of_every_node() {
         || cluster.all_in_sync(),
     )
     .unwrap_or_else(|e| panic!("{e}: {:?}", cluster.map()));
-    writeln!(stdin, "stop").unwrap();
-    stdin.flush().unwrap();
-    let done = lines.recv_timeout(Duration::from_secs(180));
-    assert_eq!(done.as_deref(), Ok("done"), "the workload did not finish");
-    let status = py.wait().unwrap();
-    assert!(status.success(), "failover_rw.py exited with {status}");
-
-    let report: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    let report = py.stop();
     eprintln!(
         "acked={} reads={} keys={} verified={} expected errors {}",
         report["acked"],

@@ -28,11 +28,9 @@ mod common;
 mod repl_fixture;
 
 use keyway_map::NodeId;
-use repl_fixture::{ReplCluster, ReplSpec};
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Command, Stdio};
-use std::sync::mpsc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use repl_fixture::{ReplCluster, ReplSpec, RwWorkload};
+use std::process::Command;
+use std::time::{Duration, Instant};
 
 const GRACE_MS: u64 = 5_000;
 const VALUE_BYTES: usize = 100;
@@ -49,13 +47,6 @@ const MIN_ACKED: u64 = 200;
 
 fn python() -> String {
     std::env::var("PYTHON").unwrap_or_else(|_| "python3".into())
-}
-
-fn unix_now() -> f64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_secs_f64()
 }
 
 fn keys() -> u64 {
@@ -125,36 +116,11 @@ fn a_loaded_node_lost_for_good_is_re_replicated_under_redis_py() {
     .unwrap_or_else(|e| panic!("{e}: {:?}", cluster.map()));
 
     // The workload: one worker per partition's slot group.
-    let groups: Vec<String> = ReplCluster::partitions(&map)
-        .iter()
-        .map(|p| {
-            let (a, b) = p.slot_span();
-            format!("{a}-{b}")
-        })
-        .collect();
-    let report_path = cluster.dir().join("recovery_rw.json");
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/py/failover_rw.py");
-    let mut py = Command::new(python())
-        .arg(script)
-        .arg(&ports)
-        .arg(groups.join(","))
-        .arg(&report_path)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("run python3 (redis-py)");
-    let mut stdin = py.stdin.take().unwrap();
-    let (tx, lines) = mpsc::channel();
-    let stdout = py.stdout.take().unwrap();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            let _ = tx.send(line);
-        }
-    });
-    assert_eq!(
-        lines.recv_timeout(Duration::from_secs(60)).as_deref(),
-        Ok("ready"),
-        "the workload never acknowledged a write to every partition"
+    let groups = repl_fixture::slot_groups(&map);
+    let mut py = RwWorkload::start(
+        &cluster.ports,
+        &groups,
+        cluster.dir().join("recovery_rw.json"),
     );
 
     let victim = 3;
@@ -176,8 +142,7 @@ fn a_loaded_node_lost_for_good_is_re_replicated_under_redis_py() {
     let t0 = Instant::now();
     cluster.kill(victim);
     std::fs::remove_dir_all(cluster.dir().join(format!("node{victim}"))).unwrap();
-    writeln!(stdin, "kill {}", unix_now()).unwrap();
-    stdin.flush().unwrap();
+    py.killed_now();
 
     let bound = Duration::from_millis(GRACE_MS)
         + RECOVERY_FLOOR
@@ -236,16 +201,7 @@ fn a_loaded_node_lost_for_good_is_re_replicated_under_redis_py() {
         shipped_bytes / 1e6 / copy_s
     );
 
-    writeln!(stdin, "stop").unwrap();
-    stdin.flush().unwrap();
-    assert_eq!(
-        lines.recv_timeout(Duration::from_secs(180)).as_deref(),
-        Ok("done"),
-        "the workload did not finish"
-    );
-    assert!(py.wait().unwrap().success(), "failover_rw.py failed");
-    let report: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&report_path).unwrap()).unwrap();
+    let report = py.stop();
     eprintln!(
         "workload: acked={} reads={} expected errors {}",
         report["acked"], report["reads"], report["expected_errors"]

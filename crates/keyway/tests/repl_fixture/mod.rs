@@ -379,3 +379,89 @@ impl Drop for ReplCluster {
         }
     }
 }
+
+/// `tests/py/failover_rw.py` (redis-py `RedisCluster`, one worker per slot
+/// group, read before write) running against a cluster: started once it
+/// acknowledged a write to every group, told of kills, stopped for its report.
+pub struct RwWorkload {
+    child: std::process::Child,
+    stdin: std::process::ChildStdin,
+    lines: mpsc::Receiver<String>,
+    report: PathBuf,
+}
+
+impl RwWorkload {
+    /// Starts the workload on `ports` over the slot `groups` ("a-b") and
+    /// waits for its "ready" line.
+    pub fn start(ports: &[u16], groups: &[String], report: PathBuf) -> RwWorkload {
+        let ports: Vec<String> = ports.iter().map(u16::to_string).collect();
+        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/py/failover_rw.py");
+        let python = std::env::var("PYTHON").unwrap_or_else(|_| "python3".into());
+        let mut child = Command::new(python)
+            .arg(script)
+            .arg(ports.join(","))
+            .arg(groups.join(","))
+            .arg(&report)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("run python3 (redis-py)");
+        let stdin = child.stdin.take().unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                let _ = tx.send(line);
+            }
+        });
+        assert_eq!(
+            lines.recv_timeout(Duration::from_secs(60)).as_deref(),
+            Ok("ready"),
+            "the workload never acknowledged a write to every partition"
+        );
+        RwWorkload {
+            child,
+            stdin,
+            lines,
+            report,
+        }
+    }
+
+    /// Tells the workload a node was killed now (its recovery times are
+    /// measured from here).
+    pub fn killed_now(&mut self) {
+        use std::io::Write;
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs_f64();
+        writeln!(self.stdin, "kill {now}").unwrap();
+        self.stdin.flush().unwrap();
+    }
+
+    /// Stops the workload (it reads every key back) and returns its report.
+    pub fn stop(mut self) -> serde_json::Value {
+        use std::io::Write;
+        writeln!(self.stdin, "stop").unwrap();
+        self.stdin.flush().unwrap();
+        assert_eq!(
+            self.lines.recv_timeout(Duration::from_secs(180)).as_deref(),
+            Ok("done"),
+            "the workload did not finish"
+        );
+        let status = self.child.wait().unwrap();
+        assert!(status.success(), "failover_rw.py exited with {status}");
+        serde_json::from_str(&std::fs::read_to_string(&self.report).unwrap()).unwrap()
+    }
+}
+
+/// The slot groups ("a-b") of keyspace 0's partitions, one per partition.
+pub fn slot_groups(map: &PartitionMap) -> Vec<String> {
+    ReplCluster::partitions(map)
+        .iter()
+        .map(|p| {
+            let (a, b) = p.slot_span();
+            format!("{a}-{b}")
+        })
+        .collect()
+}
