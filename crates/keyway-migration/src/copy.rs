@@ -67,8 +67,7 @@ impl Migration {
             return Err(self.reject("CopyCost", RejectReason::WrongState));
         }
         let r = &self.rec;
-        if sent <= r.bytes_sent && written <= r.bytes_written && duration_ms <= r.copy_duration_ms
-        {
+        if sent <= r.bytes_sent && written <= r.bytes_written && duration_ms <= r.copy_duration_ms {
             return Err(self.reject("CopyCost", RejectReason::Stale));
         }
         self.rec.bytes_sent = self.rec.bytes_sent.max(sent);
@@ -213,7 +212,11 @@ mod tests {
             copy_duration_ms: d,
         };
         assert_eq!(m.handle(cost(4_000, 3_900, 120)).unwrap(), vec![]);
-        assert_eq!(m.record().generation, 2, "a progress report is not persisted");
+        assert_eq!(
+            m.record().generation,
+            2,
+            "a progress report is not persisted"
+        );
         assert_eq!(
             m.handle(cost(4_000, 3_900, 120)).unwrap_err().why,
             RejectReason::Stale
