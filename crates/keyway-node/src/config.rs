@@ -203,6 +203,10 @@ pub struct NodeConfig {
     /// Replication: the primary's stream sends an empty call this often
     /// when idle, renewing read leases (less than `replica_read_lease_ms`).
     pub replica_heartbeat_ms: u64,
+    /// Replication: a replica catch-up copies at most this many payload
+    /// bytes per second (0 = unlimited); recovery traffic must not starve
+    /// foreground requests (seed 003).
+    pub replica_copy_max_bytes_per_sec: u64,
     /// The replica endpoint (see [`crate::replica_endpoint`]): `auto`
     /// (the `listen` IP, a free port), `off`, or an address. Its connections
     /// start `READONLY`; `CLUSTER SLOTS` lists this node's replica copies there.
@@ -262,6 +266,7 @@ impl Default for NodeConfig {
             replica_lag_timeout_ms: 2_000,
             replica_read_lease_ms: 1_000,
             replica_heartbeat_ms: 200,
+            replica_copy_max_bytes_per_sec: crate::peer::Throttle::default().max_bytes_per_sec,
             replica_listen: crate::replica_endpoint::ReplicaListen::Auto,
         }
     }
@@ -456,7 +461,10 @@ impl NodeConfig {
             lag_timeout: Duration::from_millis(self.replica_lag_timeout_ms),
             read_lease: Duration::from_millis(self.replica_read_lease_ms),
             heartbeat: Duration::from_millis(self.replica_heartbeat_ms),
-            throttle: crate::peer::Throttle::default(),
+            throttle: crate::peer::Throttle {
+                max_bytes_per_sec: self.replica_copy_max_bytes_per_sec,
+                ..crate::peer::Throttle::default()
+            },
         }
     }
 

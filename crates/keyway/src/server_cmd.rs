@@ -95,6 +95,11 @@ pub struct NodeFlags {
     /// leases; less than --replica-read-lease-ms (default 200).
     #[arg(long)]
     replica_heartbeat_ms: Option<u64>,
+    /// Replication: a replica catch-up (a new or re-synced replica, and
+    /// re-replication after a node is lost) copies at most this many bytes
+    /// per second, 0 = unlimited (default 64 MiB/s).
+    #[arg(long)]
+    replica_copy_max_bytes_per_sec: Option<u64>,
 }
 
 impl NodeFlags {
@@ -133,7 +138,8 @@ impl NodeFlags {
             active_expire_interval_ms,
             replica_lag_timeout_ms,
             replica_read_lease_ms,
-            replica_heartbeat_ms
+            replica_heartbeat_ms,
+            replica_copy_max_bytes_per_sec
         );
         if self.requirepass.is_some() {
             c.requirepass = self.requirepass.clone();

@@ -35,6 +35,8 @@ pub struct ReplSpec {
     pub replica_read_lease_ms: u64,
     /// More `keyway manager` flags (e.g. `--rebalance-down-grace-ms`).
     pub manager_flags: Vec<String>,
+    /// More `keyway server` flags, for every node.
+    pub node_flags: Vec<String>,
 }
 
 impl ReplSpec {
@@ -62,6 +64,7 @@ impl Default for ReplSpec {
             replica_lag_timeout_ms: 1_500,
             replica_read_lease_ms: 750,
             manager_flags: Vec::new(),
+            node_flags: Vec::new(),
         }
     }
 }
@@ -138,6 +141,8 @@ pub struct ReplCluster {
     /// Node i's RESP port and admin port.
     pub ports: Vec<u16>,
     pub admin_ports: Vec<u16>,
+    /// The manager's admin port (`/status`, `/decisions`).
+    pub manager_admin_port: u16,
     meta: Daemon,
     nodes: Vec<Daemon>,
     manager: Daemon,
@@ -205,6 +210,7 @@ impl ReplCluster {
                 ])
                 .into_iter()
                 .chain(spec.replication().node())
+                .chain(spec.node_flags.iter().cloned())
                 .collect(),
                 "serving redis://",
             );
@@ -239,6 +245,7 @@ impl ReplCluster {
             meta_url,
             ports: resp,
             admin_ports: admin,
+            manager_admin_port: ports[1],
             meta,
             nodes,
             manager,
