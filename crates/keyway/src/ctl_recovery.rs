@@ -10,8 +10,10 @@
 //! manager's own view (`/status` → `replication.recovery`): the nodes dead
 //! past the grace, how long each Down node still waits for it, the
 //! throttled partitions. `--watch` redraws progress bars (one per running
-//! copy) every `--interval-ms` until nothing is under-replicated; with
-//! `--json` it prints one report per line instead.
+//! copy) every `--interval-ms` until the cluster is recovered
+//! ([`Report::recovered`]: nothing under-replicated, no replica catching
+//! up, no copy running, and no node without a lease still holding a copy);
+//! with `--json` it prints one report per line instead.
 
 use crate::ctl::print_json;
 use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
@@ -88,6 +90,25 @@ pub(crate) struct Report {
     unreachable_nodes: Vec<String>,
     /// The manager's `replication.recovery` view, with `--manager`.
     manager: Option<serde_json::Value>,
+}
+
+impl Report {
+    /// Nothing left to recover: no partition under-replicated, no replica
+    /// out of sync on a node with a lease, no copy running, every node with
+    /// a lease answered, and no node without a lease holding a copy (a
+    /// node just killed keeps its lease a while; the map still counts an in-sync
+    /// replica on a dead node until its primary or the manager removes it,
+    /// so the under-replicated count alone ends too early).
+    pub(crate) fn recovered(&self) -> bool {
+        self.under_replicated.is_empty()
+            && self.copies_in_flight.is_empty()
+            && self.copies_running.is_empty()
+            && self.unreachable_nodes.is_empty()
+            && self
+                .leaseless_nodes
+                .iter()
+                .all(|n| n.primaries == 0 && n.replicas == 0)
+    }
 }
 
 /// The map-and-leases part of the report, with the copies `copies` lists
@@ -241,7 +262,7 @@ pub async fn recovery_cmd(
     let mut bars = Bars::new()?;
     loop {
         let r = round(meta, &args, &stats, &tracker).await?;
-        let done = r.under_replicated.is_empty();
+        let done = r.recovered();
         if json {
             println!("{}", serde_json::to_string(&r)?);
         } else {
@@ -473,5 +494,38 @@ mod tests {
             [NodeId(3).to_string()]
         );
         assert!(r.copies_in_flight.is_empty());
+        assert!(!r.recovered(), "node 3 still holds copies");
+        let all: BTreeSet<NodeId> = [NodeId(1), NodeId(2), NodeId(3)].into();
+        let mut healed = PartitionMap::bootstrap_replicated(&nodes, 1, 2).unwrap();
+        assert!(report(&healed, &all, &[]).recovered());
+        // A replica catching up is not recovered yet, and shows its copy.
+        let row = healed.partitions.get_mut(&hit).unwrap();
+        let target = row.replicas[0];
+        row.in_sync.clear();
+        let copy = keyway_manager::copies::progress(
+            row.owner,
+            &keyway_node::copies::CopyReport {
+                partition: hit,
+                peer: target,
+                kind: keyway_node::copies::CopyKind::Replica,
+                migration: 0,
+                bytes_sent: 100,
+                bytes_written: 100,
+                bytes_total_estimate: Some(400),
+                started_at_ms: 1,
+                finished_at_ms: None,
+                duration_ms: 1_000,
+                outcome: keyway_node::copies::CopyOutcome::Running,
+                error: None,
+            },
+            None,
+        );
+        let r = report(&healed, &all, std::slice::from_ref(&copy));
+        assert!(!r.recovered());
+        assert_eq!(r.copies_in_flight.len(), 1);
+        assert_eq!(r.copies_in_flight[0].progress.as_ref(), Some(&copy));
+        assert_eq!(r.copies_running, [copy.clone()]);
+        assert_eq!(r.copy_totals.bytes_remaining, 300);
+        assert_eq!(r.copy_totals.eta_ms, Some(3_000));
     }
 }

@@ -19,6 +19,7 @@ use keyway_resp::Frame;
 use keyway_testkit::wait_until;
 use repl_fixture::{ReplCluster, ReplSpec};
 use serde_json::Value;
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 const WAIT: Duration = Duration::from_secs(90);
@@ -123,6 +124,21 @@ fn a_replica_catch_up_reports_its_cost_and_ctl_recovery_its_progress() {
     );
     cluster.kill(lost);
     std::fs::remove_dir_all(cluster.dir().join(format!("node{lost}"))).unwrap();
+    // `ctl recovery --watch --json` follows it until the cluster recovered.
+    let mut watch = Command::new(env!("CARGO_BIN_EXE_keyway"))
+        .args(["ctl", "--meta", &cluster.meta_url, "--json", "recovery"])
+        .args(["--watch", "--interval-ms", "250"])
+        .env("KEYWAY_LOG", "error")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdout = watch.stdout.take().unwrap();
+    let watched = std::thread::spawn(move || {
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut stdout, &mut text).unwrap();
+        text
+    });
     let is_big_copy = |c: &Value| {
         c["partition"] == big.id.0 && c["to"] == replacement_id.0 && c["kind"] == "replica"
     };
@@ -235,6 +251,45 @@ fn a_replica_catch_up_reports_its_cost_and_ctl_recovery_its_progress() {
     assert_eq!(finished["eta_ms"], 0, "{finished}");
     assert_eq!(finished["rate_basis"], "whole_copy", "{finished}");
     assert_eq!(finished["bytes_sent"], sent, "{finished}");
+    // The recovery's decisions, with their reasons.
+    let body = http_get(cluster.manager_admin_port, "/decisions").expect("/decisions");
+    let decisions = json(&body);
+    let made =
+        |action: &str, reason: &str| {
+            decisions.as_array().unwrap().iter().any(|d| {
+                d["action"] == action && d["reason"] == reason && d["partition"] == big.id.0
+            })
+        };
+    assert!(made("add_replica", "replica_node_dead"), "{body}");
+    assert!(made("remove_replica", "dead_replica_replaced"), "{body}");
+    // The watch ended by itself, once recovered, having shown the copy.
+    let status = wait_until("ctl recovery --watch to end", WAIT, || {
+        watch.try_wait().unwrap()
+    });
+    if status.is_err() {
+        let _ = watch.kill();
+    }
+    let text = watched.join().unwrap();
+    assert!(status.unwrap().success(), "{text}");
+    let lines: Vec<Value> = text.lines().map(json).collect();
+    assert!(lines.len() >= 2, "{text}");
+    assert!(
+        lines.iter().any(|l| {
+            l["copies_running"]
+                .as_array()
+                .is_some_and(|cs| cs.iter().any(|c| is_big_copy(c)))
+        }),
+        "the watch never showed the catch-up: {text}"
+    );
+    let last = lines.last().unwrap();
+    assert!(
+        last["copies_running"].as_array().unwrap().is_empty(),
+        "{last}"
+    );
+    assert!(
+        last["copies_in_flight"].as_array().unwrap().is_empty(),
+        "{last}"
+    );
 }
 
 #[test]
