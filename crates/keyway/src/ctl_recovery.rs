@@ -524,7 +524,7 @@ mod tests {
         assert!(!r.recovered());
         assert_eq!(r.copies_in_flight.len(), 1);
         assert_eq!(r.copies_in_flight[0].progress.as_ref(), Some(&copy));
-        assert_eq!(r.copies_running, [copy.clone()]);
+        assert_eq!(r.copies_running, std::slice::from_ref(&copy));
         assert_eq!(r.copy_totals.bytes_remaining, 300);
         assert_eq!(r.copy_totals.eta_ms, Some(3_000));
     }

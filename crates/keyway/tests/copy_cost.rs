@@ -277,7 +277,7 @@ fn a_replica_catch_up_reports_its_cost_and_ctl_recovery_its_progress() {
         lines.iter().any(|l| {
             l["copies_running"]
                 .as_array()
-                .is_some_and(|cs| cs.iter().any(|c| is_big_copy(c)))
+                .is_some_and(|cs| cs.iter().any(&is_big_copy))
         }),
         "the watch never showed the catch-up: {text}"
     );
