@@ -195,6 +195,12 @@ fn a_replica_catch_up_reports_its_cost_and_ctl_recovery_its_progress() {
         .unwrap_or_else(|| panic!("{report}"));
     assert!(is_big_copy(&in_flight["progress"]), "{report}");
     assert!(report["manager"]["copy_totals"].is_object(), "{report}");
+    let (ok, text, err) = cluster.ctl(&["recovery"]);
+    assert!(ok, "{text}\n{err}");
+    assert!(
+        text.contains(&format!("replica partition {} node", big.id)),
+        "the text view lists the copy: {text}"
+    );
 
     // Afterwards: back to 2 in-sync copies, and the cost as counted.
     wait_until("RF 2 on the survivors", WAIT, || {

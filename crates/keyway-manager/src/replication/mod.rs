@@ -195,6 +195,10 @@ pub struct ReplicationMetrics {
     pub recovered: Counter,
     /// Nodes decommissioned by `auto_decommission_after_ms`.
     pub auto_decommissions: Counter,
+    /// The running copies the nodes reported in the latest load round:
+    /// bytes left against the senders' estimates, and their summed rate.
+    pub copy_bytes_remaining: Gauge,
+    pub copy_rate_bytes_per_sec: Gauge,
 }
 
 /// The `state` label of `keyway_manager_recovery_copies`.
@@ -217,6 +221,8 @@ impl ReplicationMetrics {
             recovery_copies: Family::default(),
             recovered: Counter::default(),
             auto_decommissions: Counter::default(),
+            copy_bytes_remaining: Gauge::default(),
+            copy_rate_bytes_per_sec: Gauge::default(),
         };
         metrics.register(
             "failovers",
@@ -272,6 +278,16 @@ impl ReplicationMetrics {
             "auto_decommissions",
             "Nodes removed by the manager after auto_decommission_after_ms without a lease, owning and holding nothing",
             m.auto_decommissions.clone(),
+        );
+        metrics.register(
+            "copy_bytes_remaining",
+            "Running copies (replica catch-ups, migration copies) as the nodes last reported them: payload bytes left against the senders' size estimates",
+            m.copy_bytes_remaining.clone(),
+        );
+        metrics.register(
+            "copy_rate_bytes_per_sec",
+            "Running copies as the nodes last reported them: bytes sent per second, summed (over the last load round)",
+            m.copy_rate_bytes_per_sec.clone(),
         );
         m
     }

@@ -353,6 +353,12 @@ impl Loop {
             .filter(|c| c.running())
             .collect();
         let totals = crate::copies::totals(&running);
+        self.metrics
+            .copy_bytes_remaining
+            .set(totals.bytes_remaining as i64);
+        self.metrics
+            .copy_rate_bytes_per_sec
+            .set(totals.rate_bytes_per_sec as i64);
         self.status.update(|v| {
             v.recovery.dead_nodes = recovery.dead.iter().map(|n| n.0).collect();
             v.recovery.waiting_for_grace = waiting;
