@@ -55,10 +55,14 @@
 //!   plans in `failover.rs` and `membership.rs`, the loop in `run.rs`.
 //! - `switchover.rs`: the planned switchover (`Switchover` Peer RPC on the
 //!   primary) for `keyway ctl failover` and `ctl drain`.
+//! - `copies.rs`: [`copies::CopyTracker`]: the copies the nodes report in
+//!   the load rounds, with bytes remaining, rate and ETA;
+//!   [`copies::CopyTracker::copy_progress`].
 //! - `admin.rs`: the admin HTTP routes.
 //! - `metrics.rs`: [`Metrics`].
 
 pub mod admin;
+pub mod copies;
 pub mod decisions;
 pub mod driver;
 pub mod fencing;
@@ -141,6 +145,8 @@ pub struct Manager {
     splitter: Splitter,
     rebalancer: Rebalancer,
     replication: Replication,
+    copies: copies::CopyTracker,
+    copies_task: JoinHandle<()>,
     admin_addr: SocketAddr,
     admin_stop: watch::Sender<bool>,
     admin: JoinHandle<()>,
@@ -210,12 +216,16 @@ impl Manager {
             decisions.clone(),
             &metrics,
         );
+        // The nodes' copies, from the load rounds (recovery progress).
+        let copies = copies::CopyTracker::default();
+        let copies_task = copies.follow(monitor.subscribe());
         let replication = Replication::start(
             meta.clone(),
             seat.view(),
             replication,
             decisions.clone(),
             &metrics,
+            copies.clone(),
         );
         let driver = Driver::start(
             meta,
@@ -242,6 +252,8 @@ impl Manager {
             splitter,
             rebalancer,
             replication,
+            copies,
+            copies_task,
             admin_addr,
             admin_stop,
             admin,
@@ -266,6 +278,12 @@ impl Manager {
         self.replication.status().get()
     }
 
+    /// The copies the nodes reported in the latest load round, with
+    /// progress ([`copies::CopyTracker::copy_progress`]).
+    pub fn copies(&self) -> copies::CopyTracker {
+        self.copies.clone()
+    }
+
     /// The load monitor's latest round (`None` while not leading).
     pub fn load(&self) -> LoadReceiver {
         self.monitor.subscribe()
@@ -279,6 +297,7 @@ impl Manager {
         self.replication.shutdown().await;
         self.driver.shutdown().await;
         self.monitor.shutdown().await;
+        self.copies_task.abort();
         self.seat.shutdown().await;
         let _ = self.admin_stop.send(true);
         let _ = self.admin.await;

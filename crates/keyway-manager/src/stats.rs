@@ -62,6 +62,9 @@ pub struct ClusterLoad {
     pub partitions: BTreeMap<PartitionId, PartitionLoad>,
     /// Nodes that did not answer this round (their partitions are absent).
     pub unreachable: Vec<NodeId>,
+    /// The copies each answering node sends (running, then its last
+    /// finished ones; see [`crate::copies`]).
+    pub copies: BTreeMap<NodeId, Vec<keyway_node::copies::CopyReport>>,
 }
 
 /// One round of the load monitor: the map it asked under and the answers.

@@ -73,7 +73,10 @@ impl StatsSource for RpcStats {
         let mut load = ClusterLoad::default();
         for (node, answer) in answers {
             match answer {
-                Ok(report) => merge_report(map, node, report, &mut load),
+                Ok(mut report) => {
+                    load.copies.insert(node, std::mem::take(&mut report.copies));
+                    merge_report(map, node, report, &mut load)
+                }
                 Err(err) => {
                     tracing::debug!(%node, %err, "load statistics: node did not answer");
                     load.unreachable.push(node);
@@ -178,6 +181,7 @@ mod tests {
                 report(3, 1, true),
                 report(4, 2, true),
             ],
+            copies: Vec::new(),
         };
         let mut load = ClusterLoad::default();
         merge_report(&map, NodeId(1), node_report, &mut load);

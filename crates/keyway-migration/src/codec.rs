@@ -1,9 +1,10 @@
 //! The compact binary encoding of a [`MigrationRecord`] (what the metadata
 //! store keeps; serde stays available for JSON in admin APIs).
 //!
-//! Format: `MAGIC 'M'`, `FORMAT 2`, then the fields in declaration order
+//! Format: `MAGIC 'M'`, `FORMAT 3`, then the fields in declaration order
 //! (format 1, without the trailing `stray` and `map_version`, still
-//! decodes: none and 0).
+//! decodes: none and 0; format 2, without the trailing copy cost
+//! `bytes_sent`, `bytes_written`, `copy_duration_ms`, decodes with 0s).
 //! Integers are LEB128 varints; an `Option` is a `0`/`1` tag then the value;
 //! strings are length-prefixed UTF-8. The partition row is embedded as
 //! keyway-map's own change encoding of one `UpsertPartition`, so the row's
@@ -27,9 +28,11 @@ pub const REPLICA_MOVE_MAGIC: u8 = b'R';
 pub fn is_replica_move_record(bytes: &[u8]) -> bool {
     bytes.first() == Some(&REPLICA_MOVE_MAGIC)
 }
-const FORMAT: u8 = 2;
+const FORMAT: u8 = 3;
 /// The format before `stray` was added (decoded with `stray: None`).
 const FORMAT_1: u8 = 1;
+/// The format before the copy cost was added (decoded with 0s).
+const FORMAT_2: u8 = 2;
 
 /// Bytes that are not an encoded migration record.
 #[derive(thiserror::Error, Debug, Clone, PartialEq, Eq)]
@@ -70,6 +73,9 @@ impl MigrationRecord {
         }
         w.opt(self.stray.map(|n| n.0));
         w.var(self.map_version);
+        w.var(self.bytes_sent);
+        w.var(self.bytes_written);
+        w.var(self.copy_duration_ms);
         w.into_inner()
     }
 
@@ -80,7 +86,7 @@ impl MigrationRecord {
             return Err(DecodeError("bad magic"));
         }
         let format = r.u8()?;
-        if format != FORMAT && format != FORMAT_1 {
+        if ![FORMAT, FORMAT_1, FORMAT_2].contains(&format) {
             return Err(DecodeError("unknown format version"));
         }
         let id = MigrationId(r.var()?);
@@ -120,10 +126,18 @@ impl MigrationRecord {
             },
             stray: None,
             map_version: 0,
+            bytes_sent: 0,
+            bytes_written: 0,
+            copy_duration_ms: 0,
         };
-        if format == FORMAT {
+        if format >= FORMAT_2 {
             record.stray = r.opt()?.map(NodeId);
             record.map_version = r.var()?;
+        }
+        if format >= FORMAT {
+            record.bytes_sent = r.var()?;
+            record.bytes_written = r.var()?;
+            record.copy_duration_ms = r.var()?;
         }
         r.finish()?;
         Ok(record)
@@ -308,8 +322,9 @@ mod tests {
             ),
             (opt(), opt(), opt(), proptest::option::of(0u8..8)),
             (proptest::option::of(reasons()), opt(), any::<u64>()),
+            (any::<u64>(), any::<u64>(), any::<u64>()),
         )
-            .prop_map(|(a, b, c, (reason, stray, map_version))| {
+            .prop_map(|(a, b, c, (reason, stray, map_version), cost)| {
                 let mut r = record();
                 (r.id, r.target) = (MigrationId(a.0), NodeId(a.1));
                 r.state = MigrationState::from_code(a.2).unwrap();
@@ -321,6 +336,7 @@ mod tests {
                 r.abort_reason = reason;
                 r.stray = stray.map(NodeId);
                 r.map_version = map_version;
+                (r.bytes_sent, r.bytes_written, r.copy_duration_ms) = cost;
                 r
             })
     }
@@ -366,10 +382,41 @@ mod tests {
             Err(DecodeError("bad magic"))
         );
         let mut format = bytes;
-        format[1] = 3;
+        format[1] = 4;
         assert_eq!(
             MigrationRecord::decode(&format),
             Err(DecodeError("unknown format version"))
+        );
+    }
+
+    /// A record stored before the copy cost existed (format 2: the bytes
+    /// of a format-3 encoding without the three trailing cost varints)
+    /// decodes, with a cost of 0; and a format-3 record keeps its cost.
+    #[test]
+    fn a_format_2_record_decodes_without_a_copy_cost() {
+        let mut r = record();
+        r.state = MigrationState::Catchup;
+        r.stray = Some(NodeId(3));
+        r.map_version = 7;
+        let mut old = r.encode();
+        for what in ["copy_duration_ms", "bytes_written", "bytes_sent"] {
+            assert_eq!(old.pop(), Some(0), "the trailing {what}");
+        }
+        old[1] = FORMAT_2;
+        assert_eq!(MigrationRecord::decode(&old).unwrap(), r);
+        // Format 2 bytes written by the previous encoder, by hand.
+        assert_eq!(old[0], MAGIC);
+        (r.bytes_sent, r.bytes_written, r.copy_duration_ms) = (1_000_000, 999_000, 1_234);
+        let new = r.encode();
+        assert_eq!(new[1], FORMAT);
+        assert_eq!(MigrationRecord::decode(&new).unwrap(), r);
+        // A format-2 reading of the new bytes would leave trailing bytes:
+        // the version byte is what tells them apart.
+        let mut as_old = new.clone();
+        as_old[1] = FORMAT_2;
+        assert_eq!(
+            MigrationRecord::decode(&as_old),
+            Err(DecodeError("trailing bytes"))
         );
     }
 
@@ -378,6 +425,9 @@ mod tests {
         let mut r = record();
         r.stray = None;
         let mut old = r.encode();
+        for what in ["copy_duration_ms", "bytes_written", "bytes_sent"] {
+            assert_eq!(old.pop(), Some(0), "the trailing {what}");
+        }
         assert_eq!(old.pop(), Some(0), "the trailing map version");
         assert_eq!(old.pop(), Some(0), "the trailing stray tag");
         old[1] = FORMAT_1;

@@ -58,6 +58,24 @@ impl Migration {
         Ok(Vec::new())
     }
 
+    /// The copy's cost (progress, not persisted): accepted while copying
+    /// and later (a repeated or late report of a finished copy), never
+    /// lowering what the record holds (a source that restarted would report
+    /// less, but then the migration aborts anyway).
+    pub(crate) fn on_copy_cost(&mut self, sent: u64, written: u64, duration_ms: u64) -> Outcome {
+        if self.rec.state < MigrationState::Copying {
+            return Err(self.reject("CopyCost", RejectReason::WrongState));
+        }
+        let r = &self.rec;
+        if sent <= r.bytes_sent && written <= r.bytes_written && duration_ms <= r.copy_duration_ms {
+            return Err(self.reject("CopyCost", RejectReason::Stale));
+        }
+        self.rec.bytes_sent = self.rec.bytes_sent.max(sent);
+        self.rec.bytes_written = self.rec.bytes_written.max(written);
+        self.rec.copy_duration_ms = self.rec.copy_duration_ms.max(duration_ms);
+        Ok(Vec::new())
+    }
+
     pub(crate) fn on_copy_done(&mut self) -> Outcome {
         let Some(snapshot) = self.rec.snapshot_seq else {
             return Err(self.reject("CopyDone", self.copy_rejection()));
@@ -182,6 +200,44 @@ mod tests {
         assert_eq!(
             m.handle(Event::CopyDone).unwrap_err().why,
             RejectReason::Stale
+        );
+    }
+
+    #[test]
+    fn the_copy_cost_is_kept_and_carried_by_the_persist_ending_copying() {
+        let mut m = after(3);
+        let cost = |s, w, d| Event::CopyCost {
+            bytes_sent: s,
+            bytes_written: w,
+            copy_duration_ms: d,
+        };
+        assert_eq!(m.handle(cost(4_000, 3_900, 120)).unwrap(), vec![]);
+        assert_eq!(
+            m.record().generation,
+            2,
+            "a progress report is not persisted"
+        );
+        assert_eq!(
+            m.handle(cost(4_000, 3_900, 120)).unwrap_err().why,
+            RejectReason::Stale
+        );
+        assert_eq!(m.handle(cost(4_096, 4_096, 150)).unwrap(), vec![]);
+        let cmds = m.handle(Event::CopyDone).unwrap();
+        let Command::Persist(rec) = &cmds[0] else {
+            panic!("CopyDone persists first: {cmds:?}");
+        };
+        assert_eq!(
+            (rec.bytes_sent, rec.bytes_written, rec.copy_duration_ms),
+            (4_096, 4_096, 150)
+        );
+        // A late, smaller report (a repeat of an older status) lowers nothing.
+        assert!(m.handle(cost(10, 10, 10)).is_err());
+        assert_eq!(m.record().bytes_sent, 4_096);
+        // Before the copy started: refused.
+        let mut m = fresh();
+        assert_eq!(
+            m.handle(cost(1, 1, 1)).unwrap_err().why,
+            RejectReason::WrongState
         );
     }
 

@@ -78,6 +78,16 @@ pub enum Event {
     CopyProgress { bytes: u64 },
     /// The target holds the whole snapshot.
     CopyDone,
+    /// The copy's cost so far, as the source's push counts it (a progress
+    /// report, like `CopyProgress`: kept in the record's `bytes_sent`,
+    /// `bytes_written`, `copy_duration_ms` and carried by the next persist;
+    /// the driver reports it before `CopyDone`, so the persist ending
+    /// `COPYING` carries the final cost).
+    CopyCost {
+        bytes_sent: u64,
+        bytes_written: u64,
+        copy_duration_ms: u64,
+    },
     /// The target applied the source change log up to `applied_seq`; the
     /// source is at `source_seq`.
     CatchupLag { applied_seq: u64, source_seq: u64 },
@@ -129,6 +139,7 @@ impl Event {
             Event::SnapshotTaken { .. } => "SnapshotTaken",
             Event::CopyProgress { .. } => "CopyProgress",
             Event::CopyDone => "CopyDone",
+            Event::CopyCost { .. } => "CopyCost",
             Event::CatchupLag { .. } => "CatchupLag",
             Event::DualEnabled { .. } => "DualEnabled",
             Event::SourceFenced { .. } => "SourceFenced",

@@ -250,6 +250,11 @@ impl Migration {
             Event::SnapshotTaken { seq, total_bytes } => self.on_snapshot_taken(seq, total_bytes),
             Event::CopyProgress { bytes } => self.on_copy_progress(bytes),
             Event::CopyDone => self.on_copy_done(),
+            Event::CopyCost {
+                bytes_sent,
+                bytes_written,
+                copy_duration_ms,
+            } => self.on_copy_cost(bytes_sent, bytes_written, copy_duration_ms),
             Event::CatchupLag {
                 applied_seq,
                 source_seq,
@@ -395,6 +400,9 @@ fn decisions(r: &MigrationRecord) -> MigrationRecord {
     MigrationRecord {
         copied_bytes: 0,
         catchup_applied_seq: 0,
+        bytes_sent: 0,
+        bytes_written: 0,
+        copy_duration_ms: 0,
         ..r.clone()
     }
 }

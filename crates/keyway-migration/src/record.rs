@@ -200,6 +200,23 @@ pub struct MigrationRecord {
     /// flip conflict is decided from needs no older history.
     #[serde(default)]
     pub map_version: u64,
+    /// *Progress*, the copy's cost as the source's push counts it
+    /// (keyway-node `copies.rs`): payload bytes (key + data) shipped to the
+    /// target and acknowledged, during the copy phase (the snapshot and the
+    /// records streamed up to its checkpoint). Reported by the source's
+    /// `MigrateStatus` and carried by the driver into the record with the
+    /// persist that ends `COPYING` (final from then on; 0 in records
+    /// written before this field existed, and in a migration that never
+    /// copied).
+    #[serde(default)]
+    pub bytes_sent: u64,
+    /// *Progress*: the bytes the target reported it applied in that phase.
+    #[serde(default)]
+    pub bytes_written: u64,
+    /// *Progress*: the copy phase's duration at the source (push start to
+    /// copy done), ms.
+    #[serde(default)]
+    pub copy_duration_ms: u64,
 }
 
 /// A record that breaks the record invariant.
@@ -242,6 +259,9 @@ impl MigrationRecord {
             abort_reason: None,
             stray: None,
             map_version: 0,
+            bytes_sent: 0,
+            bytes_written: 0,
+            copy_duration_ms: 0,
         }
     }
 

@@ -43,6 +43,7 @@ pub async fn serve(
             routing: shared.routing.clone(),
             latency: shared.executor.latency().clone(),
             stats: shared.stats.clone(),
+            copies: shared.copies.clone(),
             metrics: shared.metrics.clone(),
             reads: {
                 let shared = shared.clone();
@@ -145,6 +146,10 @@ pub struct Status {
     pub replication: crate::replicate::ReplicationStatus,
     /// `READONLY` reads of partitions this node does not own, since start.
     pub replica_reads: ReplicaReadsView,
+    /// The copies this node sends (migration pushes' copy phases, replica
+    /// catch-ups) with their cost: running first, then the last
+    /// `FINISHED_COPIES_KEPT` finished (see [`crate::copies`]).
+    pub copies: Vec<crate::copies::CopyReport>,
 }
 
 /// The `replica_reads` field of `/status` (`keyway_replica_reads`).
@@ -221,6 +226,7 @@ async fn status(State(shared): State<Arc<Shared>>) -> impl IntoResponse {
             served: shared.metrics.replica_reads_count(true),
             moved: shared.metrics.replica_reads_count(false),
         },
+        copies: shared.copies.list(),
     })
 }
 

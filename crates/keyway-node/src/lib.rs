@@ -56,6 +56,7 @@ pub mod cluster_cmd;
 pub mod cmd;
 pub mod config;
 pub mod connection;
+pub mod copies;
 pub mod db;
 pub mod executor;
 pub mod kw;

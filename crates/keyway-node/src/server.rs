@@ -78,6 +78,8 @@ pub struct Shared {
     pub active_expiry: crate::active_expire::ExpiryMetrics,
     /// Per-partition load statistics (rates, hot keys, sizes, split keys).
     pub stats: Arc<crate::stats::Stats>,
+    /// The copies this node sends, with their cost (`crate::copies`).
+    pub copies: Arc<crate::copies::Copies>,
     pub clock: Arc<dyn Clock>,
     pub meta: Arc<dyn MetaStore>,
     /// The default (Redis) keyspace, `0`, hash routing.
@@ -220,6 +222,15 @@ impl Node {
             routing.subscribe(),
             metrics.clone(),
         );
+        let stats = Arc::new(crate::stats::Stats::new(
+            me,
+            routing.clone(),
+            engine.clone(),
+            clock.clone(),
+            crate::stats::StatsConfig::from_node(&config),
+            &metrics,
+        ));
+        let copies = crate::copies::Copies::new(&metrics, clock.clone(), Some(stats.clone()));
         let holds = crate::log_gc::LogHolds::new(engine.clone());
         let migrations = Arc::new(Migrations::new(
             engine.clone(),
@@ -228,6 +239,7 @@ impl Node {
             executor.latency().clone(),
             config.role_limits(),
             holds.clone(),
+            copies.clone(),
         ));
         let replication = crate::replicate::Replication::new(
             crate::replicate::ReplicationParts {
@@ -239,22 +251,16 @@ impl Node {
                 holds: holds.clone(),
                 latency: executor.latency().clone(),
                 migrations: migrations.clone(),
+                copies: copies.clone(),
             },
             config.replication(),
             &metrics,
         );
         let log_gc = crate::log_gc::GcMetrics::register(&metrics);
         let active_expiry = crate::active_expire::ExpiryMetrics::register(&metrics);
-        let stats = Arc::new(crate::stats::Stats::new(
-            me,
-            routing.clone(),
-            engine.clone(),
-            clock.clone(),
-            crate::stats::StatsConfig::from_node(&config),
-            &metrics,
-        ));
         let shared = Arc::new(Shared {
             stats,
+            copies,
             scan_cursors: Mutex::new(ScanCursors::new(config.max_scan_cursors)),
             kw_peers: crate::kw::PeerCache::new(Duration::from_millis(
                 config.kw_scan_rpc_timeout_ms,

@@ -275,6 +275,12 @@ struct Row {
     target: String,
     copied_bytes: u64,
     total_bytes: u64,
+    /// The copy's cost: payload bytes the source shipped, bytes the target
+    /// reported written, the copy phase's duration (0 before it ended, or
+    /// for a record written before the cost was kept).
+    bytes_sent: u64,
+    bytes_written: u64,
+    copy_duration_ms: u64,
     duration_ms: Option<u64>,
     pause_ms: Option<u64>,
     abort_reason: Option<String>,
@@ -292,6 +298,9 @@ impl Row {
             target: r.target.to_string(),
             copied_bytes: r.copied_bytes,
             total_bytes: r.total_bytes,
+            bytes_sent: r.bytes_sent,
+            bytes_written: r.bytes_written,
+            copy_duration_ms: r.copy_duration_ms,
             duration_ms: r
                 .state
                 .is_terminal()
@@ -318,20 +327,31 @@ pub async fn migrations_cmd(meta: &dyn MetaStore, json: bool) -> anyhow::Result<
         return print_json(&rows);
     }
     println!(
-        "{:>5}  {:<8}  {:>9}  {:<12}  {:<12}  {:>21}  {:>9}  {:>8}  REASON",
-        "ID", "STATE", "PARTITION", "SOURCE", "TARGET", "COPIED/TOTAL", "DURATION", "PAUSE"
+        "{:>5}  {:<8}  {:>9}  {:<12}  {:<12}  {:>21}  {:>21}  {:>9}  {:>9}  {:>8}  REASON",
+        "ID",
+        "STATE",
+        "PARTITION",
+        "SOURCE",
+        "TARGET",
+        "COPIED/TOTAL",
+        "SENT/WRITTEN",
+        "COPY",
+        "DURATION",
+        "PAUSE"
     );
     let short = |s: &str| s.chars().take(12).collect::<String>();
     let ms = |v: Option<u64>| v.map(|v| format!("{v}ms")).unwrap_or_else(|| "-".into());
     for r in rows {
         println!(
-            "{:>5}  {:<8}  {:>9}  {:<12}  {:<12}  {:>21}  {:>9}  {:>8}  {}",
+            "{:>5}  {:<8}  {:>9}  {:<12}  {:<12}  {:>21}  {:>21}  {:>9}  {:>9}  {:>8}  {}",
             r.id,
             r.state,
             r.partition,
             short(&r.source),
             short(&r.target),
             format!("{}/{}", r.copied_bytes, r.total_bytes),
+            format!("{}/{}", r.bytes_sent, r.bytes_written),
+            ms((r.copy_duration_ms > 0).then_some(r.copy_duration_ms)),
             ms(r.duration_ms),
             ms(r.pause_ms),
             match &r.stray {

@@ -327,6 +327,11 @@ pub struct MigrationSummary {
     pub generation: u64,
     pub copied_bytes: u64,
     pub total_bytes: u64,
+    /// The copy's cost (the record's `bytes_sent`, `bytes_written`,
+    /// `copy_duration_ms`: final once `COPYING` ended).
+    pub bytes_sent: u64,
+    pub bytes_written: u64,
+    pub copy_duration_ms: u64,
     /// Catch-up lag in change-log records (while this manager drives it).
     pub lag: Option<u64>,
     /// Copy rate over the last poll, bytes/s (while this manager drives it).
@@ -359,6 +364,9 @@ impl MigrationSummary {
             generation: rec.generation,
             copied_bytes: rec.copied_bytes,
             total_bytes: rec.total_bytes,
+            bytes_sent: rec.bytes_sent,
+            bytes_written: rec.bytes_written,
+            copy_duration_ms: rec.copy_duration_ms,
             lag: live.and_then(|l| l.lag),
             copy_rate_bytes_per_sec: live.and_then(|l| l.copy_rate),
             pause_ms: rec.pause_ms,
@@ -407,6 +415,9 @@ impl DriverView {
                     generation: s.generation,
                     copied_bytes: 0,
                     total_bytes: 0,
+                    bytes_sent: 0,
+                    bytes_written: 0,
+                    copy_duration_ms: 0,
                     lag: None,
                     copy_rate_bytes_per_sec: None,
                     pause_ms: None,

@@ -362,6 +362,16 @@ impl Task {
                     }
                 });
                 let mut events = vec![Event::CopyProgress { bytes }];
+                // The cost before `CopyDone`: the persist ending COPYING
+                // carries the final figures (the push fixes them before it
+                // reports the copy done).
+                if status.copy_bytes_sent > 0 || status.copy_duration_ms > 0 {
+                    events.push(Event::CopyCost {
+                        bytes_sent: status.copy_bytes_sent,
+                        bytes_written: status.copy_bytes_written,
+                        copy_duration_ms: status.copy_duration_ms,
+                    });
+                }
                 if status.copy_done {
                     events.push(Event::CopyDone);
                 }

@@ -66,6 +66,7 @@ impl Env {
             config,
             decisions.clone(),
             &metrics,
+            crate::copies::CopyTracker::default(),
         );
         Env {
             meta,
@@ -483,6 +484,7 @@ async fn a_new_leader_finishes_a_replica_move_the_old_one_started() {
         fast(),
         env.decisions.clone(),
         &metrics,
+        crate::copies::CopyTracker::default(),
     );
     let row = eventually("the source removed by the new loop", || {
         let meta = env.meta.clone();

@@ -195,6 +195,10 @@ pub struct ReplicationMetrics {
     pub recovered: Counter,
     /// Nodes decommissioned by `auto_decommission_after_ms`.
     pub auto_decommissions: Counter,
+    /// The running copies the nodes reported in the latest load round:
+    /// bytes left against the senders' estimates, and their summed rate.
+    pub copy_bytes_remaining: Gauge,
+    pub copy_rate_bytes_per_sec: Gauge,
 }
 
 /// The `state` label of `keyway_manager_recovery_copies`.
@@ -217,6 +221,8 @@ impl ReplicationMetrics {
             recovery_copies: Family::default(),
             recovered: Counter::default(),
             auto_decommissions: Counter::default(),
+            copy_bytes_remaining: Gauge::default(),
+            copy_rate_bytes_per_sec: Gauge::default(),
         };
         metrics.register(
             "failovers",
@@ -273,6 +279,16 @@ impl ReplicationMetrics {
             "Nodes removed by the manager after auto_decommission_after_ms without a lease, owning and holding nothing",
             m.auto_decommissions.clone(),
         );
+        metrics.register(
+            "copy_bytes_remaining",
+            "Running copies (replica catch-ups, migration copies) as the nodes last reported them: payload bytes left against the senders' size estimates",
+            m.copy_bytes_remaining.clone(),
+        );
+        metrics.register(
+            "copy_rate_bytes_per_sec",
+            "Running copies as the nodes last reported them: bytes sent per second, summed (over the last load round)",
+            m.copy_rate_bytes_per_sec.clone(),
+        );
         m
     }
 }
@@ -300,7 +316,7 @@ pub struct ReplicationView {
 }
 
 /// `/status`'s `replication.recovery` (and `keyway ctl recovery`).
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct RecoveryView {
     pub down_grace_ms: u64,
     pub max_copies_per_node: usize,
@@ -309,8 +325,14 @@ pub struct RecoveryView {
     pub dead_nodes: Vec<u64>,
     /// Nodes Down within the grace, with the ms left before recovery starts.
     pub waiting_for_grace: Vec<GraceWait>,
-    /// Replacement replicas not yet in sync: (partition, target node).
+    /// Replacement replicas not yet in sync: (partition, target node),
+    /// with the copy's progress as the primary last reported it.
     pub copies_in_flight: Vec<RecoveryCopy>,
+    /// Every copy running in the cluster (replica catch-ups and migration
+    /// copies), as the nodes reported them in the latest load round, and
+    /// their totals: bytes remaining, rate, ETA (see [`crate::copies`]).
+    pub copies_running: Vec<crate::copies::CopyProgress>,
+    pub copy_totals: crate::copies::CopyTotals,
     /// Partitions waiting for a copy slot.
     pub throttled_partitions: Vec<u64>,
     /// Dead replicas removed since this manager started.
@@ -329,10 +351,13 @@ pub struct GraceWait {
     pub partitions: usize,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct RecoveryCopy {
     pub partition: u64,
     pub target: u64,
+    /// The catch-up's progress (`None`: the primary has not reported a
+    /// copy to the target yet: not started, or the next load round is due).
+    pub progress: Option<crate::copies::CopyProgress>,
 }
 
 /// One live replica move in `/status`.
@@ -374,6 +399,7 @@ impl Replication {
         config: ReplicationConfig,
         decisions: DecisionLog,
         metrics: &Metrics,
+        copies: crate::copies::CopyTracker,
     ) -> Replication {
         if let Err(e) = config.validate() {
             panic!("Replication::start: {e}");
@@ -397,7 +423,7 @@ impl Replication {
             m.in_sync_changes_seen.clone(),
             stop_rx.clone(),
         ));
-        let state = run::Loop::new(meta, seat, config, decisions, m, status.clone());
+        let state = run::Loop::new(meta, seat, config, decisions, m, status.clone(), copies);
         let lp = tokio::spawn(state.run(stop_rx));
         Replication {
             stop,

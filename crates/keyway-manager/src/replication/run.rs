@@ -37,6 +37,8 @@ pub(super) struct Loop {
     grace: FencingGate,
     /// The leadership the in-memory state belongs to.
     term: Option<Leadership>,
+    /// The copies the nodes report, with progress (`copy_progress`).
+    copies: crate::copies::CopyTracker,
 }
 
 /// What committing one CAS came to.
@@ -56,8 +58,10 @@ impl Loop {
         decisions: DecisionLog,
         metrics: ReplicationMetrics,
         status: ReplicationStatus,
+        copies: crate::copies::CopyTracker,
     ) -> Self {
         Loop {
+            copies,
             failover: Failover::new(Duration::from_millis(config.failover_margin_ms)),
             grace: FencingGate::new(Duration::from_millis(config.down_grace_ms)),
             meta,
@@ -309,6 +313,7 @@ impl Loop {
                     .map(|r| RecoveryCopy {
                         partition: p.id.0,
                         target: r.0,
+                        progress: self.copies.copy_progress(p.id, *r),
                     })
                     .collect::<Vec<_>>()
             })
@@ -341,10 +346,25 @@ impl Loop {
         };
         g("in_flight").set(copies.len() as i64);
         g("waiting_for_grace").set(waiting_partitions as i64);
+        let running: Vec<_> = self
+            .copies
+            .list()
+            .into_iter()
+            .filter(|c| c.running())
+            .collect();
+        let totals = crate::copies::totals(&running);
+        self.metrics
+            .copy_bytes_remaining
+            .set(totals.bytes_remaining as i64);
+        self.metrics
+            .copy_rate_bytes_per_sec
+            .set(totals.rate_bytes_per_sec as i64);
         self.status.update(|v| {
             v.recovery.dead_nodes = recovery.dead.iter().map(|n| n.0).collect();
             v.recovery.waiting_for_grace = waiting;
             v.recovery.copies_in_flight = copies;
+            v.recovery.copies_running = running;
+            v.recovery.copy_totals = totals;
         });
     }
 
@@ -552,6 +572,11 @@ impl Loop {
                     v.replicas_removed += c.removed.len() as u64;
                 });
                 let list = |v: &[NodeId]| v.iter().map(|n| n.0).collect::<Vec<_>>();
+                // A recovery's removal says what the replacement's copy cost.
+                let cost = match c.reason {
+                    "dead_replica_replaced" => self.copy_costs(c.partition, &c.row.in_sync),
+                    _ => String::new(),
+                };
                 self.decisions.record(Decision::now(
                     DUTY,
                     if c.added.is_empty() {
@@ -563,7 +588,7 @@ impl Loop {
                     Some(c.partition),
                     true,
                     format!(
-                        "epoch {}: added {:?}, removed {:?}; replicas now {:?}",
+                        "epoch {}: added {:?}, removed {:?}; replicas now {:?}{cost}",
                         c.row.epoch,
                         list(&c.added),
                         list(&c.removed),
@@ -582,6 +607,29 @@ impl Loop {
             Outcome::NotLeading => {}
         }
         Ok(())
+    }
+}
+
+impl Loop {
+    /// "; copy to node N: S bytes sent, W written in D ms (R B/s)" for each
+    /// of `to` whose finished catch-up of `partition` a node reported.
+    fn copy_costs(&self, partition: PartitionId, to: &[NodeId]) -> String {
+        let mut out = String::new();
+        for n in to {
+            if let Some(p) = self.copies.copy_progress(partition, *n)
+                && p.outcome == keyway_node::copies::CopyOutcome::Done
+            {
+                out.push_str(&format!(
+                    "; copy to node {}: {} bytes sent, {} written in {} ms ({:.0} B/s)",
+                    n.0,
+                    p.bytes_sent,
+                    p.bytes_written,
+                    p.duration_ms,
+                    p.rate_bytes_per_sec.unwrap_or(0.0)
+                ));
+            }
+        }
+        out
     }
 }
 

@@ -100,6 +100,7 @@ pub fn cluster_load(loads: impl IntoIterator<Item = PartitionLoad>) -> ClusterLo
     ClusterLoad {
         partitions: loads.into_iter().map(|l| (l.partition, l)).collect(),
         unreachable: Vec::new(),
+        copies: Default::default(),
     }
 }
 

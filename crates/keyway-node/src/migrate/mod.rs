@@ -80,6 +80,8 @@ pub struct Migrations {
     /// The change-log holds each push registers (see `crate::log_gc`).
     holds: Arc<crate::log_gc::LogHolds>,
     pushes: Mutex<BTreeMap<u64, Arc<Push>>>,
+    /// Where each push's copy is accounted (`crate::copies`).
+    copies: Arc<crate::copies::Copies>,
     /// Fences set at start from `CUTOVER` records (migration id → partition).
     recovered: Mutex<BTreeMap<u64, PartitionId>>,
 }
@@ -92,8 +94,10 @@ impl Migrations {
         latency: Arc<LatencyGauge>,
         limits: RoleLimits,
         holds: Arc<crate::log_gc::LogHolds>,
+        copies: Arc<crate::copies::Copies>,
     ) -> Self {
         Migrations {
+            copies,
             engine,
             routing,
             metrics,
@@ -136,16 +140,21 @@ impl Migrations {
         }
         let map = self.routing.map();
         let me = self.routing.node_id();
-        let owned = map
+        let row = map
             .partitions
             .get(&spec.partition)
-            .is_some_and(|p| p.owner == me && p.epoch == spec.epoch);
-        if !owned {
+            .filter(|p| p.owner == me && p.epoch == spec.epoch);
+        let Some(row) = row.cloned() else {
             return Err(RoleError::Refused(format!(
                 "this node does not own partition {} at epoch {} (map version {})",
                 spec.partition, spec.epoch, map.version
             )));
-        }
+        };
+        let target_node = map
+            .nodes
+            .values()
+            .find(|n| n.admin_addr == spec.target)
+            .map_or(keyway_map::NodeId(0), |n| n.id);
         let target = PeerClient::connect(&spec.target)
             .map_err(|e| RoleError::Refused(format!("target address: {e}")))?;
         let plan = PushPlan {
@@ -164,6 +173,7 @@ impl Migrations {
             self.metrics.clone(),
             self.latency.clone(),
             self.limits.push,
+            Some((self.copies.clone(), row, target_node)),
         );
         let mut pushes = self.pushes.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(running) = pushes.get(&spec.id) {

@@ -36,11 +36,12 @@
 //! versions make every repeat harmless).
 
 use super::{MigrationRef, RefusalReason};
+use crate::copies::{Copies, CopyGuard, CopyKind, CopyReport};
 use crate::executor::LatencyGauge;
 use crate::metrics::Metrics;
 use crate::peer::{PeerClient, PeerError, PushStatus, Throttle};
 use bytes::Bytes;
-use keyway_map::{Epoch, PartitionId};
+use keyway_map::{Epoch, NodeId, PartitionId, PartitionRecord};
 use keyway_resp::Frame;
 use keyway_storage::{ChangeRecord, Engine, KeyRange, Mutation, RangeDigest, Seq, StorageError};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -115,6 +116,17 @@ struct Waiters {
     closed: bool,
 }
 
+/// The cost accounting of a push's copy (see `crate::copies`).
+enum CopyCost {
+    /// No copy (a catch-up-only push).
+    None,
+    /// Registered when the copy starts: the registry, the partition's row
+    /// and the target node.
+    Pending(Arc<Copies>, PartitionRecord, NodeId),
+    Running(CopyGuard),
+    Finished(CopyReport),
+}
+
 /// One running push; see the module docs.
 pub struct Push {
     pub plan: PushPlan,
@@ -138,6 +150,8 @@ pub struct Push {
     pub(crate) dual: AtomicBool,
     /// This push's hold on the change log (see the module docs).
     hold: Mutex<Option<crate::log_gc::HoldGuard>>,
+    /// The copy's bytes and duration.
+    cost: Mutex<CopyCost>,
 }
 
 impl Push {
@@ -148,9 +162,15 @@ impl Push {
         metrics: Arc<Metrics>,
         latency: Arc<LatencyGauge>,
         limits: PushLimits,
+        cost: Option<(Arc<Copies>, PartitionRecord, NodeId)>,
     ) -> Arc<Push> {
         let after = plan.after_seq;
+        let cost = match cost {
+            Some((copies, row, target)) if plan.copy => CopyCost::Pending(copies, row, target),
+            _ => CopyCost::None,
+        };
         Arc::new(Push {
+            cost: Mutex::new(cost),
             copy_done: AtomicBool::new(!plan.copy),
             plan,
             target,
@@ -198,9 +218,54 @@ impl Push {
         drop(guard);
     }
 
+    fn cost(&self) -> std::sync::MutexGuard<'_, CopyCost> {
+        self.cost.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The copy's report (`None` without a copy, or before it started).
+    pub fn copy_report(&self) -> Option<CopyReport> {
+        match &*self.cost() {
+            CopyCost::Running(g) => Some(g.report()),
+            CopyCost::Finished(r) => Some(r.clone()),
+            CopyCost::None | CopyCost::Pending(..) => None,
+        }
+    }
+
+    /// Counts `sent` payload bytes acknowledged by the target, which
+    /// reported `written` applied, while the copy runs.
+    fn count(&self, sent: u64, written: u64) {
+        if let CopyCost::Running(g) = &*self.cost() {
+            g.shipped(sent, written);
+        }
+    }
+
+    fn start_cost(&self) {
+        let mut cost = self.cost();
+        if let CopyCost::Pending(copies, row, target) = &*cost {
+            let guard = copies.start(CopyKind::Migration, row, *target, self.plan.id);
+            *cost = CopyCost::Running(guard);
+        }
+    }
+
+    fn end_cost(&self, error: Option<String>) {
+        let mut cost = self.cost();
+        match std::mem::replace(&mut *cost, CopyCost::None) {
+            CopyCost::Running(g) => match error {
+                None => *cost = CopyCost::Finished(g.done()),
+                Some(why) => *cost = CopyCost::Finished(g.failed(why)),
+            },
+            other => *cost = other,
+        }
+    }
+
     /// The progress report `MigrateStatus` answers with.
     pub fn status(&self, fenced: bool) -> PushStatus {
+        let copy = self.copy_report();
         PushStatus {
+            copy_bytes_sent: copy.as_ref().map_or(0, |c| c.bytes_sent),
+            copy_bytes_written: copy.as_ref().map_or(0, |c| c.bytes_written),
+            copy_duration_ms: copy.as_ref().map_or(0, |c| c.duration_ms),
+            copy_started_at_ms: copy.as_ref().map_or(0, |c| c.started_at_ms),
             copied_bytes: self.copied_bytes.load(Ordering::Relaxed),
             copied_keys: self.copied_keys.load(Ordering::Relaxed),
             copy_done: self.copy_done.load(Ordering::Acquire),
@@ -379,13 +444,17 @@ impl Push {
             return self.fail(e);
         }
         if self.plan.copy {
-            match self.copy().await {
-                Ok(()) => {}
-                Err(e) => return self.fail(e),
-            }
-            if let Err(e) = self.take_checkpoint().await {
+            self.start_cost();
+            let copied = match self.copy().await {
+                Ok(()) => self.take_checkpoint().await,
+                Err(e) => Err(e),
+            };
+            if let Err(e) = copied {
+                self.end_cost(Some(e.clone()));
                 return self.fail(e);
             }
+            // Before `copy_done`: a status showing it done shows the final cost.
+            self.end_cost(None);
             self.copy_done.store(true, Ordering::Release);
         }
         if let Err(e) = self.stream().await {
@@ -421,7 +490,7 @@ impl Push {
                     None => None,
                 }
             });
-            applied?;
+            self.count(chunk.bytes, applied?);
             let total = self.copied_bytes.fetch_add(chunk.bytes, Ordering::Relaxed) + chunk.bytes;
             self.copied_keys
                 .fetch_add(chunk.records.len() as u64, Ordering::Relaxed);
@@ -448,17 +517,18 @@ impl Push {
         blocking(move || read_chunk(&*engine, &range, after, max_bytes)).await
     }
 
-    async fn apply_copy(&self, records: &[ChangeRecord]) -> Result<(), String> {
+    /// Applies one copy chunk at the target; the bytes it applied.
+    async fn apply_copy(&self, records: &[ChangeRecord]) -> Result<u64, String> {
         if records.is_empty() {
-            return Ok(());
+            return Ok(0);
         }
         let m = self.migration();
-        let (_, target_latency_us) = self
+        let applied = self
             .retry(|| self.target.apply_foreign_for(&m, records, false))
             .await?;
         self.target_latency_us
-            .store(target_latency_us, Ordering::Relaxed);
-        Ok(())
+            .store(applied.recent_latency_us, Ordering::Relaxed);
+        Ok(applied.bytes_written)
     }
 
     /// How long to back off before the next chunk, if at all.
@@ -574,11 +644,14 @@ impl Push {
     }
 
     /// Applies `records` at the target, fsynced, retrying transient failures.
+    /// (While the copy runs, i.e. up to the checkpoint, counted as its cost.)
     async fn apply(&self, records: &[ChangeRecord]) -> Result<(), String> {
         let m = self.migration();
-        self.retry(|| self.target.apply_foreign_for(&m, records, true))
-            .await
-            .map(|_| ())
+        let applied = self
+            .retry(|| self.target.apply_foreign_for(&m, records, true))
+            .await?;
+        self.count(crate::copies::payload_bytes(records), applied.bytes_written);
+        Ok(())
     }
 
     /// Retries `call` while it fails as unavailable, for at most
@@ -763,6 +836,7 @@ mod tests {
                 dual_ack_timeout: Duration::from_secs(60),
                 target_retry_timeout: Duration::from_secs(60),
             },
+            None,
         )
     }
 

@@ -160,6 +160,17 @@ pub struct ChangesChunk {
     pub head_seq: Seq,
 }
 
+/// What an `ApplyForeign` call for a migration reports.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Applied {
+    /// The peer's own last seq afterwards.
+    pub last_seq: Seq,
+    /// The peer's recent foreground latency, microseconds (0 = unknown).
+    pub recent_latency_us: u64,
+    /// Payload bytes (key + data) the peer applied (0 from an older node).
+    pub bytes_written: u64,
+}
+
 /// A gRPC client of one node's `Peer` service; cheap to clone.
 #[derive(Clone)]
 pub struct PeerClient {
@@ -365,21 +376,24 @@ impl PeerClient {
     /// migration), versioned and idempotent; returns the peer's own last seq
     /// afterwards. At most [`super::MAX_APPLY_RECORDS`] records per call.
     pub async fn apply_foreign(&self, records: &[ChangeRecord]) -> Result<Seq, PeerError> {
-        Ok(self.apply_foreign_report(None, records, false).await?.0)
+        Ok(self
+            .apply_foreign_report(None, records, false)
+            .await?
+            .last_seq)
     }
 
     /// Applies `records` at the peer for migration `m` (the peer must have
     /// it registered as incoming and must not own the partition, else
     /// [`PeerError::Refused`]); with `sync` the peer fsyncs before answering:
     /// an `Ok` means the records survive a crash of the peer. Returns the
-    /// peer's last seq and its recent foreground latency in microseconds
-    /// (0 = unknown).
+    /// peer's last seq, its recent foreground latency and the bytes it
+    /// applied ([`Applied`]).
     pub async fn apply_foreign_for(
         &self,
         m: &MigrationRef,
         records: &[ChangeRecord],
         sync: bool,
-    ) -> Result<(Seq, u64), PeerError> {
+    ) -> Result<Applied, PeerError> {
         self.apply_foreign_report(Some(m), records, sync).await
     }
 
@@ -388,7 +402,7 @@ impl PeerClient {
         m: Option<&MigrationRef>,
         records: &[ChangeRecord],
         sync: bool,
-    ) -> Result<(Seq, u64), PeerError> {
+    ) -> Result<Applied, PeerError> {
         let msg = pb::ApplyForeignRequest {
             records: records.iter().map(|r| Bytes::from(r.encode())).collect(),
             sync,
@@ -399,7 +413,11 @@ impl PeerClient {
                 c.apply_foreign(r).await
             })
             .await?;
-        Ok((r.last_seq, r.recent_latency_us))
+        Ok(Applied {
+            last_seq: r.last_seq,
+            recent_latency_us: r.recent_latency_us,
+            bytes_written: r.bytes_written,
+        })
     }
 
     /// One call of a replication stream or catch-up (see `crate::replicate`).

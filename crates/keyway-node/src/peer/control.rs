@@ -73,6 +73,13 @@ pub struct PushStatus {
     pub backoffs: u64,
     /// Source seq of the verified checkpoint (0 = none yet).
     pub checkpoint_seq: Seq,
+    /// The copy's cost so far (all 0 without a copy; see `crate::copies`).
+    pub copy_bytes_sent: u64,
+    pub copy_bytes_written: u64,
+    /// So far, or from the push's start to `copy_done`.
+    pub copy_duration_ms: u64,
+    /// Unix ms.
+    pub copy_started_at_ms: u64,
 }
 
 /// What [`PeerClient::migrate_digest`] reports: both sides' digests of the
@@ -118,6 +125,10 @@ impl From<pb::MigrateStatusResponse> for PushStatus {
             error: (!r.error.is_empty()).then_some(r.error),
             backoffs: r.backoffs,
             checkpoint_seq: r.checkpoint_seq,
+            copy_bytes_sent: r.copy_bytes_sent,
+            copy_bytes_written: r.copy_bytes_written,
+            copy_duration_ms: r.copy_duration_ms,
+            copy_started_at_ms: r.copy_started_at_ms,
         }
     }
 }

@@ -76,8 +76,8 @@ pub mod server;
 
 pub use crate::migrate::{MigrationRef, RefusalReason};
 pub use client::{
-    ChangesChunk, CopyChunk, CopyReport, PeerClient, PeerError, PeerOptions, SnapshotChunk,
-    SnapshotEntry, catch_up, copy_range,
+    Applied, ChangesChunk, CopyChunk, CopyReport, PeerClient, PeerError, PeerOptions,
+    SnapshotChunk, SnapshotEntry, catch_up, copy_range,
 };
 pub use control::{FenceDigests, PartitionView, PushSpec, PushStatus, Throttle};
 pub use server::{NodeRoles, PeerService, merge_routes, serve_engine};

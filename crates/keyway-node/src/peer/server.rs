@@ -51,6 +51,8 @@ pub struct NodeRoles {
     pub latency: Arc<crate::executor::LatencyGauge>,
     /// The node's load statistics (`PartitionStats`).
     pub stats: Arc<crate::stats::Stats>,
+    /// The node's copies (`PartitionStats` carries them to the manager).
+    pub copies: Arc<crate::copies::Copies>,
     /// The node's metrics (refused peer writes are counted).
     pub metrics: Arc<crate::metrics::Metrics>,
     /// Queues a read on a storage thread (`RangeScan` steps).
@@ -281,6 +283,10 @@ fn status_to_pb(s: crate::peer::PushStatus) -> pb::MigrateStatusResponse {
         error: s.error.unwrap_or_default(),
         backoffs: s.backoffs,
         checkpoint_seq: s.checkpoint_seq,
+        copy_bytes_sent: s.copy_bytes_sent,
+        copy_bytes_written: s.copy_bytes_written,
+        copy_duration_ms: s.copy_duration_ms,
+        copy_started_at_ms: s.copy_started_at_ms,
     }
 }
 
@@ -643,7 +649,9 @@ impl peer_server::Peer for PeerService {
         &self,
         _req: Request<pb::PartitionStatsRequest>,
     ) -> Result<Response<pb::PartitionStatsResponse>, Status> {
-        let report = self.node()?.stats.report();
+        let node = self.node()?;
+        let mut report = node.stats.report();
+        report.copies = node.copies.list();
         Ok(Response::new(crate::stats::wire::to_pb(&report)))
     }
 
@@ -711,6 +719,7 @@ impl peer_server::Peer for PeerService {
         let applied = self
             .blocking(move |e| {
                 let mut seq = e.last_seq();
+                let mut written = 0u64;
                 // An empty call (the copy's closing fsync) is checked too.
                 let parts: Vec<&[ChangeRecord]> = match records.is_empty() {
                     true => vec![&[]],
@@ -726,6 +735,7 @@ impl peer_server::Peer for PeerService {
                     }
                     if !part.is_empty() {
                         seq = e.apply_foreign(part)?;
+                        written += crate::copies::payload_bytes(part);
                     }
                     // The effect is in the engine: only now may the map move.
                     drop(view);
@@ -733,10 +743,10 @@ impl peer_server::Peer for PeerService {
                 if sync {
                     e.sync()?;
                 }
-                Ok(Ok(seq))
+                Ok(Ok((seq, written)))
             })
             .await?;
-        let last_seq = applied.map_err(|r| self.refused("ApplyForeign", r))?;
+        let (last_seq, bytes_written) = applied.map_err(|r| self.refused("ApplyForeign", r))?;
         let recent_latency_us = self
             .node
             .as_ref()
@@ -744,6 +754,7 @@ impl peer_server::Peer for PeerService {
         Ok(Response::new(pb::ApplyForeignResponse {
             last_seq,
             recent_latency_us,
+            bytes_written,
         }))
     }
 

@@ -16,6 +16,10 @@
 //!    read under the rules' lock; every later reply waits for R; once R's
 //!    stream acked ≥ s0 the rules CAS R into the in-sync set.
 //!
+//! The copy's cost (bytes shipped, bytes the replica reported written,
+//! duration) is accounted as a `replica` copy in `crate::copies`, from the
+//! clean to the closing fsync.
+//!
 //! Every call shares the stream's call numbering, so R never applies an
 //! older call after a newer one (a stale stream batch cannot land after the
 //! clean). A call refused or failing is retried with back-off for at most
@@ -23,6 +27,7 @@
 
 use super::Replication;
 use super::stream::{Listed, Stream, listed_to_pb};
+use crate::copies::{CopyGuard, CopyKind};
 use crate::migrate::push::{chunk_bytes, rate_wait, read_chunk};
 use crate::peer::{PeerError, pb};
 use bytes::Bytes;
@@ -40,11 +45,22 @@ pub async fn run(
     partition: PartitionId,
     replica: NodeId,
 ) {
-    match copy(&repl, &stream, partition, replica).await {
+    let row = repl.routing.map().partitions.get(&partition).cloned();
+    let cost = match &row {
+        Some(row) => repl.copies.start(CopyKind::Replica, row, replica, 0),
+        None => repl
+            .copies
+            .start_with(CopyKind::Replica, partition, replica, 0, None),
+    };
+    match copy(&repl, &stream, partition, replica, &cost).await {
         Ok(()) => {
-            tracing::info!(%partition, %replica, "replica copied; joining");
+            let r = cost.done();
+            tracing::info!(%partition, %replica, bytes_sent = r.bytes_sent,
+                bytes_written = r.bytes_written, duration_ms = r.duration_ms,
+                "replica copied; joining");
         }
         Err(e) => {
+            cost.failed(e.clone());
             tracing::warn!(%partition, %replica, %e, "replica catch-up failed; retrying later");
             repl.lock()
                 .rules
@@ -70,6 +86,7 @@ async fn copy(
     stream: &Arc<Stream>,
     partition: PartitionId,
     replica: NodeId,
+    cost: &CopyGuard,
 ) -> Result<(), String> {
     let gone = || format!("partition {partition} is no longer copied to {replica}");
     // 1. Clean.
@@ -114,7 +131,8 @@ async fn copy(
                 .collect();
             repl.metrics.stream_records.inc_by(records.len() as u64);
             repl.metrics.stream_bytes.inc_by(chunk.bytes);
-            call(repl, stream, &listed, records, false, 0).await?;
+            let resp = call(repl, stream, &listed, records, false, 0).await?;
+            cost.shipped(chunk.bytes, resp.bytes_written);
         }
         copied += chunk.bytes;
         match chunk.next {

@@ -106,6 +106,8 @@ pub struct Replication {
     durable: Arc<DurableSeq>,
     holds: Arc<LogHolds>,
     migrations: Arc<crate::migrate::Migrations>,
+    /// Where catch-up copies are accounted (`crate::copies`).
+    copies: Arc<crate::copies::Copies>,
     pub metrics: Arc<ReplicationMetrics>,
     cfg: ReplicationConfig,
     inner: Mutex<Inner>,
@@ -128,6 +130,8 @@ pub struct ReplicationParts {
     /// This node's migration pushes: no in-sync growth of a partition
     /// being migrated away (see `Rules::set_migrating`).
     pub migrations: Arc<crate::migrate::Migrations>,
+    /// The node's copy accounting (catch-ups are `replica` copies).
+    pub copies: Arc<crate::copies::Copies>,
 }
 
 impl Replication {
@@ -162,6 +166,7 @@ impl Replication {
             durable: parts.durable,
             holds: parts.holds,
             migrations: parts.migrations,
+            copies: parts.copies,
             metrics,
             cfg,
             inner: Mutex::new(Inner {

@@ -189,6 +189,7 @@ impl ReplicaSide {
         let sync = req.sync;
         let checked = listed.clone();
         let n_records = records.len();
+        let bytes_written = crate::copies::payload_bytes(&records);
         let applied = super::blocking(move || {
             apply(
                 &*engine, &durable, &routing, me, sender, &checked, drop, &records, sync,
@@ -225,6 +226,7 @@ impl ReplicaSide {
             last_seq,
             deleted: deleted as u64,
             recent_latency_us: self.latency.recent_max_micros(),
+            bytes_written,
         })
     }
 

@@ -128,6 +128,9 @@ pub struct NodeReport {
     pub map_version: u64,
     pub window_ms: u64,
     pub partitions: Vec<PartitionReport>,
+    /// The copies this node sends (running, then the last finished), as
+    /// `crate::copies::Copies::list` has them (filled in by the RPC).
+    pub copies: Vec<crate::copies::CopyReport>,
 }
 
 /// Label of the per-partition gauges.
@@ -327,6 +330,7 @@ impl Stats {
                 .owned_by(self.me)
                 .map(|p| self.partition_report(&map, p))
                 .collect(),
+            copies: Vec::new(),
         }
     }
 

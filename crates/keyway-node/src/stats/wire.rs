@@ -1,6 +1,7 @@
 //! [`NodeReport`] to and from the `PartitionStats` Peer RPC's messages.
 
 use super::{HotKeyReport, NodeReport, PartitionReport};
+use crate::copies::{CopyKind, CopyOutcome, CopyReport};
 use crate::peer::pb;
 use keyway_map::{Epoch, NodeId, PartitionId};
 
@@ -34,7 +35,43 @@ pub fn to_pb(r: &NodeReport) -> pb::PartitionStatsResponse {
                 samples: p.samples,
             })
             .collect(),
+        copies: r.copies.iter().map(copy_to_pb).collect(),
     }
+}
+
+fn copy_to_pb(c: &CopyReport) -> pb::CopyEntry {
+    pb::CopyEntry {
+        partition: c.partition.0,
+        peer: c.peer.0,
+        kind: c.kind.label().to_string(),
+        migration: c.migration,
+        bytes_sent: c.bytes_sent,
+        bytes_written: c.bytes_written,
+        bytes_total_estimate: c.bytes_total_estimate,
+        started_at_ms: c.started_at_ms,
+        finished_at_ms: c.finished_at_ms,
+        duration_ms: c.duration_ms,
+        outcome: c.outcome.label().to_string(),
+        error: c.error.clone(),
+    }
+}
+
+/// An entry of an unknown kind or outcome (a newer node) is left out.
+fn copy_from_pb(c: pb::CopyEntry) -> Option<CopyReport> {
+    Some(CopyReport {
+        partition: PartitionId(c.partition),
+        peer: NodeId(c.peer),
+        kind: CopyKind::from_label(&c.kind)?,
+        migration: c.migration,
+        bytes_sent: c.bytes_sent,
+        bytes_written: c.bytes_written,
+        bytes_total_estimate: c.bytes_total_estimate,
+        started_at_ms: c.started_at_ms,
+        finished_at_ms: c.finished_at_ms,
+        duration_ms: c.duration_ms,
+        outcome: CopyOutcome::from_label(&c.outcome)?,
+        error: c.error,
+    })
 }
 
 pub fn from_pb(r: pb::PartitionStatsResponse) -> NodeReport {
@@ -67,6 +104,7 @@ pub fn from_pb(r: pb::PartitionStatsResponse) -> NodeReport {
                 samples: p.samples,
             })
             .collect(),
+        copies: r.copies.into_iter().filter_map(copy_from_pb).collect(),
     }
 }
 
@@ -98,6 +136,36 @@ mod tests {
                 top_key_share: 0.75,
                 samples: 40.0,
             }],
+            copies: vec![
+                CopyReport {
+                    partition: PartitionId(4),
+                    peer: NodeId(2),
+                    kind: CopyKind::Replica,
+                    migration: 0,
+                    bytes_sent: 500,
+                    bytes_written: 480,
+                    bytes_total_estimate: Some(1_000),
+                    started_at_ms: 1_700_000_000_000,
+                    finished_at_ms: None,
+                    duration_ms: 40,
+                    outcome: CopyOutcome::Running,
+                    error: None,
+                },
+                CopyReport {
+                    partition: PartitionId(5),
+                    peer: NodeId(1),
+                    kind: CopyKind::Migration,
+                    migration: 12,
+                    bytes_sent: 9,
+                    bytes_written: 9,
+                    bytes_total_estimate: None,
+                    started_at_ms: 1,
+                    finished_at_ms: Some(5),
+                    duration_ms: 4,
+                    outcome: CopyOutcome::Failed,
+                    error: Some("stopped".into()),
+                },
+            ],
         };
         assert_eq!(from_pb(to_pb(&r)), r);
     }

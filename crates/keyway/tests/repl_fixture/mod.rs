@@ -148,6 +148,8 @@ pub struct ReplCluster {
     /// Node i's RESP port and admin port.
     pub ports: Vec<u16>,
     pub admin_ports: Vec<u16>,
+    /// The manager's admin port (`/status`, `/decisions`).
+    pub manager_admin_port: u16,
     meta: Daemon,
     nodes: Vec<Daemon>,
     manager: Daemon,
@@ -250,6 +252,7 @@ impl ReplCluster {
             meta_url,
             ports: resp,
             admin_ports: admin,
+            manager_admin_port: ports[1],
             meta,
             nodes,
             manager,

@@ -266,6 +266,10 @@ impl FakeCluster {
             head_seq: node.seq,
             dual: push.dual,
             fenced: push.fenced,
+            // The copy's cost as a node counts it (every chunk applied).
+            copy_bytes_sent: push.copied_bytes,
+            copy_bytes_written: push.copied_bytes,
+            copy_duration_ms: if push.copied_bytes > 0 { 7 } else { 0 },
             ..PushStatus::default()
         })
     }

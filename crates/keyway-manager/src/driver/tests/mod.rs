@@ -247,6 +247,13 @@ async fn a_move_runs_to_done_and_the_target_owns_the_partition_at_e_plus_1() {
     let done = env.finished(requested.id).await;
     assert_eq!(done.state, MigrationState::Done, "{done:?}");
     assert!(done.pause_ms.is_some() && done.flipped());
+    // The source's copy cost, carried into the record when COPYING ended.
+    assert!(done.total_bytes > 0);
+    assert_eq!(
+        (done.bytes_sent, done.bytes_written, done.copy_duration_ms),
+        (done.total_bytes, done.total_bytes, 7),
+        "{done:?}"
+    );
     assert_eq!(
         env.owner().await,
         (env.target, Epoch(env.partition.epoch.0 + 1))
