@@ -182,6 +182,16 @@ fn a_node_back_after_it_was_replaced_serves_none_of_its_old_data_and_drops_it() 
     let port = cluster.ports[victim];
     let admin = cluster.admin_ports[victim];
     let mut plain = Resp::connect(port);
+    // Until its lease is back it answers CLUSTERDOWN; then MOVED, never a value.
+    wait_until(
+        "node 3 to hold its lease again",
+        SYNC_TIMEOUT,
+        || match plain.cmd(&["GET", held[0]]) {
+            Frame::Error(e) if e.starts_with("CLUSTERDOWN") => None,
+            _ => Some(()),
+        },
+    )
+    .unwrap();
     let mut readonly = Resp::connect(port);
     assert_eq!(readonly.cmd(&["READONLY"]), Frame::Simple("OK".into()));
     for key in &held {
