@@ -256,6 +256,7 @@ impl Node {
             config.replication(),
             &metrics,
         );
+        replication.gate_migrations();
         let log_gc = crate::log_gc::GcMetrics::register(&metrics);
         let active_expiry = crate::active_expire::ExpiryMetrics::register(&metrics);
         let shared = Arc::new(Shared {

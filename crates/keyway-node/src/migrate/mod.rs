@@ -44,7 +44,7 @@ use keyway_migration::{MigrationRecord, MigrationState};
 use keyway_storage::{Engine, Seq};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Why a role call failed.
 #[derive(thiserror::Error, Debug, Clone, PartialEq, Eq)]
@@ -71,7 +71,21 @@ pub struct RoleLimits {
 }
 
 /// The migrations this node is the source of.
+/// The replication side's part in a cutover (invariant 11): a flip takes
+/// every replica out of the in-sync set without waiting for the read
+/// leases this node granted them, so before fencing, the source stops
+/// granting them for the partition and waits until the last one ended.
+/// Otherwise a replica cut off from the flip could serve a read the new
+/// owner's writes have made stale.
+pub trait ReadLeaseGate: Send + Sync {
+    /// Stops vouching read leases for `partition`; returns when the last
+    /// one granted ends (`None`: no replica holds one).
+    fn stop_read_leases(&self, partition: PartitionId) -> Option<Instant>;
+}
+
 pub struct Migrations {
+    /// Set once by the replication side (it is built after this).
+    read_lease_gate: std::sync::OnceLock<std::sync::Weak<dyn ReadLeaseGate>>,
     engine: Arc<dyn Engine>,
     routing: Arc<Routing>,
     metrics: Arc<Metrics>,
@@ -97,6 +111,7 @@ impl Migrations {
         copies: Arc<crate::copies::Copies>,
     ) -> Self {
         Migrations {
+            read_lease_gate: std::sync::OnceLock::new(),
             copies,
             engine,
             routing,
@@ -227,6 +242,11 @@ impl Migrations {
         Ok(at)
     }
 
+    /// Connects the replication side's read-lease rules (once).
+    pub fn set_read_lease_gate(&self, gate: std::sync::Weak<dyn ReadLeaseGate>) {
+        let _ = self.read_lease_gate.set(gate);
+    }
+
     /// Fence on: hold the partition's requests, drain in-flight writes, and
     /// answer once the target has every write accepted (the seq then).
     /// Fence off: held requests run again. Off also lifts a fence recovered
@@ -245,6 +265,15 @@ impl Migrations {
         let push = self.push(id)?;
         if let Some(e) = push.error() {
             return Err(RoleError::Failed(e));
+        }
+        // Read leases first (see `ReadLeaseGate`), before the fence, so the
+        // wait does not add to the write pause.
+        let gate = self
+            .read_lease_gate
+            .get()
+            .and_then(std::sync::Weak::upgrade);
+        if let Some(until) = gate.and_then(|g| g.stop_read_leases(push.plan.partition)) {
+            tokio::time::sleep_until(until.into()).await;
         }
         // Taking the fence waits for every request admitted before it: their
         // writes are in the engine, at or below `head`.

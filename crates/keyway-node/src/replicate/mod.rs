@@ -183,6 +183,13 @@ impl Replication {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Connects this node's migrations to the read-lease rules (see
+    /// [`crate::migrate::ReadLeaseGate`]).
+    pub fn gate_migrations(self: &Arc<Self>) {
+        let me: Arc<dyn crate::migrate::ReadLeaseGate> = self.clone();
+        self.migrations.set_read_lease_gate(Arc::downgrade(&me));
+    }
+
     /// Whether a reply of `partition` waits on replication now.
     pub fn has_waited(&self, partition: PartitionId) -> bool {
         self.lock().rules.has_waited(partition, Instant::now())
@@ -513,4 +520,10 @@ pub(crate) async fn blocking<T: Send + 'static>(
     tokio::task::spawn_blocking(f)
         .await
         .map_err(|e| keyway_storage::StorageError::Failed(format!("engine task failed: {e}")))?
+}
+
+impl crate::migrate::ReadLeaseGate for Replication {
+    fn stop_read_leases(&self, partition: PartitionId) -> Option<Instant> {
+        self.lock().rules.stop_read_leases(partition)
+    }
 }

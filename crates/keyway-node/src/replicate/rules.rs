@@ -168,7 +168,12 @@ impl Rules {
             .filter_map(|(id, p)| {
                 let s = p.replicas.get(&replica)?;
                 s.shipped().then(|| {
-                    let vouch = *s == ReplicaState::InSync && !self.lost.contains(&replica);
+                    // No read lease for a partition being migrated away:
+                    // its flip empties the in-sync set without waiting for
+                    // leases (see `stop_read_leases`).
+                    let vouch = *s == ReplicaState::InSync
+                        && !self.lost.contains(&replica)
+                        && !self.migrating.contains(id);
                     (*id, p.epoch, p.range.clone(), vouch)
                 })
             })
@@ -265,6 +270,20 @@ impl Rules {
         });
         out.extend(self.check_joins(replica));
         out
+    }
+
+    /// Stops vouching read leases for `partition` (it is about to be cut
+    /// over: a migration's flip removes every replica from the in-sync set
+    /// by a CAS this node does not make, so nothing waits for their leases
+    /// there) and returns when the last lease granted for it ends, if it
+    /// has replicas here. Calls of one stream are sequential and each grant
+    /// is anchored at the replica's answer the call echoes, which arrived
+    /// here before the call left, so `lease_end` (the last answer's arrival
+    /// + `read_lease`) already covers a vouching call still in flight.
+    pub fn stop_read_leases(&mut self, partition: PartitionId) -> Option<Instant> {
+        self.migrating.insert(partition);
+        let p = self.parts.get(&partition)?;
+        p.replicas.keys().map(|r| self.lease_end(*r)).max()
     }
 
     /// The partitions this node now runs a migration push for. A partition

@@ -357,3 +357,23 @@ fn a_lost_stream_removes_in_sync_and_restarts_only_when_nothing_waits() {
     rules.stream_restarted(R, 600);
     assert_eq!(rules.acked(R), 600);
 }
+
+#[test]
+fn a_cutover_stops_read_leases_and_waits_for_the_last_one_granted() {
+    let t0 = Instant::now();
+    let mut rules = in_sync_rules(t0);
+    let vouched = |rules: &Rules| rules.shipped_to(R).iter().any(|l| l.0 == P && l.3);
+    assert!(vouched(&rules), "an in-sync replica is vouched for");
+    rules.stream_acked(R, 100, ms(t0, 300));
+    // The last answer arrived at 300 ms: a lease granted on it runs to
+    // 300 ms + LEASE at the latest.
+    assert_eq!(rules.stop_read_leases(P), Some(ms(t0, 300) + LEASE));
+    assert!(!vouched(&rules), "no more read leases for a partition cut over");
+    // Still shipped (its writes must reach the replica), just not vouched.
+    assert!(rules.shipped_to(R).iter().any(|l| l.0 == P));
+    // A partition without replicas here has no lease to wait for.
+    assert_eq!(rules.stop_read_leases(PartitionId(99)), None);
+    // Once the push ends, leases resume.
+    rules.set_migrating(BTreeSet::new());
+    assert!(vouched(&rules));
+}
