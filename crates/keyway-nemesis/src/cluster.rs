@@ -88,6 +88,10 @@ pub struct ClusterSpec {
     pub replica_lag_timeout_ms: u64,
     /// `keyway server --replica-read-lease-ms` (passed when replicated).
     pub replica_read_lease_ms: u64,
+    /// `keyway manager --rebalance-down-grace-ms` (the `permanent-loss`
+    /// fault: a node down this long is re-replicated); `None` keeps the
+    /// manager's default.
+    pub down_grace_ms: Option<u64>,
 }
 
 /// The replication flags of a cluster's processes, built in one place for
@@ -475,6 +479,11 @@ impl Cluster {
                 ])
                 .into_iter()
                 .chain(spec.replication().manager())
+                .chain(
+                    spec.down_grace_ms
+                        .into_iter()
+                        .flat_map(|ms| ["--rebalance-down-grace-ms".to_string(), ms.to_string()]),
+                )
                 .collect(),
                 &format!("manager {name} "),
                 &logs,
@@ -517,6 +526,31 @@ impl Cluster {
         self.nodes[i].kill9();
         self.disk_failed[i] = false;
         Ok(())
+    }
+
+    /// Node `i`'s data directory.
+    fn node_dir(&self, i: usize) -> PathBuf {
+        self.spec.dir.join(format!("node{i}"))
+    }
+
+    /// The id node `i` keeps in its data directory (`node.id`), if it
+    /// registered already.
+    pub fn node_id(&self, i: usize) -> Option<keyway_map::NodeId> {
+        let text = std::fs::read_to_string(self.node_dir(i).join("node.id")).ok()?;
+        keyway_map::NodeId::parse(&text)
+    }
+
+    /// kill -9 of node `i` and deletion of its data directory: its next
+    /// [`Cluster::restart_node`] starts an empty node, which registers under
+    /// a new id (same addresses, same network namespace).
+    pub fn wipe_node(&mut self, i: usize) -> Result<(), NemesisError> {
+        self.kill_node(i)?;
+        let dir = self.node_dir(i);
+        match std::fs::remove_dir_all(&dir) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(NemesisError::io(format!("remove {}", dir.display()), e)),
+        }
     }
 
     /// kill -9 and start again: also the heal of [`Cluster::fail_disk`]

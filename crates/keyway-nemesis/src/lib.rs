@@ -27,10 +27,13 @@
 //! - `faults.rs`: [`FaultKind`], [`Fault`], the seeded schedule, the
 //!   injectors.
 //! - `churn.rs`: the topology churn (live moves, splits, merges).
+//! - `permanent_loss.rs`: the `permanent-loss` fault (kill and wipe a node,
+//!   wait for re-replication, decommission it, start a new empty node).
 //! - `netns.rs`: [`Network`]: the bridge, namespaces and veth pairs the
 //!   `partition` fault cuts, removed on drop.
 //! - `observe.rs`: the map observer: owner changes and failovers
-//!   ([`MapChanges`]) seen by polling the map through the run.
+//!   ([`MapChanges`]) seen by polling the map through the run, and each
+//!   restarted node's time back to in sync ([`Rejoin`]).
 //! - `judge.rs`: [`judge`]: the boundary where the checker plugs in.
 //! - `run.rs`: [`RunConfig`] and [`run_one`]: one whole run.
 //! - `summary.rs`: [`RunReport`] (one line per run) and [`Totals`].
@@ -41,6 +44,7 @@ mod faults;
 mod judge;
 mod netns;
 mod observe;
+mod permanent_loss;
 mod resp_client;
 mod run;
 mod summary;
@@ -50,7 +54,9 @@ pub use cluster::{Cluster, ClusterSpec, MetaKind, ReplicationFlags};
 pub use faults::{ChurnKind, Fault, FaultKind, Step, Timings, schedule};
 pub use judge::{Verdict, judge};
 pub use netns::Network;
-pub use observe::MapChanges;
+pub use judge::judge_recoveries;
+pub use observe::{MapChanges, Rejoin};
+pub use permanent_loss::{LossRecord, replicated_without};
 pub use resp_client::{ClusterClient, Exec};
 pub use run::{Progress, RunConfig, run_one};
 pub use summary::{RunReport, Totals};

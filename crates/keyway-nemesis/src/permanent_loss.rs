@@ -1,0 +1,213 @@
+//! The `permanent-loss` fault ([`lose_node`]): a node is gone for good.
+//!
+//! 1. `kill -9` of node `i` and deletion of its data directory.
+//! 2. It stays down while the map is polled: first its primaries fail
+//!    over, then, once the leading manager has seen its lease gone for
+//!    `--rebalance-down-grace-ms` (the harness passes
+//!    `RunConfig::down_grace_ms`), its replicas are replaced on the
+//!    survivors. The wait ends when no partition lists the node and every
+//!    partition has its replication factor of in-sync copies
+//!    ([`replicated_without`]), or after `RunConfig::recovery_timeout_ms`.
+//! 3. `keyway ctl decommission --force` of the lost id, then a new empty
+//!    node in slot `i` (same addresses and network namespace, empty data
+//!    directory, so the store gives it a new id), so later faults still
+//!    have `--nodes` nodes.
+//!
+//! What it saw is a [`LossRecord`] (kill to failover, kill to full
+//! replication); `judge::judge_recoveries` fails a run whose loss was not
+//! re-replicated within the bound.
+
+use crate::NemesisError;
+use crate::faults::{CTL_TIMEOUT, Target, current_map};
+use keyway_map::{NodeId, PartitionMap};
+use std::time::{Duration, Instant};
+
+/// Pause between two looks at the map while waiting for re-replication.
+const LOSS_POLL_MS: u64 = 250;
+/// Attempts at `keyway ctl decommission --force` (a leadership change or a
+/// migration the churn started towards the lost node can refuse one).
+const DECOMMISSION_ATTEMPTS: u32 = 20;
+
+/// One permanent loss, as the fault saw it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LossRecord {
+    /// The cluster slot (`nodeI`).
+    pub node: usize,
+    /// The id lost with the data directory (`None`: it had none on disk yet).
+    pub lost: Option<NodeId>,
+    /// The new node's id (`None`: it was not started or wrote none).
+    pub replacement: Option<NodeId>,
+    /// Kill to the first map in which the lost node owns nothing.
+    pub failover_ms: Option<u64>,
+    /// Kill to the first map with every partition at its replication
+    /// factor of in-sync copies and none on the lost node.
+    pub replicated_ms: Option<u64>,
+    /// What was still short when the wait gave up.
+    pub short: Option<String>,
+    /// `keyway ctl decommission --force` succeeded.
+    pub decommissioned: bool,
+}
+
+/// `Ok` once no partition has a copy on `lost` and every partition has its
+/// keyspace's replication factor of in-sync copies (the primary included);
+/// else what is still short.
+pub fn replicated_without(map: &PartitionMap, lost: NodeId) -> Result<(), String> {
+    let mut short = Vec::new();
+    for p in map.partitions.values() {
+        let rf = map
+            .keyspaces
+            .get(&p.keyspace)
+            .map_or(1, |k| usize::from(k.replication_factor));
+        if p.has_copy(lost) {
+            short.push(format!("{} still lists node id {}", p.id, lost.0));
+        } else if p.in_sync_copies() < rf {
+            short.push(format!("{} ({} of {rf} in sync)", p.id, p.in_sync_copies()));
+        }
+    }
+    if short.is_empty() {
+        Ok(())
+    } else {
+        short.truncate(8);
+        Err(short.join(", "))
+    }
+}
+
+/// Kills node `node`, wipes it, waits for re-replication (bounded by the
+/// target's `recovery_timeout`), decommissions it and starts a new empty
+/// node in its slot. `Err` only when the cluster could not be driven (a
+/// process that would not start); a re-replication that did not come is
+/// the record's `replicated_ms: None`.
+pub async fn lose_node(target: &Target, node: usize) -> Result<LossRecord, NemesisError> {
+    let lost = target.blocking(move |c| Ok(c.node_id(node))).await?;
+    let who = lost.map_or("no id yet".to_string(), |id| format!("id {}", id.0));
+    target.log.note(&format!(
+        "kill -9 node{node} ({who}) and delete its data directory (permanent loss)"
+    ));
+    let t0 = Instant::now();
+    target.blocking(move |c| c.wipe_node(node)).await?;
+    let mut record = LossRecord {
+        node,
+        lost,
+        replacement: None,
+        failover_ms: None,
+        replicated_ms: None,
+        short: None,
+        decommissioned: false,
+    };
+    let ms = |t: Instant| t.duration_since(t0).as_millis() as u64;
+    if let Some(lost) = lost {
+        let mut last = "the map was never read".to_string();
+        loop {
+            if let Some(map) = current_map(target).await {
+                if record.failover_ms.is_none() && map.owned_by(lost).count() == 0 {
+                    record.failover_ms = Some(ms(Instant::now()));
+                    target
+                        .log
+                        .note(&format!("map: node{node} (id {}) owns nothing", lost.0));
+                }
+                match replicated_without(&map, lost) {
+                    Ok(()) => {
+                        record.replicated_ms = Some(ms(Instant::now()));
+                        break;
+                    }
+                    Err(why) => last = why,
+                }
+            }
+            if t0.elapsed() >= target.recovery_timeout {
+                record.short = Some(last.clone());
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(LOSS_POLL_MS)).await;
+        }
+        match record.replicated_ms {
+            Some(took) => target.log.note(&format!(
+                "every partition at its replication factor without node{node} (id {}) {took} ms after the kill",
+                lost.0
+            )),
+            None => target.log.note(&format!(
+                "node{node} (id {}) not re-replicated within {:?}: {last}",
+                lost.0, target.recovery_timeout
+            )),
+        }
+        if record.replicated_ms.is_some() {
+            record.decommissioned = decommission(target, lost).await;
+        }
+    }
+    target.blocking(move |c| c.restart_node(node)).await?;
+    record.replacement = target.blocking(move |c| Ok(c.node_id(node))).await?;
+    target.log.note(&format!(
+        "node{node} replaced by a new empty node ({})",
+        record
+            .replacement
+            .map_or("id unknown".to_string(), |id| format!("id {}", id.0))
+    ));
+    Ok(record)
+}
+
+/// `keyway ctl decommission --force LOST`, retried a few times.
+async fn decommission(target: &Target, lost: NodeId) -> bool {
+    let id = lost.to_string();
+    let mut last = String::new();
+    for _ in 0..DECOMMISSION_ATTEMPTS {
+        match crate::cluster::ctl(
+            &target.bin,
+            &target.meta_url,
+            &["decommission", "--force", &id],
+            CTL_TIMEOUT,
+        )
+        .await
+        {
+            Ok(_) => {
+                target
+                    .log
+                    .note(&format!("decommissioned node id {} (--force)", lost.0));
+                return true;
+            }
+            Err(why) => last = why,
+        }
+        tokio::time::sleep(Duration::from_millis(LOSS_POLL_MS)).await;
+    }
+    target
+        .log
+        .note(&format!("decommission --force of node id {} failed: {last}", lost.0));
+    false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use keyway_map::NodeInfo;
+
+    #[test]
+    fn replicated_means_nothing_on_the_lost_node_and_every_copy_in_sync() {
+        let nodes: Vec<NodeInfo> = (1..=3)
+            .map(|i| NodeInfo::up(NodeId(i), format!("127.0.0.1:{i}")))
+            .collect();
+        let mut map = PartitionMap::bootstrap_replicated(&nodes, 2, 2).unwrap();
+        let lost = NodeId(3);
+        // Bootstrap: node 3 holds copies.
+        let why = replicated_without(&map, lost).unwrap_err();
+        assert!(why.contains("still lists"), "{why}");
+        // Move every copy off node 3 (out of sync first, then in sync).
+        for p in map.partitions.values_mut() {
+            let others: Vec<NodeId> = [1, 2].map(NodeId).to_vec();
+            if p.owner == lost {
+                p.owner = others[0];
+            }
+            p.replicas = others.iter().copied().filter(|n| *n != p.owner).collect();
+            p.in_sync.clear();
+        }
+        let why = replicated_without(&map, lost).unwrap_err();
+        assert!(why.contains("1 of 2 in sync"), "{why}");
+        for p in map.partitions.values_mut() {
+            p.in_sync = p.replicas.clone();
+        }
+        assert_eq!(replicated_without(&map, lost), Ok(()));
+        // One row still naming node 3 as an (in-sync) replica is not done.
+        let first = *map.partitions.keys().next().unwrap();
+        let p = map.partitions.get_mut(&first).unwrap();
+        p.replicas.push(lost);
+        p.in_sync.push(lost);
+        assert!(replicated_without(&map, lost).unwrap_err().contains("still lists"));
+    }
+}
