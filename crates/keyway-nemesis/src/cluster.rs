@@ -31,6 +31,9 @@ const MAX_SPAWN_ATTEMPTS: u32 = 3;
 /// A namespaced node's RESP and admin ports (its address is its own).
 const NETNS_RESP_PORT: u16 = 7001;
 const NETNS_ADMIN_PORT: u16 = 8001;
+/// How far a namespaced node's ports move per replacement
+/// ([`Cluster::replace_node`]): its IP stays, its addresses are new.
+const NETNS_REPLACEMENT_PORT_STEP: u16 = 100;
 /// Longest wait for a node's admin port to answer a fault request.
 const ADMIN_HTTP_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -330,6 +333,8 @@ pub struct Cluster {
     partitioned: Vec<bool>,
     /// Nodes cut from the store or from their peers (blackhole routes) and not healed yet.
     cut: Vec<bool>,
+    /// Times each slot's node was replaced by a new empty one.
+    replacements: Vec<u16>,
     managers: Vec<Daemon>,
     /// Processes found exited by themselves (a crash), for the report.
     crashes: Vec<String>,
@@ -404,6 +409,7 @@ impl Cluster {
             disk_failed: vec![false; spec.nodes],
             partitioned: vec![false; spec.nodes],
             cut: vec![false; spec.nodes],
+            replacements: vec![0; spec.nodes],
             managers: Vec::new(),
             crashes: Vec::new(),
             spec: spec.clone(),
@@ -551,6 +557,49 @@ impl Cluster {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
             Err(e) => Err(NemesisError::io(format!("remove {}", dir.display()), e)),
         }
+    }
+
+    /// Starts a new empty node in slot `i` after [`Cluster::wipe_node`]:
+    /// new RESP and admin addresses (loopback: fresh ports; in a network
+    /// namespace: the slot's namespace and IP, ports moved by
+    /// [`NETNS_REPLACEMENT_PORT_STEP`]), so nothing addressed to the lost
+    /// node (a peer's stream, a migration push, a client's cached route)
+    /// reaches the new one, which registers under a new id.
+    pub fn replace_node(&mut self, i: usize) -> Result<(), NemesisError> {
+        self.kill_node(i)?;
+        if self.node_dir(i).exists() {
+            return Err(NemesisError::Invalid(format!(
+                "node{i} is replaced only after its data directory was deleted"
+            )));
+        }
+        self.replacements[i] += 1;
+        let (resp, admin) = match &self.network {
+            Some(net) => {
+                let step = NETNS_REPLACEMENT_PORT_STEP * self.replacements[i];
+                (
+                    format!("{}:{}", net.node_ip(i), NETNS_RESP_PORT + step),
+                    format!("{}:{}", net.node_ip(i), NETNS_ADMIN_PORT + step),
+                )
+            }
+            None => {
+                let ports = keyway_testkit::free_ports(2);
+                (
+                    format!("127.0.0.1:{}", ports[0]),
+                    format!("127.0.0.1:{}", ports[1]),
+                )
+            }
+        };
+        let args = &mut self.nodes[i].args;
+        for (flag, value) in [("--listen", &resp), ("--admin-listen", &admin)] {
+            let at = args
+                .iter()
+                .position(|a| a == flag)
+                .expect("every node is started with --listen and --admin-listen");
+            args[at + 1] = value.clone();
+        }
+        self.node_addrs[i] = resp;
+        self.node_admins[i] = admin;
+        self.nodes[i].start(&self.spec.bin, self.spec.start_timeout)
     }
 
     /// kill -9 and start again: also the heal of [`Cluster::fail_disk`]

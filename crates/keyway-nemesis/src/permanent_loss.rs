@@ -8,10 +8,15 @@
 //!    survivors. The wait ends when no partition lists the node and every
 //!    partition has its replication factor of in-sync copies
 //!    ([`replicated_without`]), or after `RunConfig::recovery_timeout_ms`.
-//! 3. `keyway ctl decommission --force` of the lost id, then a new empty
-//!    node in slot `i` (same addresses and network namespace, empty data
-//!    directory, so the store gives it a new id), so later faults still
-//!    have `--nodes` nodes.
+//! 3. `keyway ctl decommission --force` of the lost id (retried until the
+//!    same bound: a migration the churn started towards the node before it
+//!    was known down refuses it until the manager aborts that migration),
+//!    then a new empty node in slot `i` (`Cluster::replace_node`: new
+//!    addresses, the slot's network namespace, an empty data directory, so
+//!    the store gives it a new id), so later faults still have `--nodes`
+//!    nodes. New addresses matter: a node on the lost one's address would
+//!    receive what is still addressed to the lost id (a migration push to
+//!    it, say).
 //!
 //! What it saw is a [`LossRecord`] (kill to failover, kill to full
 //! replication); `judge::judge_recoveries` fails a run whose loss was not
@@ -24,9 +29,6 @@ use std::time::{Duration, Instant};
 
 /// Pause between two looks at the map while waiting for re-replication.
 const LOSS_POLL_MS: u64 = 250;
-/// Attempts at `keyway ctl decommission --force` (a leadership change or a
-/// migration the churn started towards the lost node can refuse one).
-const DECOMMISSION_ATTEMPTS: u32 = 20;
 
 /// One permanent loss, as the fault saw it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -130,10 +132,10 @@ pub async fn lose_node(target: &Target, node: usize) -> Result<LossRecord, Nemes
             )),
         }
         if record.replicated_ms.is_some() {
-            record.decommissioned = decommission(target, lost).await;
+            record.decommissioned = decommission(target, lost, t0).await;
         }
     }
-    target.blocking(move |c| c.restart_node(node)).await?;
+    target.blocking(move |c| c.replace_node(node)).await?;
     record.replacement = target.blocking(move |c| Ok(c.node_id(node))).await?;
     target.log.note(&format!(
         "node{node} replaced by a new empty node ({})",
@@ -144,11 +146,12 @@ pub async fn lose_node(target: &Target, node: usize) -> Result<LossRecord, Nemes
     Ok(record)
 }
 
-/// `keyway ctl decommission --force LOST`, retried a few times.
-async fn decommission(target: &Target, lost: NodeId) -> bool {
+/// `keyway ctl decommission --force LOST`, retried until the recovery
+/// bound (counted from the kill at `t0`) has passed.
+async fn decommission(target: &Target, lost: NodeId, t0: Instant) -> bool {
     let id = lost.to_string();
     let mut last = String::new();
-    for _ in 0..DECOMMISSION_ATTEMPTS {
+    loop {
         match crate::cluster::ctl(
             &target.bin,
             &target.meta_url,
@@ -164,6 +167,9 @@ async fn decommission(target: &Target, lost: NodeId) -> bool {
                 return true;
             }
             Err(why) => last = why,
+        }
+        if t0.elapsed() >= target.recovery_timeout {
+            break;
         }
         tokio::time::sleep(Duration::from_millis(LOSS_POLL_MS)).await;
     }

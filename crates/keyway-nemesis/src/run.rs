@@ -417,7 +417,9 @@ pub async fn run_one(
         Ok(what) => log.note(&format!("healed: {}", what.join(", "))),
         Err(e) => failures.push(format!("healing failed: {e}")),
     }
-    match wait_serving(&seeds, &keys, settle).await {
+    // The nodes' addresses now (a permanent loss gives its replacement new ones).
+    let now_addrs = target.blocking(|c| Ok(c.node_addrs().to_vec())).await?;
+    match wait_serving(&now_addrs, &keys, settle).await {
         Ok(took) => log.note(&format!("serving again after {took:?}")),
         Err(why) => failures.push(format!("the cluster did not serve again: {why}")),
     }
