@@ -150,8 +150,7 @@ pub async fn lose_node(target: &Target, node: usize) -> Result<LossRecord, Nemes
 /// bound (counted from the kill at `t0`) has passed.
 async fn decommission(target: &Target, lost: NodeId, t0: Instant) -> bool {
     let id = lost.to_string();
-    let mut last = String::new();
-    loop {
+    let last = loop {
         match crate::cluster::ctl(
             &target.bin,
             &target.meta_url,
@@ -166,13 +165,11 @@ async fn decommission(target: &Target, lost: NodeId, t0: Instant) -> bool {
                     .note(&format!("decommissioned node id {} (--force)", lost.0));
                 return true;
             }
-            Err(why) => last = why,
-        }
-        if t0.elapsed() >= target.recovery_timeout {
-            break;
+            Err(why) if t0.elapsed() >= target.recovery_timeout => break why,
+            Err(_) => {}
         }
         tokio::time::sleep(Duration::from_millis(LOSS_POLL_MS)).await;
-    }
+    };
     target
         .log
         .note(&format!("decommission --force of node id {} failed: {last}", lost.0));

@@ -32,8 +32,11 @@ use std::time::{Duration, Instant};
 const SYNC_TIMEOUT: Duration = Duration::from_secs(60);
 /// The restarted node must be in sync everywhere within this of its restart.
 const REJOIN_TIMEOUT: Duration = Duration::from_secs(60);
-/// Replica reads the restarted node must have served (in sync) before the end.
+/// Replica reads the restarted node must have served before the end.
 const MIN_SERVED_READS: u64 = 100;
+/// Writes acknowledged after the node was back in sync before the reader
+/// stops (so its reads race writes of every key, a few times over).
+const WRITES_AFTER_SYNC: u64 = 4 * KEYS as u64;
 const KEYS: usize = 48;
 /// Per-request timeout of the writer and the reader; past it the outcome is unknown.
 const OP_TIMEOUT: Duration = Duration::from_secs(2);
@@ -47,6 +50,8 @@ struct Recorder {
     events: Mutex<Vec<Event>>,
     /// key → (value, when its acknowledgement arrived, µs).
     acked: Mutex<BTreeMap<String, (u64, u64)>>,
+    /// Acknowledged writes so far.
+    acks: AtomicU64,
 }
 
 impl Recorder {
@@ -129,6 +134,7 @@ fn writer(rec: Arc<Recorder>, keys: Vec<String>, ports: Vec<u16>, first: BTreeMa
                     let done = rec.now_us();
                     rec.push(Event::ok(id, client, op, invoke, done, Reply::Ok));
                     rec.acked.lock().unwrap().insert(key.clone(), (value, done));
+                    rec.acks.fetch_add(1, Relaxed);
                 }
                 Ok(Frame::Error(e)) if certainly_not_run(&e) => {
                     rec.push(Event::failed(id, client, op, invoke, rec.now_us()));
@@ -253,6 +259,7 @@ fn a_node_restarted_after_a_failover_rejoins_as_a_replica_without_stale_reads() 
         next_id: AtomicU64::new(0),
         events: Mutex::new(Vec::new()),
         acked: Mutex::new(BTreeMap::new()),
+        acks: AtomicU64::new(0),
     });
     let stop_writer = Arc::new(AtomicBool::new(false));
     let w = {
@@ -312,8 +319,10 @@ fn a_node_restarted_after_a_failover_rejoins_as_a_replica_without_stale_reads() 
         );
     }
     assert!(after.owned_by(victim_id).count() == 0);
-    wait_until("replica reads served by the restarted node", SYNC_TIMEOUT, || {
-        (stats.served.load(Relaxed) >= MIN_SERVED_READS).then_some(())
+    let acks_at_sync = rec.acks.load(Relaxed);
+    wait_until("replica reads served by the restarted node, racing writes", SYNC_TIMEOUT, || {
+        let writes = rec.acks.load(Relaxed) - acks_at_sync;
+        (stats.served.load(Relaxed) >= MIN_SERVED_READS && writes >= WRITES_AFTER_SYNC).then_some(())
     })
     .unwrap();
     stop_reader.store(true, Relaxed);
@@ -345,7 +354,8 @@ fn a_node_restarted_after_a_failover_rejoins_as_a_replica_without_stale_reads() 
     let report = keyway_check::check(&history, &CheckOptions::default());
     assert!(report.passed(), "{report}\n{}", report.details());
     eprintln!(
-        "rejoin after failover: kill -9 to failover {failover_ms} ms; restart (old data) to in sync in all {replica_of} partitions it replicates: {rejoin_ms} ms; {} replica reads served on it, {} redirected, 0 stale; checker: {report}",
+        "rejoin after failover: kill -9 to failover {failover_ms} ms; restart (old data) to in sync in all {replica_of} partitions it replicates: {rejoin_ms} ms; {} writes acknowledged; {} replica reads served on it, {} redirected, 0 stale; checker: {report}",
+        rec.acks.load(Relaxed),
         stats.served.load(Relaxed),
         stats.redirected.load(Relaxed),
     );
