@@ -768,7 +768,11 @@ mod tests {
         assert!(!FaultKind::PermanentLoss.needs_network());
         let only_loss = schedule(3, &[FaultKind::PermanentLoss], 3, 0, T, 30_000);
         assert!(!only_loss.is_empty());
-        assert!(only_loss.iter().all(|s| s.fault.kind() == FaultKind::PermanentLoss));
+        assert!(
+            only_loss
+                .iter()
+                .all(|s| s.fault.kind() == FaultKind::PermanentLoss)
+        );
         assert_eq!(
             FaultKind::parse_list("replica-pause,primary-kill,partition-store,partition-peers")
                 .unwrap(),

@@ -52,9 +52,9 @@ mod workload;
 
 pub use cluster::{Cluster, ClusterSpec, MetaKind, ReplicationFlags};
 pub use faults::{ChurnKind, Fault, FaultKind, Step, Timings, schedule};
+pub use judge::judge_recoveries;
 pub use judge::{Verdict, judge};
 pub use netns::Network;
-pub use judge::judge_recoveries;
 pub use observe::{MapChanges, Rejoin};
 pub use permanent_loss::{LossRecord, replicated_without};
 pub use resp_client::{ClusterClient, Exec};

@@ -12,8 +12,8 @@
 //! ([`in_sync_everywhere`]), so to within [`MAP_POLL_MS`].
 
 use crate::faults::{CTL_TIMEOUT, Target, current_map};
-use keyway_map::{NodeId, PartitionId, PartitionMap};
 use crate::permanent_loss::LossRecord;
+use keyway_map::{NodeId, PartitionId, PartitionMap};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -52,7 +52,10 @@ pub struct Recoveries {
 
 impl Recoveries {
     pub fn lost(&self, record: LossRecord) {
-        self.losses.lock().unwrap_or_else(|e| e.into_inner()).push(record);
+        self.losses
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(record);
     }
 
     pub fn restarted(&self, restart: Restart) {
@@ -63,7 +66,10 @@ impl Recoveries {
     }
 
     pub fn losses(&self) -> Vec<LossRecord> {
-        self.losses.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        self.losses
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     fn take_restarts(&self) -> Vec<Restart> {

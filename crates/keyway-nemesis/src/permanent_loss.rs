@@ -170,9 +170,10 @@ async fn decommission(target: &Target, lost: NodeId, t0: Instant) -> bool {
         }
         tokio::time::sleep(Duration::from_millis(LOSS_POLL_MS)).await;
     };
-    target
-        .log
-        .note(&format!("decommission --force of node id {} failed: {last}", lost.0));
+    target.log.note(&format!(
+        "decommission --force of node id {} failed: {last}",
+        lost.0
+    ));
     false
 }
 
@@ -211,6 +212,10 @@ mod tests {
         let p = map.partitions.get_mut(&first).unwrap();
         p.replicas.push(lost);
         p.in_sync.push(lost);
-        assert!(replicated_without(&map, lost).unwrap_err().contains("still lists"));
+        assert!(
+            replicated_without(&map, lost)
+                .unwrap_err()
+                .contains("still lists")
+        );
     }
 }

@@ -157,7 +157,8 @@ impl RunConfig {
     /// replication (`permanent-loss`) when the replication factor is 1 or
     /// leaves no survivor to take a lost node's copies (factor = nodes).
     pub fn scheduled_faults(&self) -> Vec<FaultKind> {
-        let replicated = self.replication_factor >= 2 && self.nodes > usize::from(self.replication_factor);
+        let replicated =
+            self.replication_factor >= 2 && self.nodes > usize::from(self.replication_factor);
         self.faults
             .iter()
             .copied()

@@ -115,7 +115,9 @@ fn opt(v: Option<u64>) -> String {
 }
 
 fn secs(ms: Option<u64>) -> String {
-    ms.map_or("never".to_string(), |ms| format!("{:.1}s", ms as f64 / 1000.0))
+    ms.map_or("never".to_string(), |ms| {
+        format!("{:.1}s", ms as f64 / 1000.0)
+    })
 }
 
 /// `node1 failover=2.6s rf=8.1s, ...` (kill to each), or `none`.
@@ -258,7 +260,12 @@ impl Totals {
         for ms in r.losses.iter().filter_map(|l| l.replicated_ms) {
             self.max_replicated_ms = Some(self.max_replicated_ms.unwrap_or(0).max(ms));
         }
-        for j in r.map.rejoins.iter().filter(|j| j.after_failover == Some(true)) {
+        for j in r
+            .map
+            .rejoins
+            .iter()
+            .filter(|j| j.after_failover == Some(true))
+        {
             self.rejoins_after_failover += 1;
             if let Some(ms) = j.in_sync_ms {
                 self.max_rejoin_ms = Some(self.max_rejoin_ms.unwrap_or(0).max(ms));

@@ -75,7 +75,12 @@ impl Recorder {
 /// `-MOVED slot host:port` → the port.
 fn moved_port(e: &str) -> Option<u16> {
     let rest = e.strip_prefix("MOVED ")?;
-    rest.split_whitespace().nth(1)?.rsplit(':').next()?.parse().ok()
+    rest.split_whitespace()
+        .nth(1)?
+        .rsplit(':')
+        .next()?
+        .parse()
+        .ok()
 }
 
 /// A rejection the node gives before running the request.
@@ -88,7 +93,13 @@ fn certainly_not_run(e: &str) -> bool {
 /// Writes `1, 2, 3, ...` to every key in turn until `stop`, each to the
 /// port last known to own it (following `-MOVED`, trying the next node on a
 /// refused connection), recording every attempt.
-fn writer(rec: Arc<Recorder>, keys: Vec<String>, ports: Vec<u16>, first: BTreeMap<String, u16>, stop: Arc<AtomicBool>) {
+fn writer(
+    rec: Arc<Recorder>,
+    keys: Vec<String>,
+    ports: Vec<u16>,
+    first: BTreeMap<String, u16>,
+    stop: Arc<AtomicBool>,
+) {
     let mut client = 0u32;
     let mut at: BTreeMap<String, u16> = first;
     let mut conns: BTreeMap<u16, Resp> = BTreeMap::new();
@@ -125,10 +136,11 @@ fn writer(rec: Arc<Recorder>, keys: Vec<String>, ports: Vec<u16>, first: BTreeMa
                     }
                 }
             }
-            let reply = conns
-                .get_mut(&port)
-                .expect("connected above")
-                .try_cmd(&["SET", key, &value.to_string()]);
+            let reply = conns.get_mut(&port).expect("connected above").try_cmd(&[
+                "SET",
+                key,
+                &value.to_string(),
+            ]);
             match reply {
                 Ok(Frame::Simple(s)) if s == "OK" => {
                     let done = rec.now_us();
@@ -169,7 +181,13 @@ struct ReadStats {
 /// `READONLY` `GET`s of every key in turn on `port` until `stop`; each
 /// value served is checked against the last write acknowledged before the
 /// read began, and recorded (client ids from `CLIENT_BASE`).
-fn reader(rec: Arc<Recorder>, keys: Vec<String>, port: u16, stats: Arc<ReadStats>, stop: Arc<AtomicBool>) {
+fn reader(
+    rec: Arc<Recorder>,
+    keys: Vec<String>,
+    port: u16,
+    stats: Arc<ReadStats>,
+    stop: Arc<AtomicBool>,
+) {
     const CLIENT_BASE: u32 = 1_000_000;
     let mut client = CLIENT_BASE;
     let mut conn: Option<Resp> = None;
@@ -195,13 +213,25 @@ fn reader(rec: Arc<Recorder>, keys: Vec<String>, port: u16, stats: Arc<ReadStats
             let id = rec.id();
             let invoke = rec.now_us();
             let op = Op::Get { key: key.clone() };
-            let reply = conn.as_mut().expect("connected above").try_cmd(&["GET", key]);
+            let reply = conn
+                .as_mut()
+                .expect("connected above")
+                .try_cmd(&["GET", key]);
             let done = rec.now_us();
             let value: Option<u64> = match reply {
                 Ok(Frame::Bulk(b)) => {
                     let text = String::from_utf8_lossy(&b).into_owned();
-                    let v = text.parse().unwrap_or_else(|_| panic!("{key} holds {text:?}"));
-                    rec.push(Event::ok(id, client, op, invoke, done, Reply::Value(Some(text))));
+                    let v = text
+                        .parse()
+                        .unwrap_or_else(|_| panic!("{key} holds {text:?}"));
+                    rec.push(Event::ok(
+                        id,
+                        client,
+                        op,
+                        invoke,
+                        done,
+                        Reply::Value(Some(text)),
+                    ));
                     Some(v)
                 }
                 Ok(Frame::Null) => {
@@ -248,7 +278,10 @@ fn a_node_restarted_after_a_failover_rejoins_as_a_replica_without_stale_reads() 
         ..ReplSpec::default()
     };
     let mut cluster = ReplCluster::start(spec);
-    let map = wait_until("every partition in sync", SYNC_TIMEOUT, || cluster.all_in_sync()).unwrap();
+    let map = wait_until("every partition in sync", SYNC_TIMEOUT, || {
+        cluster.all_in_sync()
+    })
+    .unwrap();
     let keys: Vec<String> = (0..KEYS).map(|i| format!("rejoin:{i}")).collect();
     let first: BTreeMap<String, u16> = keys
         .iter()
@@ -263,7 +296,12 @@ fn a_node_restarted_after_a_failover_rejoins_as_a_replica_without_stale_reads() 
     });
     let stop_writer = Arc::new(AtomicBool::new(false));
     let w = {
-        let (rec, keys, ports, stop) = (rec.clone(), keys.clone(), cluster.ports.clone(), stop_writer.clone());
+        let (rec, keys, ports, stop) = (
+            rec.clone(),
+            keys.clone(),
+            cluster.ports.clone(),
+            stop_writer.clone(),
+        );
         thread::spawn(move || writer(rec, keys, ports, first, stop))
     };
     wait_until("a write of every key acknowledged", SYNC_TIMEOUT, || {
@@ -273,7 +311,10 @@ fn a_node_restarted_after_a_failover_rejoins_as_a_replica_without_stale_reads() 
 
     // kill -9 of the primary of keys[0]'s partition.
     let slot = key_hash_slot(keys[0].as_bytes());
-    let victim_id: NodeId = map.locate_slot(keyway_map::DEFAULT_KEYSPACE, slot).unwrap().owner;
+    let victim_id: NodeId = map
+        .locate_slot(keyway_map::DEFAULT_KEYSPACE, slot)
+        .unwrap()
+        .owner;
     let victim = cluster.index_of(&map, victim_id);
     let owned: Vec<_> = map.owned_by(victim_id).map(|p| p.id).collect();
     let killed = Instant::now();
@@ -287,10 +328,17 @@ fn a_node_restarted_after_a_failover_rejoins_as_a_replica_without_stale_reads() 
     // Writes go on: every key gets an acknowledged write after the failover,
     // so the killed node's data directory is behind on its old partitions.
     let failed_over_us = rec.now_us();
-    wait_until("an acknowledged write of every key after the failover", SYNC_TIMEOUT, || {
-        let acked = rec.acked.lock().unwrap();
-        acked.values().all(|(_, at)| *at > failed_over_us).then_some(())
-    })
+    wait_until(
+        "an acknowledged write of every key after the failover",
+        SYNC_TIMEOUT,
+        || {
+            let acked = rec.acked.lock().unwrap();
+            acked
+                .values()
+                .all(|(_, at)| *at > failed_over_us)
+                .then_some(())
+        },
+    )
     .unwrap();
 
     // Restart with the old data directory; read on it READONLY meanwhile.
@@ -299,18 +347,36 @@ fn a_node_restarted_after_a_failover_rejoins_as_a_replica_without_stale_reads() 
     let stats = Arc::new(ReadStats::default());
     let stop_reader = Arc::new(AtomicBool::new(false));
     let r = {
-        let (rec, keys, stats, stop) = (rec.clone(), keys.clone(), stats.clone(), stop_reader.clone());
+        let (rec, keys, stats, stop) = (
+            rec.clone(),
+            keys.clone(),
+            stats.clone(),
+            stop_reader.clone(),
+        );
         let port = cluster.ports[victim];
         thread::spawn(move || reader(rec, keys, port, stats, stop))
     };
-    let synced = wait_until("the restarted node in sync wherever it is a replica", REJOIN_TIMEOUT, || {
-        let m = cluster.map()?;
-        let replica_of: Vec<_> = m.partitions.values().filter(|p| p.replicas.contains(&victim_id)).collect();
-        (!replica_of.is_empty() && replica_of.iter().all(|p| p.in_sync.contains(&victim_id))).then_some(m)
-    })
+    let synced = wait_until(
+        "the restarted node in sync wherever it is a replica",
+        REJOIN_TIMEOUT,
+        || {
+            let m = cluster.map()?;
+            let replica_of: Vec<_> = m
+                .partitions
+                .values()
+                .filter(|p| p.replicas.contains(&victim_id))
+                .collect();
+            (!replica_of.is_empty() && replica_of.iter().all(|p| p.in_sync.contains(&victim_id)))
+                .then_some(m)
+        },
+    )
     .unwrap_or_else(|e| panic!("{e}: {:?}\n{}", cluster.map(), cluster.log_tail(victim)));
     let rejoin_ms = restarted.elapsed().as_millis();
-    let replica_of = synced.partitions.values().filter(|p| p.replicas.contains(&victim_id)).count();
+    let replica_of = synced
+        .partitions
+        .values()
+        .filter(|p| p.replicas.contains(&victim_id))
+        .count();
     for id in &owned {
         let p = &synced.partitions[id];
         assert!(
@@ -320,10 +386,15 @@ fn a_node_restarted_after_a_failover_rejoins_as_a_replica_without_stale_reads() 
     }
     assert!(after.owned_by(victim_id).count() == 0);
     let acks_at_sync = rec.acks.load(Relaxed);
-    wait_until("replica reads served by the restarted node, racing writes", SYNC_TIMEOUT, || {
-        let writes = rec.acks.load(Relaxed) - acks_at_sync;
-        (stats.served.load(Relaxed) >= MIN_SERVED_READS && writes >= WRITES_AFTER_SYNC).then_some(())
-    })
+    wait_until(
+        "replica reads served by the restarted node, racing writes",
+        SYNC_TIMEOUT,
+        || {
+            let writes = rec.acks.load(Relaxed) - acks_at_sync;
+            (stats.served.load(Relaxed) >= MIN_SERVED_READS && writes >= WRITES_AFTER_SYNC)
+                .then_some(())
+        },
+    )
     .unwrap();
     stop_reader.store(true, Relaxed);
     r.join().unwrap();
@@ -341,12 +412,26 @@ fn a_node_restarted_after_a_failover_rejoins_as_a_replica_without_stale_reads() 
             Frame::Bulk(b) => String::from_utf8_lossy(b).into_owned(),
             other => panic!("final GET {key}: {other:?}"),
         };
-        rec.push(Event::ok(id, 2_000_000, Op::Get { key: key.clone() }, invoke, rec.now_us(), Reply::Value(Some(text.clone()))));
+        rec.push(Event::ok(
+            id,
+            2_000_000,
+            Op::Get { key: key.clone() },
+            invoke,
+            rec.now_us(),
+            Reply::Value(Some(text.clone())),
+        ));
         let v: u64 = text.parse().unwrap();
-        assert!(v >= acked, "acknowledged write {key}={acked} lost: read {v}");
+        assert!(
+            v >= acked,
+            "acknowledged write {key}={acked} lost: read {v}"
+        );
     }
     let stale = stats.stale.lock().unwrap().clone();
-    assert!(stale.is_empty(), "stale replica reads on the restarted node:\n{}", stale.join("\n"));
+    assert!(
+        stale.is_empty(),
+        "stale replica reads on the restarted node:\n{}",
+        stale.join("\n")
+    );
 
     let mut events = std::mem::take(&mut *rec.events.lock().unwrap());
     events.sort_by_key(|e| (e.invoke_us, e.id));
