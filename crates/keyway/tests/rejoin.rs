@@ -24,6 +24,7 @@ use keyway_resp::Frame;
 use keyway_testkit::wait_until;
 use repl_fixture::{ReplCluster, ReplSpec};
 use std::collections::BTreeMap;
+use std::collections::btree_map::Entry;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::thread;
@@ -121,26 +122,21 @@ fn writer(
             };
             let id = rec.id();
             let invoke = rec.now_us();
-            if !conns.contains_key(&port) {
-                match Resp::try_connect(port, OP_TIMEOUT) {
-                    Ok(c) => {
-                        conns.insert(port, c);
-                    }
+            let conn = match conns.entry(port) {
+                Entry::Occupied(e) => e.into_mut(),
+                Entry::Vacant(v) => match Resp::try_connect(port, OP_TIMEOUT) {
+                    Ok(c) => v.insert(c),
                     Err(_) => {
-                        // Refused: certainly not run; try the next node.
+                        // Not connected: certainly not run; try the next node.
                         rec.push(Event::failed(id, client, op, invoke, rec.now_us()));
                         let i = ports.iter().position(|p| *p == port).unwrap_or(0);
                         at.insert(key.clone(), ports[(i + 1) % ports.len()]);
                         thread::sleep(Duration::from_millis(20));
                         continue;
                     }
-                }
-            }
-            let reply = conns.get_mut(&port).expect("connected above").try_cmd(&[
-                "SET",
-                key,
-                &value.to_string(),
-            ]);
+                },
+            };
+            let reply = conn.try_cmd(&["SET", key, &value.to_string()]);
             match reply {
                 Ok(Frame::Simple(s)) if s == "OK" => {
                     let done = rec.now_us();
