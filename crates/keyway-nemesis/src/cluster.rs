@@ -14,7 +14,9 @@
 //! over the admin port ([`Cluster::fail_disk`]).
 
 use crate::NemesisError;
+pub use crate::ctl::ctl;
 use crate::netns::Network;
+pub use crate::replication_flags::ReplicationFlags;
 use keyway_testkit::{EtcdCluster, HarnessError, Proc};
 use std::fs::OpenOptions;
 use std::io::{BufRead, BufReader, Write};
@@ -95,60 +97,6 @@ pub struct ClusterSpec {
     /// fault: a node down this long is re-replicated); `None` keeps the
     /// manager's default.
     pub down_grace_ms: Option<u64>,
-}
-
-/// The replication flags of a cluster's processes, built in one place for
-/// the harness and the test fixtures: none at all at replication factor 1
-/// (min 1), so an unreplicated cluster runs with no replication flag.
-#[derive(Clone, Copy, Debug)]
-pub struct ReplicationFlags {
-    pub replication_factor: u8,
-    pub min_in_sync: u8,
-    /// The nodes' `--lease-margin-ms`: the manager promotes once a dead
-    /// primary's lease has been gone from the store this long.
-    pub node_lease_margin_ms: u64,
-    pub replica_lag_timeout_ms: u64,
-    pub replica_read_lease_ms: u64,
-}
-
-impl ReplicationFlags {
-    /// Keyspace 0's bootstrap flags (`keyway meta`, or `keyway server
-    /// --bootstrap-nodes` on etcd).
-    pub fn bootstrap(&self) -> Vec<String> {
-        if self.replication_factor <= 1 && self.min_in_sync <= 1 {
-            return Vec::new();
-        }
-        vec![
-            "--replication-factor".into(),
-            self.replication_factor.to_string(),
-            "--min-in-sync".into(),
-            self.min_in_sync.to_string(),
-        ]
-    }
-
-    /// `keyway manager`'s flags.
-    pub fn manager(&self) -> Vec<String> {
-        if self.replication_factor <= 1 {
-            return Vec::new();
-        }
-        vec![
-            "--failover-margin-ms".into(),
-            self.node_lease_margin_ms.to_string(),
-        ]
-    }
-
-    /// `keyway server`'s flags.
-    pub fn node(&self) -> Vec<String> {
-        if self.replication_factor <= 1 {
-            return Vec::new();
-        }
-        vec![
-            "--replica-lag-timeout-ms".into(),
-            self.replica_lag_timeout_ms.to_string(),
-            "--replica-read-lease-ms".into(),
-            self.replica_read_lease_ms.to_string(),
-        ]
-    }
 }
 
 impl ClusterSpec {
@@ -847,52 +795,4 @@ fn tail(path: &Path, lines: usize) -> String {
     let text = std::fs::read_to_string(path).unwrap_or_default();
     let all: Vec<&str> = text.lines().collect();
     all[all.len().saturating_sub(lines)..].join("\n")
-}
-
-/// Runs `keyway ctl --meta URL ARGS...` with a deadline (killed past it);
-/// its stdout on success, else what went wrong (stderr's last line).
-pub async fn ctl(
-    bin: &Path,
-    meta_url: &str,
-    args: &[&str],
-    within: Duration,
-) -> Result<String, String> {
-    let child = tokio::process::Command::new(bin)
-        .arg("ctl")
-        .arg("--meta")
-        .arg(meta_url)
-        .args(args)
-        .env("KEYWAY_LOG", "error")
-        .env("RUST_BACKTRACE", "0")
-        .env("RUST_LIB_BACKTRACE", "0")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .map_err(|e| format!("spawn keyway ctl: {e}"))?;
-    match tokio::time::timeout(within, child.wait_with_output()).await {
-        Err(_) => Err(format!(
-            "`ctl {}` timed out after {within:?}",
-            args.join(" ")
-        )),
-        Ok(Err(e)) => Err(format!("`ctl {}`: {e}", args.join(" "))),
-        Ok(Ok(out)) if out.status.success() => {
-            Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-        }
-        Ok(Ok(out)) => {
-            let err = String::from_utf8_lossy(&out.stderr);
-            // anyhow's `Error: ...` line (a backtrace may follow it).
-            let why = err
-                .lines()
-                .find(|l| l.starts_with("Error:"))
-                .or_else(|| err.trim().lines().last())
-                .unwrap_or("");
-            Err(format!(
-                "`ctl {}` failed ({}): {why}",
-                args.join(" "),
-                out.status
-            ))
-        }
-    }
 }

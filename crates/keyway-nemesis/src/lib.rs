@@ -16,8 +16,10 @@
 //! # Layout
 //! - `cluster.rs`: [`Cluster`]: the processes (spawn with each stderr to a
 //!   log file in the run's directory, wait for the ready line, `kill -9`,
-//!   restart with the same data dir and ports, SIGSTOP/SIGCONT), `keyway
-//!   ctl` calls, kill-everything-on-drop.
+//!   restart with the same data dir and ports, SIGSTOP/SIGCONT, a new
+//!   empty node in a lost one's slot), kill-everything-on-drop; `ctl.rs`:
+//!   `keyway ctl` calls; `replication_flags.rs`: the processes'
+//!   replication flags.
 //! - `resp_client.rs`: [`ClusterClient`]: a plain Redis Cluster client over
 //!   the raw RESP codec (`CLUSTER SLOTS`, `-MOVED`), telling "certainly not
 //!   applied" apart from "unknown".
@@ -40,11 +42,13 @@
 
 mod churn;
 mod cluster;
+mod ctl;
 mod faults;
 mod judge;
 mod netns;
 mod observe;
 mod permanent_loss;
+mod replication_flags;
 mod resp_client;
 mod run;
 mod summary;
