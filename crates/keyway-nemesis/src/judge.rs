@@ -61,10 +61,11 @@ pub fn judge(history: &History) -> (Verdict, CheckReport) {
 /// must have been re-replicated (every partition back at its replication
 /// factor of in-sync copies without the lost node) within
 /// `recovery_timeout_ms` of the kill, decommissioned, and replaced by a
-/// node with a new id.
+/// node with a new id. A loss skipped because it was never survivable
+/// (`permanent_loss::safe_to_lose`) does not fail the run; the summary shows it.
 pub fn judge_recoveries(losses: &[LossRecord], recovery_timeout_ms: u64) -> Vec<String> {
     let mut failures = Vec::new();
-    for l in losses {
+    for l in losses.iter().filter(|l| l.skipped.is_none()) {
         let what = format!("permanent loss of node{}", l.node);
         match (l.lost, l.replicated_ms) {
             (None, _) => failures.push(format!(
@@ -102,8 +103,11 @@ mod tests {
     fn a_loss_not_re_replicated_within_the_bound_fails_the_run() {
         let good = LossRecord {
             node: 1,
+            skipped: None,
+            waited_ms: 0,
             lost: Some(NodeId(2)),
             replacement: Some(NodeId(5)),
+            owned_at_kill: Some(4),
             failover_ms: Some(2_600),
             replicated_ms: Some(8_000),
             short: None,
@@ -128,9 +132,16 @@ mod tests {
         assert!(judge_recoveries(&[same_id], 30_000)[0].contains("new id"));
         let undecommissioned = LossRecord {
             decommissioned: false,
-            ..good
+            ..good.clone()
         };
         assert!(judge_recoveries(&[undecommissioned], 30_000)[0].contains("decommission"));
+        let skipped = LossRecord {
+            skipped: Some("it is the only in-sync copy of partitions 3".into()),
+            replicated_ms: None,
+            replacement: None,
+            ..good
+        };
+        assert!(judge_recoveries(&[skipped], 30_000).is_empty());
     }
 
     fn ev(id: u64, client: u32, op: Op, at: (u64, Option<u64>), outcome: Outcome) -> Event {

@@ -128,10 +128,17 @@ fn losses_text(losses: &[LossRecord]) -> String {
     losses
         .iter()
         .map(|l| {
+            if let Some(why) = &l.skipped {
+                return format!("node{} skipped ({why})", l.node);
+            }
+            let failover = match l.owned_at_kill {
+                Some(0) => "none(owned nothing)".to_string(),
+                _ => secs(l.failover_ms),
+            };
             format!(
-                "node{} failover={} replicated={}",
+                "node{} waited={} failover={failover} replicated={}",
                 l.node,
-                secs(l.failover_ms),
+                secs(Some(l.waited_ms)),
                 secs(l.replicated_ms)
             )
         })
@@ -256,7 +263,7 @@ impl Totals {
         self.ops_unknown += r.ops_unknown;
         self.replica_reads += r.replica_reads;
         self.failovers += r.map.failovers;
-        self.losses += r.losses.len() as u64;
+        self.losses += r.losses.iter().filter(|l| l.skipped.is_none()).count() as u64;
         for ms in r.losses.iter().filter_map(|l| l.replicated_ms) {
             self.max_replicated_ms = Some(self.max_replicated_ms.unwrap_or(0).max(ms));
         }
