@@ -14,7 +14,9 @@
 //! over the admin port ([`Cluster::fail_disk`]).
 
 use crate::NemesisError;
+pub use crate::ctl::ctl;
 use crate::netns::Network;
+pub use crate::replication_flags::ReplicationFlags;
 use keyway_testkit::{EtcdCluster, HarnessError, Proc};
 use std::fs::OpenOptions;
 use std::io::{BufRead, BufReader, Write};
@@ -31,6 +33,9 @@ const MAX_SPAWN_ATTEMPTS: u32 = 3;
 /// A namespaced node's RESP and admin ports (its address is its own).
 const NETNS_RESP_PORT: u16 = 7001;
 const NETNS_ADMIN_PORT: u16 = 8001;
+/// How far a namespaced node's ports move per replacement
+/// ([`Cluster::replace_node`]): its IP stays, its addresses are new.
+const NETNS_REPLACEMENT_PORT_STEP: u16 = 100;
 /// Longest wait for a node's admin port to answer a fault request.
 const ADMIN_HTTP_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -88,60 +93,10 @@ pub struct ClusterSpec {
     pub replica_lag_timeout_ms: u64,
     /// `keyway server --replica-read-lease-ms` (passed when replicated).
     pub replica_read_lease_ms: u64,
-}
-
-/// The replication flags of a cluster's processes, built in one place for
-/// the harness and the test fixtures: none at all at replication factor 1
-/// (min 1), so an unreplicated cluster runs with no replication flag.
-#[derive(Clone, Copy, Debug)]
-pub struct ReplicationFlags {
-    pub replication_factor: u8,
-    pub min_in_sync: u8,
-    /// The nodes' `--lease-margin-ms`: the manager promotes once a dead
-    /// primary's lease has been gone from the store this long.
-    pub node_lease_margin_ms: u64,
-    pub replica_lag_timeout_ms: u64,
-    pub replica_read_lease_ms: u64,
-}
-
-impl ReplicationFlags {
-    /// Keyspace 0's bootstrap flags (`keyway meta`, or `keyway server
-    /// --bootstrap-nodes` on etcd).
-    pub fn bootstrap(&self) -> Vec<String> {
-        if self.replication_factor <= 1 && self.min_in_sync <= 1 {
-            return Vec::new();
-        }
-        vec![
-            "--replication-factor".into(),
-            self.replication_factor.to_string(),
-            "--min-in-sync".into(),
-            self.min_in_sync.to_string(),
-        ]
-    }
-
-    /// `keyway manager`'s flags.
-    pub fn manager(&self) -> Vec<String> {
-        if self.replication_factor <= 1 {
-            return Vec::new();
-        }
-        vec![
-            "--failover-margin-ms".into(),
-            self.node_lease_margin_ms.to_string(),
-        ]
-    }
-
-    /// `keyway server`'s flags.
-    pub fn node(&self) -> Vec<String> {
-        if self.replication_factor <= 1 {
-            return Vec::new();
-        }
-        vec![
-            "--replica-lag-timeout-ms".into(),
-            self.replica_lag_timeout_ms.to_string(),
-            "--replica-read-lease-ms".into(),
-            self.replica_read_lease_ms.to_string(),
-        ]
-    }
+    /// `keyway manager --rebalance-down-grace-ms` (the `permanent-loss`
+    /// fault: a node down this long is re-replicated); `None` keeps the
+    /// manager's default.
+    pub down_grace_ms: Option<u64>,
 }
 
 impl ClusterSpec {
@@ -326,6 +281,8 @@ pub struct Cluster {
     partitioned: Vec<bool>,
     /// Nodes cut from the store or from their peers (blackhole routes) and not healed yet.
     cut: Vec<bool>,
+    /// Times each slot's node was replaced by a new empty one.
+    replacements: Vec<u16>,
     managers: Vec<Daemon>,
     /// Processes found exited by themselves (a crash), for the report.
     crashes: Vec<String>,
@@ -400,6 +357,7 @@ impl Cluster {
             disk_failed: vec![false; spec.nodes],
             partitioned: vec![false; spec.nodes],
             cut: vec![false; spec.nodes],
+            replacements: vec![0; spec.nodes],
             managers: Vec::new(),
             crashes: Vec::new(),
             spec: spec.clone(),
@@ -475,6 +433,11 @@ impl Cluster {
                 ])
                 .into_iter()
                 .chain(spec.replication().manager())
+                .chain(
+                    spec.down_grace_ms
+                        .into_iter()
+                        .flat_map(|ms| ["--rebalance-down-grace-ms".to_string(), ms.to_string()]),
+                )
                 .collect(),
                 &format!("manager {name} "),
                 &logs,
@@ -517,6 +480,74 @@ impl Cluster {
         self.nodes[i].kill9();
         self.disk_failed[i] = false;
         Ok(())
+    }
+
+    /// Node `i`'s data directory.
+    fn node_dir(&self, i: usize) -> PathBuf {
+        self.spec.dir.join(format!("node{i}"))
+    }
+
+    /// The id node `i` keeps in its data directory (`node.id`), if it
+    /// registered already.
+    pub fn node_id(&self, i: usize) -> Option<keyway_map::NodeId> {
+        let text = std::fs::read_to_string(self.node_dir(i).join("node.id")).ok()?;
+        keyway_map::NodeId::parse(&text)
+    }
+
+    /// kill -9 of node `i` and deletion of its data directory: its next
+    /// [`Cluster::restart_node`] starts an empty node, which registers under
+    /// a new id (same addresses, same network namespace).
+    pub fn wipe_node(&mut self, i: usize) -> Result<(), NemesisError> {
+        self.kill_node(i)?;
+        let dir = self.node_dir(i);
+        match std::fs::remove_dir_all(&dir) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(NemesisError::io(format!("remove {}", dir.display()), e)),
+        }
+    }
+
+    /// Starts a new empty node in slot `i` after [`Cluster::wipe_node`]:
+    /// new RESP and admin addresses (loopback: fresh ports; in a network
+    /// namespace: the slot's namespace and IP, ports moved by
+    /// [`NETNS_REPLACEMENT_PORT_STEP`]), so nothing addressed to the lost
+    /// node (a peer's stream, a migration push, a client's cached route)
+    /// reaches the new one, which registers under a new id.
+    pub fn replace_node(&mut self, i: usize) -> Result<(), NemesisError> {
+        self.kill_node(i)?;
+        if self.node_dir(i).exists() {
+            return Err(NemesisError::Invalid(format!(
+                "node{i} is replaced only after its data directory was deleted"
+            )));
+        }
+        self.replacements[i] += 1;
+        let (resp, admin) = match &self.network {
+            Some(net) => {
+                let step = NETNS_REPLACEMENT_PORT_STEP * self.replacements[i];
+                (
+                    format!("{}:{}", net.node_ip(i), NETNS_RESP_PORT + step),
+                    format!("{}:{}", net.node_ip(i), NETNS_ADMIN_PORT + step),
+                )
+            }
+            None => {
+                let ports = keyway_testkit::free_ports(2);
+                (
+                    format!("127.0.0.1:{}", ports[0]),
+                    format!("127.0.0.1:{}", ports[1]),
+                )
+            }
+        };
+        let args = &mut self.nodes[i].args;
+        for (flag, value) in [("--listen", &resp), ("--admin-listen", &admin)] {
+            let at = args
+                .iter()
+                .position(|a| a == flag)
+                .expect("every node is started with --listen and --admin-listen");
+            args[at + 1] = value.clone();
+        }
+        self.node_addrs[i] = resp;
+        self.node_admins[i] = admin;
+        self.nodes[i].start(&self.spec.bin, self.spec.start_timeout)
     }
 
     /// kill -9 and start again: also the heal of [`Cluster::fail_disk`]
@@ -764,52 +795,4 @@ fn tail(path: &Path, lines: usize) -> String {
     let text = std::fs::read_to_string(path).unwrap_or_default();
     let all: Vec<&str> = text.lines().collect();
     all[all.len().saturating_sub(lines)..].join("\n")
-}
-
-/// Runs `keyway ctl --meta URL ARGS...` with a deadline (killed past it);
-/// its stdout on success, else what went wrong (stderr's last line).
-pub async fn ctl(
-    bin: &Path,
-    meta_url: &str,
-    args: &[&str],
-    within: Duration,
-) -> Result<String, String> {
-    let child = tokio::process::Command::new(bin)
-        .arg("ctl")
-        .arg("--meta")
-        .arg(meta_url)
-        .args(args)
-        .env("KEYWAY_LOG", "error")
-        .env("RUST_BACKTRACE", "0")
-        .env("RUST_LIB_BACKTRACE", "0")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .map_err(|e| format!("spawn keyway ctl: {e}"))?;
-    match tokio::time::timeout(within, child.wait_with_output()).await {
-        Err(_) => Err(format!(
-            "`ctl {}` timed out after {within:?}",
-            args.join(" ")
-        )),
-        Ok(Err(e)) => Err(format!("`ctl {}`: {e}", args.join(" "))),
-        Ok(Ok(out)) if out.status.success() => {
-            Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-        }
-        Ok(Ok(out)) => {
-            let err = String::from_utf8_lossy(&out.stderr);
-            // anyhow's `Error: ...` line (a backtrace may follow it).
-            let why = err
-                .lines()
-                .find(|l| l.starts_with("Error:"))
-                .or_else(|| err.trim().lines().last())
-                .unwrap_or("");
-            Err(format!(
-                "`ctl {}` failed ({}): {why}",
-                args.join(" "),
-                out.status
-            ))
-        }
-    }
 }

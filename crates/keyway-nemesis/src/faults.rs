@@ -58,10 +58,17 @@ pub enum FaultKind {
     /// A node cut from the other nodes only (the replication streams);
     /// the store and the clients still reach it. Network namespaces.
     PartitionPeers,
+    /// `kill -9` of a node and deletion of its data directory, kept down
+    /// past the failover and the managers' down grace until every
+    /// partition is back at its replication factor on the survivors; then
+    /// `keyway ctl decommission --force` and a new empty node (new id) in
+    /// its place (`permanent_loss.rs`). Replicated runs only
+    /// ([`FaultKind::needs_replication`]).
+    PermanentLoss,
 }
 
 impl FaultKind {
-    pub const ALL: [FaultKind; 13] = [
+    pub const ALL: [FaultKind; 14] = [
         FaultKind::Kill,
         FaultKind::Pause,
         FaultKind::Manager,
@@ -75,11 +82,12 @@ impl FaultKind {
         FaultKind::ReplicaPause,
         FaultKind::PartitionStore,
         FaultKind::PartitionPeers,
+        FaultKind::PermanentLoss,
     ];
 
     /// What `--faults default` (the default) injects: every kind that
     /// needs nothing of the machine (all but the `partition` family).
-    pub const DEFAULT: [FaultKind; 10] = [
+    pub const DEFAULT: [FaultKind; 11] = [
         FaultKind::Kill,
         FaultKind::Pause,
         FaultKind::Manager,
@@ -90,6 +98,7 @@ impl FaultKind {
         FaultKind::Disk,
         FaultKind::PrimaryKill,
         FaultKind::ReplicaPause,
+        FaultKind::PermanentLoss,
     ];
 
     /// The kinds that need network namespaces (each node in its own).
@@ -98,6 +107,14 @@ impl FaultKind {
             self,
             FaultKind::Partition | FaultKind::PartitionStore | FaultKind::PartitionPeers
         )
+    }
+
+    /// The kinds that lose data at replication factor 1 (and need a
+    /// survivor to take every copy): scheduled only when the run's
+    /// replication factor is at least 2 and below the node count
+    /// (`RunConfig::scheduled_faults`).
+    pub fn needs_replication(self) -> bool {
+        matches!(self, FaultKind::PermanentLoss)
     }
 
     pub fn name(self) -> &'static str {
@@ -115,6 +132,7 @@ impl FaultKind {
             FaultKind::ReplicaPause => "replica-pause",
             FaultKind::PartitionStore => "partition-store",
             FaultKind::PartitionPeers => "partition-peers",
+            FaultKind::PermanentLoss => "permanent-loss",
         }
     }
 
@@ -132,6 +150,7 @@ impl FaultKind {
                 | FaultKind::ReplicaPause
                 | FaultKind::PartitionStore
                 | FaultKind::PartitionPeers
+                | FaultKind::PermanentLoss
         )
     }
 
@@ -161,7 +180,7 @@ impl std::str::FromStr for FaultKind {
             .into_iter()
             .find(|k| k.name() == s)
             .ok_or_else(|| {
-                format!("unknown fault '{s}' (expected kill, pause, manager, meta, move, split, merge, disk, partition, primary-kill, replica-pause, partition-store, partition-peers, default or all)")
+                format!("unknown fault '{s}' (expected kill, pause, manager, meta, move, split, merge, disk, partition, primary-kill, replica-pause, partition-store, partition-peers, permanent-loss, default or all)")
             })
     }
 }
@@ -202,6 +221,11 @@ pub enum Fault {
     /// Cut node `node` from the other nodes only, for `hold_ms` (past
     /// `replica_lag_timeout_ms`, or a fraction of it).
     CutPeers { node: usize, hold_ms: u64 },
+    /// Kill node `node` and delete its data; it stays down until every
+    /// partition is back at its replication factor without it (at least
+    /// `expected_ms`: lease TTL + margin + the managers' down grace; the
+    /// schedule plans with that), then a new empty node takes its place.
+    LoseNode { node: usize, expected_ms: u64 },
 }
 
 impl Fault {
@@ -217,10 +241,13 @@ impl Fault {
             Fault::PauseReplica { .. } => FaultKind::ReplicaPause,
             Fault::CutStore { .. } => FaultKind::PartitionStore,
             Fault::CutPeers { .. } => FaultKind::PartitionPeers,
+            Fault::LoseNode { .. } => FaultKind::PermanentLoss,
         }
     }
 
-    /// How long the fault lasts once started.
+    /// How long the fault lasts once started (`LoseNode`: at least; it
+    /// lasts until the re-replication is seen, bounded by
+    /// `RunConfig::recovery_timeout_ms`).
     pub fn duration_ms(&self) -> u64 {
         match self {
             Fault::KillNode { down_ms, .. }
@@ -233,6 +260,7 @@ impl Fault {
             | Fault::PauseReplica { hold_ms, .. }
             | Fault::CutStore { hold_ms, .. }
             | Fault::CutPeers { hold_ms, .. } => *hold_ms,
+            Fault::LoseNode { expected_ms, .. } => *expected_ms,
         }
     }
 }
@@ -290,11 +318,31 @@ fn lease_hold_ms(rng: &mut StdRng, node_lease_ttl_ms: u64, short_pct: u32) -> u6
     }
 }
 
+/// Share (percent) of primary kills kept down past the failover (lease
+/// TTL + margin + a manager round, then [`PAST_LEASE_MS`]), so the node
+/// comes back as a replica of the partitions it owned and must rejoin;
+/// the rest are restarted within [`DOWN_MS`], mostly before it.
+const PAST_FAILOVER_PCT: u32 = 50;
+/// A manager's replication round (`--replication-interval-ms`, default)
+/// on top of the margin, before a failover is certain.
+const FAILOVER_ROUND_MS: u64 = 250;
+
 /// The timings a schedule's holds are drawn around.
 #[derive(Clone, Copy, Debug)]
 pub struct Timings {
     pub node_lease_ttl_ms: u64,
+    /// The nodes' `--lease-margin-ms` (= the managers' failover margin).
+    pub node_lease_margin_ms: u64,
     pub replica_lag_timeout_ms: u64,
+    /// The managers' `--rebalance-down-grace-ms` (`permanent-loss`).
+    pub down_grace_ms: u64,
+}
+
+impl Timings {
+    /// When a failover of a killed primary is certain, ms after the kill.
+    pub fn failover_after_ms(&self) -> u64 {
+        self.node_lease_ttl_ms + self.node_lease_margin_ms + FAILOVER_ROUND_MS
+    }
 }
 
 /// The process faults of one run, drawn from `seed`, enough to fill
@@ -346,7 +394,11 @@ pub fn schedule(
             },
             FaultKind::PrimaryKill => Fault::KillPrimary {
                 fallback: rng.random_range(0..nodes),
-                down_ms: rng.random_range(DOWN_MS),
+                down_ms: if rng.random_range(0..100) < PAST_FAILOVER_PCT {
+                    timings.failover_after_ms() + rng.random_range(PAST_LEASE_MS)
+                } else {
+                    rng.random_range(DOWN_MS)
+                },
             },
             FaultKind::ReplicaPause => Fault::PauseReplica {
                 fallback: rng.random_range(0..nodes),
@@ -360,6 +412,10 @@ pub fn schedule(
                 node: rng.random_range(0..nodes),
                 hold_ms: lease_hold_ms(&mut rng, lag_ms, SHORT_PARTITION_PCT),
             },
+            FaultKind::PermanentLoss => Fault::LoseNode {
+                node: rng.random_range(0..nodes),
+                expected_ms: timings.failover_after_ms() + timings.down_grace_ms,
+            },
             churn => unreachable!("{churn} is not a process fault"),
         };
         planned += quiet_ms + fault.duration_ms();
@@ -369,13 +425,18 @@ pub fn schedule(
 }
 
 /// What the injectors share: the cluster (behind a mutex: it is driven from
-/// `spawn_blocking`), the binary for `ctl`, and the fault log.
+/// `spawn_blocking`), the binary for `ctl`, the fault log, and what the
+/// faults report for the summary (losses, restarts to time).
 #[derive(Clone)]
 pub struct Target {
     pub cluster: Arc<Mutex<Cluster>>,
     pub bin: PathBuf,
     pub meta_url: String,
     pub log: Arc<crate::run::FaultLog>,
+    pub recoveries: Arc<crate::observe::Recoveries>,
+    /// How long a `permanent-loss` waits for re-replication
+    /// (`RunConfig::recovery_timeout_ms`).
+    pub recovery_timeout: Duration,
 }
 
 impl Target {
@@ -398,11 +459,11 @@ pub async fn inject(target: &Target, fault: &Fault) -> Result<(), NemesisError> 
     let hold = Duration::from_millis(fault.duration_ms());
     match fault.clone() {
         Fault::KillNode { node, .. } => {
+            let owned = owned_by_slot(target, node).await;
             target.log.note(&format!("kill -9 node{node}"));
             target.blocking(move |c| c.kill_node(node)).await?;
             tokio::time::sleep(hold).await;
-            target.blocking(move |c| c.restart_node(node)).await?;
-            target.log.note(&format!("node{node} restarted"));
+            restart_timed(target, node, owned).await?;
         }
         Fault::PauseNode { node, .. } => {
             target.log.note(&format!("SIGSTOP node{node} for {hold:?}"));
@@ -463,11 +524,11 @@ pub async fn inject(target: &Target, fault: &Fault) -> Result<(), NemesisError> 
                 Some((node, n)) => (node, format!("primary of {n} partitions")),
                 None => (fallback, "map unreadable: drawn node".to_string()),
             };
+            let owned = owned_by_slot(target, node).await;
             target.log.note(&format!("kill -9 node{node} ({why})"));
             target.blocking(move |c| c.kill_node(node)).await?;
             tokio::time::sleep(hold).await;
-            target.blocking(move |c| c.restart_node(node)).await?;
-            target.log.note(&format!("node{node} restarted"));
+            restart_timed(target, node, owned).await?;
         }
         Fault::PauseReplica { fallback, .. } => {
             let (node, why) = match busiest(target, Role::InSyncReplica).await {
@@ -502,6 +563,45 @@ pub async fn inject(target: &Target, fault: &Fault) -> Result<(), NemesisError> 
                 .log
                 .note(&format!("node{node} reconnected to {from}"));
         }
+        Fault::LoseNode { node, .. } => {
+            let record = crate::permanent_loss::lose_node(target, node).await?;
+            target.recoveries.lost(record);
+        }
+    }
+    Ok(())
+}
+
+/// How many partitions node `node` owns now (`None`: map or id unknown).
+async fn owned_by_slot(target: &Target, node: usize) -> Option<usize> {
+    let id = target.blocking(move |c| Ok(c.node_id(node))).await.ok()??;
+    Some(current_map(target).await?.owned_by(id).count())
+}
+
+/// Restarts node `node` (old data) and hands the restart to the map
+/// observer, which times it to in sync; `owned` is what it owned when killed.
+async fn restart_timed(
+    target: &Target,
+    node: usize,
+    owned: Option<usize>,
+) -> Result<(), NemesisError> {
+    let at = std::time::Instant::now();
+    target.blocking(move |c| c.restart_node(node)).await?;
+    let now = owned_by_slot(target, node).await;
+    let after_failover = owned.zip(now).map(|(before, now)| now < before);
+    let failed_over = match after_failover {
+        Some(true) => " (after a failover: it rejoins as a replica)",
+        _ => "",
+    };
+    target
+        .log
+        .note(&format!("node{node} restarted{failed_over}"));
+    if let Some(id) = target.blocking(move |c| Ok(c.node_id(node))).await? {
+        target.recoveries.restarted(crate::observe::Restart {
+            node,
+            id,
+            at,
+            after_failover,
+        });
     }
     Ok(())
 }
@@ -575,7 +675,9 @@ mod tests {
 
     const T: Timings = Timings {
         node_lease_ttl_ms: 2000,
+        node_lease_margin_ms: 500,
         replica_lag_timeout_ms: 1500,
+        down_grace_ms: 5000,
     };
 
     #[test]
@@ -608,6 +710,10 @@ mod tests {
             if let Fault::CutPeers { hold_ms, .. } = s.fault {
                 assert!(hold_ms > 1500 || (450..750).contains(&hold_ms), "{hold_ms}");
             }
+            if let Fault::LoseNode { node, expected_ms } = s.fault {
+                assert!(node < 3);
+                assert_eq!(expected_ms, 2000 + 500 + FAILOVER_ROUND_MS + 5000);
+            }
         }
         // Over a few seeds, every process fault is drawn, and partitions
         // both past the lease and short of it.
@@ -623,6 +729,19 @@ mod tests {
             )
         };
         assert!(holds(true) && holds(false));
+        // Primary kills: some restarted before the failover, some past it.
+        let kill_down = |past: bool| {
+            many.iter().any(|s| {
+                matches!(s.fault, Fault::KillPrimary { down_ms, .. }
+                    if (down_ms >= T.failover_after_ms() + 200) == past)
+            })
+        };
+        assert!(kill_down(true) && kill_down(false));
+        for s in &many {
+            if let Fault::KillPrimary { down_ms, .. } = s.fault {
+                assert!(down_ms < T.failover_after_ms() + 2_000, "{down_ms}");
+            }
+        }
         assert!(schedule(1, &[FaultKind::Move], 3, 0, T, 30_000).is_empty());
         let only_kill = schedule(1, &[FaultKind::Kill], 3, 0, T, 10_000);
         assert!(only_kill.iter().all(|s| s.fault.kind() == FaultKind::Kill));
@@ -634,11 +753,26 @@ mod tests {
             FaultKind::parse_list("pause, kill,kill").unwrap(),
             vec![FaultKind::Kill, FaultKind::Pause]
         );
-        assert_eq!(FaultKind::parse_list("all").unwrap().len(), 13);
+        assert_eq!(FaultKind::parse_list("all").unwrap().len(), 14);
         let default = FaultKind::parse_list("default").unwrap();
         assert_eq!(default, FaultKind::DEFAULT.to_vec());
         assert!(default.contains(&FaultKind::Disk) && !default.contains(&FaultKind::Partition));
         assert!(default.iter().all(|k| !k.needs_network()));
+        assert!(default.contains(&FaultKind::PermanentLoss));
+        assert_eq!(
+            FaultKind::parse_list("permanent-loss").unwrap(),
+            vec![FaultKind::PermanentLoss]
+        );
+        assert!(FaultKind::PermanentLoss.is_process_fault());
+        assert!(FaultKind::PermanentLoss.needs_replication());
+        assert!(!FaultKind::PermanentLoss.needs_network());
+        let only_loss = schedule(3, &[FaultKind::PermanentLoss], 3, 0, T, 30_000);
+        assert!(!only_loss.is_empty());
+        assert!(
+            only_loss
+                .iter()
+                .all(|s| s.fault.kind() == FaultKind::PermanentLoss)
+        );
         assert_eq!(
             FaultKind::parse_list("replica-pause,primary-kill,partition-store,partition-peers")
                 .unwrap(),

@@ -16,8 +16,10 @@
 //! # Layout
 //! - `cluster.rs`: [`Cluster`]: the processes (spawn with each stderr to a
 //!   log file in the run's directory, wait for the ready line, `kill -9`,
-//!   restart with the same data dir and ports, SIGSTOP/SIGCONT), `keyway
-//!   ctl` calls, kill-everything-on-drop.
+//!   restart with the same data dir and ports, SIGSTOP/SIGCONT, a new
+//!   empty node in a lost one's slot), kill-everything-on-drop; `ctl.rs`:
+//!   `keyway ctl` calls; `replication_flags.rs`: the processes'
+//!   replication flags.
 //! - `resp_client.rs`: [`ClusterClient`]: a plain Redis Cluster client over
 //!   the raw RESP codec (`CLUSTER SLOTS`, `-MOVED`), telling "certainly not
 //!   applied" apart from "unknown".
@@ -27,20 +29,26 @@
 //! - `faults.rs`: [`FaultKind`], [`Fault`], the seeded schedule, the
 //!   injectors.
 //! - `churn.rs`: the topology churn (live moves, splits, merges).
+//! - `permanent_loss.rs`: the `permanent-loss` fault (kill and wipe a node,
+//!   wait for re-replication, decommission it, start a new empty node).
 //! - `netns.rs`: [`Network`]: the bridge, namespaces and veth pairs the
 //!   `partition` fault cuts, removed on drop.
 //! - `observe.rs`: the map observer: owner changes and failovers
-//!   ([`MapChanges`]) seen by polling the map through the run.
+//!   ([`MapChanges`]) seen by polling the map through the run, and each
+//!   restarted node's time back to in sync ([`Rejoin`]).
 //! - `judge.rs`: [`judge`]: the boundary where the checker plugs in.
 //! - `run.rs`: [`RunConfig`] and [`run_one`]: one whole run.
 //! - `summary.rs`: [`RunReport`] (one line per run) and [`Totals`].
 
 mod churn;
 mod cluster;
+mod ctl;
 mod faults;
 mod judge;
 mod netns;
 mod observe;
+mod permanent_loss;
+mod replication_flags;
 mod resp_client;
 mod run;
 mod summary;
@@ -48,9 +56,11 @@ mod workload;
 
 pub use cluster::{Cluster, ClusterSpec, MetaKind, ReplicationFlags};
 pub use faults::{ChurnKind, Fault, FaultKind, Step, Timings, schedule};
+pub use judge::judge_recoveries;
 pub use judge::{Verdict, judge};
 pub use netns::Network;
-pub use observe::MapChanges;
+pub use observe::{MapChanges, Rejoin};
+pub use permanent_loss::{LossRecord, replicated_without};
 pub use resp_client::{ClusterClient, Exec};
 pub use run::{Progress, RunConfig, run_one};
 pub use summary::{RunReport, Totals};

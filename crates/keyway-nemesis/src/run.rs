@@ -67,6 +67,15 @@ pub struct RunConfig {
     /// Percent of the plain clients' reads sent to a replica on a
     /// `READONLY` connection (when `CLUSTER SLOTS` lists one).
     pub replica_read_pct: u32,
+    /// The managers' `--rebalance-down-grace-ms` when `permanent-loss` is
+    /// scheduled: a node down this long is re-replicated. Short, so a run
+    /// stays short, yet above every other fault's outage (a kill is down
+    /// at most 3 s plus the restart, a pause or cut at most the lease TTL
+    /// + 2 s), so only a permanent loss crosses it.
+    pub down_grace_ms: u64,
+    /// A `permanent-loss` not re-replicated within this long of the kill
+    /// fails the run (`judge::judge_recoveries`).
+    pub recovery_timeout_ms: u64,
 }
 
 impl RunConfig {
@@ -132,7 +141,39 @@ impl RunConfig {
             self.replica_read_pct <= 100,
             "--replica-read-pct must be 0..=100",
         )?;
+        check(
+            (1_000..=600_000).contains(&self.down_grace_ms),
+            "--down-grace-ms must be 1000..=600000",
+        )?;
+        check(
+            self.recovery_timeout_ms > self.down_grace_ms + self.node_lease_ttl_ms
+                && self.recovery_timeout_ms <= 3_600_000,
+            "--recovery-timeout-ms must exceed --down-grace-ms plus the node lease TTL (re-replication starts only then), and be at most 3600000",
+        )?;
         Ok(())
+    }
+
+    /// The kinds the run injects: `--faults` without those that need
+    /// replication (`permanent-loss`) when the replication factor is 1 or
+    /// leaves no survivor to take a lost node's copies (factor = nodes).
+    pub fn scheduled_faults(&self) -> Vec<FaultKind> {
+        let replicated =
+            self.replication_factor >= 2 && self.nodes > usize::from(self.replication_factor);
+        self.faults
+            .iter()
+            .copied()
+            .filter(|k| replicated || !k.needs_replication())
+            .collect()
+    }
+
+    /// What `--faults` asked for that [`RunConfig::scheduled_faults`] leaves out.
+    pub fn dropped_faults(&self) -> Vec<FaultKind> {
+        let kept = self.scheduled_faults();
+        self.faults
+            .iter()
+            .copied()
+            .filter(|k| !kept.contains(k))
+            .collect()
     }
 
     /// Whether a fault asks for network namespaces (the `partition` family).
@@ -204,6 +245,7 @@ pub async fn run_one(
     }
     std::fs::create_dir_all(&dir)
         .map_err(|e| NemesisError::io(format!("create {}", dir.display()), e))?;
+    let faults_kinds = cfg.scheduled_faults();
     let spec = ClusterSpec {
         bin: cfg.bin.clone(),
         dir: dir.clone(),
@@ -212,15 +254,18 @@ pub async fn run_one(
         managers: cfg.managers,
         partitions_per_node: cfg.partitions_per_node,
         node_lease_ttl_ms: cfg.node_lease_ttl_ms,
-        node_lease_margin_ms: cfg.node_lease_ttl_ms / 4,
+        node_lease_margin_ms: spec_margin_ms(cfg),
         manager_lease_ttl_ms: cfg.manager_lease_ttl_ms,
         start_timeout: Duration::from_millis(cfg.settle_timeout_ms),
         network: cfg.needs_network(),
-        fault_injection: cfg.faults.contains(&FaultKind::Disk),
+        fault_injection: faults_kinds.contains(&FaultKind::Disk),
         replication_factor: cfg.replication_factor,
         min_in_sync: cfg.min_in_sync,
         replica_lag_timeout_ms: cfg.replica_lag_timeout_ms,
         replica_read_lease_ms: cfg.replica_read_lease_ms,
+        down_grace_ms: faults_kinds
+            .contains(&FaultKind::PermanentLoss)
+            .then_some(cfg.down_grace_ms),
     };
     let cluster = tokio::task::spawn_blocking(move || Cluster::start(spec))
         .await
@@ -236,7 +281,19 @@ pub async fn run_one(
         bin: cfg.bin.clone(),
         meta_url: meta_url.clone(),
         log: log.clone(),
+        recoveries: Arc::default(),
+        recovery_timeout: Duration::from_millis(cfg.recovery_timeout_ms),
     };
+    let dropped = cfg.dropped_faults();
+    if !dropped.is_empty() {
+        let names: Vec<&str> = dropped.iter().map(|k| k.name()).collect();
+        log.note(&format!(
+            "not injected at replication factor {} on {} nodes: {}",
+            cfg.replication_factor,
+            cfg.nodes,
+            names.join(",")
+        ));
+    }
     let keys = KeySet::new(cfg.hash_tags, cfg.register_keys, cfg.counter_keys);
     let settle = Duration::from_millis(cfg.settle_timeout_ms);
     let mut failures = Vec::new();
@@ -269,8 +326,7 @@ pub async fn run_one(
         })
         .collect();
 
-    let churn_kinds: Vec<ChurnKind> = cfg
-        .faults
+    let churn_kinds: Vec<ChurnKind> = faults_kinds
         .iter()
         .filter_map(|k| match k {
             FaultKind::Move => Some(ChurnKind::Move),
@@ -297,12 +353,14 @@ pub async fn run_one(
     let mut injected: BTreeMap<FaultKind, u64> = BTreeMap::new();
     let steps = faults::schedule(
         seed,
-        &cfg.faults,
+        &faults_kinds,
         cfg.nodes,
         etcd_members,
         faults::Timings {
             node_lease_ttl_ms: cfg.node_lease_ttl_ms,
+            node_lease_margin_ms: spec_margin_ms(cfg),
             replica_lag_timeout_ms: cfg.replica_lag_timeout_ms,
+            down_grace_ms: cfg.down_grace_ms,
         },
         cfg.time_limit_ms,
     );
@@ -360,7 +418,9 @@ pub async fn run_one(
         Ok(what) => log.note(&format!("healed: {}", what.join(", "))),
         Err(e) => failures.push(format!("healing failed: {e}")),
     }
-    match wait_serving(&seeds, &keys, settle).await {
+    // The nodes' addresses now (a permanent loss gives its replacement new ones).
+    let now_addrs = target.blocking(|c| Ok(c.node_addrs().to_vec())).await?;
+    match wait_serving(&now_addrs, &keys, settle).await {
         Ok(took) => log.note(&format!("serving again after {took:?}")),
         Err(why) => failures.push(format!("the cluster did not serve again: {why}")),
     }
@@ -404,6 +464,11 @@ pub async fn run_one(
     report.final_reads = progress.final_reads.load(Relaxed);
     report.replica_reads = shared.replica_reads.load(Relaxed);
     report.map = map_changes;
+    report.losses = target.recoveries.losses();
+    failures.extend(crate::judge::judge_recoveries(
+        &report.losses,
+        cfg.recovery_timeout_ms,
+    ));
     report.replication_factor = cfg.replication_factor;
     report.duration = started.elapsed();
     if report.ops_ok < cfg.min_ok_ops {
@@ -486,6 +551,11 @@ pub async fn run_one(
     Ok(report)
 }
 
+/// The nodes' `--lease-margin-ms` (and the managers' failover margin).
+fn spec_margin_ms(cfg: &RunConfig) -> u64 {
+    cfg.node_lease_ttl_ms / 4
+}
+
 /// Even clients use the smart client, odd ones the plain one.
 fn kind_of_index(i: usize) -> ClientKind {
     if i.is_multiple_of(2) {
@@ -551,4 +621,65 @@ async fn migration_states(bin: &std::path::Path, meta_url: &str) -> BTreeMap<Str
         *states.entry(state).or_default() += 1;
     }
     states
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(replication_factor: u8, nodes: usize) -> RunConfig {
+        RunConfig {
+            bin: "keyway".into(),
+            out: "out".into(),
+            meta: MetaKind::Embedded,
+            nodes,
+            managers: 2,
+            partitions_per_node: 4,
+            clients: 6,
+            faults: FaultKind::DEFAULT.to_vec(),
+            time_limit_ms: 15_000,
+            op_timeout_ms: 2_000,
+            think_ms: 5,
+            hash_tags: 4,
+            register_keys: 8,
+            counter_keys: 4,
+            node_lease_ttl_ms: 2_000,
+            manager_lease_ttl_ms: 2_000,
+            churn_workers: 2,
+            min_ok_ops: 200,
+            settle_timeout_ms: 60_000,
+            keep: false,
+            replication_factor,
+            min_in_sync: 1,
+            replica_lag_timeout_ms: 1_500,
+            replica_read_lease_ms: 750,
+            replica_read_pct: 30,
+            down_grace_ms: 5_000,
+            recovery_timeout_ms: 60_000,
+        }
+    }
+
+    #[test]
+    fn permanent_loss_is_scheduled_only_with_a_survivor_for_every_copy() {
+        let rf2 = config(2, 3);
+        assert!(rf2.validate().is_ok());
+        assert!(rf2.scheduled_faults().contains(&FaultKind::PermanentLoss));
+        assert!(rf2.dropped_faults().is_empty());
+        for (rf, nodes) in [(1, 3), (3, 3)] {
+            let c = config(rf, nodes);
+            assert!(!c.scheduled_faults().contains(&FaultKind::PermanentLoss));
+            assert_eq!(c.dropped_faults(), vec![FaultKind::PermanentLoss]);
+            assert_eq!(c.scheduled_faults().len(), FaultKind::DEFAULT.len() - 1);
+        }
+    }
+
+    #[test]
+    fn the_recovery_bound_must_leave_room_for_the_grace() {
+        let mut c = config(2, 3);
+        c.recovery_timeout_ms = c.down_grace_ms + c.node_lease_ttl_ms;
+        assert!(c.validate().unwrap_err().contains("--recovery-timeout-ms"));
+        let mut c = config(2, 3);
+        c.down_grace_ms = 500;
+        assert!(c.validate().unwrap_err().contains("--down-grace-ms"));
+    }
 }

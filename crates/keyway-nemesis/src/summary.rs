@@ -3,7 +3,8 @@
 
 use crate::faults::{ChurnCounts, ChurnKind, FaultKind};
 use crate::judge::Verdict;
-use crate::observe::MapChanges;
+use crate::observe::{MapChanges, Rejoin};
+use crate::permanent_loss::LossRecord;
 use keyway_check::{History, Outcome};
 use std::collections::BTreeMap;
 use std::fmt;
@@ -29,8 +30,11 @@ pub struct RunReport {
     pub replica_reads: u64,
     /// Keyspace 0's replication factor in this run.
     pub replication_factor: u8,
-    /// Owner changes and failovers the map observer saw.
+    /// Owner changes and failovers the map observer saw, and restarted
+    /// nodes' times to in sync (`map.rejoins`).
     pub map: MapChanges,
+    /// Every `permanent-loss`: kill to failover and to full replication.
+    pub losses: Vec<LossRecord>,
     pub verdict: Verdict,
     /// Why the run failed besides the verdict (starved, did not recover, a crash).
     pub failures: Vec<String>,
@@ -66,6 +70,7 @@ impl RunReport {
             replica_reads: 0,
             replication_factor: 1,
             map: MapChanges::default(),
+            losses: Vec::new(),
             verdict,
             failures: Vec::new(),
             history_file: None,
@@ -109,12 +114,68 @@ fn opt(v: Option<u64>) -> String {
     v.map_or("-".to_string(), |n| n.to_string())
 }
 
+fn secs(ms: Option<u64>) -> String {
+    ms.map_or("never".to_string(), |ms| {
+        format!("{:.1}s", ms as f64 / 1000.0)
+    })
+}
+
+/// `node1 failover=2.6s rf=8.1s, ...` (kill to each), or `none`.
+fn losses_text(losses: &[LossRecord]) -> String {
+    if losses.is_empty() {
+        return "none".to_string();
+    }
+    losses
+        .iter()
+        .map(|l| {
+            if let Some(why) = &l.skipped {
+                return format!("node{} skipped ({why})", l.node);
+            }
+            let failover = match l.owned_at_kill {
+                Some(0) => "none(owned nothing)".to_string(),
+                _ => secs(l.failover_ms),
+            };
+            format!(
+                "node{} waited={} failover={failover} replicated={}",
+                l.node,
+                secs(Some(l.waited_ms)),
+                secs(l.replicated_ms)
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Restart to in sync: those after a failover first (`failover:`), then the rest.
+fn rejoins_text(rejoins: &[Rejoin]) -> String {
+    if rejoins.is_empty() {
+        return "none".to_string();
+    }
+    let list = |after: bool| {
+        rejoins
+            .iter()
+            .filter(|r| (r.after_failover == Some(true)) == after)
+            .map(|r| format!("node{}={}", r.node, secs(r.in_sync_ms)))
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    let (failed_over, other) = (list(true), list(false));
+    let mut parts = Vec::new();
+    if !failed_over.is_empty() {
+        parts.push(format!("after failover {failed_over}"));
+    }
+    if !other.is_empty() {
+        parts.push(format!("other {other}"));
+    }
+    parts.join("; ")
+}
+
 impl fmt::Display for RunReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let v = &self.verdict;
         write!(
             f,
-            "seed {} {} in {:.0}s | rf={} | faults: {} | churn: {} | migrations: {} | map: owner_changes={} failovers={} under_replicated={} | ops: ok={} ({}) failed={} unknown={} final_reads={} replica_reads={} | checker {}: {} lost={} double_incr={} stale={} linearizable={}",
+            "seed {} {} in {:.0}s | rf={} | faults: {} | churn: {} | migrations: {} | map: owner_changes={} failovers={} under_replicated={} | permanent loss (kill to): {} | rejoin (restart to in sync): {} | ops: ok={} ({}) failed={} unknown={} final_reads={} replica_reads={} | checker {}: {} lost={} double_incr={} stale={} linearizable={}",
             self.seed,
             if self.passed() { "PASS" } else { "FAIL" },
             self.duration.as_secs_f64(),
@@ -125,6 +186,8 @@ impl fmt::Display for RunReport {
             self.map.owner_changes,
             self.map.failovers,
             self.map.under_replicated,
+            losses_text(&self.losses),
+            rejoins_text(&self.map.rejoins),
             self.ops_ok,
             counts(&self.ops_ok_by_kind),
             self.ops_failed,
@@ -170,6 +233,12 @@ pub struct Totals {
     pub ops_unknown: u64,
     pub replica_reads: u64,
     pub failovers: u64,
+    /// Permanent losses, and the longest kill to full replication of them.
+    pub losses: u64,
+    pub max_replicated_ms: Option<u64>,
+    /// Restarts after a failover timed to in sync, and the longest.
+    pub rejoins_after_failover: u64,
+    pub max_rejoin_ms: Option<u64>,
     /// Runs whose verdict was not ok.
     pub violations: u64,
     pub lost: u64,
@@ -194,6 +263,21 @@ impl Totals {
         self.ops_unknown += r.ops_unknown;
         self.replica_reads += r.replica_reads;
         self.failovers += r.map.failovers;
+        self.losses += r.losses.iter().filter(|l| l.skipped.is_none()).count() as u64;
+        for ms in r.losses.iter().filter_map(|l| l.replicated_ms) {
+            self.max_replicated_ms = Some(self.max_replicated_ms.unwrap_or(0).max(ms));
+        }
+        for j in r
+            .map
+            .rejoins
+            .iter()
+            .filter(|j| j.after_failover == Some(true))
+        {
+            self.rejoins_after_failover += 1;
+            if let Some(ms) = j.in_sync_ms {
+                self.max_rejoin_ms = Some(self.max_rejoin_ms.unwrap_or(0).max(ms));
+            }
+        }
         self.violations += u64::from(!r.verdict.ok);
         self.lost += r.verdict.lost;
         self.double_incr += r.verdict.double_incr;
@@ -218,7 +302,7 @@ impl fmt::Display for Totals {
         let churn: BTreeMap<&str, u64> = self.churn.iter().map(|(k, n)| (k.name(), *n)).collect();
         write!(
             f,
-            "total: {} runs, {} passed, {} failed ({} with violations, {} not carried out) | faults: {} | churn: {} | failovers={} | ops: ok={} failed={} unknown={} replica_reads={} | lost={} double_incr={} stale={}",
+            "total: {} runs, {} passed, {} failed ({} with violations, {} not carried out) | faults: {} | churn: {} | failovers={} | permanent losses={} (longest kill to replicated {}) | rejoins after failover={} (longest restart to in sync {}) | ops: ok={} failed={} unknown={} replica_reads={} | lost={} double_incr={} stale={}",
             self.runs,
             self.passed,
             self.runs - self.passed,
@@ -227,6 +311,10 @@ impl fmt::Display for Totals {
             counts(&self.faults),
             counts(&churn),
             self.failovers,
+            self.losses,
+            secs(self.max_replicated_ms),
+            self.rejoins_after_failover,
+            secs(self.max_rejoin_ms),
             self.ops_ok,
             self.ops_failed,
             self.ops_unknown,

@@ -27,8 +27,14 @@ pub struct NemesisArgs {
     #[arg(long, default_value_t = 6)]
     clients: usize,
     /// Faults to inject: kill,pause,manager,meta,move,split,merge,disk,
-    /// partition,primary-kill,replica-pause,partition-store,partition-peers.
-    /// `primary-kill` kills the node that is primary of the most partitions;
+    /// partition,primary-kill,replica-pause,partition-store,partition-peers,
+    /// permanent-loss. `primary-kill` kills the node that is primary of the
+    /// most partitions (half of the time kept down past the failover, so it
+    /// rejoins as a replica); `permanent-loss` kills a node, deletes its
+    /// data, waits until every partition is back at the replication factor
+    /// on the survivors (past --down-grace-ms), decommissions it and starts
+    /// a new empty node in its place (replicated runs with more nodes than
+    /// copies only; left out otherwise);
     /// `replica-pause` SIGSTOPs the busiest in-sync replica past
     /// --replica-lag-timeout-ms; `partition-store` / `partition-peers` cut a
     /// node from the metadata store only / from the other nodes only.
@@ -99,6 +105,17 @@ pub struct NemesisArgs {
     /// connection (counted as replica_reads; judged like every read).
     #[arg(long, default_value_t = 30)]
     replica_read_pct: u32,
+    /// The managers' --rebalance-down-grace-ms when permanent-loss is
+    /// injected: a node down this long has its copies re-replicated.
+    /// Short so a run stays short, but above every other fault's outage
+    /// (1000..=600000).
+    #[arg(long, default_value_t = 5_000)]
+    down_grace_ms: u64,
+    /// A permanent-loss whose partitions are not all back at the
+    /// replication factor (in sync, none on the lost node) this long after
+    /// the kill fails the run; more than --down-grace-ms + the lease TTL.
+    #[arg(long, default_value_t = 60_000)]
+    recovery_timeout_ms: u64,
 }
 
 pub async fn run(args: NemesisArgs) -> anyhow::Result<()> {
@@ -129,6 +146,8 @@ pub async fn run(args: NemesisArgs) -> anyhow::Result<()> {
         replica_lag_timeout_ms: args.replica_lag_timeout_ms,
         replica_read_lease_ms: args.replica_read_lease_ms,
         replica_read_pct: args.replica_read_pct,
+        down_grace_ms: args.down_grace_ms,
+        recovery_timeout_ms: args.recovery_timeout_ms,
     };
     config.validate().map_err(anyhow::Error::msg)?;
     if config.needs_network() {
@@ -139,7 +158,15 @@ pub async fn run(args: NemesisArgs) -> anyhow::Result<()> {
     let first = args
         .seed
         .unwrap_or_else(|| u64::from(rand::random::<u32>()));
-    let faults: Vec<&str> = config.faults.iter().map(|k| k.name()).collect();
+    let scheduled = config.scheduled_faults();
+    let faults: Vec<&str> = scheduled.iter().map(|k| k.name()).collect();
+    let dropped: Vec<&str> = config.dropped_faults().iter().map(|k| k.name()).collect();
+    if !dropped.is_empty() {
+        println!(
+            "not injected (needs replication factor >= 2 and more nodes than copies): {}",
+            dropped.join(",")
+        );
+    }
     println!(
         "keyway nemesis: {} runs from seed {first} (--seed {first} replays), {} s each, {} nodes, replication factor {} (min in sync {}), {} clients, faults {}",
         args.runs,

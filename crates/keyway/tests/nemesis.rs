@@ -20,14 +20,19 @@
 //! - `replicated_nemesis_runs_find_no_violation`: replication factor 2
 //!   (`keyway meta --replication-factor 2`), so the faults cause failovers
 //!   and in-sync changes, and replica reads are served; it also fails if no
-//!   replica answered a read. Ignored until replication is merged (the
-//!   binary needs `--replication-factor` and `READONLY`).
+//!   replica answered a read. Here `permanent-loss` joins the faults (kill
+//!   -9 of a node and deletion of its data, kept down past the failover and
+//!   the managers' 5 s down grace until every partition is back at 2
+//!   in-sync copies on the survivors, then `decommission --force` and a new
+//!   empty node in its place); the run fails if that re-replication takes
+//!   longer than `recovery_timeout_ms`.
 //!
 //! The partition faults need root and iproute2 (network namespaces); on a
 //! machine without them the tests fail saying so, unless
 //! `KEYWAY_NEMESIS_NO_PARTITION=1` leaves those faults out explicitly.
 //!
-//! `KEYWAY_TEST_SEED=N` picks the first run's seed (default 28);
+//! `KEYWAY_TEST_SEED=N` picks the first run's seed (default 28, and 635
+//! for the replicated runs);
 //! `keyway nemesis --seed N --runs 1 --time-limit 15` replays one run's
 //! schedule by hand.
 
@@ -36,11 +41,17 @@ use std::sync::Arc;
 
 const RUNS: u64 = 3;
 const TIME_LIMIT_MS: u64 = 15_000;
-/// Seeds 28, 29 and 30 draw, between them, every process fault kind in
-/// 15 s each (kill, pause, manager, meta, disk, partition, primary-kill,
-/// replica-pause, partition-store, partition-peers): checked by
-/// `keyway_nemesis::schedule`'s draws, and printed per run (`faults:`).
+/// Seeds 28, 29 and 30 draw, between them, every process fault kind of a
+/// run at replication factor 1 in 15 s each (kill, pause, manager, meta,
+/// disk, partition, primary-kill, replica-pause, partition-store,
+/// partition-peers): checked by `keyway_nemesis::schedule`'s draws, and
+/// printed per run (`faults:`).
 const DEFAULT_SEED: u64 = 28;
+/// At replication factor 2 `permanent-loss` is drawn too, which changes
+/// the draws: seeds 635, 636 and 637 draw every kind then (635 starts with
+/// primary-kill, meta and permanent-loss at about 7 s; 636 and 637 the other
+/// eight).
+const REPLICATED_SEED: u64 = 635;
 
 fn faults() -> Vec<FaultKind> {
     if std::env::var_os("KEYWAY_NEMESIS_NO_PARTITION").is_some() {
@@ -80,6 +91,8 @@ fn config(out: &std::path::Path, replication_factor: u8) -> RunConfig {
         replica_lag_timeout_ms: 1_500,
         replica_read_lease_ms: 750,
         replica_read_pct: 30,
+        down_grace_ms: 5_000,
+        recovery_timeout_ms: 60_000,
     }
 }
 
@@ -88,7 +101,11 @@ fn nemesis_runs(replication_factor: u8) {
     let seed: u64 = std::env::var("KEYWAY_TEST_SEED")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(DEFAULT_SEED);
+        .unwrap_or(if replication_factor > 1 {
+            REPLICATED_SEED
+        } else {
+            DEFAULT_SEED
+        });
     let out = tempfile::tempdir().unwrap();
     let config = config(out.path(), replication_factor);
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -122,6 +139,13 @@ fn nemesis_runs(replication_factor: u8) {
             totals.failovers > 0,
             "no failover observed over {RUNS} replicated runs: {totals}"
         );
+        // ... and, from the default seed, a permanent loss re-replicated.
+        if std::env::var_os("KEYWAY_TEST_SEED").is_none() {
+            assert!(
+                totals.losses > 0 && totals.max_replicated_ms.is_some(),
+                "no permanent loss re-replicated over {RUNS} replicated runs: {totals}"
+            );
+        }
     }
 }
 

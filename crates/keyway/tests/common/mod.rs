@@ -285,6 +285,33 @@ impl Resp {
         }
     }
 
+    /// Like [`Resp::connect`], but an error instead of a panic (a node
+    /// that is down), with `timeout` for the connect and every reply.
+    pub fn try_connect(port: u16, timeout: Duration) -> std::io::Result<Resp> {
+        let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+        let stream = TcpStream::connect_timeout(&addr, timeout)?;
+        stream.set_read_timeout(Some(timeout))?;
+        stream.set_write_timeout(Some(timeout))?;
+        Ok(Resp {
+            stream,
+            buf: BytesMut::new(),
+            parser: ResponseParser::new(Limits::default()),
+        })
+    }
+
+    /// Like [`Resp::cmd`], but an I/O error (or a timeout) instead of a panic.
+    pub fn try_cmd(&mut self, args: &[&str]) -> std::io::Result<Frame> {
+        let mut out = BytesMut::new();
+        let frame = Frame::Array(
+            args.iter()
+                .map(|a| Frame::Bulk(Bytes::copy_from_slice(a.as_bytes())))
+                .collect(),
+        );
+        encode(&frame, Protocol::Resp2, &mut out);
+        self.stream.write_all(&out)?;
+        self.read_reply()
+    }
+
     pub fn send_raw(&mut self, bytes: &[u8]) -> std::io::Result<()> {
         self.stream.write_all(bytes)
     }
