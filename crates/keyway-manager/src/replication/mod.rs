@@ -15,6 +15,9 @@
 //! - `failover.rs`: [`Failover`]: who to promote, and why not (pure).
 //! - `membership.rs`: the replica reconciler's plan (pure).
 //! - `moves.rs`: replica moves: the durable intent and its next step (pure).
+//! - `pmoves.rs`: primary moves by replica addition (issue 13): the record,
+//!   its phases and next step (pure); `pmove_ops.rs`: the operator's calls
+//!   (request, `--back`); `pmove_run.rs`: the loop carrying them out.
 //! - `observe.rs`: the in-sync observer over the map watch.
 //! - `run.rs`: the leader's loop: rounds, CASes, decisions, metrics.
 //! - `tests.rs`, `moves_tests.rs`: the pure plans; `loop_tests.rs`: the
@@ -28,6 +31,13 @@ pub mod moves;
 #[cfg(test)]
 mod moves_tests;
 pub mod observe;
+pub mod pmove_ops;
+mod pmove_run;
+pub mod pmoves;
+#[cfg(test)]
+mod pmoves_tests;
+#[cfg(test)]
+mod reads_from_tests;
 #[cfg(test)]
 mod recovery_tests;
 mod run;
@@ -39,6 +49,10 @@ pub use membership::{MembershipChange, MembershipPlan, Recovery, Skipped};
 pub use moves::{
     MoveOutcome, ReplicaMove, ReplicaMoveError, Step, read_replica_moves, request_replica_move,
 };
+pub use pmove_ops::{
+    PrimaryMoveError, is_replicated, read_primary_moves, request_move_back, request_primary_move,
+};
+pub use pmoves::{PStep, Phase, PrimaryMove, PrimaryMoveOutcome};
 
 use crate::decisions::DecisionLog;
 use crate::metrics::{Metrics, OutcomeLabel, ReasonLabel};
@@ -195,6 +209,16 @@ pub struct ReplicationMetrics {
     pub recovered: Counter,
     /// Nodes decommissioned by `auto_decommission_after_ms`.
     pub auto_decommissions: Counter,
+    /// Primary moves ended, by outcome (`done`, `moved_back`, `abandoned`).
+    pub primary_moves: Family<OutcomeLabel, Counter>,
+    /// Live primary moves by phase.
+    pub primary_move_phases: Family<PhaseLabel, Gauge>,
+}
+
+/// The `phase` label of `keyway_manager_primary_move_phases`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelSet)]
+pub struct PhaseLabel {
+    pub phase: &'static str,
 }
 
 /// The `state` label of `keyway_manager_recovery_copies`.
@@ -217,6 +241,8 @@ impl ReplicationMetrics {
             recovery_copies: Family::default(),
             recovered: Counter::default(),
             auto_decommissions: Counter::default(),
+            primary_moves: Family::default(),
+            primary_move_phases: Family::default(),
         };
         metrics.register(
             "failovers",
@@ -273,6 +299,16 @@ impl ReplicationMetrics {
             "Nodes removed by the manager after auto_decommission_after_ms without a lease, owning and holding nothing",
             m.auto_decommissions.clone(),
         );
+        metrics.register(
+            "primary_moves",
+            "Primary moves by replica addition ended, by outcome (done, moved_back, abandoned)",
+            m.primary_moves.clone(),
+        );
+        metrics.register(
+            "primary_move_phases",
+            "Live primary moves by phase (add_replica, wait_in_sync, reads_first, reads_hold, switch, fail_back_window, switch_back, remove_old, ending)",
+            m.primary_move_phases.clone(),
+        );
         m
     }
 }
@@ -297,6 +333,24 @@ pub struct ReplicationView {
     pub replica_moves_abandoned: u64,
     /// Re-replication: see [`RecoveryView`].
     pub recovery: RecoveryView,
+    /// Live primary moves (issue 13), by id.
+    pub primary_moves: Vec<PrimaryMoveView>,
+    pub primary_moves_done: u64,
+    pub primary_moves_moved_back: u64,
+    pub primary_moves_abandoned: u64,
+}
+
+/// One live primary move in `/status`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct PrimaryMoveView {
+    #[serde(flatten)]
+    pub record: PrimaryMove,
+    /// What the move waits for this round (`catching_up`,
+    /// `reads_first_hold`, `fail_back_window`, `switching`, ...), or the
+    /// action it took.
+    pub doing: &'static str,
+    /// Ms left in the fail-back window (`ctl move --back` is possible while > 0).
+    pub fail_back_left_ms: Option<u64>,
 }
 
 /// `/status`'s `replication.recovery` (and `keyway ctl recovery`).
