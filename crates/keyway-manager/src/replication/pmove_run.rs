@@ -244,7 +244,9 @@ impl Loop {
                     ),
                 }
             };
-            decisions.record(decision);
+            // One entry per change of outcome (a failing call is retried
+            // every round).
+            decisions.record_once(format!("primary move {id} switchover"), decision);
             switching
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
