@@ -325,7 +325,11 @@ fn a_reads_first_primary_move_and_its_move_back_lose_nothing_and_copy_nothing_ba
     // T leaves. The other replicas (X), which a switchover drops from the
     // in-sync set (interface 2: they may lack what only the new primary
     // got), re-sync from P: at most one copy each.
-    let bystanders = row.replicas.iter().filter(|r| **r != old && **r != t).count();
+    let bystanders = row
+        .replicas
+        .iter()
+        .filter(|r| **r != old && **r != t)
+        .count();
     if let (Some(a), Some(b)) = (copies_before, copies_after) {
         assert!(
             b - a <= bystanders as f64,

@@ -356,7 +356,7 @@ async fn a_replicated_partitions_primary_moves_by_replica_addition_not_by_migrat
     assert!(
         stored
             .iter()
-            .all(|s| crate::replication::moves::is_replica_move(s)),
+            .all(crate::replication::moves::is_replica_move),
         "no single-owner migration was requested"
     );
     assert!(

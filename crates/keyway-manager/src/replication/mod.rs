@@ -31,6 +31,8 @@ pub mod moves;
 #[cfg(test)]
 mod moves_tests;
 pub mod observe;
+#[cfg(test)]
+mod pmove_loop_tests;
 pub mod pmove_ops;
 mod pmove_run;
 pub mod pmoves;
