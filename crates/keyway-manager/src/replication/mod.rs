@@ -187,6 +187,10 @@ impl ReplicationConfig {
 /// The replication metrics (registered under `keyway_manager_*`).
 #[derive(Clone)]
 pub struct ReplicationMetrics {
+    /// Primary moves ended, by outcome (`done`, `moved_back`, `abandoned`).
+    pub primary_moves: Family<OutcomeLabel, Counter>,
+    /// Live primary moves by phase.
+    pub primary_move_phases: Family<PhaseLabel, Gauge>,
     /// Promotions committed, by reason (`lease_expired`).
     pub failovers: Family<ReasonLabel, Counter>,
     /// Lease gone first seen → promotion CAS committed, ms.
@@ -211,10 +215,6 @@ pub struct ReplicationMetrics {
     pub recovered: Counter,
     /// Nodes decommissioned by `auto_decommission_after_ms`.
     pub auto_decommissions: Counter,
-    /// Primary moves ended, by outcome (`done`, `moved_back`, `abandoned`).
-    pub primary_moves: Family<OutcomeLabel, Counter>,
-    /// Live primary moves by phase.
-    pub primary_move_phases: Family<PhaseLabel, Gauge>,
 }
 
 /// The `phase` label of `keyway_manager_primary_move_phases`.
@@ -232,6 +232,8 @@ pub struct StateLabel {
 impl ReplicationMetrics {
     pub fn register(metrics: &Metrics) -> Self {
         let m = ReplicationMetrics {
+            primary_moves: Family::default(),
+            primary_move_phases: Family::default(),
             failovers: Family::default(),
             failover_duration_ms: Histogram::new(FAILOVER_BUCKETS_MS),
             under_replicated: Gauge::default(),
@@ -243,9 +245,17 @@ impl ReplicationMetrics {
             recovery_copies: Family::default(),
             recovered: Counter::default(),
             auto_decommissions: Counter::default(),
-            primary_moves: Family::default(),
-            primary_move_phases: Family::default(),
         };
+        metrics.register(
+            "primary_moves",
+            "Primary moves by replica addition ended, by outcome (done, moved_back, abandoned)",
+            m.primary_moves.clone(),
+        );
+        metrics.register(
+            "primary_move_phases",
+            "Live primary moves by phase (add_replica, wait_in_sync, reads_first, reads_hold, switch, fail_back_window, switch_back, remove_old, ending)",
+            m.primary_move_phases.clone(),
+        );
         metrics.register(
             "failovers",
             "Partitions failed over to an in-sync replica, by reason",
@@ -300,16 +310,6 @@ impl ReplicationMetrics {
             "auto_decommissions",
             "Nodes removed by the manager after auto_decommission_after_ms without a lease, owning and holding nothing",
             m.auto_decommissions.clone(),
-        );
-        metrics.register(
-            "primary_moves",
-            "Primary moves by replica addition ended, by outcome (done, moved_back, abandoned)",
-            m.primary_moves.clone(),
-        );
-        metrics.register(
-            "primary_move_phases",
-            "Live primary moves by phase (add_replica, wait_in_sync, reads_first, reads_hold, switch, fail_back_window, switch_back, remove_old, ending)",
-            m.primary_move_phases.clone(),
         );
         m
     }
