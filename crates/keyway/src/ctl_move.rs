@@ -1,6 +1,9 @@
 //! `keyway ctl move | migrations | abort`: live partition migrations.
 //!
-//! `move` writes a `PENDING` migration record per partition (the leader
+//! A partition of a replicated keyspace (replication factor >= 2) moves its
+//! primary by replica addition (`ctl_move_primary.rs`, also `--back`);
+//! `--replica` moves a replica (`ctl_move_replica.rs`). Otherwise `move`
+//! writes a `PENDING` migration record per partition (the leader
 //! manager's driver carries it out) and, with `--wait` (the default), follows
 //! each with a progress bar fed by the record and by the source's push
 //! status (state, bytes copied of the snapshot, rate, ETA, catch-up lag).

@@ -173,6 +173,8 @@ async fn follow(
             println!("{line}");
         }
     };
+    // The last record seen: its Ending phase names the outcome's reason.
+    let mut last: Option<PrimaryMove> = None;
     loop {
         let stored = meta.get_migration(mv.id).await?;
         let map = meta.get_map().await?;
@@ -189,8 +191,13 @@ async fn follow(
             } else {
                 "abandoned"
             };
+            let reason = last
+                .as_ref()
+                .filter(|m| !m.reason.is_empty())
+                .map(|m| format!(" ({})", m.reason))
+                .unwrap_or_default();
             say(format!(
-                "primary move {} {}: partition {} primary {} in {} ms",
+                "primary move {} {}{reason}: partition {} primary {} in {} ms",
                 mv.id,
                 outcome.to_uppercase(),
                 mv.partition,
@@ -244,6 +251,7 @@ async fn follow(
                 live.phase.name()
             );
         }
+        last = Some(live);
         tokio::time::sleep(POLL).await;
     }
 }
