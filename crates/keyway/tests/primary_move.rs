@@ -287,6 +287,10 @@ fn a_reads_first_primary_move_and_its_move_back_lose_nothing_and_copy_nothing_ba
     assert!(ok, "ctl move failed: {out}\n{err}");
     let rows: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(rows[0]["outcome"], "switched", "{out}\n{err}");
+    eprintln!(
+        "ctl move --reads-first: switched in {} ms",
+        rows[0]["duration_ms"]
+    );
     assert!(err.contains("primary move"), "progress printed: {err}");
     let row = cluster.map().unwrap().partitions[&p.id].clone();
     assert_eq!(row.owner, t, "T is primary: {row:?}");
@@ -319,6 +323,10 @@ fn a_reads_first_primary_move_and_its_move_back_lose_nothing_and_copy_nothing_ba
     assert!(ok, "ctl move --back failed: {out}\n{err}");
     let rows: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(rows[0]["outcome"], "moved_back", "{out}\n{err}");
+    eprintln!(
+        "ctl move --back: moved back in {} ms",
+        rows[0]["duration_ms"]
+    );
     let row = cluster.map().unwrap().partitions[&p.id].clone();
     assert_eq!(row.owner, old, "P is primary again: {row:?}");
     assert_eq!(row.replicas, [x], "T's copy removed, X kept: {row:?}");
