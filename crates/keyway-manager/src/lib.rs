@@ -91,8 +91,9 @@ pub use metrics::Metrics;
 pub use monitor::{LoadMonitor, LoadReceiver, MonitorConfig};
 pub use rebalance::{RebalanceConfig, Rebalancer};
 pub use replication::{
-    ReplicaMove, ReplicaMoveError, Replication, ReplicationConfig, ReplicationStatus,
-    ReplicationView, request_replica_move,
+    PrimaryMove, PrimaryMoveError, ReplicaMove, ReplicaMoveError, Replication, ReplicationConfig,
+    ReplicationStatus, ReplicationView, request_move_back, request_primary_move,
+    request_replica_move,
 };
 pub use seat::{MANAGER_ELECTION, Seat, SeatConfig, SeatState, SeatView};
 pub use split::{SplitAt, SplitConfig, SplitError, split_partition};

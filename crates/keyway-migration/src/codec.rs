@@ -23,10 +23,16 @@ const MAGIC: u8 = b'M';
 /// records (keyway-manager's `replication/moves.rs` writes them): readers
 /// of migration records skip these rather than call them undecodable.
 pub const REPLICA_MOVE_MAGIC: u8 = b'R';
+/// The first byte of a primary-move record (keyway-manager's
+/// `replication/pmoves.rs`), skipped by the same readers.
+pub const PRIMARY_MOVE_MAGIC: u8 = b'P';
 
-/// Whether stored record bytes are a replica move, not a migration.
+/// Whether stored record bytes are a replica or primary move, not a migration.
 pub fn is_replica_move_record(bytes: &[u8]) -> bool {
-    bytes.first() == Some(&REPLICA_MOVE_MAGIC)
+    matches!(
+        bytes.first(),
+        Some(&(REPLICA_MOVE_MAGIC | PRIMARY_MOVE_MAGIC))
+    )
 }
 const FORMAT: u8 = 3;
 /// The format before `stray` was added (decoded with `stray: None`).

@@ -78,7 +78,7 @@ mod machine;
 mod record;
 mod stray;
 
-pub use codec::{DecodeError, REPLICA_MOVE_MAGIC, is_replica_move_record};
+pub use codec::{DecodeError, PRIMARY_MOVE_MAGIC, REPLICA_MOVE_MAGIC, is_replica_move_record};
 pub use command::Command;
 pub use event::{Actor, Event, FlipEvidence, RangeDigest};
 pub use machine::{

@@ -296,7 +296,8 @@ impl MigrationRecord {
     /// target off the replica list (if it was on it, the source takes its
     /// place, so the copy count stays at the replication factor), and an
     /// empty in-sync set: the target's log positions differ from the
-    /// source's, so every replica re-syncs from it.
+    /// source's, so every replica re-syncs from it; `reads_from` is cleared
+    /// with it (it must name an in-sync replica, and the owner changes).
     pub fn flipped_partition(&self) -> PartitionRecord {
         let mut row = self.partition.clone();
         row.owner = self.target;
@@ -306,6 +307,7 @@ impl MigrationRecord {
             row.replicas.push(self.source());
         }
         row.in_sync.clear();
+        row.reads_from = None;
         debug_assert!(!row.replicas.contains(&row.owner));
         row
     }
@@ -496,6 +498,21 @@ pub(crate) mod tests {
         let row = MigrationRecord::new(MigrationId(9), p, NodeId(3), 1_000).flipped_partition();
         assert_eq!(row.replicas, [NodeId(2), NodeId(1)]);
         assert!(row.in_sync.is_empty());
+    }
+
+    #[test]
+    fn a_flip_clears_reads_from() {
+        let mut p = partition();
+        p.in_sync = vec![NodeId(2), NodeId(3)];
+        p.reads_from = Some(NodeId(3));
+        for target in [NodeId(3), NodeId(4)] {
+            let row =
+                MigrationRecord::new(MigrationId(9), p.clone(), target, 1_000).flipped_partition();
+            assert_eq!(
+                row.reads_from, None,
+                "the flip empties in_sync, so reads_from must go with it"
+            );
+        }
     }
 
     #[test]

@@ -1,6 +1,9 @@
 //! `keyway ctl move | migrations | abort`: live partition migrations.
 //!
-//! `move` writes a `PENDING` migration record per partition (the leader
+//! A partition of a replicated keyspace (replication factor >= 2) moves its
+//! primary by replica addition (`ctl_move_primary.rs`, also `--back`);
+//! `--replica` moves a replica (`ctl_move_replica.rs`). Otherwise `move`
+//! writes a `PENDING` migration record per partition (the leader
 //! manager's driver carries it out) and, with `--wait` (the default), follows
 //! each with a progress bar fed by the record and by the source's push
 //! status (state, bytes copied of the snapshot, rate, ETA, catch-up lag).
@@ -25,15 +28,42 @@ pub struct MoveArgs {
     /// start and end on partition boundaries (every partition in it moves).
     what: String,
     /// The target: a node id as `CLUSTER MYID` prints it, or its `host:port`.
-    #[arg(long)]
-    to: String,
+    /// The primary of a replicated partition (replication factor >= 2)
+    /// moves by adding the target as a replica, waiting until it is in sync
+    /// and switching primaryship to it (the old primary stays an in-sync
+    /// replica for `--fail-back-window-ms`); with replication factor 1 the
+    /// partition moves by a live migration.
+    #[arg(long, required_unless_present = "back")]
+    to: Option<String>,
     /// Move the replica on this node instead of the primary (a node id or
     /// `host:port`): the target is added as a replica, the primary copies
     /// it, and once it is in sync this node's copy is removed. Writes never
     /// pause; a target not in sync within the manager's
     /// `--replica-move-timeout-ms` is removed again.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "back")]
     replica: Option<String>,
+    /// Primary move: switch the partition's reads to the target (smart
+    /// client and proxy reads, on `READONLY`) once it is in sync, and its
+    /// writes only `--reads-first-hold-ms` later.
+    #[arg(long, conflicts_with_all = ["replica", "back"])]
+    reads_first: bool,
+    /// Primary move with `--reads-first`: how long the target serves the
+    /// reads before the write switch, ms (1..=600000).
+    #[arg(long, default_value_t = keyway_manager::replication::pmoves::DEFAULT_READS_FIRST_HOLD_MS)]
+    reads_first_hold_ms: u64,
+    /// Primary move: how long the old primary stays an in-sync replica after
+    /// the switch (the reverse stream), ms (0..=86400000); inside it
+    /// `ctl move --back` switches back without a copy.
+    #[arg(long, default_value_t = keyway_manager::replication::pmoves::DEFAULT_FAIL_BACK_WINDOW_MS)]
+    fail_back_window_ms: u64,
+    /// Switch a primary move back to the old primary (inside its fail-back
+    /// window, while the old primary is in sync): a switchover, no copy.
+    #[arg(long)]
+    back: bool,
+    /// Primary move: follow it until the old primary's copy is removed
+    /// (after the window), not only until the switch.
+    #[arg(long, conflicts_with = "detach")]
+    until_removed: bool,
     /// Follow each move until it ends (the default).
     #[arg(long, conflicts_with = "detach")]
     wait: bool,
@@ -53,11 +83,14 @@ pub struct AbortArgs {
 
 pub async fn move_cmd(meta: &dyn MetaStore, args: MoveArgs, json: bool) -> anyhow::Result<()> {
     let map = meta.get_map().await?;
-    let target = resolve_node(&map, &args.to)?;
     let partitions = resolve_partitions(&map, &args.what)?;
+    let deadline = Instant::now() + Duration::from_secs(args.timeout_secs);
+    if args.back {
+        return crate::ctl_move_primary::move_back(meta, &partitions, deadline, json).await;
+    }
+    let target = resolve_node(&map, args.to.as_deref().unwrap_or_default())?;
     if let Some(from) = &args.replica {
         let from = resolve_node(&map, from)?;
-        let deadline = Instant::now() + Duration::from_secs(args.timeout_secs);
         let wait = !args.detach;
         return crate::ctl_move_replica::move_replicas(
             meta,
@@ -70,12 +103,53 @@ pub async fn move_cmd(meta: &dyn MetaStore, args: MoveArgs, json: bool) -> anyho
         )
         .await;
     }
+    keyway_manager::replication::pmove_ops::check_settings(
+        args.reads_first_hold_ms,
+        args.fail_back_window_ms,
+    )?;
+    let (replicated, single): (Vec<PartitionId>, Vec<PartitionId>) = partitions
+        .iter()
+        .filter(|p| {
+            let here = map.partitions[p].owner == target;
+            if here {
+                eprintln!("partition {p} is already on {target}; skipped");
+            }
+            !here
+        })
+        .partition(|p| crate::ctl_move_primary::replicated(&map, **p));
+    anyhow::ensure!(
+        !args.reads_first || single.is_empty(),
+        "--reads-first needs a replicated partition (replication factor >= 2); {} of the partitions have factor 1",
+        single.len()
+    );
+    if !replicated.is_empty() {
+        use crate::ctl_move_primary::Until;
+        let until = if args.detach {
+            Until::Requested
+        } else if args.until_removed {
+            Until::Ended
+        } else {
+            Until::Switched
+        };
+        crate::ctl_move_primary::move_primaries(
+            meta,
+            &replicated,
+            target,
+            args.reads_first,
+            args.reads_first_hold_ms,
+            args.fail_back_window_ms,
+            until,
+            deadline,
+            json && single.is_empty(),
+        )
+        .await?;
+        if single.is_empty() {
+            return Ok(());
+        }
+    }
+    let partitions = single;
     let mut ids = Vec::new();
     for pid in &partitions {
-        if map.partitions[pid].owner == target {
-            eprintln!("partition {pid} is already on {target}; skipped");
-            continue;
-        }
         let rec = request_move(meta, *pid, target).await?;
         eprintln!(
             "migration {} requested: partition {pid} {} -> {target}",
@@ -90,7 +164,6 @@ pub async fn move_cmd(meta: &dyn MetaStore, args: MoveArgs, json: bool) -> anyho
         }
         return Ok(());
     }
-    let deadline = Instant::now() + Duration::from_secs(args.timeout_secs);
     let mut rows = Vec::new();
     let mut failed = 0;
     for id in ids {

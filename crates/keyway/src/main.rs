@@ -19,6 +19,7 @@ mod ctl_hotkeys;
 mod ctl_keyspace;
 mod ctl_log;
 mod ctl_move;
+mod ctl_move_primary;
 mod ctl_move_replica;
 mod ctl_rebalance;
 mod ctl_recovery;

@@ -33,6 +33,11 @@ pub struct RebalanceFlags {
     /// Requests are not balanced while the cluster serves fewer per second in all.
     #[arg(long, default_value_t = 1_000.0)]
     pub rebalance_min_total_requests_per_sec: f64,
+    /// A replicated partition's primary moves by adding the target as a
+    /// replica and switching over; the old primary stays an in-sync replica
+    /// this long after the switch, ms (0..=86400000).
+    #[arg(long, default_value_t = keyway_manager::replication::pmoves::DEFAULT_FAIL_BACK_WINDOW_MS)]
+    pub rebalance_fail_back_window_ms: u64,
     /// Plan and move nothing (node liveness is still kept).
     #[arg(long)]
     pub no_rebalance: bool,
@@ -56,6 +61,7 @@ impl RebalanceFlags {
             interval_ms: self.rebalance_interval_ms,
             min_total_bytes: self.rebalance_min_total_bytes,
             min_total_requests_per_sec: self.rebalance_min_total_requests_per_sec,
+            fail_back_window_ms: self.rebalance_fail_back_window_ms,
         };
         c.validate().map_err(anyhow::Error::msg)?;
         Ok(c)
@@ -100,6 +106,8 @@ mod tests {
             "1000",
             "--rebalance-min-total-requests-per-sec",
             "5",
+            "--rebalance-fail-back-window-ms",
+            "700",
             "--no-rebalance",
         ])
         .unwrap();
@@ -114,6 +122,7 @@ mod tests {
             interval_ms: 300,
             min_total_bytes: 1000,
             min_total_requests_per_sec: 5.0,
+            fail_back_window_ms: 700,
         };
         assert_eq!(c, want);
     }

@@ -172,7 +172,7 @@ pub enum DriverError {
         migration: MigrationId,
         state: MigrationState,
     },
-    #[error("partition {partition} has replica move {id} in flight")]
+    #[error("partition {partition} has a replica move or primary move ({id}) in flight")]
     ReplicaMoving { partition: PartitionId, id: u64 },
     #[error("migration {0} not found")]
     NotFound(MigrationId),
@@ -558,11 +558,14 @@ pub async fn request_move(
         });
     }
     for stored in meta.migrations().await? {
-        if let Some(mv) = crate::replication::ReplicaMove::load(&stored) {
-            if mv.partition == partition {
+        let moving = crate::replication::ReplicaMove::load(&stored)
+            .map(|m| m.partition)
+            .or_else(|| crate::replication::PrimaryMove::load(&stored).map(|m| m.partition));
+        if let Some(moving) = moving {
+            if moving == partition {
                 return Err(DriverError::ReplicaMoving {
                     partition,
-                    id: mv.id,
+                    id: stored.id,
                 });
             }
             continue;

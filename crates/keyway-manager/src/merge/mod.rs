@@ -220,16 +220,23 @@ pub fn plan_merge(
         });
     }
     let id = map.next_partition_id.max(PartitionId(1));
+    let in_sync: Vec<NodeId> = left
+        .in_sync
+        .iter()
+        .copied()
+        .filter(|n| right.in_sync.contains(n))
+        .collect();
+    // Reads stay switched only where both halves read from the same node
+    // and it stays in sync (interface 1: `reads_from` is in `in_sync`).
+    let reads_from = left
+        .reads_from
+        .filter(|r| right.reads_from == Some(*r) && in_sync.contains(r));
     let merged = PartitionRecord {
         id,
         end: right.end.clone(),
         epoch: Epoch(left.epoch.0.max(right.epoch.0) + 1),
-        in_sync: left
-            .in_sync
-            .iter()
-            .copied()
-            .filter(|n| right.in_sync.contains(n))
-            .collect(),
+        in_sync,
+        reads_from,
         ..left.clone()
     };
     let held = |p: &PartitionRecord| OwnershipCondition {

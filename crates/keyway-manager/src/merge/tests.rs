@@ -292,6 +292,22 @@ fn a_merge_of_replicated_halves_keeps_only_replicas_in_sync_for_both() {
         [NodeId(3)],
         "node 2 was not in sync for the right half"
     );
+    // Reads on node 2 for the left half cannot stay: it is not in sync
+    // for the merged range (the row would not validate).
+    map.partitions.get_mut(&pid(1)).unwrap().reads_from = Some(NodeId(2));
+    assert_eq!(
+        plan_merge(&map, pid(1), pid(2)).unwrap().merged.reads_from,
+        None
+    );
+    // On node 3 for both halves (in sync for both): kept.
+    map.partitions.get_mut(&pid(1)).unwrap().reads_from = Some(NodeId(3));
+    map.partitions.get_mut(&pid(2)).unwrap().reads_from = Some(NodeId(3));
+    assert_eq!(
+        plan_merge(&map, pid(1), pid(2)).unwrap().merged.reads_from,
+        Some(NodeId(3))
+    );
+    map.partitions.get_mut(&pid(1)).unwrap().reads_from = None;
+    map.partitions.get_mut(&pid(2)).unwrap().reads_from = None;
     // Different replica sets do not merge.
     map.partitions.get_mut(&pid(2)).unwrap().replicas = vec![NodeId(3)];
     map.partitions.get_mut(&pid(2)).unwrap().in_sync = vec![];

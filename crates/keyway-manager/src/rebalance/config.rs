@@ -104,6 +104,10 @@ pub struct RebalanceConfig {
     /// still run.
     pub min_total_bytes: u64,
     pub min_total_requests_per_sec: f64,
+    /// A replicated partition's primary moves by replica addition
+    /// (`replication/pmoves.rs`); its old primary stays an in-sync replica
+    /// this long after the switch, ms.
+    pub fail_back_window_ms: u64,
 }
 
 impl Default for RebalanceConfig {
@@ -119,6 +123,7 @@ impl Default for RebalanceConfig {
             interval_ms: 5_000,
             min_total_bytes: 64 * 1024 * 1024,
             min_total_requests_per_sec: 1_000.0,
+            fail_back_window_ms: crate::replication::pmoves::DEFAULT_FAIL_BACK_WINDOW_MS,
         }
     }
 }
@@ -160,6 +165,13 @@ impl RebalanceConfig {
                 self.down_grace_ms
             ));
         }
+        let max = crate::replication::pmoves::MAX_FAIL_BACK_WINDOW_MS;
+        if self.fail_back_window_ms > max {
+            return Err(format!(
+                "rebalance_fail_back_window_ms must be at most {max}, got {}",
+                self.fail_back_window_ms
+            ));
+        }
         if self.move_cooldown_ms > MAX_MS {
             return Err(format!(
                 "rebalance_move_cooldown_ms must be at most {MAX_MS}, got {}",
@@ -191,6 +203,7 @@ mod tests {
         assert!(bad(|c| c.min_total_requests_per_sec = -1.0).contains("min_total_requests"));
         assert!(bad(|c| c.down_grace_ms = MAX_MS + 1).contains("grace"));
         assert!(bad(|c| c.move_cooldown_ms = MAX_MS + 1).contains("cooldown"));
+        assert!(bad(|c| c.fail_back_window_ms = MAX_MS + 1).contains("fail_back_window"));
     }
 
     #[test]

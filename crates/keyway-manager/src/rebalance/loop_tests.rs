@@ -322,3 +322,48 @@ async fn operator_calls_set_weight_drain_and_refuse_unsafe_decommissions() {
         .unwrap();
     assert_eq!(decommission(meta, n5, true).await.unwrap().id, n5);
 }
+
+#[tokio::test]
+async fn a_replicated_partitions_primary_moves_by_replica_addition_not_by_migration() {
+    let env = Env::new().await;
+    let mut ks = env.map().await.keyspaces[&keyway_map::KeyspaceId(0)].clone();
+    ks.replication_factor = 2;
+    env.meta
+        .commit(keyway_meta::MapTxn::unconditional(vec![
+            keyway_map::MapChange::UpsertKeyspace(ks),
+        ]))
+        .await
+        .unwrap();
+    let rebalancer = env.start(RebalanceConfig {
+        fail_back_window_ms: 1_234,
+        ..fast()
+    });
+    let moves = eventually("a primary move to node 4", || async {
+        let m = crate::replication::read_primary_moves(&*env.meta)
+            .await
+            .unwrap();
+        (!m.is_empty()).then_some(m)
+    })
+    .await;
+    assert_eq!(moves[0].to, NodeId(4));
+    assert_eq!(moves[0].fail_back_window_ms, 1_234);
+    assert!(!moves[0].reads_first);
+    // It counts as the partition's live move (no second one, no migration).
+    let (live, _) = read_migrations(&*env.meta).await.unwrap();
+    assert_eq!(live.len(), 1, "{live:?}");
+    assert_eq!(live[0].partition, moves[0].partition);
+    let stored = env.meta.migrations().await.unwrap();
+    assert!(
+        stored
+            .iter()
+            .all(crate::replication::moves::is_replica_move),
+        "no single-owner migration was requested"
+    );
+    assert!(
+        env.decisions
+            .recent()
+            .iter()
+            .any(|d| d.acted && d.action == "move_primary")
+    );
+    rebalancer.shutdown().await;
+}

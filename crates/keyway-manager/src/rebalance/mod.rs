@@ -20,7 +20,9 @@
 //! 2. Inputs: the map, every migration record (non-terminal ones are live;
 //!    flipped and ended ones give each partition's last move time, so a
 //!    restarted manager keeps the cooldown), and the latest load.
-//! 3. [`plan()`] within the caps; each move is requested, recorded
+//! 3. [`plan()`] within the caps; each move is requested (a replicated
+//!    partition's as a primary move by replica addition,
+//!    `replication/pmoves.rs`; others as a migration), recorded
 //!    (`rebalance`/`move`/`drain|balance`) and counted; why it stopped is
 //!    recorded once per change of reason (`balanced`, `cap_reached`,
 //!    `migrations_in_flight`, `cooldown`, `waiting_for_grace`, ...).
@@ -152,6 +154,18 @@ pub async fn read_migrations(
     let mut live = Vec::new();
     let mut moved_at: BTreeMap<PartitionId, u64> = BTreeMap::new();
     for stored in meta.migrations().await? {
+        if let Some(mv) = crate::replication::PrimaryMove::load(&stored) {
+            // A primary move by replica addition is a live move of its
+            // partition from the old primary to the target.
+            let e = moved_at.entry(mv.partition).or_insert(mv.requested_at_ms);
+            *e = (*e).max(mv.requested_at_ms);
+            live.push(LiveMove {
+                partition: mv.partition,
+                source: mv.from,
+                target: mv.to,
+            });
+            continue;
+        }
         if crate::replication::moves::is_replica_move(&stored) {
             continue;
         }
@@ -337,7 +351,7 @@ impl Loop {
             if !self.still_leads(&term) {
                 return Ok(());
             }
-            self.start_move(m).await;
+            self.start_move(&map, m).await;
         }
         if !self.still_leads(&term) {
             return Ok(());
@@ -470,8 +484,11 @@ impl Loop {
         }
     }
 
-    async fn start_move(&mut self, m: &PlannedMove) {
+    async fn start_move(&mut self, map: &keyway_map::PartitionMap, m: &PlannedMove) {
         let reason = m.reason.name();
+        if crate::replication::is_replicated(map, m.partition) {
+            return self.start_primary_move(m).await;
+        }
         match crate::driver::request_move(&*self.meta, m.partition, m.to).await {
             Ok(rec) => {
                 self.moved_at.insert(m.partition, crate::driver::now_ms());
@@ -503,6 +520,52 @@ impl Loop {
                     detail,
                 ));
             }
+        }
+    }
+}
+
+impl Loop {
+    /// A replicated partition's primary moves by replica addition (the
+    /// target added as a replica, caught up, switched to; no single-owner
+    /// copy), like `keyway ctl move` of such a partition.
+    async fn start_primary_move(&mut self, m: &PlannedMove) {
+        let reason = m.reason.name();
+        match crate::replication::request_primary_move(
+            &*self.meta,
+            m.partition,
+            m.to,
+            false,
+            crate::replication::pmoves::DEFAULT_READS_FIRST_HOLD_MS,
+            self.config.fail_back_window_ms,
+        )
+        .await
+        {
+            Ok(mv) => {
+                self.moved_at.insert(m.partition, crate::driver::now_ms());
+                self.metrics
+                    .moves_started
+                    .get_or_create(&MoveLabel { reason })
+                    .inc();
+                self.decisions.record(Decision::now(
+                    DUTY,
+                    "move_primary",
+                    reason,
+                    Some(m.partition),
+                    true,
+                    format!(
+                        "primary move {}: node {} -> node {} by replica addition, {} bytes ({} {:.0})",
+                        mv.id, m.from, m.to, m.bytes, self.config.objective, m.load
+                    ),
+                ));
+            }
+            Err(err) => self.decisions.record(Decision::now(
+                DUTY,
+                "no_move",
+                "move_refused",
+                Some(m.partition),
+                false,
+                format!("primary move node {} -> node {}: {err}", m.from, m.to),
+            )),
         }
     }
 }

@@ -187,7 +187,7 @@ fn choose(
 }
 
 /// `p` with `to` (an in-sync replica) as its primary: the old owner listed
-/// as an out-of-sync replica, nobody in sync, epoch + 1.
+/// as an out-of-sync replica, nobody in sync, no `reads_from`, epoch + 1.
 pub fn promoted(p: &PartitionRecord, to: NodeId) -> PartitionRecord {
     assert!(
         p.is_in_sync_replica(to) && p.replicas.contains(&to),
@@ -204,6 +204,8 @@ pub fn promoted(p: &PartitionRecord, to: NodeId) -> PartitionRecord {
         .chain(std::iter::once(p.owner))
         .collect();
     row.in_sync = Vec::new();
+    // Reads follow the in-sync set (and the owner changes): interface 1.
+    row.reads_from = None;
     row.epoch = Epoch(p.epoch.0 + 1);
     debug_assert!(!row.replicas.contains(&row.owner));
     row

@@ -325,6 +325,9 @@ pub fn plan_recovering(
             for v in victims {
                 row.replicas.retain(|r| *r != v);
                 row.in_sync.retain(|r| *r != v);
+                if row.reads_from == Some(v) {
+                    row.reads_from = None;
+                }
                 if let Some(c) = copies.get_mut(&v) {
                     *c = c.saturating_sub(1);
                 }

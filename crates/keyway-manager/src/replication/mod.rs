@@ -15,6 +15,9 @@
 //! - `failover.rs`: [`Failover`]: who to promote, and why not (pure).
 //! - `membership.rs`: the replica reconciler's plan (pure).
 //! - `moves.rs`: replica moves: the durable intent and its next step (pure).
+//! - `pmoves.rs`: primary moves by replica addition (issue 13): the record,
+//!   its phases and next step (pure); `pmove_ops.rs`: the operator's calls
+//!   (request, `--back`); `pmove_run.rs`: the loop carrying them out.
 //! - `observe.rs`: the in-sync observer over the map watch.
 //! - `run.rs`: the leader's loop: rounds, CASes, decisions, metrics.
 //! - `tests.rs`, `moves_tests.rs`: the pure plans; `loop_tests.rs`: the
@@ -29,6 +32,15 @@ pub mod moves;
 mod moves_tests;
 pub mod observe;
 #[cfg(test)]
+mod pmove_loop_tests;
+pub mod pmove_ops;
+mod pmove_run;
+pub mod pmoves;
+#[cfg(test)]
+mod pmoves_tests;
+#[cfg(test)]
+mod reads_from_tests;
+#[cfg(test)]
 mod recovery_tests;
 mod run;
 #[cfg(test)]
@@ -39,6 +51,10 @@ pub use membership::{MembershipChange, MembershipPlan, Recovery, Skipped};
 pub use moves::{
     MoveOutcome, ReplicaMove, ReplicaMoveError, Step, read_replica_moves, request_replica_move,
 };
+pub use pmove_ops::{
+    PrimaryMoveError, is_replicated, read_primary_moves, request_move_back, request_primary_move,
+};
+pub use pmoves::{PStep, Phase, PrimaryMove, PrimaryMoveOutcome};
 
 use crate::decisions::DecisionLog;
 use crate::metrics::{Metrics, OutcomeLabel, ReasonLabel};
@@ -171,6 +187,10 @@ impl ReplicationConfig {
 /// The replication metrics (registered under `keyway_manager_*`).
 #[derive(Clone)]
 pub struct ReplicationMetrics {
+    /// Primary moves ended, by outcome (`done`, `moved_back`, `abandoned`).
+    pub primary_moves: Family<OutcomeLabel, Counter>,
+    /// Live primary moves by phase.
+    pub primary_move_phases: Family<PhaseLabel, Gauge>,
     /// Promotions committed, by reason (`lease_expired`).
     pub failovers: Family<ReasonLabel, Counter>,
     /// Lease gone first seen → promotion CAS committed, ms.
@@ -201,6 +221,12 @@ pub struct ReplicationMetrics {
     pub copy_rate_bytes_per_sec: Gauge,
 }
 
+/// The `phase` label of `keyway_manager_primary_move_phases`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelSet)]
+pub struct PhaseLabel {
+    pub phase: &'static str,
+}
+
 /// The `state` label of `keyway_manager_recovery_copies`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelSet)]
 pub struct StateLabel {
@@ -210,6 +236,8 @@ pub struct StateLabel {
 impl ReplicationMetrics {
     pub fn register(metrics: &Metrics) -> Self {
         let m = ReplicationMetrics {
+            primary_moves: Family::default(),
+            primary_move_phases: Family::default(),
             failovers: Family::default(),
             failover_duration_ms: Histogram::new(FAILOVER_BUCKETS_MS),
             under_replicated: Gauge::default(),
@@ -224,6 +252,16 @@ impl ReplicationMetrics {
             copy_bytes_remaining: Gauge::default(),
             copy_rate_bytes_per_sec: Gauge::default(),
         };
+        metrics.register(
+            "primary_moves",
+            "Primary moves by replica addition ended, by outcome (done, moved_back, abandoned)",
+            m.primary_moves.clone(),
+        );
+        metrics.register(
+            "primary_move_phases",
+            "Live primary moves by phase (add_replica, wait_in_sync, reads_first, reads_hold, switch, fail_back_window, switch_back, remove_old, ending)",
+            m.primary_move_phases.clone(),
+        );
         metrics.register(
             "failovers",
             "Partitions failed over to an in-sync replica, by reason",
@@ -313,6 +351,24 @@ pub struct ReplicationView {
     pub replica_moves_abandoned: u64,
     /// Re-replication: see [`RecoveryView`].
     pub recovery: RecoveryView,
+    /// Live primary moves (issue 13), by id.
+    pub primary_moves: Vec<PrimaryMoveView>,
+    pub primary_moves_done: u64,
+    pub primary_moves_moved_back: u64,
+    pub primary_moves_abandoned: u64,
+}
+
+/// One live primary move in `/status`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct PrimaryMoveView {
+    #[serde(flatten)]
+    pub record: PrimaryMove,
+    /// What the move waits for this round (`catching_up`,
+    /// `reads_first_hold`, `fail_back_window`, `switching`, ...), or the
+    /// action it took.
+    pub doing: &'static str,
+    /// Ms left in the fail-back window (`ctl move --back` is possible while > 0).
+    pub fail_back_left_ms: Option<u64>,
 }
 
 /// `/status`'s `replication.recovery` (and `keyway ctl recovery`).

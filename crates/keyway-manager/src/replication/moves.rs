@@ -74,7 +74,7 @@ impl ReplicaMove {
 
     /// Decodes a stored record; `None` if it is not a replica move.
     pub fn load(stored: &StoredMigration) -> Option<ReplicaMove> {
-        if !is_replica_move(stored) {
+        if stored.record.first() != Some(&MAGIC) {
             return None;
         }
         let mut r = Reader::new(&stored.record[1..]);
@@ -94,7 +94,9 @@ impl ReplicaMove {
     }
 }
 
-/// Whether a stored migration record is a replica move (not a migration).
+/// Whether a stored migration record is a move record — a replica move or
+/// a primary move (`pmoves.rs`, magic `P`) — not a migration. Every
+/// migration reader skips these.
 pub fn is_replica_move(stored: &StoredMigration) -> bool {
     keyway_migration::is_replica_move_record(&stored.record)
 }
@@ -170,18 +172,8 @@ pub async fn request_replica_move(
     if node.state != NodeState::Up || node.draining {
         return Err(ReplicaMoveError::NotEligible(to));
     }
-    for stored in meta.migrations().await? {
-        let busy = match ReplicaMove::load(&stored) {
-            Some(mv) => mv.partition == partition,
-            None => crate::driver::load(&stored)
-                .is_ok_and(|m| m.partition_id() == partition && !m.state.is_terminal()),
-        };
-        if busy {
-            return Err(ReplicaMoveError::Busy {
-                partition,
-                id: stored.id,
-            });
-        }
+    if let Some(id) = super::pmove_ops::busy(meta, partition).await? {
+        return Err(ReplicaMoveError::Busy { partition, id });
     }
     let mv = ReplicaMove {
         id: meta.allocate_migration_id().await?,
@@ -295,6 +287,9 @@ pub fn step(
         let mut r = row.clone();
         r.replicas.retain(|m| *m != n);
         r.in_sync.retain(|m| *m != n);
+        if r.reads_from == Some(n) {
+            r.reads_from = None;
+        }
         r
     };
     let y_caught_up = row.owner == y || row.in_sync.contains(&y);

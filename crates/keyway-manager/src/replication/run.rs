@@ -9,6 +9,7 @@
 use super::failover::{Failover, Promotion};
 use super::membership::{self, MembershipChange, Recovery};
 use super::moves::{self, ReplicaMove, Step};
+use super::pmoves::PrimaryMove;
 use super::{
     DUTY, GraceWait, RecoveryCopy, ReplicaMoveView, ReplicationConfig, ReplicationMetrics,
     ReplicationStatus, StateLabel,
@@ -25,12 +26,14 @@ use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
 pub(super) struct Loop {
-    meta: Arc<dyn MetaStore>,
-    seat: SeatView,
-    config: ReplicationConfig,
-    decisions: DecisionLog,
-    metrics: ReplicationMetrics,
-    status: ReplicationStatus,
+    pub(super) meta: Arc<dyn MetaStore>,
+    pub(super) seat: SeatView,
+    pub(super) config: ReplicationConfig,
+    pub(super) decisions: DecisionLog,
+    pub(super) metrics: ReplicationMetrics,
+    pub(super) status: ReplicationStatus,
+    /// Primary moves whose switchover call has not answered yet.
+    pub(super) switching: Arc<std::sync::Mutex<BTreeSet<u64>>>,
     failover: Failover,
     /// The down grace's clock per node (started when this leader first saw
     /// the lease gone, so a new leader waits a whole grace again).
@@ -42,7 +45,7 @@ pub(super) struct Loop {
 }
 
 /// What committing one CAS came to.
-enum Outcome {
+pub(super) enum Outcome {
     Committed,
     /// The row changed under the plan (condition failed): re-planned next round.
     Stale(String),
@@ -70,6 +73,7 @@ impl Loop {
             decisions,
             metrics,
             status,
+            switching: Arc::default(),
             term: None,
         }
     }
@@ -133,13 +137,19 @@ impl Loop {
         // reconciler would act).
         let stored = self.meta.migrations().await?;
         let replica_moves: Vec<ReplicaMove> = stored.iter().filter_map(ReplicaMove::load).collect();
-        let replica_moving: BTreeSet<PartitionId> =
-            replica_moves.iter().map(|m| m.partition).collect();
+        let primary_moves: Vec<PrimaryMove> = stored.iter().filter_map(PrimaryMove::load).collect();
+        // Both kinds hold one copy more than the factor on purpose.
+        let replica_moving: BTreeSet<PartitionId> = replica_moves
+            .iter()
+            .map(|m| m.partition)
+            .chain(primary_moves.iter().map(|m| m.partition))
+            .collect();
         let first_plan = self.config.reconcile.then(|| {
             membership::plan_recovering(&map, &live, &BTreeSet::new(), &replica_moving, &recovery)
         });
-        let decode =
-            !replica_moves.is_empty() || first_plan.as_ref().is_some_and(|p| !p.changes.is_empty());
+        let decode = !replica_moves.is_empty()
+            || !primary_moves.is_empty()
+            || first_plan.as_ref().is_some_and(|p| !p.changes.is_empty());
         let migrating: BTreeSet<PartitionId> = if decode {
             live_migrations(&stored)
         } else {
@@ -151,6 +161,11 @@ impl Loop {
             map = self.meta.get_map().await?;
         } else {
             self.status.update(|v| v.replica_moves.clear());
+        }
+        self.drive_primary_moves(&term, &map, &primary_moves, &migrating)
+            .await?;
+        if !primary_moves.is_empty() {
+            map = self.meta.get_map().await?;
         }
         if let Some(mut plan) = first_plan {
             if decode {
@@ -485,7 +500,7 @@ impl Loop {
     }
 
     /// One CAS conditional on `(owner, epoch)`, only while still leading `term`.
-    async fn commit(
+    pub(super) async fn commit(
         &self,
         term: &Leadership,
         partition: PartitionId,
