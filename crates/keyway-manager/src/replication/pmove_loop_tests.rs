@@ -88,6 +88,7 @@ async fn the_loop_adds_reads_switches_keeps_the_window_and_moves_back() {
         config,
         decisions.clone(),
         &metrics,
+        crate::copies::CopyTracker::default(),
     );
     let map = meta.get_map().await.unwrap();
     let row = map.owned_by(NodeId(1)).next().unwrap().clone();
