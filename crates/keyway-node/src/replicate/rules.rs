@@ -29,6 +29,37 @@
 //! - **Restart**: a partition first seen with in-sync replicas whose stream
 //!   positions are unknown (this node restarted, or bootstrap) has them all
 //!   removed in one CAS (reason `primary_restarted`); replies wait meanwhile.
+//! - **Switchover** (the one exception to the restart rule): a partition
+//!   first seen owned at epoch e + 1 that the previously installed map had
+//!   at epoch e, owned by P with this node in its in-sync set, and whose
+//!   in-sync set is now exactly `[P]`, was switched over to this node by P
+//!   (`switchover.rs`; nobody else writes that shape). P stays `InSync`
+//!   with no CAS and no copy, in an [`Era`]. Why P holds every
+//!   acknowledged write then: P fenced the partition, so every write it
+//!   admitted has a seq ≤ its last seq h at the fence, and it CASed only
+//!   once this node's stream had acknowledged ≥ h, i.e. this node applied
+//!   every record of the partition P ever shipped; this node's copy came
+//!   only from P (a catch-up cleans first), so P and this node hold the
+//!   same data, and every acknowledged write. Any other replica that was in
+//!   sync may lack writes only this node acknowledged (its stream lagged
+//!   P's), so the CAS drops it and it is copied again. What P lacks are
+//!   only this node's own writes at e + 1, all with seqs > the era's
+//!   `floor` (the last seq here after the last call from P that listed the
+//!   partition was applied, under the routing guard of a map where this
+//!   node did not own it yet); the records at or below the floor are P's
+//!   own writes' effects and are never shipped back. A write queued before
+//!   these rules saw the map waits for P (the admission map's in-sync set)
+//!   until the era's `covered` reaches its seq: the stream rewinds to
+//!   `covered` until a batch that listed the partition and started at or
+//!   below it was acknowledged, since a batch read before the era existed
+//!   filtered the partition out. P's versions of the partition's keys are
+//!   P's seqs (or an older primary's), not comparable with this node's, so
+//!   the era's records travel *stamped*: `(e + 1) << ERA_SEQ_BITS | seq`,
+//!   above every plain seq and every earlier era's stamp, ordered by seq
+//!   within the era. A split child inherits its parent's era; a merge of
+//!   parents with different eras is not inherited (restart rule). The era
+//!   ends when P is copied again (the copy cleans, so plain seqs are right
+//!   again) or removed.
 //! - A failed CAS never releases a reply as success: the replies that
 //!   waited on its outcome are released with `ok: false` (the shell answers
 //!   "replication not confirmed"), and so are the replies of a partition
@@ -43,6 +74,47 @@ use keyway_storage::{KeyRange, Seq};
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
+/// Bits of a stamped version below the era's epoch (see [`Era`]).
+pub const ERA_SEQ_BITS: u32 = 44;
+/// Seqs from here on cannot be stamped: a switchover at such a seq falls
+/// back to the restart rule, and a stream that would stamp one is lost.
+pub const ERA_SEQ_LIMIT: Seq = 1 << ERA_SEQ_BITS;
+/// Epochs from here on cannot be stamped (the stamp stays below 2^63).
+pub const ERA_EPOCH_LIMIT: u64 = 1 << (63 - ERA_SEQ_BITS);
+
+/// An old primary kept in sync by a switchover (see the module docs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Era {
+    /// The epoch at which this node became owner: the stamp's high bits.
+    pub epoch: Epoch,
+    /// Records of the partition at or below it are the old primary's own
+    /// writes' effects: never shipped.
+    pub floor: Seq,
+    /// The replica holds the partition's records up to here.
+    pub covered: Seq,
+}
+
+impl Era {
+    /// The version a record at `seq` travels with, if it can be stamped.
+    pub fn stamp(&self, seq: Seq) -> Option<Seq> {
+        (seq < ERA_SEQ_LIMIT && self.epoch.0 > 0 && self.epoch.0 < ERA_EPOCH_LIMIT)
+            .then_some((self.epoch.0 << ERA_SEQ_BITS) | seq)
+    }
+}
+
+/// A partition as the previously installed map had it, while another node
+/// owned it (the shell fills it in; the rules decide what it means).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Prior {
+    pub owner: NodeId,
+    pub epoch: Epoch,
+    /// This node was in its in-sync set.
+    pub in_sync_here: bool,
+    /// This node's last seq after the last call from the owner listing the
+    /// partition was applied (`ReplicaSide::applied_seq`), if any.
+    pub floor: Option<Seq>,
+}
+
 /// One owned partition as a map installed it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Row {
@@ -52,6 +124,28 @@ pub struct Row {
     pub range: KeyRange,
     pub replicas: Vec<NodeId>,
     pub in_sync: Vec<NodeId>,
+    /// The partition in the previously installed map, if another node owned it.
+    pub prior: Option<Prior>,
+}
+
+impl Row {
+    /// The era of a switchover to this node, if this row is one (see the
+    /// module docs): first sight, owner at prior epoch + 1, in sync here
+    /// before, in-sync set exactly the old owner now, stampable.
+    fn switchover_era(&self) -> Option<(NodeId, Era)> {
+        let pr = self.prior?;
+        let era = Era {
+            epoch: self.epoch,
+            floor: pr.floor?,
+            covered: pr.floor?,
+        };
+        (pr.in_sync_here
+            && self.epoch.0 == pr.epoch.0 + 1
+            && self.in_sync == [pr.owner]
+            && self.replicas.contains(&pr.owner)
+            && era.stamp(era.floor).is_some())
+        .then_some((pr.owner, era))
+    }
 }
 
 /// One owned partition with replicas.
@@ -68,7 +162,24 @@ pub struct Part {
     /// this node started): their stream's acknowledgements say nothing
     /// about this partition until they were copied again.
     unknown: BTreeSet<NodeId>,
+    /// Old primaries kept in sync by a switchover (shipped stamped).
+    pub eras: BTreeMap<NodeId, Era>,
     cas_pending: bool,
+}
+
+impl Part {
+    /// Up to where `replica` holds this partition's records, given its
+    /// stream's acknowledged seq.
+    fn covered(&self, replica: NodeId, acked: Seq) -> Seq {
+        self.eras.get(&replica).map_or(acked, |e| e.covered)
+    }
+
+    /// An era ends once its replica is not shipped any more (a copy cleans).
+    fn drop_ended_eras(&mut self) {
+        let replicas = &self.replicas;
+        self.eras
+            .retain(|r, _| replicas.get(r).is_some_and(|s| s.shipped()));
+    }
 }
 
 /// One reply waiting on replication.
@@ -106,6 +217,8 @@ pub struct Rules {
     lost: BTreeSet<NodeId>,
     /// The partitions this node owned in the last map installed.
     seen: BTreeSet<PartitionId>,
+    /// Old primaries kept in sync by a switchover, in all (a metric).
+    kept_in_sync: u64,
     /// Partitions this node is migrating away (it runs their push): no
     /// replica is CASed *into* their in-sync set meanwhile, since every CAS
     /// moves the epoch and a migration's flip (and its target's
@@ -129,6 +242,7 @@ impl Rules {
             next_waiter: 1,
             lost: BTreeSet::new(),
             seen: BTreeSet::new(),
+            kept_in_sync: 0,
             migrating: BTreeSet::new(),
         }
     }
@@ -144,6 +258,41 @@ impl Rules {
     /// The last seq the replica's stream acknowledged.
     pub fn acked(&self, replica: NodeId) -> Seq {
         self.acked.get(&replica).copied().unwrap_or(0)
+    }
+
+    /// Up to where `replica` holds `partition`'s records: its stream's
+    /// acknowledged seq, or its era's `covered`.
+    pub fn acked_for(&self, partition: PartitionId, replica: NodeId) -> Seq {
+        let acked = self.acked(replica);
+        self.parts
+            .get(&partition)
+            .map_or(acked, |p| p.covered(replica, acked))
+    }
+
+    /// How many old primaries switchovers kept in sync here so far.
+    pub fn kept_in_sync(&self) -> u64 {
+        self.kept_in_sync
+    }
+
+    /// The eras of the partitions shipped to `replica` (read with
+    /// [`Self::shipped_to`], under the same lock).
+    pub fn eras_to(&self, replica: NodeId) -> Vec<(PartitionId, Era)> {
+        self.parts
+            .iter()
+            .filter_map(|(id, p)| p.eras.get(&replica).map(|e| (*id, *e)))
+            .collect()
+    }
+
+    /// Where `replica`'s stream must read from at the latest: the lowest
+    /// era `covered` below its acknowledged seq.
+    pub fn rewind_to(&self, replica: NodeId) -> Option<Seq> {
+        let acked = self.acked(replica);
+        self.parts
+            .values()
+            .filter_map(|p| p.eras.get(&replica))
+            .map(|e| e.covered)
+            .filter(|c| *c < acked)
+            .min()
     }
 
     fn lease_end(&self, replica: NodeId) -> Instant {
@@ -235,16 +384,31 @@ impl Rules {
 
     /// Whether `replica`'s stream holds `partition`'s records up to `seq`.
     fn satisfied(&self, partition: PartitionId, replica: NodeId, seq: Seq) -> bool {
-        let tracked = self
-            .parts
-            .get(&partition)
-            .is_some_and(|p| !p.unknown.contains(&replica));
-        tracked && !self.lost.contains(&replica) && self.acked(replica) >= seq
+        let Some(p) = self.parts.get(&partition) else {
+            return false;
+        };
+        !p.unknown.contains(&replica)
+            && !self.lost.contains(&replica)
+            && p.covered(replica, self.acked(replica)) >= seq
     }
 
     /// The replica's stream applied (durably) every record up to `seq`; the
     /// answer arrived at `reply_at`.
     pub fn stream_acked(&mut self, replica: NodeId, seq: Seq, reply_at: Instant) -> Vec<Command> {
+        self.stream_batch_acked(replica, seq, seq, &[], reply_at)
+    }
+
+    /// The replica's stream applied (durably) a batch that examined the
+    /// records after `from` up to `examined` and shipped the partitions of
+    /// `eras` (by era epoch) stamped; the answer arrived at `reply_at`.
+    pub fn stream_batch_acked(
+        &mut self,
+        replica: NodeId,
+        from: Seq,
+        examined: Seq,
+        eras: &[(PartitionId, Epoch)],
+        reply_at: Instant,
+    ) -> Vec<Command> {
         let lease = reply_at + self.cfg.read_lease;
         let end = self.lease_until.entry(replica).or_insert(lease);
         *end = (*end).max(lease);
@@ -252,14 +416,27 @@ impl Rules {
             return Vec::new();
         }
         let acked = self.acked.entry(replica).or_insert(0);
-        *acked = (*acked).max(seq);
+        *acked = (*acked).max(examined);
         let acked = *acked;
+        // An era is covered on by a batch that listed it and started within it.
+        for (pid, epoch) in eras {
+            if let Some(e) = self
+                .parts
+                .get_mut(pid)
+                .and_then(|p| p.eras.get_mut(&replica))
+                && e.epoch == *epoch
+                && from <= e.covered
+            {
+                e.covered = e.covered.max(examined);
+            }
+        }
         let parts = &self.parts;
         let mut out = release_in(&mut self.waiters, |w| {
-            let tracked = parts
+            let covered = parts
                 .get(&w.partition)
-                .is_some_and(|p| !p.unknown.contains(&replica));
-            if tracked && w.seq <= acked {
+                .filter(|p| !p.unknown.contains(&replica))
+                .map(|p| p.covered(replica, acked));
+            if covered.is_some_and(|c| w.seq <= c) {
                 w.waits.remove(&replica);
             }
         });
@@ -407,6 +584,7 @@ impl Rules {
             }
             p.replicas
                 .retain(|r, s| p.listed.contains(r) || s.waited(now));
+            p.drop_ended_eras();
         }
         for (pid, r) in expired {
             out.extend(self.excuse(pid, r));
@@ -467,19 +645,35 @@ impl Rules {
             // Not the owner any more: what waited on its replicas is unknown.
             out.extend(self.fail_where(|w| old.contains_key(&w.partition)));
         }
+        // The parents as they were before this map (a split's parent row may
+        // come first and narrow its range).
+        let before = self.parts.clone();
         for row in owned {
             let lease = |r: &NodeId| self.lease_end(*r).max(now);
-            let inherited = |r: &NodeId| {
-                // A split or merge child of a partition r was in sync for.
-                self.parts.values().chain(old.values()).any(|p| {
-                    overlaps(&p.range, &row.range)
-                        && p.replicas.get(r) == Some(&ReplicaState::InSync)
-                })
+            let inherited = |r: &NodeId| -> Option<Option<Era>> {
+                // A split or merge child of partitions r was in sync for, in
+                // one era (or none) for all of them.
+                let mut eras = before
+                    .values()
+                    .chain(old.values())
+                    .filter(|p| {
+                        overlaps(&p.range, &row.range)
+                            && p.replicas.get(r) == Some(&ReplicaState::InSync)
+                    })
+                    .map(|p| p.eras.get(r).copied());
+                let first = eras.next()?;
+                eras.all(|e| e == first).then_some(first)
             };
             let known = self.parts.get(&row.id);
             if known.is_some_and(|p| p.epoch == row.epoch) {
                 continue;
             }
+            let switched = match known {
+                None => row.switchover_era(),
+                Some(_) => None,
+            };
+            let mut eras = known.map(|p| p.eras.clone()).unwrap_or_default();
+            let mut kept = 0;
             let mut states: BTreeMap<NodeId, ReplicaState> =
                 known.map(|p| p.replicas.clone()).unwrap_or_default();
             let mut next = BTreeMap::new();
@@ -492,7 +686,19 @@ impl Rules {
                     }
                     (Some(s @ ReplicaState::Removing { .. }), true) => s,
                     (Some(ReplicaState::Joining { .. }), true) => ReplicaState::InSync,
-                    (None, true) if inherited(r) => ReplicaState::InSync,
+                    (None, true) if switched.is_some_and(|(old, _)| old == *r) => {
+                        if let Some((_, era)) = switched {
+                            eras.insert(*r, era);
+                            kept += 1;
+                        }
+                        ReplicaState::InSync
+                    }
+                    (None, true) if inherited(r).is_some() => {
+                        if let Some(Some(era)) = inherited(r) {
+                            eras.insert(*r, era);
+                        }
+                        ReplicaState::InSync
+                    }
                     (_, true) => {
                         unknown.insert(*r);
                         ReplicaState::Removing {
@@ -520,17 +726,18 @@ impl Rules {
                 }
             }
             let cas_pending = known.is_some_and(|p| p.cas_pending);
-            self.parts.insert(
-                row.id,
-                Part {
-                    epoch: row.epoch,
-                    range: row.range.clone(),
-                    replicas: next,
-                    listed: row.replicas.iter().copied().collect(),
-                    unknown,
-                    cas_pending,
-                },
-            );
+            let mut part = Part {
+                epoch: row.epoch,
+                range: row.range.clone(),
+                replicas: next,
+                listed: row.replicas.iter().copied().collect(),
+                unknown,
+                eras,
+                cas_pending,
+            };
+            part.drop_ended_eras();
+            self.parts.insert(row.id, part);
+            self.kept_in_sync += kept;
         }
         self.parts.retain(|_, p| !p.replicas.is_empty());
         self.seen = keep.clone();
@@ -681,6 +888,9 @@ impl Rules {
                     _ => {}
                 }
             }
+        }
+        for p in self.parts.values_mut() {
+            p.drop_ended_eras();
         }
         let mut out = Vec::new();
         for pid in excused {

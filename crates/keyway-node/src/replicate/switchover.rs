@@ -9,8 +9,14 @@
 //! 3. Wait until T's stream acked ≥ that seq (bounded by `timeout`): T
 //!    holds every write P accepted.
 //! 4. **One CAS** conditional on (P, e): owner = T, replicas = (replicas
-//!    without T) with P, in_sync = [] (T's log positions differ from P's:
-//!    its replicas re-sync from it), epoch e + 1.
+//!    without T) with P, in_sync = [P], reads_from = None, epoch e + 1.
+//!    P may stay in sync: it is fenced (no write after h, the last seq at
+//!    the fence) and T acknowledged ≥ h, so P and T hold the same data for
+//!    p, every acknowledged write included. Another in-sync replica may
+//!    lack writes only T acknowledged (its own stream lagged), so it drops
+//!    out and T copies it again. T's rules recognise the shape (first sight
+//!    at e + 1, in sync at e, in_sync == [P]) and keep streaming to P with
+//!    no copy (`rules.rs`, "Switchover"), so a move back is a switchover too.
 //! 5. Install the committed map here before lifting the fence, so the held
 //!    requests re-run against it and get `-MOVED` to T (never run here).
 //!
@@ -106,7 +112,7 @@ pub async fn switchover(
     let result = async {
         let head = repl.engine.last_seq();
         let deadline = fenced_at + timeout;
-        while repl.lock().rules.acked(target) < head {
+        while repl.lock().rules.acked_for(partition, target) < head {
             if Instant::now() >= deadline {
                 return Err(SwitchoverError::Failed(format!(
                     "replica {target} did not acknowledge seq {head} within {} ms",
