@@ -251,6 +251,7 @@ pub struct Client {
 /// Why a reply is a rejection.
 enum Rejected<'a> {
     KwMoved(&'a str),
+    KwReads(&'a str),
     Moved,
     ClusterDown,
 }
@@ -259,6 +260,7 @@ impl<'a> Rejected<'a> {
     fn of(reply: &'a Frame) -> Option<Self> {
         match reply {
             Frame::Error(msg) if msg.starts_with("KWMOVED ") => Some(Rejected::KwMoved(msg)),
+            Frame::Error(msg) if msg.starts_with("KWREADS ") => Some(Rejected::KwReads(msg)),
             Frame::Error(msg) if msg.starts_with("MOVED ") => Some(Rejected::Moved),
             Frame::Error(msg) if msg.starts_with("CLUSTERDOWN") => Some(Rejected::ClusterDown),
             _ => None,
@@ -383,9 +385,11 @@ impl Client {
     pub async fn command(&self, args: &[&[u8]]) -> Result<Frame, ClientError> {
         let key = args.get(1).ok_or(ClientError::Unrouted)?;
         let slot = key_hash_slot(key);
-        self.send_routed(
+        let read = keyway_resp::retry_safe(args).then_some(args);
+        self.send_routed_read(
             |map| map.locate_slot(DEFAULT_KEYSPACE, slot).cloned(),
             |p| at_request(p, args),
+            read,
         )
         .await
     }
@@ -415,12 +419,27 @@ impl Client {
         locate: impl Fn(&PartitionMap) -> Option<PartitionRecord>,
         build: impl Fn(&PartitionRecord) -> Vec<Bytes>,
     ) -> Result<Frame, ClientError> {
+        self.send_routed_read(locate, build, None).await
+    }
+
+    /// [`Self::send_routed`]; `read`: the plain command when it only reads,
+    /// sent to the partition's `reads_from` replica on a `READONLY`
+    /// connection when the map names one ([`read_route`]). A refusal there
+    /// (`-MOVED`) sends it to the owner, plain (so the owner serves it rather
+    /// than answering `-KWREADS`), and refreshes the map.
+    pub(crate) async fn send_routed_read(
+        &self,
+        locate: impl Fn(&PartitionMap) -> Option<PartitionRecord>,
+        build: impl Fn(&PartitionRecord) -> Vec<Bytes>,
+        read: Option<&[&[u8]]>,
+    ) -> Result<Frame, ClientError> {
         Counters::inc(&self.stats.requests);
         let mut sent = 0usize;
         let mut last_err = None;
+        let mut owner_only = false;
         for _ in 0..=self.config.max_redirects {
             let snap = self.route_snapshot().await;
-            let Some((p, addr)) = route(&snap.view, &locate) else {
+            let Some((p, owner_addr)) = route(&snap.view, &locate) else {
                 self.refresh_from(snap.generation, false, None).await?;
                 last_err = Some(ClientError::Unrouted);
                 continue;
@@ -430,9 +449,23 @@ impl Client {
             if sent > 1 {
                 Counters::inc(&self.stats.extra_round_trips);
             }
-            let request = build(&p);
+            let (addr, request, readonly) = match read_route(&snap.view, &p, read, owner_only) {
+                ReadRoute::ReadsFrom(addr, args) => {
+                    Counters::inc(&self.stats.reads_from_sends);
+                    (addr, args, true)
+                }
+                ReadRoute::OwnerPlain(args) => (owner_addr, args, false),
+                ReadRoute::Owner => (owner_addr, build(&p), false),
+            };
             let retry_safe = keyway_resp::retry_safe(&request);
-            let reply = match self.request(&addr, request).await {
+            let reply = match self.pipeline_on(&addr, vec![request], readonly).await {
+                Ok(mut replies) => replies.pop().ok_or_else(|| ClientError::Protocol {
+                    addr: addr.clone(),
+                    why: "no reply".into(),
+                }),
+                Err(e) => Err(e),
+            };
+            let reply = match reply {
                 Ok(reply) => reply,
                 // Not written (safe to re-send anything), or written but
                 // safe to run twice: re-route and re-send.
@@ -459,6 +492,14 @@ impl Client {
                 Err(e) => return Err(e),
             };
             match Rejected::of(&reply) {
+                Some(Rejected::Moved) if readonly => {
+                    // The reads-from replica does not serve it (not in sync,
+                    // no read lease): the owner does; refresh the map.
+                    Counters::inc(&self.stats.reads_from_fallbacks);
+                    self.stats.rejected(&self.stats.rejections_moved);
+                    owner_only = true;
+                    self.refresh_quietly(snap.generation, true, None).await;
+                }
                 Some(rejected) => self.on_rejection(rejected, snap.generation, &addr).await,
                 None => return Ok(reply),
             }
@@ -489,6 +530,20 @@ impl Client {
                         {
                             self.patch(moved);
                         }
+                    }
+                }
+            }
+            Rejected::KwReads(msg) => {
+                self.stats.rejected(&self.stats.rejections_kwreads);
+                match keyway_map::KwReads::parse(msg) {
+                    Some(reads) if self.cache.patch_reads_from(&reads) => {
+                        Counters::inc(&self.stats.patches);
+                        if strategy != Strategy::Redirect {
+                            self.refresh_quietly(seen, true, Some(addr)).await;
+                        }
+                    }
+                    _ => {
+                        self.refresh_quietly(seen, false, Some(addr)).await;
                     }
                 }
             }
@@ -561,10 +616,38 @@ impl Client {
         addr: &str,
         requests: Vec<Vec<Bytes>>,
     ) -> Result<Vec<Frame>, ClientError> {
+        self.pipeline_on(addr, requests, false).await
+    }
+
+    /// [`Self::pipeline`]; `readonly`: on a connection that sent `READONLY`
+    /// (sent first if it has not yet). `READONLY` changes nothing for the
+    /// client's other requests on that connection: `KW.AT` and writes are
+    /// admitted as the owner's either way.
+    async fn pipeline_on(
+        &self,
+        addr: &str,
+        mut requests: Vec<Vec<Bytes>>,
+        readonly: bool,
+    ) -> Result<Vec<Frame>, ClientError> {
         let conn = self.conn(addr);
         let mut conn = conn.lock().await;
         let timeout = Duration::from_millis(self.config.request_timeout_ms);
+        let prefix = readonly && !conn.readonly();
+        if prefix {
+            requests.insert(0, vec![Bytes::from_static(b"READONLY")]);
+        }
         match tokio::time::timeout(timeout, conn.pipeline(&requests)).await {
+            Ok(Ok(mut replies)) if prefix => match replies.first() {
+                Some(Frame::Simple(_)) => {
+                    conn.set_readonly();
+                    replies.remove(0);
+                    Ok(replies)
+                }
+                other => Err(ClientError::Protocol {
+                    addr: addr.into(),
+                    why: format!("READONLY answered {other:?}"),
+                }),
+            },
             Ok(result) => result,
             Err(_) => {
                 let sent = conn.sent();
@@ -589,6 +672,37 @@ fn route(
     let p = locate(map)?;
     let addr = map.nodes.get(&p.owner)?.resp_addr.clone();
     Some((p, addr))
+}
+
+/// Where one send of a request goes ([`read_route`]).
+#[derive(Debug, PartialEq, Eq)]
+enum ReadRoute {
+    /// The plain read to the reads-from replica's address, `READONLY`.
+    ReadsFrom(String, Vec<Bytes>),
+    /// The plain read to the owner (the replica refused it).
+    OwnerPlain(Vec<Bytes>),
+    /// The epoch-carrying request to the owner.
+    Owner,
+}
+
+/// Routes one send: a read (`read`: the plain command) of a partition with
+/// `reads_from` goes to that replica, unless it refused this request
+/// already (`owner_only`); everything else to the owner.
+fn read_route(
+    map: &PartitionMap,
+    p: &PartitionRecord,
+    read: Option<&[&[u8]]>,
+    owner_only: bool,
+) -> ReadRoute {
+    let (Some(args), Some(node)) = (read, p.reads_from) else {
+        return ReadRoute::Owner;
+    };
+    let plain = || args.iter().map(|a| Bytes::copy_from_slice(a)).collect();
+    match map.nodes.get(&node) {
+        Some(n) if !owner_only && node != p.owner => ReadRoute::ReadsFrom(n.resp_addr.clone(), plain()),
+        _ if owner_only => ReadRoute::OwnerPlain(plain()),
+        _ => ReadRoute::Owner,
+    }
 }
 
 /// `KW.AT <partition> <epoch> <args...>`.
@@ -641,5 +755,58 @@ mod tests {
             assert_eq!(p.replicas.len(), 2);
             assert_eq!(addr, format!("127.0.0.1:{}", 7000 + p.owner.0));
         }
+    }
+
+    #[test]
+    fn reads_of_a_partition_with_reads_from_go_to_that_replica_and_writes_to_the_owner() {
+        let nodes: Vec<NodeInfo> = (1..=3)
+            .map(|i| NodeInfo::up(NodeId(i), format!("127.0.0.1:{}", 7000 + i)))
+            .collect();
+        let mut map = PartitionMap::bootstrap_replicated(&nodes, 1, 2).unwrap();
+        let mut p = map.partitions.values().next().unwrap().clone();
+        p.in_sync = p.replicas.clone();
+        let t = p.replicas[0];
+        let get: &[&[u8]] = &[b"GET", b"k"];
+        let plain = vec![Bytes::from_static(b"GET"), Bytes::from_static(b"k")];
+        // No reads_from: everything to the owner, epoch-carrying.
+        assert_eq!(read_route(&map, &p, Some(get), false), ReadRoute::Owner);
+        p.reads_from = Some(t);
+        let t_addr = format!("127.0.0.1:{}", 7000 + t.0);
+        assert_eq!(
+            read_route(&map, &p, Some(get), false),
+            ReadRoute::ReadsFrom(t_addr, plain.clone())
+        );
+        // A write (no plain read) still goes to the owner.
+        assert_eq!(read_route(&map, &p, None, false), ReadRoute::Owner);
+        // The replica refused: the owner, plain (it would answer KWREADS to KW.AT).
+        assert_eq!(
+            read_route(&map, &p, Some(get), true),
+            ReadRoute::OwnerPlain(plain)
+        );
+        // An unknown reads-from node: the owner.
+        map.nodes.remove(&t);
+        assert_eq!(read_route(&map, &p, Some(get), false), ReadRoute::Owner);
+    }
+
+    #[test]
+    fn a_kwreads_patches_reads_from_at_the_same_epoch_only() {
+        let nodes: Vec<NodeInfo> = (1..=3)
+            .map(|i| NodeInfo::up(NodeId(i), format!("127.0.0.1:{}", 7000 + i)))
+            .collect();
+        let map = PartitionMap::bootstrap_replicated(&nodes, 1, 2).unwrap();
+        let p = map.partitions.values().next().unwrap().clone();
+        let cache = cache::Cache::default();
+        cache.install(map, None);
+        let reads = |epoch: u64| keyway_map::KwReads {
+            partition: p.id,
+            epoch: keyway_map::Epoch(epoch),
+            reads_from: p.replicas[0],
+            addr: "127.0.0.1:7999".into(),
+        };
+        assert!(!cache.patch_reads_from(&reads(p.epoch.0 + 1)), "another epoch");
+        assert!(cache.patch_reads_from(&reads(p.epoch.0)));
+        assert_eq!(cache.view().partitions[&p.id].reads_from, Some(p.replicas[0]));
+        assert!(!cache.patch_reads_from(&reads(p.epoch.0)), "known already");
+        assert_eq!(cache.base().partitions[&p.id].reads_from, None);
     }
 }

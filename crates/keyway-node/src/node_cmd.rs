@@ -455,6 +455,16 @@ fn storage_task(
                 Some(refused) => return refused,
                 None => (p.id, false),
             },
+            // Reads switched ahead of writes: an epoch-carrying read (the
+            // smart client's, the proxy's) goes to the reads-from replica;
+            // plain Redis reads are still served here.
+            Ok(p) if expected.is_some() && p.reads_from.is_some_and(|r| r != shared.me) => {
+                if let Some(frame) = reads_elsewhere(guard.map(), p) {
+                    shared.metrics.rejected("kwreads");
+                    return TaskOutput::reply(frame, false);
+                }
+                (p.id, false)
+            }
             Ok(p) => (p.id, p.owner != shared.me),
             Err(Rejection::Fenced { .. }) => {
                 drop(guard);
@@ -480,7 +490,12 @@ fn storage_task(
                 replica_read,
                 "only a READONLY read is admitted on a replica"
             );
-            shared.metrics.replica_read(true);
+            let switched = guard
+                .map()
+                .partitions
+                .get(&partition)
+                .is_some_and(|p| p.reads_from == Some(shared.me));
+            shared.metrics.replica_read_served(switched);
             let mut db = Db::new(engine, &shared.keyspace, shared.clock.unix_ms(), &limits);
             return match command.execute(&mut db) {
                 // A replica never changes its copy on a client's behalf: the
@@ -513,6 +528,20 @@ fn storage_task(
             reply,
         )
     })
+}
+
+/// `-KWREADS` to `p`'s reads-from node, if the map knows its address.
+fn reads_elsewhere(map: &keyway_map::PartitionMap, p: &keyway_map::PartitionRecord) -> Option<Frame> {
+    let node = p.reads_from?;
+    let addr = map.nodes.get(&node)?.resp_addr.clone();
+    let text = keyway_map::KwReads {
+        partition: p.id,
+        epoch: p.epoch,
+        reads_from: node,
+        addr,
+    }
+    .text();
+    Some(Frame::Error(text))
 }
 
 /// What a data command's connection is ([`storage_task`]).
