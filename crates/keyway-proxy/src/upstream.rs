@@ -218,12 +218,25 @@ impl NodeConn {
             }
             let mut out = BytesMut::new();
             encode_command(&hello, &mut out);
+            // READONLY too: the plain reads the proxy sends to a partition's
+            // reads_from replica need it, and it changes nothing for the
+            // rest (KW.AT is admitted as the owner's either way; a plain read
+            // at the owner is served as any read).
+            encode_command(&[Bytes::from_static(b"READONLY")], &mut out);
             stream.write_all(&out).await.map_err(|e| e.to_string())?;
             let mut parser = ResponseParser::new(config.reply_limits.clone());
             let mut buf = BytesMut::with_capacity(READ_BUFFER_BYTES);
+            let mut answered = 0;
             loop {
                 match parser.parse(&mut buf).map_err(|e| e.to_string())? {
-                    Some(Frame::Error(e)) => return Err(format!("HELLO 3 refused: {e}")),
+                    Some(Frame::Error(e)) if answered == 0 => {
+                        return Err(format!("HELLO 3 refused: {e}"));
+                    }
+                    Some(Frame::Error(e)) => return Err(format!("READONLY refused: {e}")),
+                    Some(_) if answered == 0 => {
+                        answered += 1;
+                        continue;
+                    }
                     Some(_) => return Ok((stream, parser, buf)),
                     None => {}
                 }
