@@ -218,7 +218,7 @@ impl NodeConn {
             }
             let mut out = BytesMut::new();
             encode_command(&hello, &mut out);
-            // READONLY too: the plain reads the proxy sends to a partition's
+            // READONLY too (pipelined): the plain reads the proxy sends to a partition's
             // reads_from replica need it, and it changes nothing for the
             // rest (KW.AT is admitted as the owner's either way; a plain read
             // at the owner is served as any read).
@@ -232,7 +232,13 @@ impl NodeConn {
                     Some(Frame::Error(e)) if answered == 0 => {
                         return Err(format!("HELLO 3 refused: {e}"));
                     }
-                    Some(Frame::Error(e)) => return Err(format!("READONLY refused: {e}")),
+                    // A node that does not know READONLY still serves
+                    // everything else; a reads_from read there is -MOVED and
+                    // falls back to the owner.
+                    Some(Frame::Error(e)) => {
+                        tracing::debug!(addr, %e, "READONLY refused; reads_from reads there fall back");
+                        return Ok((stream, parser, buf));
+                    }
                     Some(_) if answered == 0 => {
                         answered += 1;
                         continue;
