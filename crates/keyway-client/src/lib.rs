@@ -422,11 +422,13 @@ impl Client {
         self.send_routed_read(locate, build, None).await
     }
 
-    /// [`Self::send_routed`]; `read`: the plain command when it only reads,
-    /// sent to the partition's `reads_from` replica on a `READONLY`
-    /// connection when the map names one ([`read_route`]). A refusal there
-    /// (`-MOVED`) sends it to the owner, plain (so the owner serves it rather
-    /// than answering `-KWREADS`), and refreshes the map.
+    /// [`Self::send_routed`]; `read`: the plain command when it only reads.
+    /// A read of a partition whose `reads_from` the cache names goes there
+    /// instead of the owner, epoch-carrying, on a `READONLY` connection
+    /// ([`read_route`]; the replica serves it only while that is its
+    /// `reads_from` at that epoch, it is in sync and holds a read lease). A
+    /// rejection there sends it to the owner, plain (so the owner serves it
+    /// rather than answering `-KWREADS`), and corrects the cache.
     pub(crate) async fn send_routed_read(
         &self,
         locate: impl Fn(&PartitionMap) -> Option<PartitionRecord>,
@@ -450,9 +452,9 @@ impl Client {
                 Counters::inc(&self.stats.extra_round_trips);
             }
             let (addr, request, readonly) = match read_route(&snap.view, &p, read, owner_only) {
-                ReadRoute::ReadsFrom(addr, args) => {
+                ReadRoute::ReadsFrom(addr) => {
                     Counters::inc(&self.stats.reads_from_sends);
-                    (addr, args, true)
+                    (addr, build(&p), true)
                 }
                 ReadRoute::OwnerPlain(args) => (owner_addr, args, false),
                 ReadRoute::Owner => (owner_addr, build(&p), false),
@@ -492,13 +494,14 @@ impl Client {
                 Err(e) => return Err(e),
             };
             match Rejected::of(&reply) {
-                Some(Rejected::Moved) if readonly => {
-                    // The reads-from replica does not serve it (not in sync,
-                    // no read lease): the owner does; refresh the map.
+                Some(rejected) if readonly => {
+                    // The reads-from replica does not serve it (`-MOVED`: not
+                    // in sync or no read lease; `-KWMOVED`: its map is at
+                    // another epoch, reads_from cleared, say): the owner
+                    // does, and the cache is corrected as for any rejection.
                     Counters::inc(&self.stats.reads_from_fallbacks);
-                    self.stats.rejected(&self.stats.rejections_moved);
                     owner_only = true;
-                    self.refresh_quietly(snap.generation, true, None).await;
+                    self.on_rejection(rejected, snap.generation, &addr).await;
                 }
                 Some(rejected) => self.on_rejection(rejected, snap.generation, &addr).await,
                 None => return Ok(reply),
@@ -621,8 +624,9 @@ impl Client {
 
     /// [`Self::pipeline`]; `readonly`: on a connection that sent `READONLY`
     /// (sent first if it has not yet). `READONLY` changes nothing for the
-    /// client's other requests on that connection: `KW.AT` and writes are
-    /// admitted as the owner's either way.
+    /// client's other requests on that connection: writes and `KW.AT` are
+    /// admitted as the owner's (a `KW.AT` read at the partition's
+    /// `reads_from` node excepted, which is what the client wants).
     async fn pipeline_on(
         &self,
         addr: &str,
@@ -677,8 +681,8 @@ fn route(
 /// Where one send of a request goes ([`read_route`]).
 #[derive(Debug, PartialEq, Eq)]
 enum ReadRoute {
-    /// The plain read to the reads-from replica's address, `READONLY`.
-    ReadsFrom(String, Vec<Bytes>),
+    /// The epoch-carrying read to the reads-from replica's address, `READONLY`.
+    ReadsFrom(String),
     /// The plain read to the owner (the replica refused it).
     OwnerPlain(Vec<Bytes>),
     /// The epoch-carrying request to the owner.
@@ -699,7 +703,7 @@ fn read_route(
     };
     let plain = || args.iter().map(|a| Bytes::copy_from_slice(a)).collect();
     match map.nodes.get(&node) {
-        Some(n) if !owner_only && node != p.owner => ReadRoute::ReadsFrom(n.resp_addr.clone(), plain()),
+        Some(n) if !owner_only && node != p.owner => ReadRoute::ReadsFrom(n.resp_addr.clone()),
         _ if owner_only => ReadRoute::OwnerPlain(plain()),
         _ => ReadRoute::Owner,
     }
@@ -774,7 +778,7 @@ mod tests {
         let t_addr = format!("127.0.0.1:{}", 7000 + t.0);
         assert_eq!(
             read_route(&map, &p, Some(get), false),
-            ReadRoute::ReadsFrom(t_addr, plain.clone())
+            ReadRoute::ReadsFrom(t_addr)
         );
         // A write (no plain read) still goes to the owner.
         assert_eq!(read_route(&map, &p, None, false), ReadRoute::Owner);

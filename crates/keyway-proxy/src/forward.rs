@@ -84,7 +84,7 @@ pub async fn send(
             Some(route) => {
                 let hop = read_hop(target, &route, retry_safe, owner_only);
                 let request = match (&hop, target) {
-                    (Hop::ReadsFrom(_) | Hop::OwnerPlain, _) => args.to_vec(),
+                    (Hop::OwnerPlain, _) => args.to_vec(),
                     (_, Target::Key { .. }) if args[0].eq_ignore_ascii_case(b"KW.SCAN") => {
                         args.to_vec()
                     }
@@ -101,14 +101,16 @@ pub async fn send(
                 match tokio::time::timeout_at(deadline, call).await {
                     Err(_) => return timed_out(core, args, retry_safe, &addr),
                     Ok(Ok(Frame::Error(msg)))
-                        if matches!(hop, Hop::ReadsFrom(_)) && msg.starts_with("MOVED ") =>
+                        if matches!(hop, Hop::ReadsFrom(_))
+                            && rejection(core, target, &msg).is_some() =>
                     {
-                        // Not in sync, no read lease: the owner serves it.
+                        // `-MOVED`: not in sync or no read lease; `-KWMOVED`:
+                        // its map is at another epoch (patched in above).
+                        // The owner serves it.
                         core.metrics
                             .reads_from
                             .get_or_create(&KindLabel { kind: "fallback" })
                             .inc();
-                        core.metrics.rejection("moved");
                         owner_only = true;
                         last_error = Some(Frame::Error(msg));
                         continue;
@@ -204,7 +206,8 @@ async fn wait(
 /// Where one send of a request goes.
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum Hop {
-    /// A read of a partition with `reads_from`: plain, to that replica.
+    /// A read of a partition with `reads_from`: `KW.AT`, to that replica
+    /// (on the `READONLY` upstream connection).
     ReadsFrom(String),
     /// That replica refused it: plain, to the owner (which would answer
     /// `KW.AT` with `-KWREADS`).

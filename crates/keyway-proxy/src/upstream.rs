@@ -218,10 +218,11 @@ impl NodeConn {
             }
             let mut out = BytesMut::new();
             encode_command(&hello, &mut out);
-            // READONLY too (pipelined): the plain reads the proxy sends to a partition's
+            // READONLY too (pipelined): the reads the proxy sends to a partition's
             // reads_from replica need it, and it changes nothing for the
-            // rest (KW.AT is admitted as the owner's either way; a plain read
-            // at the owner is served as any read).
+            // rest (KW.AT is admitted as the owner's, except a read at the
+            // partition's reads_from node; a plain read at the owner is
+            // served as any read).
             encode_command(&[Bytes::from_static(b"READONLY")], &mut out);
             stream.write_all(&out).await.map_err(|e| e.to_string())?;
             let mut parser = ResponseParser::new(config.reply_limits.clone());
