@@ -807,9 +807,15 @@ mod tests {
             reads_from: p.replicas[0],
             addr: "127.0.0.1:7999".into(),
         };
-        assert!(!cache.patch_reads_from(&reads(p.epoch.0 + 1)), "another epoch");
+        assert!(
+            !cache.patch_reads_from(&reads(p.epoch.0 + 1)),
+            "another epoch"
+        );
         assert!(cache.patch_reads_from(&reads(p.epoch.0)));
-        assert_eq!(cache.view().partitions[&p.id].reads_from, Some(p.replicas[0]));
+        assert_eq!(
+            cache.view().partitions[&p.id].reads_from,
+            Some(p.replicas[0])
+        );
         assert!(!cache.patch_reads_from(&reads(p.epoch.0)), "known already");
         assert_eq!(cache.base().partitions[&p.id].reads_from, None);
     }

@@ -548,7 +548,10 @@ fn storage_task(
 }
 
 /// `-KWREADS` to `p`'s reads-from node, if the map knows its address.
-fn reads_elsewhere(map: &keyway_map::PartitionMap, p: &keyway_map::PartitionRecord) -> Option<Frame> {
+fn reads_elsewhere(
+    map: &keyway_map::PartitionMap,
+    p: &keyway_map::PartitionRecord,
+) -> Option<Frame> {
     let node = p.reads_from?;
     let addr = map.nodes.get(&node)?.resp_addr.clone();
     let text = keyway_map::KwReads {

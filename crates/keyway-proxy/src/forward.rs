@@ -92,7 +92,10 @@ pub async fn send(
                 };
                 let addr = match &hop {
                     Hop::ReadsFrom(addr) => {
-                        core.metrics.reads_from.get_or_create(&KindLabel { kind: "sent" }).inc();
+                        core.metrics
+                            .reads_from
+                            .get_or_create(&KindLabel { kind: "sent" })
+                            .inc();
                         addr.clone()
                     }
                     _ => route.addr.clone(),
@@ -294,13 +297,24 @@ mod tests {
             read_hop(&slot, &route(Some("t:1")), true, false),
             Hop::ReadsFrom("t:1".into())
         );
-        assert_eq!(read_hop(&slot, &route(Some("t:1")), false, false), Hop::Owner, "a write");
-        assert_eq!(read_hop(&slot, &route(Some("t:1")), true, true), Hop::OwnerPlain);
+        assert_eq!(
+            read_hop(&slot, &route(Some("t:1")), false, false),
+            Hop::Owner,
+            "a write"
+        );
+        assert_eq!(
+            read_hop(&slot, &route(Some("t:1")), true, true),
+            Hop::OwnerPlain
+        );
         let key = Target::Key {
             keyspace: Keyspace::new(keyway_map::KeyspaceId(1), "r", keyway_map::Routing::Range),
             local: Bytes::from_static(b"k"),
         };
-        assert_eq!(read_hop(&key, &route(Some("t:1")), true, false), Hop::Owner, "KW.* stays");
+        assert_eq!(
+            read_hop(&key, &route(Some("t:1")), true, false),
+            Hop::Owner,
+            "KW.* stays"
+        );
     }
 
     /// The shared list of reads is the node's: every data command without

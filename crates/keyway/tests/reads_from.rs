@@ -98,7 +98,11 @@ async fn read_round(
     let (o0, _) = counts(c, owner);
     let (t0, s0) = counts(c, target);
     for k in keys {
-        assert_eq!(cl.get(k.as_bytes()).await.unwrap().as_deref(), Some(want), "{k}");
+        assert_eq!(
+            cl.get(k.as_bytes()).await.unwrap().as_deref(),
+            Some(want),
+            "{k}"
+        );
     }
     let (o1, _) = counts(c, owner);
     let (t1, s1) = counts(c, target);
@@ -123,7 +127,10 @@ async fn reads_go_to_reads_from_while_writes_stay_at_the_owner_and_come_back_whe
         stale.set(k.as_bytes(), b"v1").await.unwrap();
     }
     // Before: every read runs at the owner.
-    assert_eq!(read_round(&c, &stale, &keys, owner, target, b"v1").await, (n, 0, 0));
+    assert_eq!(
+        read_round(&c, &stale, &keys, owner, target, b"v1").await,
+        (n, 0, 0)
+    );
 
     let p = c.map().await.unwrap().partitions[&p.id].clone();
     cas(&c, &p, |r| r.reads_from = Some(target)).await;
@@ -131,18 +138,26 @@ async fn reads_go_to_reads_from_while_writes_stay_at_the_owner_and_come_back_whe
     assert_eq!(fresh.map().partitions[&p.id].reads_from, Some(target));
     // Reads land at the target once it holds a read lease at the new epoch
     // (until then it refuses and the client falls back to the owner).
-    eventually("reads served by the target", Duration::from_secs(10), || async {
-        let ran = read_round(&c, &fresh, &keys, owner, target, b"v1").await;
-        (ran == (0, n, n)).then_some(())
-    })
+    eventually(
+        "reads served by the target",
+        Duration::from_secs(10),
+        || async {
+            let ran = read_round(&c, &fresh, &keys, owner, target, b"v1").await;
+            (ran == (0, n, n)).then_some(())
+        },
+    )
     .await;
     let stats = fresh.stats();
     assert!(stats.reads_from_sends >= n, "{stats:?}");
     // The stale client learns it from the owner's KWREADS (or a refresh).
-    eventually("the stale client reads from the target", Duration::from_secs(10), || async {
-        let ran = read_round(&c, &stale, &keys, owner, target, b"v1").await;
-        (ran == (0, n, n)).then_some(())
-    })
+    eventually(
+        "the stale client reads from the target",
+        Duration::from_secs(10),
+        || async {
+            let ran = read_round(&c, &stale, &keys, owner, target, b"v1").await;
+            (ran == (0, n, n)).then_some(())
+        },
+    )
     .await;
     let stats = stale.stats();
     assert!(
@@ -157,15 +172,22 @@ async fn reads_go_to_reads_from_while_writes_stay_at_the_owner_and_come_back_whe
     }
     assert_eq!(counts(&c, owner).0 - o0, n, "writes at the owner");
     assert_eq!(counts(&c, target).0 - t0, 0, "no write at the target");
-    assert_eq!(read_round(&c, &fresh, &keys, owner, target, b"v2").await, (0, n, n));
+    assert_eq!(
+        read_round(&c, &fresh, &keys, owner, target, b"v2").await,
+        (0, n, n)
+    );
 
     // Cleared: reads go back to the owner.
     let p = c.map().await.unwrap().partitions[&p.id].clone();
     cas(&c, &p, |r| r.reads_from = None).await;
-    eventually("reads back at the owner", Duration::from_secs(10), || async {
-        let ran = read_round(&c, &fresh, &keys, owner, target, b"v2").await;
-        (ran == (n, 0, 0)).then_some(())
-    })
+    eventually(
+        "reads back at the owner",
+        Duration::from_secs(10),
+        || async {
+            let ran = read_round(&c, &fresh, &keys, owner, target, b"v2").await;
+            (ran == (n, 0, 0)).then_some(())
+        },
+    )
     .await;
     c.shutdown().await;
 }

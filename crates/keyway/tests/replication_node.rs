@@ -601,9 +601,8 @@ async fn a_switchover_keeps_the_old_primary_in_sync_so_switching_back_copies_not
     let cl = client(&c).await;
     let p = map.partitions.values().next().unwrap().clone();
     let (old, target) = (p.owner, p.replicas[0]);
-    let in_part = |p: &PartitionRecord, k: &String| {
-        p.contains(&key_hash_slot(k.as_bytes()).to_be_bytes())
-    };
+    let in_part =
+        |p: &PartitionRecord, k: &String| p.contains(&key_hash_slot(k.as_bytes()).to_be_bytes());
     let keys: Vec<String> = (0..5_000)
         .map(|i| format!("k{i}"))
         .filter(|k| in_part(&p, k))
@@ -677,10 +676,14 @@ async fn a_switchover_keeps_the_old_primary_in_sync_so_switching_back_copies_not
     }
     // The switch back needs the old primary in sync (it is at once here;
     // a copy would have to run first otherwise).
-    let row = eventually("the old primary in sync", Duration::from_secs(20), || async {
-        let row = c.map().await.ok()?.partitions[&p.id].clone();
-        (row.owner == target && row.in_sync.contains(&old)).then_some(row)
-    })
+    let row = eventually(
+        "the old primary in sync",
+        Duration::from_secs(20),
+        || async {
+            let row = c.map().await.ok()?.partitions[&p.id].clone();
+            (row.owner == target && row.in_sync.contains(&old)).then_some(row)
+        },
+    )
     .await;
     let (owner, e2, _) = PeerClient::connect(&admin(target))
         .unwrap()
@@ -694,17 +697,31 @@ async fn a_switchover_keeps_the_old_primary_in_sync_so_switching_back_copies_not
             Some(&b"v2"[..]),
             "{k} after switching back"
         );
-        assert_eq!(held(&c, node_index(&c, old), k.as_bytes()).as_deref(), Some(&b"v2"[..]));
+        assert_eq!(
+            held(&c, node_index(&c, old), k.as_bytes()).as_deref(),
+            Some(&b"v2"[..])
+        );
     }
     // (a) No catch-up copy ran on either node.
-    assert_eq!(copies_started(&c), before, "copies started during the switches");
+    assert_eq!(
+        copies_started(&c),
+        before,
+        "copies started during the switches"
+    );
     // (c) The old primary was in the in-sync set right after the first switch.
     assert_eq!(
-        (after_first.owner, after_first.in_sync.clone(), after_first.reads_from),
+        (
+            after_first.owner,
+            after_first.in_sync.clone(),
+            after_first.reads_from
+        ),
         (target, vec![old], None)
     );
     let row = c.map().await.unwrap().partitions[&p.id].clone();
-    assert_eq!((row.owner, row.in_sync.clone(), row.epoch), (old, vec![target], e2));
+    assert_eq!(
+        (row.owner, row.in_sync.clone(), row.epoch),
+        (old, vec![target], e2)
+    );
     let kept = |id: NodeId| {
         c.node(node_index(&c, id))
             .unwrap()
@@ -717,7 +734,10 @@ async fn a_switchover_keeps_the_old_primary_in_sync_so_switching_back_copies_not
     assert_eq!((kept(target), kept(old)), (1, 1));
     // Writes at the old primary again reach its replica.
     cl.set(keys[0].as_bytes(), b"v3").await.unwrap();
-    assert_eq!(held(&c, node_index(&c, target), keys[0].as_bytes()).as_deref(), Some(&b"v3"[..]));
+    assert_eq!(
+        held(&c, node_index(&c, target), keys[0].as_bytes()).as_deref(),
+        Some(&b"v3"[..])
+    );
     assert_eq!(copies_started(&c), before);
     c.shutdown().await;
 }

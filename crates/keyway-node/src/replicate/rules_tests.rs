@@ -409,18 +409,26 @@ fn a_switchover_install_keeps_the_old_primary_in_sync_with_no_cas_and_no_copy() 
         }]
     );
     // Shipped stamped, vouched for.
-    assert!(rules.shipped_to(OLD).iter().any(|(p, _, _, v)| *p == P && *v));
+    assert!(
+        rules
+            .shipped_to(OLD)
+            .iter()
+            .any(|(p, _, _, v)| *p == P && *v)
+    );
     // A write at 301 waits for OLD until a batch listing the era covers it.
     let (w, cmds) = rules.queue(P, 301, &[OLD], ms(t0, 2));
     assert!(cmds.is_empty());
     // A batch that did not list the era (read before it existed) covers nothing.
     assert!(releases(&rules.stream_batch_acked(OLD, 250, 310, &[], ms(t0, 3))).is_empty());
     assert_eq!(rules.acked_for(P, OLD), 300);
-    assert_eq!(rules.rewind_to(OLD), Some(300), "the stream re-reads from covered");
+    assert_eq!(
+        rules.rewind_to(OLD),
+        Some(300),
+        "the stream re-reads from covered"
+    );
     // A batch listing it but starting above covered leaves a gap: no cover.
     assert!(
-        releases(&rules.stream_batch_acked(OLD, 305, 320, &[(P, Epoch(6))], ms(t0, 4)))
-            .is_empty()
+        releases(&rules.stream_batch_acked(OLD, 305, 320, &[(P, Epoch(6))], ms(t0, 4))).is_empty()
     );
     assert_eq!(
         releases(&rules.stream_batch_acked(OLD, 300, 320, &[(P, Epoch(6))], ms(t0, 5))),
@@ -504,7 +512,10 @@ fn an_era_ends_with_a_copy_and_a_split_child_inherits_it() {
     let mut out = row(8, &[R, OLD], &[]);
     out.range = KeyRange::new(Bytes::from_static(b"p/"), Some(Bytes::from_static(b"p/a")));
     rules.map_installed(&[out], ms(t0, 2));
-    assert!(rules.parts()[&P].eras.contains_key(&OLD), "still shipped while Removed");
+    assert!(
+        rules.parts()[&P].eras.contains_key(&OLD),
+        "still shipped while Removed"
+    );
     rules.tick(ms(t0, 5_000), true);
     let cmds = rules.tick(ms(t0, 5_001), true);
     assert!(cmds.contains(&Command::StartCopy {

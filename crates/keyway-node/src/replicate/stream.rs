@@ -26,10 +26,10 @@
 //! the driver starts a new stream once nothing waits on it.
 
 use super::Replication;
+use super::rules::Era;
 use crate::peer::{PeerClient, PeerError, PeerOptions, pb};
 use bytes::Bytes;
 use keyway_map::{Epoch, NodeId, PartitionId};
-use super::rules::Era;
 use keyway_storage::{ChangeRecord, KeyRange, Seq, StorageError};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};

@@ -57,7 +57,10 @@ pub enum SwitchoverError {
 /// target, replicas = replicas − target + the old owner, in_sync = [the old
 /// owner], reads_from = None, epoch + 1.
 pub fn switched_row(row: &PartitionRecord, target: NodeId) -> PartitionRecord {
-    assert!(row.in_sync.contains(&target), "switchover to a replica not in sync");
+    assert!(
+        row.in_sync.contains(&target),
+        "switchover to a replica not in sync"
+    );
     let mut next = row.clone();
     next.owner = target;
     next.replicas.retain(|r| *r != target);
