@@ -7,7 +7,7 @@
 //! writes still run at the owner; a stale client learns it from the
 //! owner's `-KWREADS`; after `reads_from` is cleared, reads go back.
 
-use keyway_client::{Client, ClientConfig};
+use keyway_client::{Client, ClientConfig, Strategy};
 use keyway_cluster::{ClusterSpec, LocalCluster};
 use keyway_map::{
     DEFAULT_KEYSPACE, Epoch, Keyspace, MapChange, NodeId, OwnershipCondition, PartitionMap,
@@ -70,12 +70,18 @@ async fn replicate_everything(c: &LocalCluster) -> PartitionMap {
     .await
 }
 
-async fn client(c: &LocalCluster) -> Client {
+async fn client_with(c: &LocalCluster, strategy: Strategy) -> Client {
     let seeds: Vec<String> = c.resp_addrs().into_iter().flatten().collect();
     let seeds: Vec<&str> = seeds.iter().map(|s| s.as_str()).collect();
-    Client::connect(&seeds, ClientConfig::default())
-        .await
-        .unwrap()
+    let config = ClientConfig {
+        strategy,
+        ..ClientConfig::default()
+    };
+    Client::connect(&seeds, config).await.unwrap()
+}
+
+async fn client(c: &LocalCluster) -> Client {
+    client_with(c, Strategy::Hybrid).await
 }
 
 /// (storage commands run, reads served because of reads_from) per node.
@@ -123,6 +129,9 @@ async fn reads_go_to_reads_from_while_writes_stay_at_the_owner_and_come_back_whe
         .collect();
     let n = keys.len() as u64;
     let stale = client(&c).await;
+    // A redirect client only patches what rejections carry: it learns
+    // reads_from from the owner's -KWREADS alone.
+    let redirect = client_with(&c, Strategy::Redirect).await;
     for k in &keys {
         stale.set(k.as_bytes(), b"v1").await.unwrap();
     }
@@ -164,6 +173,17 @@ async fn reads_go_to_reads_from_while_writes_stay_at_the_owner_and_come_back_whe
         stats.rejections_kwreads + stats.rejections_kwmoved >= 1,
         "{stats:?}"
     );
+    eventually(
+        "the redirect client reads from the target",
+        Duration::from_secs(10),
+        || async {
+            let ran = read_round(&c, &redirect, &keys, owner, target, b"v1").await;
+            (ran == (0, n, n)).then_some(())
+        },
+    )
+    .await;
+    let stats = redirect.stats();
+    assert!(stats.rejections_kwreads >= 1, "{stats:?}");
     // Writes still run at the owner, and the target serves them after.
     let (o0, _) = counts(&c, owner);
     let (t0, _) = counts(&c, target);
