@@ -168,12 +168,17 @@ async fn switching_over_and_back_under_writes_copies_nothing_and_loses_no_acknow
     writer.await.unwrap();
 
     assert_eq!(copies(), before, "no catch-up copy ran");
-    let w = written.lock().unwrap();
-    let allowed = |k: &String| -> Vec<u64> {
-        let mut v = vec![w.acked[k]];
-        v.extend(w.unknown.get(k).into_iter().flatten().copied());
-        v
+    let allowed: BTreeMap<String, Vec<u64>> = {
+        let w = written.lock().unwrap();
+        keys.iter()
+            .map(|k| {
+                let mut v = vec![w.acked[k]];
+                v.extend(w.unknown.get(k).into_iter().flatten().copied());
+                (k.clone(), v)
+            })
+            .collect()
     };
+    let allowed = |k: &String| allowed[k].clone();
     let cl = client(&c).await;
     for k in &keys {
         let got: u64 = String::from_utf8(cl.get(k.as_bytes()).await.unwrap().unwrap().to_vec())
@@ -203,6 +208,5 @@ async fn switching_over_and_back_under_writes_copies_nothing_and_loses_no_acknow
         )
         .await;
     }
-    drop(w);
     c.shutdown().await;
 }
