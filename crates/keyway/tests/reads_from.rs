@@ -5,7 +5,8 @@
 //! client's reads of that partition are served by the replica (its
 //! `served_reads_from` count grows, the owner runs none of them) while
 //! writes still run at the owner; a stale client learns it from the
-//! owner's `-KWREADS`; after `reads_from` is cleared, reads go back.
+//! owner's `-KWREADS`; after `reads_from` is cleared, reads go back. The
+//! same through `keyway proxy` for a plain Redis connection.
 
 use keyway_client::{Client, ClientConfig, Strategy};
 use keyway_cluster::{ClusterSpec, LocalCluster};
@@ -209,5 +210,124 @@ async fn reads_go_to_reads_from_while_writes_stay_at_the_owner_and_come_back_whe
         },
     )
     .await;
+    c.shutdown().await;
+}
+
+/// A plain RESP connection (what a Redis client without cluster support
+/// sends to `keyway proxy`).
+struct Plain {
+    stream: tokio::net::TcpStream,
+    buf: bytes::BytesMut,
+    parser: keyway_resp::ResponseParser,
+}
+
+impl Plain {
+    async fn connect(addr: &str) -> Plain {
+        Plain {
+            stream: tokio::net::TcpStream::connect(addr).await.unwrap(),
+            buf: bytes::BytesMut::new(),
+            parser: keyway_resp::ResponseParser::new(keyway_resp::Limits::default()),
+        }
+    }
+
+    async fn cmd(&mut self, args: &[&[u8]]) -> keyway_resp::Frame {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let frame = keyway_resp::Frame::Array(
+            args.iter()
+                .map(|a| keyway_resp::Frame::Bulk(bytes::Bytes::copy_from_slice(a)))
+                .collect(),
+        );
+        let mut out = bytes::BytesMut::new();
+        keyway_resp::encode(&frame, keyway_resp::Protocol::Resp2, &mut out);
+        self.stream.write_all(&out).await.unwrap();
+        loop {
+            if let Some(reply) = self.parser.parse(&mut self.buf).unwrap() {
+                return reply;
+            }
+            assert!(self.stream.read_buf(&mut self.buf).await.unwrap() > 0);
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_proxy_sends_reads_to_reads_from_and_writes_to_the_owner() {
+    use keyway_resp::Frame;
+    let dir = tempfile::tempdir().unwrap();
+    let c = cluster(dir.path()).await;
+    let map = replicate_everything(&c).await;
+    let p = map.partitions.values().next().unwrap().clone();
+    let (owner, target) = (p.owner, p.replicas[0]);
+    let keys: Vec<String> = (0..5_000)
+        .map(|i| format!("k{i}"))
+        .filter(|k| p.contains(&key_hash_slot(k.as_bytes()).to_be_bytes()))
+        .take(50)
+        .collect();
+    let n = keys.len() as u64;
+    let config = keyway_proxy::ProxyConfig {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        admin_listen: "127.0.0.1:0".parse().unwrap(),
+        ..keyway_proxy::ProxyConfig::default()
+    };
+    let proxy = keyway_proxy::Proxy::start(config, c.meta().clone())
+        .await
+        .unwrap();
+    let conn = tokio::sync::Mutex::new(Plain::connect(proxy.resp_addr()).await);
+    let cmd = |args: Vec<Vec<u8>>| {
+        let conn = &conn;
+        async move {
+            let args: Vec<&[u8]> = args.iter().map(|a| a.as_slice()).collect();
+            conn.lock().await.cmd(&args).await
+        }
+    };
+    let round = |value: &'static [u8]| {
+        let (keys, c, cmd) = (keys.clone(), &c, &cmd);
+        async move {
+            let (o0, _) = counts(c, owner);
+            let (t0, s0) = counts(c, target);
+            for k in &keys {
+                let got = cmd(vec![b"GET".to_vec(), k.as_bytes().to_vec()]).await;
+                assert_eq!(got, Frame::Bulk(bytes::Bytes::from_static(value)), "{k}");
+            }
+            let (o1, _) = counts(c, owner);
+            let (t1, s1) = counts(c, target);
+            (o1 - o0, t1 - t0, s1 - s0)
+        }
+    };
+    let set = |value: &'static [u8]| {
+        let (keys, cmd) = (keys.clone(), &cmd);
+        async move {
+            for k in &keys {
+                let reply = cmd(vec![b"SET".to_vec(), k.as_bytes().to_vec(), value.to_vec()]).await;
+                assert!(matches!(reply, Frame::Simple(_)), "{k}: {reply:?}");
+            }
+        }
+    };
+    set(b"v1").await;
+    assert_eq!(round(b"v1").await, (n, 0, 0));
+
+    let p = c.map().await.unwrap().partitions[&p.id].clone();
+    cas(&c, &p, |r| r.reads_from = Some(target)).await;
+    eventually(
+        "proxied reads served by the target",
+        Duration::from_secs(10),
+        || async { (round(b"v1").await == (0, n, n)).then_some(()) },
+    )
+    .await;
+    let (o0, _) = counts(&c, owner);
+    let (t0, _) = counts(&c, target);
+    set(b"v2").await;
+    assert_eq!(counts(&c, owner).0 - o0, n, "writes at the owner");
+    assert_eq!(counts(&c, target).0 - t0, 0, "no write at the target");
+    assert_eq!(round(b"v2").await, (0, n, n));
+
+    let p = c.map().await.unwrap().partitions[&p.id].clone();
+    cas(&c, &p, |r| r.reads_from = None).await;
+    eventually(
+        "proxied reads back at the owner",
+        Duration::from_secs(10),
+        || async { (round(b"v2").await == (n, 0, 0)).then_some(()) },
+    )
+    .await;
+    proxy.shutdown().await;
     c.shutdown().await;
 }
