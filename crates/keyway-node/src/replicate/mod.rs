@@ -34,6 +34,7 @@
 
 mod cas;
 mod copy;
+mod era;
 pub mod metrics;
 pub mod replica;
 pub mod rules;
