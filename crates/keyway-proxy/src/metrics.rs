@@ -214,6 +214,10 @@ pub struct Status {
     pub upstream_errors: u64,
     pub unknown_outcomes: u64,
     pub timeouts: u64,
+    /// Reads sent to a partition's `reads_from` replica.
+    pub reads_from_sent: u64,
+    /// Of those, refused there and sent to the owner instead.
+    pub reads_from_fallbacks: u64,
 }
 
 impl Status {
@@ -234,6 +238,14 @@ impl Status {
             upstream_errors: m.upstream_errors.get(),
             unknown_outcomes: m.unknown_outcomes.get(),
             timeouts: m.timeouts.get(),
+            reads_from_sent: m
+                .reads_from
+                .get_or_create(&KindLabel { kind: "sent" })
+                .get(),
+            reads_from_fallbacks: m
+                .reads_from
+                .get_or_create(&KindLabel { kind: "fallback" })
+                .get(),
         }
     }
 }

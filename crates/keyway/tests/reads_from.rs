@@ -313,6 +313,7 @@ async fn the_proxy_sends_reads_to_reads_from_and_writes_to_the_owner() {
         || async { (round(b"v1").await == (0, n, n)).then_some(()) },
     )
     .await;
+    assert!(proxy.status().reads_from_sent >= n);
     let (o0, _) = counts(&c, owner);
     let (t0, _) = counts(&c, target);
     set(b"v2").await;
