@@ -33,6 +33,15 @@
 //! parents with different eras is not inherited (restart rule). The era
 //! ends when P is copied again (the copy cleans, so plain seqs are right
 //! again) or removed.
+//!
+//! With in-sync sets that survive an owner change, the rules must not
+//! carry state across an ownership they did not see end: if the driver
+//! saw this node own the partition, then (skipping the maps in between) own
+//! it again after another node owned it and streamed it here, the stream
+//! positions and eras it knows are void. `Row::replica_applied` (this
+//! node's `ReplicaSide::applied_seq`, which moves only while another node
+//! streams the partition here) tells: when it changed, the partition is
+//! forgotten and first sight applies (the restart rule).
 
 use super::rules::Row;
 use keyway_map::{Epoch, NodeId};

@@ -311,6 +311,7 @@ impl Replication {
                     replicas: p.replicas.clone(),
                     in_sync: p.in_sync.clone(),
                     prior: prior(p),
+                    replica_applied: self.replica.applied_seq(p.id),
                 })
                 .collect();
             let mut kept = 0;

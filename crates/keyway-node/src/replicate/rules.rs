@@ -58,6 +58,12 @@ pub struct Row {
     pub in_sync: Vec<NodeId>,
     /// The partition in the previously installed map, if another node owned it.
     pub prior: Option<Prior>,
+    /// `ReplicaSide::applied_seq` of the partition at this install: it
+    /// changes only while another node owns the partition and streams it
+    /// here, so a change between two installs that both show this node as
+    /// owner means it lost the partition in between (in a map the driver
+    /// skipped): what these rules know of it is void.
+    pub replica_applied: Option<Seq>,
 }
 
 /// One owned partition with replicas.
@@ -76,6 +82,8 @@ pub struct Part {
     unknown: BTreeSet<NodeId>,
     /// Old primaries kept in sync by a switchover (shipped stamped).
     pub eras: BTreeMap<NodeId, Era>,
+    /// [`Row::replica_applied`] when this part was installed.
+    replica_applied: Option<Seq>,
     cas_pending: bool,
 }
 
@@ -557,6 +565,22 @@ impl Rules {
             // Not the owner any more: what waited on its replicas is unknown.
             out.extend(self.fail_where(|w| old.contains_key(&w.partition)));
         }
+        // Owned now and before, but another node owned it in between (see
+        // `Row::replica_applied`): forgotten, so first sight applies (and
+        // not inherited from itself), and what waited is unknown.
+        let relost: BTreeSet<PartitionId> = owned
+            .iter()
+            .filter(|r| {
+                self.parts
+                    .get(&r.id)
+                    .is_some_and(|p| p.replica_applied != r.replica_applied)
+            })
+            .map(|r| r.id)
+            .collect();
+        if !relost.is_empty() {
+            self.parts.retain(|id, _| !relost.contains(id));
+            out.extend(self.fail_where(|w| relost.contains(&w.partition)));
+        }
         // The parents as they were before this map (a split's parent row may
         // come first and narrow its range).
         let before = self.parts.clone();
@@ -645,6 +669,7 @@ impl Rules {
                 listed: row.replicas.iter().copied().collect(),
                 unknown,
                 eras,
+                replica_applied: row.replica_applied,
                 cas_pending,
             };
             part.drop_ended_eras();

@@ -25,6 +25,7 @@ fn row(epoch: u64, replicas: &[NodeId], in_sync: &[NodeId]) -> Row {
         replicas: replicas.to_vec(),
         in_sync: in_sync.to_vec(),
         prior: None,
+        replica_applied: None,
     }
 }
 
@@ -522,5 +523,38 @@ fn an_era_ends_with_a_copy_and_a_split_child_inherits_it() {
         partition: P,
         replica: OLD
     }));
+    assert!(rules.parts()[&P].eras.is_empty());
+}
+
+#[test]
+fn a_partition_owned_by_another_node_in_between_is_first_seen_again() {
+    // The driver saw this node own P at 5 and at 7, never the map between
+    // where OLD owned it and streamed it here (its applied seq moved).
+    let t0 = Instant::now();
+    let mut rules = Rules::new(cfg(), t0 - Duration::from_secs(60));
+    let mut first = switched(6, 5, &[OLD], Some(300));
+    first.replica_applied = Some(300);
+    rules.map_installed(&[first], t0);
+    assert_eq!(rules.parts()[&P].replicas[&OLD], ReplicaState::InSync);
+    // Still owned throughout (applied seq unchanged): an epoch jump is kept.
+    let mut same = row(8, &[R, OLD], &[OLD]);
+    same.replica_applied = Some(300);
+    assert!(cases(&rules.map_installed(&[same], ms(t0, 1))).is_empty());
+    let (w, _) = rules.queue(P, 400, &[OLD], ms(t0, 2));
+    // Lost and back: the restart rule, and what waited is unknown.
+    let mut back = row(10, &[R, OLD], &[OLD]);
+    back.replica_applied = Some(450);
+    let cmds = rules.map_installed(&[back], ms(t0, 3));
+    assert_eq!(releases(&cmds), vec![(w, false)]);
+    assert_eq!(
+        cases(&cmds),
+        vec![(
+            Epoch(10),
+            CasChange::Remove {
+                replicas: vec![OLD],
+                reason: Reason::PrimaryRestarted
+            }
+        )]
+    );
     assert!(rules.parts()[&P].eras.is_empty());
 }
