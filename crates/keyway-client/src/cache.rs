@@ -161,6 +161,28 @@ impl Cache {
         s.generation += 1;
     }
 
+    /// Patches a `-KWREADS` into the view: the partition at that epoch
+    /// reads from that node; true if it changed anything. Not kept across
+    /// refreshes (a refresh brings `reads_from` itself).
+    pub fn patch_reads_from(&self, reads: &keyway_map::KwReads) -> bool {
+        let mut s = self.write();
+        let Some(p) = s.view.partitions.get(&reads.partition) else {
+            return false;
+        };
+        if p.epoch != reads.epoch || p.reads_from == Some(reads.reads_from) {
+            return false;
+        }
+        let mut view = (*s.view).clone();
+        if let Some(p) = view.partitions.get_mut(&reads.partition) {
+            p.reads_from = Some(reads.reads_from);
+        }
+        view.nodes
+            .entry(reads.reads_from)
+            .or_insert_with(|| NodeInfo::up(reads.reads_from, reads.addr.clone()));
+        s.view = Arc::new(view);
+        true
+    }
+
     /// Patches a rejection into the view; true if it changed anything.
     pub fn patch(&self, moved: KwMoved) -> bool {
         let mut s = self.write();

@@ -21,6 +21,8 @@ pub struct Conn {
     /// The current request was written whole: a failure from now on leaves
     /// its outcome unknown.
     sent: bool,
+    /// This connection sent `READONLY` (since it last connected).
+    readonly: bool,
 }
 
 impl Conn {
@@ -31,7 +33,18 @@ impl Conn {
             buf: BytesMut::new(),
             parser: ResponseParser::new(Limits::default()),
             sent: false,
+            readonly: false,
         }
+    }
+
+    /// Whether this connection sent `READONLY` since it last connected.
+    pub fn readonly(&self) -> bool {
+        self.readonly && self.stream.is_some()
+    }
+
+    /// The node acknowledged `READONLY` on this connection.
+    pub fn set_readonly(&mut self) {
+        self.readonly = true;
     }
 
     /// Whether the current (or last) request was written whole, so a failure
@@ -43,6 +56,7 @@ impl Conn {
     /// Drops the socket (after a timeout or error) so the next request reconnects.
     pub fn reset(&mut self) {
         self.stream = None;
+        self.readonly = false;
         self.buf.clear();
         self.parser = ResponseParser::new(Limits::default());
     }

@@ -57,12 +57,15 @@
 //! - `stats.rs`: [`ClientStats`] and its atomic counters.
 //! - `warm.rs`: the cache file (checksummed, atomic, throttled writes).
 //! - `salted.rs`: [`Salted`], the hot-key salting helper.
+//! - `reads_from.rs`: where a read of a partition whose reads are switched
+//!   ahead of its writes (`reads_from`) goes.
 //! - `kw.rs`: the keyspace commands (`kw_get`, `kw_set`, `kw_del`,
 //!   `kw_scan`), routed by keyspace and key through the same cache.
 
 mod cache;
 mod conn;
 mod kw;
+mod reads_from;
 mod refresh;
 mod salted;
 mod stats;
@@ -76,6 +79,7 @@ pub use stats::ClientStats;
 use bytes::Bytes;
 use keyway_map::{DEFAULT_KEYSPACE, PartitionMap, PartitionRecord, key_hash_slot};
 use keyway_resp::Frame;
+use reads_from::{ReadRoute, read_route};
 use stats::Counters;
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -251,6 +255,7 @@ pub struct Client {
 /// Why a reply is a rejection.
 enum Rejected<'a> {
     KwMoved(&'a str),
+    KwReads(&'a str),
     Moved,
     ClusterDown,
 }
@@ -259,6 +264,7 @@ impl<'a> Rejected<'a> {
     fn of(reply: &'a Frame) -> Option<Self> {
         match reply {
             Frame::Error(msg) if msg.starts_with("KWMOVED ") => Some(Rejected::KwMoved(msg)),
+            Frame::Error(msg) if msg.starts_with("KWREADS ") => Some(Rejected::KwReads(msg)),
             Frame::Error(msg) if msg.starts_with("MOVED ") => Some(Rejected::Moved),
             Frame::Error(msg) if msg.starts_with("CLUSTERDOWN") => Some(Rejected::ClusterDown),
             _ => None,
@@ -383,9 +389,11 @@ impl Client {
     pub async fn command(&self, args: &[&[u8]]) -> Result<Frame, ClientError> {
         let key = args.get(1).ok_or(ClientError::Unrouted)?;
         let slot = key_hash_slot(key);
-        self.send_routed(
+        let read = keyway_resp::retry_safe(args).then_some(args);
+        self.send_routed_read(
             |map| map.locate_slot(DEFAULT_KEYSPACE, slot).cloned(),
             |p| at_request(p, args),
+            read,
         )
         .await
     }
@@ -415,12 +423,29 @@ impl Client {
         locate: impl Fn(&PartitionMap) -> Option<PartitionRecord>,
         build: impl Fn(&PartitionRecord) -> Vec<Bytes>,
     ) -> Result<Frame, ClientError> {
+        self.send_routed_read(locate, build, None).await
+    }
+
+    /// [`Self::send_routed`]; `read`: the plain command when it only reads.
+    /// A read of a partition whose `reads_from` the cache names goes there
+    /// instead of the owner, epoch-carrying, on a `READONLY` connection
+    /// ([`read_route`]; the replica serves it only while that is its
+    /// `reads_from` at that epoch, it is in sync and holds a read lease). A
+    /// rejection there sends it to the owner, plain (so the owner serves it
+    /// rather than answering `-KWREADS`), and corrects the cache.
+    pub(crate) async fn send_routed_read(
+        &self,
+        locate: impl Fn(&PartitionMap) -> Option<PartitionRecord>,
+        build: impl Fn(&PartitionRecord) -> Vec<Bytes>,
+        read: Option<&[&[u8]]>,
+    ) -> Result<Frame, ClientError> {
         Counters::inc(&self.stats.requests);
         let mut sent = 0usize;
         let mut last_err = None;
+        let mut owner_only = false;
         for _ in 0..=self.config.max_redirects {
             let snap = self.route_snapshot().await;
-            let Some((p, addr)) = route(&snap.view, &locate) else {
+            let Some((p, owner_addr)) = route(&snap.view, &locate) else {
                 self.refresh_from(snap.generation, false, None).await?;
                 last_err = Some(ClientError::Unrouted);
                 continue;
@@ -430,9 +455,23 @@ impl Client {
             if sent > 1 {
                 Counters::inc(&self.stats.extra_round_trips);
             }
-            let request = build(&p);
+            let (addr, request, readonly) = match read_route(&snap.view, &p, read, owner_only) {
+                ReadRoute::ReadsFrom(addr) => {
+                    Counters::inc(&self.stats.reads_from_sends);
+                    (addr, build(&p), true)
+                }
+                ReadRoute::OwnerPlain(args) => (owner_addr, args, false),
+                ReadRoute::Owner => (owner_addr, build(&p), false),
+            };
             let retry_safe = keyway_resp::retry_safe(&request);
-            let reply = match self.request(&addr, request).await {
+            let reply = match self.pipeline_on(&addr, vec![request], readonly).await {
+                Ok(mut replies) => replies.pop().ok_or_else(|| ClientError::Protocol {
+                    addr: addr.clone(),
+                    why: "no reply".into(),
+                }),
+                Err(e) => Err(e),
+            };
+            let reply = match reply {
                 Ok(reply) => reply,
                 // Not written (safe to re-send anything), or written but
                 // safe to run twice: re-route and re-send.
@@ -459,6 +498,15 @@ impl Client {
                 Err(e) => return Err(e),
             };
             match Rejected::of(&reply) {
+                Some(rejected) if readonly => {
+                    // The reads-from replica does not serve it (`-MOVED`: not
+                    // in sync or no read lease; `-KWMOVED`: its map is at
+                    // another epoch, reads_from cleared, say): the owner
+                    // does, and the cache is corrected as for any rejection.
+                    Counters::inc(&self.stats.reads_from_fallbacks);
+                    owner_only = true;
+                    self.on_rejection(rejected, snap.generation, &addr).await;
+                }
                 Some(rejected) => self.on_rejection(rejected, snap.generation, &addr).await,
                 None => return Ok(reply),
             }
@@ -489,6 +537,20 @@ impl Client {
                         {
                             self.patch(moved);
                         }
+                    }
+                }
+            }
+            Rejected::KwReads(msg) => {
+                self.stats.rejected(&self.stats.rejections_kwreads);
+                match keyway_map::KwReads::parse(msg) {
+                    Some(reads) if self.cache.patch_reads_from(&reads) => {
+                        Counters::inc(&self.stats.patches);
+                        if strategy != Strategy::Redirect {
+                            self.refresh_quietly(seen, true, Some(addr)).await;
+                        }
+                    }
+                    _ => {
+                        self.refresh_quietly(seen, false, Some(addr)).await;
                     }
                 }
             }
@@ -561,10 +623,39 @@ impl Client {
         addr: &str,
         requests: Vec<Vec<Bytes>>,
     ) -> Result<Vec<Frame>, ClientError> {
+        self.pipeline_on(addr, requests, false).await
+    }
+
+    /// [`Self::pipeline`]; `readonly`: on a connection that sent `READONLY`
+    /// (sent first if it has not yet). `READONLY` changes nothing for the
+    /// client's other requests on that connection: writes and `KW.AT` are
+    /// admitted as the owner's (a `KW.AT` read at the partition's
+    /// `reads_from` node excepted, which is what the client wants).
+    async fn pipeline_on(
+        &self,
+        addr: &str,
+        mut requests: Vec<Vec<Bytes>>,
+        readonly: bool,
+    ) -> Result<Vec<Frame>, ClientError> {
         let conn = self.conn(addr);
         let mut conn = conn.lock().await;
         let timeout = Duration::from_millis(self.config.request_timeout_ms);
+        let prefix = readonly && !conn.readonly();
+        if prefix {
+            requests.insert(0, vec![Bytes::from_static(b"READONLY")]);
+        }
         match tokio::time::timeout(timeout, conn.pipeline(&requests)).await {
+            Ok(Ok(mut replies)) if prefix => match replies.first() {
+                Some(Frame::Simple(_)) => {
+                    conn.set_readonly();
+                    replies.remove(0);
+                    Ok(replies)
+                }
+                other => Err(ClientError::Protocol {
+                    addr: addr.into(),
+                    why: format!("READONLY answered {other:?}"),
+                }),
+            },
             Ok(result) => result,
             Err(_) => {
                 let sent = conn.sent();
@@ -641,5 +732,33 @@ mod tests {
             assert_eq!(p.replicas.len(), 2);
             assert_eq!(addr, format!("127.0.0.1:{}", 7000 + p.owner.0));
         }
+    }
+
+    #[test]
+    fn a_kwreads_patches_reads_from_at_the_same_epoch_only() {
+        let nodes: Vec<NodeInfo> = (1..=3)
+            .map(|i| NodeInfo::up(NodeId(i), format!("127.0.0.1:{}", 7000 + i)))
+            .collect();
+        let map = PartitionMap::bootstrap_replicated(&nodes, 1, 2).unwrap();
+        let p = map.partitions.values().next().unwrap().clone();
+        let cache = cache::Cache::default();
+        cache.install(map, None);
+        let reads = |epoch: u64| keyway_map::KwReads {
+            partition: p.id,
+            epoch: keyway_map::Epoch(epoch),
+            reads_from: p.replicas[0],
+            addr: "127.0.0.1:7999".into(),
+        };
+        assert!(
+            !cache.patch_reads_from(&reads(p.epoch.0 + 1)),
+            "another epoch"
+        );
+        assert!(cache.patch_reads_from(&reads(p.epoch.0)));
+        assert_eq!(
+            cache.view().partitions[&p.id].reads_from,
+            Some(p.replicas[0])
+        );
+        assert!(!cache.patch_reads_from(&reads(p.epoch.0)), "known already");
+        assert_eq!(cache.base().partitions[&p.id].reads_from, None);
     }
 }

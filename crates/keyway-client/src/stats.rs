@@ -33,11 +33,14 @@ counters! {
     /// Data requests sent to nodes: the first send of each request plus
     /// every retry.
     sends,
-    /// Rejections of every kind (`kwmoved + moved + clusterdown`).
+    /// Rejections of every kind (`kwmoved + kwreads + moved + clusterdown`).
     rejections,
     /// `-KWMOVED`: the partition is not at that epoch on that node; the
     /// reply carries the node's record of it.
     rejections_kwmoved,
+    /// `-KWREADS`: the owner sends this partition's reads to its
+    /// `reads_from` replica (reads switched ahead of writes).
+    rejections_kwreads,
     /// `-MOVED slot host:port` (a request without an epoch sent to a node
     /// that does not own the slot).
     rejections_moved,
@@ -67,6 +70,12 @@ counters! {
     /// Round trips beyond one per request: every send after a request's
     /// first, plus every map request sent to a node (refresh round trips).
     extra_round_trips,
+    /// Reads sent to a partition's `reads_from` replica (plain, `READONLY`)
+    /// instead of its owner.
+    reads_from_sends,
+    /// Of those, reads the replica refused (`-MOVED`): sent to the owner
+    /// instead (plain) and the map refreshed.
+    reads_from_fallbacks,
     /// The cached map's version (the last refreshed map's; patches do not
     /// change it).
     map_version,
@@ -90,6 +99,7 @@ impl ClientStats {
             sends: d(self.sends, earlier.sends),
             rejections: d(self.rejections, earlier.rejections),
             rejections_kwmoved: d(self.rejections_kwmoved, earlier.rejections_kwmoved),
+            rejections_kwreads: d(self.rejections_kwreads, earlier.rejections_kwreads),
             rejections_moved: d(self.rejections_moved, earlier.rejections_moved),
             rejections_clusterdown: d(self.rejections_clusterdown, earlier.rejections_clusterdown),
             io_errors: d(self.io_errors, earlier.io_errors),
@@ -101,6 +111,8 @@ impl ClientStats {
             refreshes_suppressed: d(self.refreshes_suppressed, earlier.refreshes_suppressed),
             patches: d(self.patches, earlier.patches),
             extra_round_trips: d(self.extra_round_trips, earlier.extra_round_trips),
+            reads_from_sends: d(self.reads_from_sends, earlier.reads_from_sends),
+            reads_from_fallbacks: d(self.reads_from_fallbacks, earlier.reads_from_fallbacks),
             map_version: self.map_version,
             version_lag_last: self.version_lag_last,
             version_lag_max: self.version_lag_max,

@@ -76,6 +76,51 @@ impl KwMoved {
     }
 }
 
+/// A parsed `KWREADS`: the owner's answer to an epoch-carrying read of a
+/// partition whose reads are switched ahead of its writes
+/// (`PartitionRecord::reads_from`): send the partition's reads to that
+/// node (plain, on a `READONLY` connection) at its RESP address.
+///
+/// `KWREADS <partition> <epoch> <reads-from node> <addr>`
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KwReads {
+    pub partition: PartitionId,
+    pub epoch: Epoch,
+    pub reads_from: NodeId,
+    pub addr: String,
+}
+
+impl KwReads {
+    /// The error text (without the leading `-`).
+    pub fn text(&self) -> String {
+        format!(
+            "KWREADS {} {} {} {}",
+            self.partition, self.epoch, self.reads_from, self.addr
+        )
+    }
+
+    /// Parses the text of a `KWREADS` error; `None` for anything else.
+    pub fn parse(msg: &str) -> Option<KwReads> {
+        let mut it = msg.split(' ');
+        if it.next()? != "KWREADS" {
+            return None;
+        }
+        let partition = PartitionId(it.next()?.parse().ok()?);
+        let epoch = Epoch(it.next()?.parse().ok()?);
+        let reads_from = NodeId::parse(it.next()?)?;
+        let addr = it.next()?.to_string();
+        if it.next().is_some() || addr.is_empty() {
+            return None;
+        }
+        Some(KwReads {
+            partition,
+            epoch,
+            reads_from,
+            addr,
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -109,5 +154,19 @@ mod tests {
         assert!(KwMoved::parse("MOVED 1 a:1").is_none());
         let msg = "KWMOVED 7 3 0 1000 2000 0000000000000000000000000000000000000002 h:1";
         assert!(KwMoved::parse(&format!("{msg} extra")).is_none());
+    }
+
+    #[test]
+    fn kwreads_round_trips_and_refuses_anything_else() {
+        let r = KwReads {
+            partition: PartitionId(7),
+            epoch: Epoch(4),
+            reads_from: NodeId(3),
+            addr: "127.0.0.1:7003".into(),
+        };
+        assert_eq!(KwReads::parse(&r.text()), Some(r.clone()));
+        assert!(KwReads::parse(&format!("{} extra", r.text())).is_none());
+        assert!(KwReads::parse("KWREADS 7 4").is_none());
+        assert!(KwReads::parse("KWMOVED 7 4 x y").is_none());
     }
 }

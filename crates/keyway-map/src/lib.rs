@@ -48,7 +48,7 @@ pub use keyspace::{
     DEFAULT_KEYSPACE, Keyspace, MAX_REPLICATION_FACTOR, MIN_REPLICATION_FACTOR, Routing,
     check_replication, keyspace_prefix, split_storage_key,
 };
-pub use kwmoved::KwMoved;
+pub use kwmoved::{KwMoved, KwReads};
 pub use map::{PartitionMap, place_replicas};
 pub use partition::{
     DEFAULT_NODE_WEIGHT, NodeInfo, NodeState, PartitionRecord, PartitionState, from_hex, to_hex,

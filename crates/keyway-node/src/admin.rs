@@ -159,6 +159,8 @@ pub struct ReplicaReadsView {
     pub served: u64,
     /// Answered `-MOVED` to the primary.
     pub moved: u64,
+    /// Of `served`, those of partitions whose `reads_from` is this node.
+    pub served_reads_from: u64,
 }
 
 /// One incoming migration in `/status`.
@@ -225,6 +227,7 @@ async fn status(State(shared): State<Arc<Shared>>) -> impl IntoResponse {
         replica_reads: ReplicaReadsView {
             served: shared.metrics.replica_reads_count(true),
             moved: shared.metrics.replica_reads_count(false),
+            served_reads_from: shared.metrics.reads_from_served_count(),
         },
         copies: shared.copies.list(),
     })

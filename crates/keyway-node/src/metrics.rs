@@ -266,12 +266,41 @@ impl Metrics {
             .inc();
     }
 
-    /// `READONLY` reads this node served (`true`) or redirected (`false`)
-    /// as a replica so far.
-    pub fn replica_reads_count(&self, served: bool) -> u64 {
-        let outcome = if served { "served" } else { "moved" };
+    /// Counts one `READONLY` read served here as a replica; `switched`:
+    /// the partition's `reads_from` is this node (outcome
+    /// `served_reads_from`, else `served`).
+    pub fn replica_read_served(&self, switched: bool) {
+        let outcome = if switched {
+            "served_reads_from"
+        } else {
+            "served"
+        };
         self.replica_reads
             .get_or_create(&OutcomeLabel { outcome })
+            .inc();
+    }
+
+    /// `READONLY` reads this node served (`true`, either outcome) or
+    /// redirected (`false`) as a replica so far.
+    pub fn replica_reads_count(&self, served: bool) -> u64 {
+        let get = |outcome| {
+            self.replica_reads
+                .get_or_create(&OutcomeLabel { outcome })
+                .get()
+        };
+        match served {
+            true => get("served") + get("served_reads_from"),
+            false => get("moved"),
+        }
+    }
+
+    /// `READONLY` reads served here because the partition's `reads_from`
+    /// is this node (the smart client and the proxy route them here).
+    pub fn reads_from_served_count(&self) -> u64 {
+        self.replica_reads
+            .get_or_create(&OutcomeLabel {
+                outcome: "served_reads_from",
+            })
             .get()
     }
 

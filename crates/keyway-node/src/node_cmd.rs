@@ -93,7 +93,7 @@ pub async fn dispatch(shared: &Arc<Shared>, session: &mut Session, args: Vec<Byt
         "KW.AT" | "KW.GET" | "KW.SET" | "KW.DEL" | "KW.SCAN" if session.replica_endpoint => {
             err("ERR this is the replica endpoint: send KW.* requests to the node's main address")
         }
-        "KW.AT" => kw_at(shared, args).await,
+        "KW.AT" => kw_at(shared, args, session.readonly).await,
         "KW.MAP" => kw_map(shared, &args),
         "KW.GET" | "KW.SET" | "KW.DEL" | "KW.SCAN" => crate::kw::dispatch(shared, &args).await,
         _ => match cmd::parse(&args) {
@@ -361,7 +361,9 @@ fn kw_map(shared: &Shared, args: &[Bytes]) -> Reply {
 /// epoch-carrying form. Runs the command only if this node owns that
 /// partition at exactly that epoch; otherwise the rejection carries the
 /// partition's current record.
-async fn kw_at(shared: &Arc<Shared>, args: Vec<Bytes>) -> Reply {
+/// `readonly`: the connection sent `READONLY` (a read of a partition whose
+/// `reads_from` is this node is then served here, see [`storage_task`]).
+async fn kw_at(shared: &Arc<Shared>, args: Vec<Bytes>, readonly: bool) -> Reply {
     if args.len() < 4 {
         return arity_error("kw.at").into();
     }
@@ -379,7 +381,8 @@ async fn kw_at(shared: &Arc<Shared>, args: Vec<Bytes>) -> Reply {
     }
     match cmd::parse(&args[3..]) {
         Some(Ok(command)) => {
-            let plain = Session::new(0, false, String::new());
+            let mut plain = Session::new(0, false, String::new());
+            plain.readonly = readonly;
             data_command(shared, command, expected, &plain).await
         }
         Some(Err(frame)) => frame.into(),
@@ -442,7 +445,21 @@ fn storage_task(
 ) -> Task {
     Box::new(move |engine| {
         let guard = shared.routing.read();
-        let replica_read = on.readonly && expected.is_none() && !command.is_write();
+        // An epoch-carrying read on a READONLY connection of a partition
+        // whose reads_from is this node at exactly that epoch (the smart
+        // client, the proxy): admitted as a replica read.
+        let reads_from_read = on.readonly
+            && !command.is_write()
+            && expected.is_some_and(|(pid, epoch)| {
+                guard
+                    .map()
+                    .locate_slot(shared.keyspace.id, slot)
+                    .is_some_and(|p| {
+                        p.id == pid && p.epoch == epoch && p.reads_from == Some(shared.me)
+                    })
+            });
+        let replica_read =
+            on.readonly && !command.is_write() && (expected.is_none() || reads_from_read);
         let admitted = if on.replica_endpoint && command.is_write() {
             Err(guard.redirect_to_owner(shared.keyspace.id, slot))
         } else if replica_read {
@@ -455,6 +472,16 @@ fn storage_task(
                 Some(refused) => return refused,
                 None => (p.id, false),
             },
+            // Reads switched ahead of writes: an epoch-carrying read (the
+            // smart client's, the proxy's) goes to the reads-from replica;
+            // plain Redis reads are still served here.
+            Ok(p) if expected.is_some() && p.reads_from.is_some_and(|r| r != shared.me) => {
+                if let Some(frame) = reads_elsewhere(guard.map(), p) {
+                    shared.metrics.rejected("kwreads");
+                    return TaskOutput::reply(frame, false);
+                }
+                (p.id, false)
+            }
             Ok(p) => (p.id, p.owner != shared.me),
             Err(Rejection::Fenced { .. }) => {
                 drop(guard);
@@ -480,7 +507,12 @@ fn storage_task(
                 replica_read,
                 "only a READONLY read is admitted on a replica"
             );
-            shared.metrics.replica_read(true);
+            let switched = guard
+                .map()
+                .partitions
+                .get(&partition)
+                .is_some_and(|p| p.reads_from == Some(shared.me));
+            shared.metrics.replica_read_served(switched);
             let mut db = Db::new(engine, &shared.keyspace, shared.clock.unix_ms(), &limits);
             return match command.execute(&mut db) {
                 // A replica never changes its copy on a client's behalf: the
@@ -513,6 +545,23 @@ fn storage_task(
             reply,
         )
     })
+}
+
+/// `-KWREADS` to `p`'s reads-from node, if the map knows its address.
+fn reads_elsewhere(
+    map: &keyway_map::PartitionMap,
+    p: &keyway_map::PartitionRecord,
+) -> Option<Frame> {
+    let node = p.reads_from?;
+    let addr = map.nodes.get(&node)?.resp_addr.clone();
+    let text = keyway_map::KwReads {
+        partition: p.id,
+        epoch: p.epoch,
+        reads_from: node,
+        addr,
+    }
+    .text();
+    Some(Frame::Error(text))
 }
 
 /// What a data command's connection is ([`storage_task`]).

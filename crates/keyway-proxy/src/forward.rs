@@ -28,6 +28,8 @@
 //! read, or whose second run leaves the same data *and* returns the same
 //! reply as the first, are re-sent after an ambiguous failure.
 
+use crate::metrics::KindLabel;
+use crate::router::Route;
 use crate::server::Core;
 use crate::upstream::UpstreamError;
 use bytes::Bytes;
@@ -66,6 +68,8 @@ pub async fn send(
     let mut changes = core.router.subscribe();
     let mut backoff = FIRST_BACKOFF;
     let mut last_error: Option<Frame> = None;
+    // The reads-from replica refused this read: the owner serves it.
+    let mut owner_only = false;
     loop {
         changes.borrow_and_update();
         let route = match target {
@@ -78,16 +82,45 @@ pub async fn send(
                 "no partition covers the key in the proxy's map".to_string(),
             ),
             Some(route) => {
-                let request = match target {
-                    Target::Key { .. } if args[0].eq_ignore_ascii_case(b"KW.SCAN") => args.to_vec(),
+                let hop = read_hop(target, &route, retry_safe, owner_only);
+                let request = match (&hop, target) {
+                    (Hop::OwnerPlain, _) => args.to_vec(),
+                    (_, Target::Key { .. }) if args[0].eq_ignore_ascii_case(b"KW.SCAN") => {
+                        args.to_vec()
+                    }
                     _ => kw_at(route.partition, route.epoch, args),
                 };
-                let call = core.upstreams.call(&route.addr, request);
+                let addr = match &hop {
+                    Hop::ReadsFrom(addr) => {
+                        core.metrics
+                            .reads_from
+                            .get_or_create(&KindLabel { kind: "sent" })
+                            .inc();
+                        addr.clone()
+                    }
+                    _ => route.addr.clone(),
+                };
+                let call = core.upstreams.call(&addr, request);
                 match tokio::time::timeout_at(deadline, call).await {
-                    Err(_) => return timed_out(core, args, retry_safe, &route.addr),
+                    Err(_) => return timed_out(core, args, retry_safe, &addr),
+                    Ok(Ok(Frame::Error(msg)))
+                        if matches!(hop, Hop::ReadsFrom(_))
+                            && rejection(core, target, &msg).is_some() =>
+                    {
+                        // `-MOVED`: not in sync or no read lease; `-KWMOVED`:
+                        // its map is at another epoch (patched in above).
+                        // The owner serves it.
+                        core.metrics
+                            .reads_from
+                            .get_or_create(&KindLabel { kind: "fallback" })
+                            .inc();
+                        owner_only = true;
+                        last_error = Some(Frame::Error(msg));
+                        continue;
+                    }
                     Ok(Ok(Frame::Error(msg))) => match rejection(core, target, &msg) {
                         Some(retry_now) => {
-                            let why = format!("node {} answered {msg}", route.addr);
+                            let why = format!("node {addr} answered {msg}");
                             last_error = Some(Frame::Error(msg));
                             (retry_now, why)
                         }
@@ -131,6 +164,13 @@ fn rejection(core: &Core, target: &Target, msg: &str) -> Option<bool> {
                 None => false,
             })
         }
+        "KWREADS" => {
+            core.metrics.rejection("kwreads");
+            Some(match keyway_map::KwReads::parse(msg) {
+                Some(reads) => core.router.patch_reads_from(&reads),
+                None => false,
+            })
+        }
         "MOVED" | "ASK" => {
             core.metrics.rejection("moved");
             Some(false)
@@ -164,6 +204,29 @@ async fn wait(
     }
     *backoff = (*backoff * 2).min(MAX_BACKOFF);
     Instant::now() < deadline
+}
+
+/// Where one send of a request goes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Hop {
+    /// A read of a partition with `reads_from`: `KW.AT`, to that replica
+    /// (on the `READONLY` upstream connection).
+    ReadsFrom(String),
+    /// That replica refused it: plain, to the owner (which would answer
+    /// `KW.AT` with `-KWREADS`).
+    OwnerPlain,
+    /// `KW.AT` (or `KW.SCAN`) to the owner.
+    Owner,
+}
+
+/// A Redis read (`retry_safe`) of keyspace 0 follows the partition's
+/// `reads_from`, unless the replica refused it already (`owner_only`).
+fn read_hop(target: &Target, route: &Route, retry_safe: bool, owner_only: bool) -> Hop {
+    match (target, &route.reads_from_addr) {
+        (Target::Slot(_), Some(addr)) if retry_safe && !owner_only => Hop::ReadsFrom(addr.clone()),
+        (Target::Slot(_), Some(_)) if retry_safe => Hop::OwnerPlain,
+        _ => Hop::Owner,
+    }
 }
 
 fn kw_at(partition: PartitionId, epoch: Epoch, args: &[Bytes]) -> Vec<Bytes> {
@@ -218,6 +281,42 @@ pub fn retry_safe(args: &[Bytes]) -> bool {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_follow_reads_from_and_fall_back_to_the_owner_plain_writes_stay() {
+        let route = |reads_from: Option<&str>| Route {
+            partition: PartitionId(1),
+            epoch: Epoch(3),
+            addr: "owner:1".into(),
+            reads_from_addr: reads_from.map(String::from),
+        };
+        let slot = Target::Slot(7);
+        assert_eq!(read_hop(&slot, &route(None), true, false), Hop::Owner);
+        assert_eq!(
+            read_hop(&slot, &route(Some("t:1")), true, false),
+            Hop::ReadsFrom("t:1".into())
+        );
+        assert_eq!(
+            read_hop(&slot, &route(Some("t:1")), false, false),
+            Hop::Owner,
+            "a write"
+        );
+        assert_eq!(
+            read_hop(&slot, &route(Some("t:1")), true, true),
+            Hop::OwnerPlain
+        );
+        let key = Target::Key {
+            keyspace: Keyspace::new(keyway_map::KeyspaceId(1), "r", keyway_map::Routing::Range),
+            local: Bytes::from_static(b"k"),
+        };
+        assert_eq!(
+            read_hop(&key, &route(Some("t:1")), true, false),
+            Hop::Owner,
+            "KW.* stays"
+        );
+    }
+
     /// The shared list of reads is the node's: every data command without
     /// the `write` flag is retry-safe, and every listed read is such a command.
     #[test]

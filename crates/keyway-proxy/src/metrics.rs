@@ -65,6 +65,9 @@ pub struct Metrics {
     pub map_reloads: Counter,
     /// Rejection records patched into the map.
     pub map_patches: Counter,
+    /// Reads routed by a partition's `reads_from`: `sent` to the replica,
+    /// `fallback` to the owner after the replica refused.
+    pub reads_from: Family<KindLabel, Counter>,
 }
 
 impl Default for Metrics {
@@ -93,6 +96,7 @@ impl Metrics {
             map_updates: Counter::default(),
             map_reloads: Counter::default(),
             map_patches: Counter::default(),
+            reads_from: Family::default(),
         };
         {
             let mut r = m.registry.lock().expect("fresh mutex");
@@ -111,6 +115,11 @@ impl Metrics {
                 "request_seconds",
                 "Latency of a forwarded request, retries included",
                 m.request_seconds.clone(),
+            );
+            r.register(
+                "reads_from",
+                "Reads routed by a partition's reads_from: sent to that replica, or fallback to the owner after it refused",
+                m.reads_from.clone(),
             );
             r.register(
                 "rejections_followed",
@@ -205,6 +214,10 @@ pub struct Status {
     pub upstream_errors: u64,
     pub unknown_outcomes: u64,
     pub timeouts: u64,
+    /// Reads sent to a partition's `reads_from` replica.
+    pub reads_from_sent: u64,
+    /// Of those, refused there and sent to the owner instead.
+    pub reads_from_fallbacks: u64,
 }
 
 impl Status {
@@ -225,6 +238,14 @@ impl Status {
             upstream_errors: m.upstream_errors.get(),
             unknown_outcomes: m.unknown_outcomes.get(),
             timeouts: m.timeouts.get(),
+            reads_from_sent: m
+                .reads_from
+                .get_or_create(&KindLabel { kind: "sent" })
+                .get(),
+            reads_from_fallbacks: m
+                .reads_from
+                .get_or_create(&KindLabel { kind: "fallback" })
+                .get(),
         }
     }
 }

@@ -34,6 +34,9 @@ pub struct Route {
     pub partition: PartitionId,
     pub epoch: Epoch,
     pub addr: String,
+    /// The RESP address of the partition's `reads_from` replica, if any
+    /// (reads switched ahead of writes: its reads go there, `READONLY`).
+    pub reads_from_addr: Option<String>,
 }
 
 /// A record learnt from a rejection, with its owner's address.
@@ -171,6 +174,27 @@ impl Router {
         true
     }
 
+    /// Patches the view from a `-KWREADS`: the partition at that epoch
+    /// reads from that node. Returns whether the view changed. Not kept
+    /// across rebuilds (the store's map brings `reads_from` itself).
+    pub fn patch_reads_from(&self, reads: &keyway_map::KwReads) -> bool {
+        let _layers = self.lock();
+        let mut view = (**self.view.read().unwrap_or_else(|e| e.into_inner())).clone();
+        let Some(p) = view.partitions.get_mut(&reads.partition) else {
+            return false;
+        };
+        if p.epoch != reads.epoch || p.reads_from == Some(reads.reads_from) {
+            return false;
+        }
+        p.reads_from = Some(reads.reads_from);
+        view.nodes
+            .entry(reads.reads_from)
+            .or_insert_with(|| keyway_map::NodeInfo::up(reads.reads_from, reads.addr.clone()));
+        self.metrics.map_patches.inc();
+        self.publish(view);
+        true
+    }
+
     /// Rebuilds the view from the base and the patches it does not supersede.
     fn rebuild(&self, layers: &mut Layers) {
         let mut view = layers.base.clone();
@@ -188,10 +212,16 @@ impl Router {
 
 fn route(view: &PartitionMap, p: &PartitionRecord) -> Option<Route> {
     let node = view.nodes.get(&p.owner)?;
+    let reads_from_addr = p
+        .reads_from
+        .filter(|r| *r != p.owner)
+        .and_then(|r| view.nodes.get(&r))
+        .map(|n| n.resp_addr.clone());
     Some(Route {
         partition: p.id,
         epoch: p.epoch,
         addr: node.resp_addr.clone(),
+        reads_from_addr,
     })
 }
 

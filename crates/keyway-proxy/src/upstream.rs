@@ -218,12 +218,32 @@ impl NodeConn {
             }
             let mut out = BytesMut::new();
             encode_command(&hello, &mut out);
+            // READONLY too (pipelined): the reads the proxy sends to a partition's
+            // reads_from replica need it, and it changes nothing for the
+            // rest (KW.AT is admitted as the owner's, except a read at the
+            // partition's reads_from node; a plain read at the owner is
+            // served as any read).
+            encode_command(&[Bytes::from_static(b"READONLY")], &mut out);
             stream.write_all(&out).await.map_err(|e| e.to_string())?;
             let mut parser = ResponseParser::new(config.reply_limits.clone());
             let mut buf = BytesMut::with_capacity(READ_BUFFER_BYTES);
+            let mut answered = 0;
             loop {
                 match parser.parse(&mut buf).map_err(|e| e.to_string())? {
-                    Some(Frame::Error(e)) => return Err(format!("HELLO 3 refused: {e}")),
+                    Some(Frame::Error(e)) if answered == 0 => {
+                        return Err(format!("HELLO 3 refused: {e}"));
+                    }
+                    // A node that does not know READONLY still serves
+                    // everything else; a reads_from read there is -MOVED and
+                    // falls back to the owner.
+                    Some(Frame::Error(e)) => {
+                        tracing::debug!(addr, %e, "READONLY refused; reads_from reads there fall back");
+                        return Ok((stream, parser, buf));
+                    }
+                    Some(_) if answered == 0 => {
+                        answered += 1;
+                        continue;
+                    }
                     Some(_) => return Ok((stream, parser, buf)),
                     None => {}
                 }

@@ -196,22 +196,26 @@ async fn map(meta: &dyn MetaStore, json: bool) -> anyhow::Result<()> {
         map.partitions.len(),
         map.nodes.len()
     );
-    println!("(replicas: short node ids, `*` = in sync; `keyway ctl nodes` lists the ids)");
     println!(
-        "{:>6}  {:>8}  {:<24}  {:<40}  {:<16}  {:>4}  {:>6}",
-        "ID", "KEYSPACE", "RANGE", "PRIMARY", "REPLICAS", "ISR", "EPOCH"
+        "(replicas: short node ids, `*` = in sync; READS: the replica reads are switched to (reads_from), `-` = the primary; `keyway ctl nodes` lists the ids)"
+    );
+    println!(
+        "{:>6}  {:>8}  {:<24}  {:<40}  {:<16}  {:>4}  {:>6}  {:>5}",
+        "ID", "KEYSPACE", "RANGE", "PRIMARY", "REPLICAS", "ISR", "EPOCH", "READS"
     );
     for ks in map.keyspaces.values() {
         for p in map.keyspace_partitions(ks.id) {
             println!(
-                "{:>6}  {:>8}  {:<24}  {:<40}  {:<16}  {:>4}  {:>6}",
+                "{:>6}  {:>8}  {:<24}  {:<40}  {:<16}  {:>4}  {:>6}  {:>5}",
                 p.id,
                 ks.name,
                 range_text(&map, p),
                 p.owner,
                 replicas_text(p),
                 format!("{}/{}", p.in_sync_copies(), ks.replication_factor),
-                p.epoch
+                p.epoch,
+                p.reads_from
+                    .map_or_else(|| "-".to_string(), |r| format!("{:x}", r.0))
             );
         }
     }

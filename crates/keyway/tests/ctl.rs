@@ -119,6 +119,7 @@ fn ctl_shows_replicas_and_checks_replication_and_failover_arguments() {
     );
     let map = ctl(port, &["map"]);
     assert!(map.contains("REPLICAS") && map.contains("2/2"), "{map}");
+    assert!(map.contains("READS"), "the reads_from column: {map}");
     let map_json: serde_json::Value = serde_json::from_str(&ctl(port, &["map", "--json"])).unwrap();
     for p in map_json["partitions"].as_object().unwrap().values() {
         assert_eq!(p["replicas"].as_array().unwrap().len(), 1, "{p}");

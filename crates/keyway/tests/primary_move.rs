@@ -36,7 +36,7 @@ use std::time::Duration;
 /// Whether the smart client routes reads to `reads_from` (on once the
 /// node/client side of issue 13 is merged): then T must have served reads
 /// of p between the reads switch and the write switch.
-const READS_FIRST_ROUTING: bool = false;
+const READS_FIRST_ROUTING: bool = true;
 
 const SYNC_TIMEOUT: Duration = Duration::from_secs(60);
 /// The partition's load before the move: keys of VALUE_BYTES each.

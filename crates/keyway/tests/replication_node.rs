@@ -570,3 +570,174 @@ async fn a_replica_that_fell_past_log_retention_is_copied_again() {
     assert!(removals >= 1, "{lost}");
     c.shutdown().await;
 }
+
+/// The catch-up copies every node started so far.
+fn copies_started(c: &LocalCluster) -> Vec<u64> {
+    (0..c.node_ids().len())
+        .map(|i| {
+            c.node(i)
+                .unwrap()
+                .shared()
+                .replication
+                .metrics
+                .copies_started
+                .get()
+        })
+        .collect()
+}
+
+/// DESIGN13 interface 2: a switchover keeps the old primary in sync, so a
+/// switch back is a switchover too, with no catch-up copy, and every
+/// acknowledged write reads back after both. The two nodes' seqs are made
+/// far apart first (writes to another partition of the old primary that
+/// has no replica), so the new primary's overwrites would lose to the old
+/// primary's versions there if they were applied unstamped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_switchover_keeps_the_old_primary_in_sync_so_switching_back_copies_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = cluster(dir.path()).await;
+    replicate_everything(&c, 1).await;
+    let map = c.map().await.unwrap();
+    let cl = client(&c).await;
+    let p = map.partitions.values().next().unwrap().clone();
+    let (old, target) = (p.owner, p.replicas[0]);
+    let in_part =
+        |p: &PartitionRecord, k: &String| p.contains(&key_hash_slot(k.as_bytes()).to_be_bytes());
+    let keys: Vec<String> = (0..5_000)
+        .map(|i| format!("k{i}"))
+        .filter(|k| in_part(&p, k))
+        .take(100)
+        .collect();
+    // Another partition of the old primary, without a replica.
+    let q = map
+        .partitions
+        .values()
+        .find(|q| q.owner == old && q.id != p.id)
+        .unwrap()
+        .clone();
+    c.meta()
+        .commit(MapTxn {
+            conditions: vec![OwnershipCondition {
+                partition: q.id,
+                expected: Some((old, q.epoch)),
+            }],
+            changes: vec![MapChange::UpsertPartition(PartitionRecord {
+                replicas: vec![],
+                in_sync: vec![],
+                epoch: Epoch(q.epoch.0 + 1),
+                ..q.clone()
+            })],
+        })
+        .await
+        .unwrap();
+    let tag = (0..5_000)
+        .map(|i| format!("{{t{i}}}"))
+        .find(|k| in_part(&q, k))
+        .unwrap();
+    for round in 0..10 {
+        let kv: Vec<String> = (0..500)
+            .flat_map(|i| [format!("{tag}q{round}/{i}"), "x".to_string()])
+            .collect();
+        let mut args: Vec<&[u8]> = vec![b"MSET"];
+        args.extend(kv.iter().map(|k| k.as_bytes()));
+        eventually("MSET to q", Duration::from_secs(10), || async {
+            matches!(cl.command(&args).await, Ok(Frame::Simple(_))).then_some(())
+        })
+        .await;
+    }
+    for k in &keys {
+        cl.set(k.as_bytes(), b"v1").await.unwrap();
+    }
+    let last_seq = |id: NodeId| {
+        c.node(node_index(&c, id))
+            .unwrap()
+            .shared()
+            .engine
+            .last_seq()
+    };
+    assert!(
+        last_seq(old) > last_seq(target) + 4_000,
+        "seqs apart: {} vs {}",
+        last_seq(old),
+        last_seq(target)
+    );
+    let before = copies_started(&c);
+    let admin = |id: NodeId| c.node(node_index(&c, id)).unwrap().admin_addr().to_string();
+
+    let (owner, e1, _) = PeerClient::connect(&admin(old))
+        .unwrap()
+        .switchover(p.id, p.epoch, Some(target), Duration::from_secs(5))
+        .await
+        .unwrap();
+    assert_eq!((owner, e1), (target, Epoch(p.epoch.0 + 1)));
+    let after_first = c.map().await.unwrap().partitions[&p.id].clone();
+    for k in &keys {
+        cl.set(k.as_bytes(), b"v2").await.unwrap();
+    }
+    // The switch back needs the old primary in sync (it is at once here;
+    // a copy would have to run first otherwise).
+    let row = eventually(
+        "the old primary in sync",
+        Duration::from_secs(20),
+        || async {
+            let row = c.map().await.ok()?.partitions[&p.id].clone();
+            (row.owner == target && row.in_sync.contains(&old)).then_some(row)
+        },
+    )
+    .await;
+    let (owner, e2, _) = PeerClient::connect(&admin(target))
+        .unwrap()
+        .switchover(p.id, row.epoch, Some(old), Duration::from_secs(5))
+        .await
+        .unwrap();
+    assert_eq!(owner, old);
+    for k in &keys {
+        assert_eq!(
+            cl.get(k.as_bytes()).await.unwrap().as_deref(),
+            Some(&b"v2"[..]),
+            "{k} after switching back"
+        );
+        assert_eq!(
+            held(&c, node_index(&c, old), k.as_bytes()).as_deref(),
+            Some(&b"v2"[..])
+        );
+    }
+    // (a) No catch-up copy ran on either node.
+    assert_eq!(
+        copies_started(&c),
+        before,
+        "copies started during the switches"
+    );
+    // (c) The old primary was in the in-sync set right after the first switch.
+    assert_eq!(
+        (
+            after_first.owner,
+            after_first.in_sync.clone(),
+            after_first.reads_from
+        ),
+        (target, vec![old], None)
+    );
+    let row = c.map().await.unwrap().partitions[&p.id].clone();
+    assert_eq!(
+        (row.owner, row.in_sync.clone(), row.epoch),
+        (old, vec![target], e2)
+    );
+    let kept = |id: NodeId| {
+        c.node(node_index(&c, id))
+            .unwrap()
+            .shared()
+            .replication
+            .metrics
+            .switchover_kept_in_sync
+            .get()
+    };
+    assert_eq!((kept(target), kept(old)), (1, 1));
+    // Writes at the old primary again reach its replica.
+    cl.set(keys[0].as_bytes(), b"v3").await.unwrap();
+    assert_eq!(
+        held(&c, node_index(&c, target), keys[0].as_bytes()).as_deref(),
+        Some(&b"v3"[..])
+    );
+    assert_eq!(copies_started(&c), before);
+    c.shutdown().await;
+}

@@ -34,11 +34,18 @@ pub async fn run(repl: Arc<Replication>, partition: PartitionId, epoch: Epoch, c
     repl.with_rules(|r| r.cas_result(partition, epoch, &change, ok, Instant::now()));
 }
 
-/// The row with `change` applied at `epoch + 1`.
+/// The row with `change` applied at `epoch + 1`. A removal of the
+/// `reads_from` node clears `reads_from` in the same row (DESIGN13
+/// interface 1: it must stay a member of `in_sync`, or `validate` refuses).
 pub fn changed_row(row: &PartitionRecord, change: &CasChange) -> PartitionRecord {
     let mut next = row.clone();
     match change {
-        CasChange::Remove { replicas, .. } => next.in_sync.retain(|r| !replicas.contains(r)),
+        CasChange::Remove { replicas, .. } => {
+            next.in_sync.retain(|r| !replicas.contains(r));
+            if next.reads_from.is_some_and(|r| replicas.contains(&r)) {
+                next.reads_from = None;
+            }
+        }
         CasChange::Add { replica } => {
             if next.replicas.contains(replica) && !next.in_sync.contains(replica) {
                 next.in_sync.push(*replica);
@@ -99,4 +106,72 @@ async fn commit(
         }
     }
     false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::replicate::rules::Reason;
+    use keyway_map::{NodeId, NodeInfo, PartitionMap};
+
+    /// A 3-node map whose first partition has both replicas in sync and
+    /// reads switched to its first replica.
+    fn map_reading_from_replica() -> (PartitionMap, PartitionId) {
+        let nodes: Vec<NodeInfo> = (1..=3)
+            .map(|i| NodeInfo::up(NodeId(i), format!("127.0.0.1:{}", 7000 + i)))
+            .collect();
+        let mut m = PartitionMap::bootstrap_replicated(&nodes, 1, 3).unwrap();
+        let pid = *m.partitions.keys().next().unwrap();
+        let row = m.partitions.get_mut(&pid).unwrap();
+        row.in_sync = row.replicas.clone();
+        row.reads_from = Some(row.replicas[0]);
+        m.validate().unwrap();
+        (m, pid)
+    }
+
+    #[test]
+    fn every_removal_of_the_reads_from_node_clears_reads_from() {
+        for reason in [
+            Reason::LagTimeout,
+            Reason::PrimaryRestarted,
+            Reason::StreamLost,
+        ] {
+            let (mut m, pid) = map_reading_from_replica();
+            let row = m.partitions[&pid].clone();
+            let gone = row.replicas[0];
+            let next = changed_row(
+                &row,
+                &CasChange::Remove {
+                    replicas: vec![gone],
+                    reason,
+                },
+            );
+            assert_eq!(next.reads_from, None, "{reason:?}");
+            assert!(!next.in_sync.contains(&gone));
+            assert_eq!(next.epoch, Epoch(row.epoch.0 + 1));
+            m.partitions.insert(pid, next);
+            m.validate().unwrap_or_else(|e| panic!("{reason:?}: {e}"));
+        }
+    }
+
+    #[test]
+    fn removing_another_replica_or_adding_keeps_reads_from() {
+        let (m, pid) = map_reading_from_replica();
+        let row = m.partitions[&pid].clone();
+        let next = changed_row(
+            &row,
+            &CasChange::Remove {
+                replicas: vec![row.replicas[1]],
+                reason: Reason::LagTimeout,
+            },
+        );
+        assert_eq!(next.reads_from, Some(row.replicas[0]));
+        let added = changed_row(
+            &next,
+            &CasChange::Add {
+                replica: row.replicas[1],
+            },
+        );
+        assert_eq!(added.reads_from, Some(row.replicas[0]));
+    }
 }

@@ -40,6 +40,10 @@ pub struct ReplicationMetrics {
     pub replica_applied_records: Counter,
     /// Replicate calls refused here as a replica.
     pub replica_refusals: Counter,
+    /// Catch-up copies started by this node as primary.
+    pub copies_started: Counter,
+    /// Old primaries that switchovers to this node kept in sync, no copy.
+    pub switchover_kept_in_sync: Counter,
 }
 
 impl ReplicationMetrics {
@@ -94,6 +98,16 @@ impl ReplicationMetrics {
             "replica_refusals",
             "Replicate calls refused on this node as a replica",
             r.replica_refusals.clone(),
+        );
+        m.register(
+            "replica_copies_started",
+            "Catch-up copies of a partition to a replica started by this node as primary",
+            r.copies_started.clone(),
+        );
+        m.register(
+            "replication_switchover_kept_in_sync",
+            "Old primaries that a switchover to this node kept in sync (streamed to with no copy)",
+            r.switchover_kept_in_sync.clone(),
         );
         r
     }

@@ -28,10 +28,13 @@
 //!    in-sync copies are fewer than its keyspace's `min_in_sync` ([`norepl`]).
 //!
 //! A planned switchover (`switchover.rs`) fences p, waits for the target's
-//! stream, and CASes the owner over.
+//! stream, and CASes the owner over, keeping the old primary in sync: the
+//! new primary's rules recognise the switch and keep streaming to it with
+//! no copy (an *era*, `rules.rs`).
 
 mod cas;
 mod copy;
+mod era;
 pub mod metrics;
 pub mod replica;
 pub mod rules;
@@ -261,7 +264,7 @@ impl Replication {
         let mut changes = self.routing.subscribe();
         let mut tick = tokio::time::interval(TICK);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let mut seen = None;
+        let mut seen: Option<Arc<PartitionMap>> = None;
         loop {
             tokio::select! {
                 Some(cmd) = rx.recv() => self.spawn_command(cmd),
@@ -295,10 +298,22 @@ impl Replication {
         }
     }
 
-    fn on_map(self: &Arc<Self>, seen: &mut Option<keyway_map::MapVersion>) {
+    /// Feeds the rules a map not seen yet, each owned partition with its
+    /// row in the previously seen map `seen` (a switchover is recognised
+    /// by the two, see `rules.rs`).
+    fn on_map(self: &Arc<Self>, seen: &mut Option<Arc<PartitionMap>>) {
         let map = self.routing.map();
-        if *seen != Some(map.version) {
-            *seen = Some(map.version);
+        if seen.as_ref().map(|m| m.version) != Some(map.version) {
+            let prev = seen.replace(map.clone());
+            let prior = |p: &PartitionRecord| {
+                let before = prev.as_ref()?.partitions.get(&p.id)?;
+                (before.owner != self.me).then(|| rules::Prior {
+                    owner: before.owner,
+                    epoch: before.epoch,
+                    in_sync_here: before.in_sync.contains(&self.me),
+                    floor: self.replica.applied_seq(p.id),
+                })
+            };
             let rows: Vec<Row> = map
                 .owned_by(self.me)
                 .map(|p| Row {
@@ -307,9 +322,21 @@ impl Replication {
                     range: crate::migrate::receive::storage_range(p),
                     replicas: p.replicas.clone(),
                     in_sync: p.in_sync.clone(),
+                    prior: prior(p),
+                    replica_applied: self.replica.applied_seq(p.id),
                 })
                 .collect();
-            self.with_rules(|r| r.map_installed(&rows, Instant::now()));
+            let mut kept = 0;
+            self.with_rules(|r| {
+                let before = r.kept_in_sync();
+                let out = r.map_installed(&rows, Instant::now());
+                kept = r.kept_in_sync() - before;
+                out
+            });
+            if kept > 0 {
+                self.metrics.switchover_kept_in_sync.inc_by(kept);
+                tracing::info!(kept, "switchover: old primary kept in sync, no copy");
+            }
         }
         self.sync_streams(&map);
     }
@@ -384,6 +411,7 @@ impl Replication {
                 tokio::spawn(cas::run(self.clone(), partition, epoch, change));
             }
             Command::StartCopy { partition, replica } => {
+                self.metrics.copies_started.inc();
                 self.sync_streams(&self.routing.map());
                 match self.stream(replica) {
                     Some(stream) => {
@@ -416,7 +444,7 @@ impl Replication {
             let lag = p
                 .replicas
                 .keys()
-                .map(|r| last.saturating_sub(inner.rules.acked(*r)))
+                .map(|r| last.saturating_sub(inner.rules.acked_for(*pid, *r)))
                 .max()
                 .unwrap_or(0);
             let label = metrics::PartitionLabel { partition: pid.0 };
@@ -447,7 +475,7 @@ impl Replication {
         let mut roles = Vec::new();
         for (pid, p) in inner.rules.parts() {
             for (r, s) in &p.replicas {
-                let acked = inner.rules.acked(*r);
+                let acked = inner.rules.acked_for(*pid, *r);
                 roles.push(RoleView {
                     partition: pid.0,
                     role: "primary",
@@ -484,6 +512,8 @@ impl Replication {
         ReplicationStatus {
             durable_seq: self.durable.get(&*self.engine),
             waiting_replies: self.lock().pending.len(),
+            copies_started: self.metrics.copies_started.get(),
+            switchover_kept_in_sync: self.metrics.switchover_kept_in_sync.get(),
             roles,
         }
     }
@@ -496,6 +526,10 @@ pub struct ReplicationStatus {
     pub durable_seq: Seq,
     /// Replies waiting for replicas now.
     pub waiting_replies: usize,
+    /// Catch-up copies this node started as primary since it started.
+    pub copies_started: u64,
+    /// Old primaries that switchovers to this node kept in sync (no copy).
+    pub switchover_kept_in_sync: u64,
     pub roles: Vec<RoleView>,
 }
 

@@ -65,6 +65,9 @@ pub struct ReplicaSide {
     /// (as a `SIGSTOP`ped process would).
     paused: watch::Sender<bool>,
     next_token: std::sync::atomic::AtomicU64,
+    /// Per partition, this node's last seq after a call listing it was
+    /// applied (read under the routing guard the call was checked under).
+    applied: Arc<Mutex<HashMap<PartitionId, keyway_storage::Seq>>>,
 }
 
 /// Why a call was not applied.
@@ -97,7 +100,22 @@ impl ReplicaSide {
             senders: Mutex::new(HashMap::new()),
             paused: watch::channel(false).0,
             next_token: std::sync::atomic::AtomicU64::new(seed | 1),
+            applied: Arc::new(Mutex::new(HashMap::new())),
         }
+    }
+
+    /// This node's last seq after the last call listing `partition` was
+    /// applied here, read under the routing guard that call was checked
+    /// under (so under a map in which this node did not own the partition
+    /// at a newer epoch): every record that call brought is at or below
+    /// it, and every write this node admits as the partition's owner at a
+    /// newer epoch is above it. A switchover's era floor (`rules.rs`).
+    pub fn applied_seq(&self, partition: PartitionId) -> Option<keyway_storage::Seq> {
+        self.applied
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&partition)
+            .copied()
     }
 
     /// Testing hook: stall (`true`) or resume every `Replicate` call here.
@@ -186,13 +204,23 @@ impl ReplicaSide {
         }
         let (engine, routing, me) = (self.engine.clone(), self.routing.clone(), self.me);
         let durable = self.durable.clone();
+        let applied_at = self.applied.clone();
         let sync = req.sync;
         let checked = listed.clone();
         let n_records = records.len();
         let bytes_written = crate::copies::payload_bytes(&records);
         let applied = super::blocking(move || {
             apply(
-                &*engine, &durable, &routing, me, sender, &checked, drop, &records, sync,
+                &*engine,
+                &durable,
+                &routing,
+                me,
+                sender,
+                &checked,
+                drop,
+                &records,
+                sync,
+                &applied_at,
             )
         })
         .await
@@ -268,6 +296,7 @@ fn apply(
     drop: Option<(PartitionId, Epoch, KeyRange, usize)>,
     records: &[ChangeRecord],
     sync: bool,
+    applied_at: &Mutex<HashMap<PartitionId, keyway_storage::Seq>>,
 ) -> Result<Result<(u64, usize), Refusal>, keyway_storage::StorageError> {
     let mut deleted = 0;
     if let Some((pid, epoch, range, limit)) = drop {
@@ -312,8 +341,16 @@ fn apply(
         ) {
             return Ok(Err(r));
         }
-        if !part.is_empty() {
-            engine.apply_foreign(part)?;
+        let seq = match part.is_empty() {
+            true => engine.last_seq(),
+            false => engine.apply_foreign(part)?,
+        };
+        {
+            let mut at = applied_at.lock().unwrap_or_else(|e| e.into_inner());
+            for (pid, ..) in listed {
+                let e = at.entry(*pid).or_insert(seq);
+                *e = (*e).max(seq);
+            }
         }
         drop_guard(view);
     }

@@ -29,6 +29,9 @@
 //! - **Restart**: a partition first seen with in-sync replicas whose stream
 //!   positions are unknown (this node restarted, or bootstrap) has them all
 //!   removed in one CAS (reason `primary_restarted`); replies wait meanwhile.
+//! - **Switchover** (the one exception to the restart rule): the old
+//!   primary of a switchover to this node stays `InSync`, no CAS, no copy,
+//!   in an [`Era`] (`era.rs` says when and why that is safe).
 //! - A failed CAS never releases a reply as success: the replies that
 //!   waited on its outcome are released with `ok: false` (the shell answers
 //!   "replication not confirmed"), and so are the replies of a partition
@@ -37,6 +40,7 @@
 //!
 //! One CAS per partition is in flight at a time.
 
+pub use super::era::{ERA_EPOCH_LIMIT, ERA_SEQ_BITS, ERA_SEQ_LIMIT, Era, Prior};
 pub use super::state::{CasChange, Command, Reason, ReplicaState, WaiterId};
 use keyway_map::{Epoch, NodeId, PartitionId};
 use keyway_storage::{KeyRange, Seq};
@@ -52,6 +56,14 @@ pub struct Row {
     pub range: KeyRange,
     pub replicas: Vec<NodeId>,
     pub in_sync: Vec<NodeId>,
+    /// The partition in the previously installed map, if another node owned it.
+    pub prior: Option<Prior>,
+    /// `ReplicaSide::applied_seq` of the partition at this install: it
+    /// changes only while another node owns the partition and streams it
+    /// here, so a change between two installs that both show this node as
+    /// owner means it lost the partition in between (in a map the driver
+    /// skipped): what these rules know of it is void.
+    pub replica_applied: Option<Seq>,
 }
 
 /// One owned partition with replicas.
@@ -68,7 +80,26 @@ pub struct Part {
     /// this node started): their stream's acknowledgements say nothing
     /// about this partition until they were copied again.
     unknown: BTreeSet<NodeId>,
+    /// Old primaries kept in sync by a switchover (shipped stamped).
+    pub eras: BTreeMap<NodeId, Era>,
+    /// [`Row::replica_applied`] when this part was installed.
+    replica_applied: Option<Seq>,
     cas_pending: bool,
+}
+
+impl Part {
+    /// Up to where `replica` holds this partition's records, given its
+    /// stream's acknowledged seq.
+    fn covered(&self, replica: NodeId, acked: Seq) -> Seq {
+        self.eras.get(&replica).map_or(acked, |e| e.covered)
+    }
+
+    /// An era ends once its replica is not shipped any more (a copy cleans).
+    fn drop_ended_eras(&mut self) {
+        let replicas = &self.replicas;
+        self.eras
+            .retain(|r, _| replicas.get(r).is_some_and(|s| s.shipped()));
+    }
 }
 
 /// One reply waiting on replication.
@@ -106,6 +137,8 @@ pub struct Rules {
     lost: BTreeSet<NodeId>,
     /// The partitions this node owned in the last map installed.
     seen: BTreeSet<PartitionId>,
+    /// Old primaries kept in sync by a switchover, in all (a metric).
+    kept_in_sync: u64,
     /// Partitions this node is migrating away (it runs their push): no
     /// replica is CASed *into* their in-sync set meanwhile, since every CAS
     /// moves the epoch and a migration's flip (and its target's
@@ -129,6 +162,7 @@ impl Rules {
             next_waiter: 1,
             lost: BTreeSet::new(),
             seen: BTreeSet::new(),
+            kept_in_sync: 0,
             migrating: BTreeSet::new(),
         }
     }
@@ -144,6 +178,41 @@ impl Rules {
     /// The last seq the replica's stream acknowledged.
     pub fn acked(&self, replica: NodeId) -> Seq {
         self.acked.get(&replica).copied().unwrap_or(0)
+    }
+
+    /// Up to where `replica` holds `partition`'s records: its stream's
+    /// acknowledged seq, or its era's `covered`.
+    pub fn acked_for(&self, partition: PartitionId, replica: NodeId) -> Seq {
+        let acked = self.acked(replica);
+        self.parts
+            .get(&partition)
+            .map_or(acked, |p| p.covered(replica, acked))
+    }
+
+    /// How many old primaries switchovers kept in sync here so far.
+    pub fn kept_in_sync(&self) -> u64 {
+        self.kept_in_sync
+    }
+
+    /// The eras of the partitions shipped to `replica` (read with
+    /// [`Self::shipped_to`], under the same lock).
+    pub fn eras_to(&self, replica: NodeId) -> Vec<(PartitionId, Era)> {
+        self.parts
+            .iter()
+            .filter_map(|(id, p)| p.eras.get(&replica).map(|e| (*id, *e)))
+            .collect()
+    }
+
+    /// Where `replica`'s stream must read from at the latest: the lowest
+    /// era `covered` below its acknowledged seq.
+    pub fn rewind_to(&self, replica: NodeId) -> Option<Seq> {
+        let acked = self.acked(replica);
+        self.parts
+            .values()
+            .filter_map(|p| p.eras.get(&replica))
+            .map(|e| e.covered)
+            .filter(|c| *c < acked)
+            .min()
     }
 
     fn lease_end(&self, replica: NodeId) -> Instant {
@@ -240,16 +309,31 @@ impl Rules {
 
     /// Whether `replica`'s stream holds `partition`'s records up to `seq`.
     fn satisfied(&self, partition: PartitionId, replica: NodeId, seq: Seq) -> bool {
-        let tracked = self
-            .parts
-            .get(&partition)
-            .is_some_and(|p| !p.unknown.contains(&replica));
-        tracked && !self.lost.contains(&replica) && self.acked(replica) >= seq
+        let Some(p) = self.parts.get(&partition) else {
+            return false;
+        };
+        !p.unknown.contains(&replica)
+            && !self.lost.contains(&replica)
+            && p.covered(replica, self.acked(replica)) >= seq
     }
 
     /// The replica's stream applied (durably) every record up to `seq`; the
     /// answer arrived at `reply_at`.
     pub fn stream_acked(&mut self, replica: NodeId, seq: Seq, reply_at: Instant) -> Vec<Command> {
+        self.stream_batch_acked(replica, seq, seq, &[], reply_at)
+    }
+
+    /// The replica's stream applied (durably) a batch that examined the
+    /// records after `from` up to `examined` and shipped the partitions of
+    /// `eras` (by era epoch) stamped; the answer arrived at `reply_at`.
+    pub fn stream_batch_acked(
+        &mut self,
+        replica: NodeId,
+        from: Seq,
+        examined: Seq,
+        eras: &[(PartitionId, Epoch)],
+        reply_at: Instant,
+    ) -> Vec<Command> {
         let lease = reply_at + self.cfg.read_lease;
         let end = self.lease_until.entry(replica).or_insert(lease);
         *end = (*end).max(lease);
@@ -257,14 +341,27 @@ impl Rules {
             return Vec::new();
         }
         let acked = self.acked.entry(replica).or_insert(0);
-        *acked = (*acked).max(seq);
+        *acked = (*acked).max(examined);
         let acked = *acked;
+        // An era is covered on by a batch that listed it and started within it.
+        for (pid, epoch) in eras {
+            if let Some(e) = self
+                .parts
+                .get_mut(pid)
+                .and_then(|p| p.eras.get_mut(&replica))
+                && e.epoch == *epoch
+                && from <= e.covered
+            {
+                e.covered = e.covered.max(examined);
+            }
+        }
         let parts = &self.parts;
         let mut out = release_in(&mut self.waiters, |w| {
-            let tracked = parts
+            let covered = parts
                 .get(&w.partition)
-                .is_some_and(|p| !p.unknown.contains(&replica));
-            if tracked && w.seq <= acked {
+                .filter(|p| !p.unknown.contains(&replica))
+                .map(|p| p.covered(replica, acked));
+            if covered.is_some_and(|c| w.seq <= c) {
                 w.waits.remove(&replica);
             }
         });
@@ -426,6 +523,7 @@ impl Rules {
             }
             p.replicas
                 .retain(|r, s| p.listed.contains(r) || s.waited(now));
+            p.drop_ended_eras();
         }
         for (pid, r) in expired {
             out.extend(self.excuse(pid, r));
@@ -486,19 +584,51 @@ impl Rules {
             // Not the owner any more: what waited on its replicas is unknown.
             out.extend(self.fail_where(|w| old.contains_key(&w.partition)));
         }
+        // Owned now and before, but another node owned it in between (see
+        // `Row::replica_applied`): forgotten, so first sight applies (and
+        // not inherited from itself), and what waited is unknown.
+        let relost: BTreeSet<PartitionId> = owned
+            .iter()
+            .filter(|r| {
+                self.parts
+                    .get(&r.id)
+                    .is_some_and(|p| p.replica_applied != r.replica_applied)
+            })
+            .map(|r| r.id)
+            .collect();
+        if !relost.is_empty() {
+            self.parts.retain(|id, _| !relost.contains(id));
+            out.extend(self.fail_where(|w| relost.contains(&w.partition)));
+        }
+        // The parents as they were before this map (a split's parent row may
+        // come first and narrow its range).
+        let before = self.parts.clone();
         for row in owned {
             let lease = |r: &NodeId| self.lease_end(*r).max(now);
-            let inherited = |r: &NodeId| {
-                // A split or merge child of a partition r was in sync for.
-                self.parts.values().chain(old.values()).any(|p| {
-                    overlaps(&p.range, &row.range)
-                        && p.replicas.get(r) == Some(&ReplicaState::InSync)
-                })
+            let inherited = |r: &NodeId| -> Option<Option<Era>> {
+                // A split or merge child of partitions r was in sync for, in
+                // one era (or none) for all of them.
+                let mut eras = before
+                    .values()
+                    .chain(old.values())
+                    .filter(|p| {
+                        overlaps(&p.range, &row.range)
+                            && p.replicas.get(r) == Some(&ReplicaState::InSync)
+                    })
+                    .map(|p| p.eras.get(r).copied());
+                let first = eras.next()?;
+                eras.all(|e| e == first).then_some(first)
             };
             let known = self.parts.get(&row.id);
             if known.is_some_and(|p| p.epoch == row.epoch) {
                 continue;
             }
+            let switched = match known {
+                None => row.switchover_era(),
+                Some(_) => None,
+            };
+            let mut eras = known.map(|p| p.eras.clone()).unwrap_or_default();
+            let mut kept = 0;
             let mut states: BTreeMap<NodeId, ReplicaState> =
                 known.map(|p| p.replicas.clone()).unwrap_or_default();
             let mut next = BTreeMap::new();
@@ -511,7 +641,19 @@ impl Rules {
                     }
                     (Some(s @ ReplicaState::Removing { .. }), true) => s,
                     (Some(ReplicaState::Joining { .. }), true) => ReplicaState::InSync,
-                    (None, true) if inherited(r) => ReplicaState::InSync,
+                    (None, true) if switched.is_some_and(|(old, _)| old == *r) => {
+                        if let Some((_, era)) = switched {
+                            eras.insert(*r, era);
+                            kept += 1;
+                        }
+                        ReplicaState::InSync
+                    }
+                    (None, true) if inherited(r).is_some() => {
+                        if let Some(Some(era)) = inherited(r) {
+                            eras.insert(*r, era);
+                        }
+                        ReplicaState::InSync
+                    }
                     (_, true) => {
                         unknown.insert(*r);
                         ReplicaState::Removing {
@@ -539,17 +681,19 @@ impl Rules {
                 }
             }
             let cas_pending = known.is_some_and(|p| p.cas_pending);
-            self.parts.insert(
-                row.id,
-                Part {
-                    epoch: row.epoch,
-                    range: row.range.clone(),
-                    replicas: next,
-                    listed: row.replicas.iter().copied().collect(),
-                    unknown,
-                    cas_pending,
-                },
-            );
+            let mut part = Part {
+                epoch: row.epoch,
+                range: row.range.clone(),
+                replicas: next,
+                listed: row.replicas.iter().copied().collect(),
+                unknown,
+                eras,
+                replica_applied: row.replica_applied,
+                cas_pending,
+            };
+            part.drop_ended_eras();
+            self.parts.insert(row.id, part);
+            self.kept_in_sync += kept;
         }
         self.parts.retain(|_, p| !p.replicas.is_empty());
         self.seen = keep.clone();
@@ -700,6 +844,9 @@ impl Rules {
                     _ => {}
                 }
             }
+        }
+        for p in self.parts.values_mut() {
+            p.drop_ended_eras();
         }
         let mut out = Vec::new();
         for pid in excused {

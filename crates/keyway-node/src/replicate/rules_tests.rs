@@ -24,6 +24,8 @@ fn row(epoch: u64, replicas: &[NodeId], in_sync: &[NodeId]) -> Row {
         range: KeyRange::prefix(Bytes::from_static(b"p/")),
         replicas: replicas.to_vec(),
         in_sync: in_sync.to_vec(),
+        prior: None,
+        replica_applied: None,
     }
 }
 
@@ -368,7 +370,10 @@ fn a_cutover_stops_read_leases_and_waits_for_the_last_one_granted() {
     // The last answer arrived at 300 ms: a lease granted on it runs to
     // 300 ms + LEASE at the latest.
     assert_eq!(rules.stop_read_leases(P), Some(ms(t0, 300) + LEASE));
-    assert!(!vouched(&rules), "no more read leases for a partition cut over");
+    assert!(
+        !vouched(&rules),
+        "no more read leases for a partition cut over"
+    );
     // Still shipped (its writes must reach the replica), just not vouched.
     assert!(rules.shipped_to(R).iter().any(|l| l.0 == P));
     // A partition without replicas here has no lease to wait for.
@@ -376,4 +381,203 @@ fn a_cutover_stops_read_leases_and_waits_for_the_last_one_granted() {
     // Once the push ends, leases resume.
     rules.set_migrating(BTreeSet::new());
     assert!(vouched(&rules));
+}
+
+/// The old primary of a switchover to this node.
+const OLD: NodeId = NodeId(9);
+
+/// The row of a switchover of P at epoch `epoch` from OLD to this node:
+/// OLD's map had it at `prior_epoch` with this node in sync (`in_sync_here`).
+fn switched(epoch: u64, prior_epoch: u64, in_sync: &[NodeId], floor: Option<Seq>) -> Row {
+    let mut r = row(epoch, &[R, OLD], in_sync);
+    r.prior = Some(Prior {
+        owner: OLD,
+        epoch: Epoch(prior_epoch),
+        in_sync_here: true,
+        floor,
+    });
+    r
+}
+
+fn copies(cmds: &[Command]) -> usize {
+    cmds.iter()
+        .filter(|c| matches!(c, Command::StartCopy { .. }))
+        .count()
+}
+
+#[test]
+fn a_switchover_install_keeps_the_old_primary_in_sync_with_no_cas_and_no_copy() {
+    let t0 = Instant::now();
+    let mut rules = Rules::new(cfg(), t0 - Duration::from_secs(60));
+    let cmds = rules.map_installed(&[switched(6, 5, &[OLD], Some(300))], t0);
+    assert!(cases(&cmds).is_empty(), "{cmds:?}");
+    assert_eq!(copies(&cmds), 0);
+    let part = &rules.parts()[&P];
+    assert_eq!(part.replicas[&OLD], ReplicaState::InSync);
+    assert_eq!(
+        part.eras[&OLD],
+        Era {
+            epoch: Epoch(6),
+            floor: 300,
+            covered: 300
+        }
+    );
+    assert_eq!(rules.kept_in_sync(), 1);
+    // R (dropped from the in-sync set by the switchover) is copied; OLD is not.
+    let cmds = rules.tick(ms(t0, 1), true);
+    assert_eq!(
+        cmds,
+        vec![Command::StartCopy {
+            partition: P,
+            replica: R
+        }]
+    );
+    // Shipped stamped, vouched for.
+    assert!(
+        rules
+            .shipped_to(OLD)
+            .iter()
+            .any(|(p, _, _, v)| *p == P && *v)
+    );
+    // A write at 301 waits for OLD until a batch listing the era covers it.
+    let (w, cmds) = rules.queue(P, 301, &[OLD], ms(t0, 2));
+    assert!(cmds.is_empty());
+    // A batch that did not list the era (read before it existed) covers nothing.
+    assert!(releases(&rules.stream_batch_acked(OLD, 250, 310, &[], ms(t0, 3))).is_empty());
+    assert_eq!(rules.acked_for(P, OLD), 300);
+    assert_eq!(
+        rules.rewind_to(OLD),
+        Some(300),
+        "the stream re-reads from covered"
+    );
+    // A batch listing it but starting above covered leaves a gap: no cover.
+    assert!(
+        releases(&rules.stream_batch_acked(OLD, 305, 320, &[(P, Epoch(6))], ms(t0, 4))).is_empty()
+    );
+    assert_eq!(
+        releases(&rules.stream_batch_acked(OLD, 300, 320, &[(P, Epoch(6))], ms(t0, 5))),
+        vec![(w, true)]
+    );
+    assert_eq!(rules.acked_for(P, OLD), 320);
+    assert_eq!(rules.rewind_to(OLD), None);
+    // Later batches from the acked seq keep it covered.
+    let (w2, _) = rules.queue(P, 330, &[OLD], ms(t0, 6));
+    assert_eq!(
+        releases(&rules.stream_batch_acked(OLD, 320, 340, &[(P, Epoch(6))], ms(t0, 7))),
+        vec![(w2, true)]
+    );
+    // Nothing at or below the floor was ever OLD's to wait for.
+    let (w3, cmds) = rules.queue(P, 299, &[OLD], ms(t0, 8));
+    assert_eq!(releases(&cmds), vec![(w3, true)]);
+}
+
+#[test]
+fn anything_but_a_switchover_shape_keeps_the_restart_rule() {
+    let t0 = Instant::now();
+    let restart = |row: Row| {
+        let mut rules = Rules::new(cfg(), t0 - Duration::from_secs(60));
+        let cmds = rules.map_installed(&[row], t0);
+        assert_eq!(
+            cases(&cmds),
+            vec![(
+                Epoch(7),
+                CasChange::Remove {
+                    replicas: vec![OLD],
+                    reason: Reason::PrimaryRestarted
+                }
+            )],
+            "{cmds:?}"
+        );
+        assert!(rules.parts()[&P].eras.is_empty());
+        assert_eq!(rules.kept_in_sync(), 0);
+    };
+    // An epoch jump e -> e + 2 (something happened in between).
+    restart(switched(7, 5, &[OLD], Some(300)));
+    // No previous map (this node restarted).
+    restart(row(7, &[R, OLD], &[OLD]));
+    // Not in sync before.
+    let mut r = switched(7, 6, &[OLD], Some(300));
+    r.prior.as_mut().unwrap().in_sync_here = false;
+    restart(r);
+    // Never applied a call listing it (no floor).
+    restart(switched(7, 6, &[OLD], None));
+    // A seq that cannot be stamped.
+    restart(switched(7, 6, &[OLD], Some(ERA_SEQ_LIMIT)));
+    // In-sync set not exactly the old owner.
+    let mut rules = Rules::new(cfg(), t0 - Duration::from_secs(60));
+    let cmds = rules.map_installed(&[switched(7, 6, &[R, OLD], Some(300))], t0);
+    assert_eq!(
+        cases(&cmds),
+        vec![(
+            Epoch(7),
+            CasChange::Remove {
+                replicas: vec![R, OLD],
+                reason: Reason::PrimaryRestarted
+            }
+        )]
+    );
+}
+
+#[test]
+fn an_era_ends_with_a_copy_and_a_split_child_inherits_it() {
+    let t0 = Instant::now();
+    let mut rules = Rules::new(cfg(), t0 - Duration::from_secs(60));
+    rules.map_installed(&[switched(6, 5, &[OLD], Some(300))], t0);
+    // A split child (a new id, a sub-range) inherits OLD's era.
+    let mut child = row(7, &[R, OLD], &[OLD]);
+    child.id = PartitionId(8);
+    child.range = KeyRange::prefix(Bytes::from_static(b"p/a"));
+    let mut parent = row(7, &[R, OLD], &[OLD]);
+    parent.range = KeyRange::new(Bytes::from_static(b"p/"), Some(Bytes::from_static(b"p/a")));
+    let cmds = rules.map_installed(&[parent, child], ms(t0, 1));
+    assert!(cases(&cmds).is_empty(), "{cmds:?}");
+    assert_eq!(rules.parts()[&PartitionId(8)].eras[&OLD].epoch, Epoch(6));
+    // OLD drops out (lag): once its read lease passed it is copied and the era ends.
+    let mut out = row(8, &[R, OLD], &[]);
+    out.range = KeyRange::new(Bytes::from_static(b"p/"), Some(Bytes::from_static(b"p/a")));
+    rules.map_installed(&[out], ms(t0, 2));
+    assert!(
+        rules.parts()[&P].eras.contains_key(&OLD),
+        "still shipped while Removed"
+    );
+    rules.tick(ms(t0, 5_000), true);
+    let cmds = rules.tick(ms(t0, 5_001), true);
+    assert!(cmds.contains(&Command::StartCopy {
+        partition: P,
+        replica: OLD
+    }));
+    assert!(rules.parts()[&P].eras.is_empty());
+}
+
+#[test]
+fn a_partition_owned_by_another_node_in_between_is_first_seen_again() {
+    // The driver saw this node own P at 5 and at 7, never the map between
+    // where OLD owned it and streamed it here (its applied seq moved).
+    let t0 = Instant::now();
+    let mut rules = Rules::new(cfg(), t0 - Duration::from_secs(60));
+    let mut first = switched(6, 5, &[OLD], Some(300));
+    first.replica_applied = Some(300);
+    rules.map_installed(&[first], t0);
+    assert_eq!(rules.parts()[&P].replicas[&OLD], ReplicaState::InSync);
+    // Still owned throughout (applied seq unchanged): an epoch jump is kept.
+    let mut same = row(8, &[R, OLD], &[OLD]);
+    same.replica_applied = Some(300);
+    assert!(cases(&rules.map_installed(&[same], ms(t0, 1))).is_empty());
+    let (w, _) = rules.queue(P, 400, &[OLD], ms(t0, 2));
+    // Lost and back: the restart rule, and what waited is unknown.
+    let mut back = row(10, &[R, OLD], &[OLD]);
+    back.replica_applied = Some(450);
+    let cmds = rules.map_installed(&[back], ms(t0, 3));
+    assert_eq!(releases(&cmds), vec![(w, false)]);
+    assert_eq!(
+        cases(&cmds),
+        vec![(
+            Epoch(10),
+            CasChange::Remove {
+                replicas: vec![OLD],
+                reason: Reason::PrimaryRestarted
+            }
+        )]
+    );
+    assert!(rules.parts()[&P].eras.is_empty());
 }

@@ -11,7 +11,13 @@
 //!    the read-lease vouches and the last answer's token), fsynced at the
 //!    replica; an empty call every `replica_heartbeat_ms` renews the leases.
 //! 4. On the answer, the acked seq moves to the batch's end (the log hold
-//!    follows), and the rules hear of it (`stream_acked`).
+//!    follows), and the rules hear of it (`stream_batch_acked`).
+//!
+//! A partition whose old primary a switchover kept in sync (an *era*, see
+//! `rules.rs`) is shipped only above the era's floor, only by a batch that
+//! starts within what the replica holds (`covered`: the read starts there
+//! when it is below the acked seq, so the replica's copy stays a prefix),
+//! and with every record's seq stamped with the era's epoch.
 //!
 //! Failures are retried with a back-off; the rules' lag timeout decides
 //! what a replica that does not answer costs. A stream whose log hold was
@@ -20,6 +26,7 @@
 //! the driver starts a new stream once nothing waits on it.
 
 use super::Replication;
+use super::rules::Era;
 use crate::peer::{PeerClient, PeerError, PeerOptions, pb};
 use bytes::Bytes;
 use keyway_map::{Epoch, NodeId, PartitionId};
@@ -154,7 +161,8 @@ impl Stream {
             let durable_changed = repl.durable.changed();
             tokio::pin!(durable_changed);
             durable_changed.as_mut().enable();
-            let acked = self.acked();
+            let rewind = repl.lock().rules.rewind_to(self.replica);
+            let acked = rewind.map_or(self.acked(), |r| r.min(self.acked()));
             let durable = repl.durable.get(&*repl.engine);
             let batch = if acked < durable {
                 let engine = repl.engine.clone();
@@ -173,11 +181,26 @@ impl Stream {
             } else {
                 None
             };
-            let listed = repl.lock().rules.shipped_to(self.replica);
+            let (listed, eras) = {
+                let inner = repl.lock();
+                (
+                    inner.rules.shipped_to(self.replica),
+                    inner.rules.eras_to(self.replica),
+                )
+            };
             let (records, examined) = match batch {
-                Some(all) => filter(all, durable, &listed, acked),
+                Some(all) => match filter(all, durable, &listed, &eras, acked) {
+                    Some(kept) => kept,
+                    None => {
+                        tracing::warn!(replica = %self.replica, "a switched-over partition's seq cannot be stamped any more");
+                        self.lost.store(true, Ordering::Release);
+                        continue;
+                    }
+                },
                 None => (Vec::new(), acked),
             };
+            let era_ids: Vec<(PartitionId, Epoch)> =
+                eras.iter().map(|(p, e)| (*p, e.epoch)).collect();
             if records.is_empty() && examined == acked && last_call.elapsed() < heartbeat {
                 let wait = heartbeat.saturating_sub(last_call.elapsed());
                 // Records past the durable seq that no storage thread will
@@ -233,7 +256,9 @@ impl Stream {
                     repl.metrics.stream_records.inc_by(count as u64);
                     repl.metrics.stream_bytes.inc_by(bytes as u64);
                     let replica = self.replica;
-                    repl.with_rules(|r| r.stream_acked(replica, examined, reply_at));
+                    repl.with_rules(|r| {
+                        r.stream_batch_acked(replica, acked, examined, &era_ids, reply_at)
+                    });
                 }
                 Err(e) => {
                     token = 0;
@@ -254,26 +279,42 @@ impl Stream {
     }
 }
 
-/// The encoded records of `all` (up to `durable`) whose key is in a listed
-/// partition, at most [`BATCH_BYTES`] (at least one), and the last seq examined.
+/// The encoded records of `all` (read after `from`, up to `durable`) whose
+/// key is in a listed partition, at most [`BATCH_BYTES`] (at least one),
+/// and the last seq examined. A partition with an era (see the module
+/// docs) ships only records above its floor, only when `from` is within
+/// its `covered`, stamped; `None`: a seq that cannot be stamped.
 fn filter(
     all: Vec<ChangeRecord>,
     durable: Seq,
     listed: &[Listed],
-    acked: Seq,
-) -> (Vec<Bytes>, Seq) {
+    eras: &[(PartitionId, Era)],
+    from: Seq,
+) -> Option<(Vec<Bytes>, Seq)> {
     let mut out = Vec::new();
     let mut bytes = 0usize;
-    let mut examined = acked;
+    let mut examined = from;
     for r in all {
         if r.seq > durable {
             break;
         }
-        if listed
-            .iter()
-            .any(|(_, _, range, _)| range.contains(r.mutation.key()))
-        {
-            let enc = Bytes::from(r.encode());
+        let key = r.mutation.key();
+        if let Some((pid, _, _, _)) = listed.iter().find(|(_, _, range, _)| range.contains(key)) {
+            let enc = match eras.iter().find(|(p, _)| p == pid) {
+                None => Some(Bytes::from(r.encode())),
+                Some((_, era)) if r.seq <= era.floor || from > era.covered => None,
+                Some((_, era)) => Some(Bytes::from(
+                    ChangeRecord {
+                        seq: era.stamp(r.seq)?,
+                        mutation: r.mutation,
+                    }
+                    .encode(),
+                )),
+            };
+            let Some(enc) = enc else {
+                examined = r.seq;
+                continue;
+            };
             if !out.is_empty() && bytes + enc.len() > BATCH_BYTES {
                 break;
             }
@@ -282,7 +323,7 @@ fn filter(
         }
         examined = r.seq;
     }
-    (out, examined)
+    Some((out, examined))
 }
 
 pub(crate) fn listed_to_pb(listed: &[Listed]) -> Vec<pb::ReplicatedPartition> {
@@ -298,4 +339,68 @@ pub(crate) fn listed_to_pb(listed: &[Listed]) -> Vec<pb::ReplicatedPartition> {
             vouch: *vouch,
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::rules::{ERA_SEQ_BITS, ERA_SEQ_LIMIT};
+    use super::*;
+
+    fn del(seq: Seq, key: &'static [u8]) -> ChangeRecord {
+        ChangeRecord {
+            seq,
+            mutation: keyway_storage::Mutation::Delete {
+                key: Bytes::from_static(key),
+            },
+        }
+    }
+
+    fn seqs(out: &[Bytes]) -> Vec<Seq> {
+        out.iter()
+            .map(|b| ChangeRecord::decode(b).unwrap().seq)
+            .collect()
+    }
+
+    #[test]
+    fn an_era_partition_ships_stamped_above_its_floor_only_from_within_covered() {
+        let a = (
+            PartitionId(1),
+            Epoch(3),
+            KeyRange::prefix(Bytes::from_static(b"a/")),
+            true,
+        );
+        let b = (
+            PartitionId(2),
+            Epoch(6),
+            KeyRange::prefix(Bytes::from_static(b"b/")),
+            true,
+        );
+        let listed = vec![a, b];
+        let era = Era {
+            epoch: Epoch(6),
+            floor: 11,
+            covered: 12,
+        };
+        let eras = vec![(PartitionId(2), era)];
+        let all = || {
+            vec![
+                del(11, b"b/1"),
+                del(12, b"a/1"),
+                del(13, b"b/2"),
+                del(14, b"c/1"),
+                del(15, b"b/3"),
+            ]
+        };
+        // From 10: b's 11 is at the floor (not shipped), 13 and 15 stamped; not past durable.
+        let (out, examined) = filter(all(), 14, &listed, &eras, 10).unwrap();
+        assert_eq!(seqs(&out), vec![12, (6 << ERA_SEQ_BITS) | 13]);
+        assert_eq!(examined, 14);
+        // A batch starting above covered ships none of b (no gap at the replica).
+        let (out, examined) = filter(all(), 20, &listed, &eras, 13).unwrap();
+        assert_eq!(seqs(&out), vec![12]);
+        assert_eq!(examined, 15);
+        // A seq that cannot be stamped: the stream is lost.
+        let big = vec![del(ERA_SEQ_LIMIT, b"b/9")];
+        assert!(filter(big, ERA_SEQ_LIMIT, &listed, &eras, 10).is_none());
+    }
 }

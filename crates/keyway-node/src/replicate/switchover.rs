@@ -9,8 +9,14 @@
 //! 3. Wait until T's stream acked ≥ that seq (bounded by `timeout`): T
 //!    holds every write P accepted.
 //! 4. **One CAS** conditional on (P, e): owner = T, replicas = (replicas
-//!    without T) with P, in_sync = [] (T's log positions differ from P's:
-//!    its replicas re-sync from it), epoch e + 1.
+//!    without T) with P, in_sync = [P], reads_from = None, epoch e + 1.
+//!    P may stay in sync: it is fenced (no write after h, the last seq at
+//!    the fence) and T acknowledged ≥ h, so P and T hold the same data for
+//!    p, every acknowledged write included. Another in-sync replica may
+//!    lack writes only T acknowledged (its own stream lagged), so it drops
+//!    out and T copies it again. T's rules recognise the shape (first sight
+//!    at e + 1, in sync at e, in_sync == [P]) and keep streaming to P with
+//!    no copy (`rules.rs`, "Switchover"), so a move back is a switchover too.
 //! 5. Install the committed map here before lifting the fence, so the held
 //!    requests re-run against it and get `-MOVED` to T (never run here).
 //!
@@ -18,7 +24,7 @@
 
 use super::Replication;
 use super::rules::ReplicaState;
-use keyway_map::{Epoch, MapChange, NodeId, OwnershipCondition, PartitionId};
+use keyway_map::{Epoch, MapChange, NodeId, OwnershipCondition, PartitionId, PartitionRecord};
 use keyway_meta::MapTxn;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -45,6 +51,24 @@ pub enum SwitchoverError {
     /// The target did not catch up in time, or the CAS failed.
     #[error("{0}")]
     Failed(String),
+}
+
+/// The row a switchover of `row` to `target` commits (step 4): owner =
+/// target, replicas = replicas − target + the old owner, in_sync = [the old
+/// owner], reads_from = None, epoch + 1.
+pub fn switched_row(row: &PartitionRecord, target: NodeId) -> PartitionRecord {
+    assert!(
+        row.in_sync.contains(&target),
+        "switchover to a replica not in sync"
+    );
+    let mut next = row.clone();
+    next.owner = target;
+    next.replicas.retain(|r| *r != target);
+    next.replicas.push(row.owner);
+    next.in_sync = vec![row.owner];
+    next.reads_from = None;
+    next.epoch = Epoch(row.epoch.0 + 1);
+    next
 }
 
 /// Runs a switchover of `partition` (see the module docs).
@@ -91,7 +115,7 @@ pub async fn switchover(
     let result = async {
         let head = repl.engine.last_seq();
         let deadline = fenced_at + timeout;
-        while repl.lock().rules.acked(target) < head {
+        while repl.lock().rules.acked_for(partition, target) < head {
             if Instant::now() >= deadline {
                 return Err(SwitchoverError::Failed(format!(
                     "replica {target} did not acknowledge seq {head} within {} ms",
@@ -100,12 +124,7 @@ pub async fn switchover(
             }
             tokio::time::sleep(POLL).await;
         }
-        let mut next = row.clone();
-        next.owner = target;
-        next.replicas.retain(|r| *r != target);
-        next.replicas.push(repl.me);
-        next.in_sync.clear();
-        next.epoch = Epoch(epoch.0 + 1);
+        let next = switched_row(&row, target);
         let txn = MapTxn {
             conditions: vec![OwnershipCondition {
                 partition,
@@ -141,4 +160,36 @@ pub async fn switchover(
         epoch: new_epoch,
         paused,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use keyway_map::{NodeInfo, PartitionMap};
+
+    #[test]
+    fn the_switched_row_keeps_the_old_primary_in_sync_and_clears_reads_from() {
+        let nodes: Vec<NodeInfo> = (1..=3)
+            .map(|i| NodeInfo::up(NodeId(i), format!("127.0.0.1:{}", 7000 + i)))
+            .collect();
+        let mut m = PartitionMap::bootstrap_replicated(&nodes, 1, 3).unwrap();
+        let pid = *m.partitions.keys().next().unwrap();
+        let row = m.partitions.get_mut(&pid).unwrap();
+        row.in_sync = row.replicas.clone();
+        // Reads switched to the target, and to the other replica.
+        for reads_from in [row.replicas[0], row.replicas[1]] {
+            let mut row = m.partitions[&pid].clone();
+            row.reads_from = Some(reads_from);
+            let (old, target, other) = (row.owner, row.replicas[0], row.replicas[1]);
+            let next = switched_row(&row, target);
+            assert_eq!(next.owner, target);
+            assert_eq!(next.replicas, vec![other, old]);
+            assert_eq!(next.in_sync, vec![old], "the other replica drops out");
+            assert_eq!(next.reads_from, None);
+            assert_eq!(next.epoch, Epoch(row.epoch.0 + 1));
+            let mut m2 = m.clone();
+            m2.partitions.insert(pid, next);
+            m2.validate().unwrap();
+        }
+    }
 }

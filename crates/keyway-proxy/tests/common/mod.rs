@@ -82,6 +82,9 @@ async fn serve(mut stream: TcpStream, b: Behaviour) {
         while let Some(args) = parser.parse(&mut buf).unwrap() {
             let reply = if args[0].eq_ignore_ascii_case(b"HELLO") {
                 Frame::Map(vec![(Frame::bulk("proto"), Frame::Integer(3))])
+            } else if args[0].eq_ignore_ascii_case(b"READONLY") {
+                // Part of the proxy's connection handshake, as HELLO.
+                Frame::Simple("OK".into())
             } else {
                 b.seen.lock().unwrap().push(args.clone());
                 if b.drop_next.swap(false, Ordering::SeqCst) {
