@@ -13,11 +13,10 @@
 //! replica X, which a switchover drops from the in-sync set, re-syncs);
 //! every acknowledged write reads back.
 //!
-//! The test needs the node side of issue 13 (branch `switchback`): the
-//! switchover that clears `reads_from` and keeps the old primary in sync
-//! (so the move back is no copy), and the smart client's routing of reads
-//! to `reads_from`. [`READS_FIRST_ROUTING`] turns the assertion that T
-//! served reads before the write switch on.
+//! It rests on the node side: the switchover that clears `reads_from` and
+//! keeps the old primary in sync (so the move back is no copy), and the
+//! smart client's routing of reads to `reads_from` (T must have served
+//! reads of p between the reads switch and the write switch).
 
 mod common;
 mod repl_fixture;
@@ -32,11 +31,6 @@ use std::io::Write;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-
-/// Whether the smart client routes reads to `reads_from` (on once the
-/// node/client side of issue 13 is merged): then T must have served reads
-/// of p between the reads switch and the write switch.
-const READS_FIRST_ROUTING: bool = true;
 
 const SYNC_TIMEOUT: Duration = Duration::from_secs(60);
 /// The partition's load before the move: keys of VALUE_BYTES each.
@@ -298,12 +292,10 @@ fn a_reads_first_primary_move_and_its_move_back_lose_nothing_and_copy_nothing_ba
     eprintln!(
         "after the switch: {row:?}; T's served replica reads during the reads-first hold: {first_served:?} -> {last_served:?}"
     );
-    if READS_FIRST_ROUTING {
-        assert!(
-            last_served > first_served,
-            "T served no read between the reads switch and the write switch ({first_served:?} -> {last_served:?})"
-        );
-    }
+    assert!(
+        last_served > first_served,
+        "T served no read between the reads switch and the write switch ({first_served:?} -> {last_served:?})"
+    );
     // The old primary is (or, without the in-sync switchover, becomes) an
     // in-sync replica and stays one in the window: the reverse stream.
     wait_until("the old primary in sync", SYNC_TIMEOUT, || {
