@@ -5,8 +5,9 @@
 //! **Switchover** (the one exception to the restart rule of `rules.rs`): a partition
 //! first seen owned at epoch e + 1 that the previously installed map had
 //! at epoch e, owned by P with this node in its in-sync set, and whose
-//! in-sync set is now exactly `[P]`, was switched over to this node by P
-//! (`switchover.rs`; nobody else writes that shape). P stays `InSync`
+//! in-sync set now contains P, was switched over to this node by P
+//! (`switchover.rs`; nobody else writes that shape: a failover and a
+//! migration's flip empty the in-sync set). P stays `InSync`
 //! with no CAS and no copy, in an [`Era`]. Why P holds every
 //! acknowledged write then: P fenced the partition, so every write it
 //! admitted has a seq ≤ its last seq h at the fence, and it CASed only
@@ -15,7 +16,9 @@
 //! only from P (a catch-up cleans first), so P and this node hold the
 //! same data, and every acknowledged write. Any other replica that was in
 //! sync may lack writes only this node acknowledged (its stream lagged
-//! P's), so the CAS drops it and it is copied again. What P lacks are
+//! P's), so the CAS drops it and it is copied again — unless P saw its
+//! stream acknowledge P's last seq at the fence: then it holds exactly
+//! what P and this node hold, and it stays in sync in the same era. What P lacks are
 //! only this node's own writes at e + 1, all with seqs > the era's
 //! `floor` (the last seq here after the last call from P that listed the
 //! partition was applied, under the routing guard of a map where this
@@ -91,7 +94,9 @@ pub struct Prior {
 impl Row {
     /// The era of a switchover to this node, if this row is one (see the
     /// module docs): first sight, owner at prior epoch + 1, in sync here
-    /// before, in-sync set exactly the old owner now, stampable.
+    /// before, the old owner in the in-sync set now, stampable. Every
+    /// member of the in-sync set is kept in it (the old owner checked that
+    /// each holds every record up to its last seq at the fence).
     pub(super) fn switchover_era(&self) -> Option<(NodeId, Era)> {
         let pr = self.prior?;
         let era = Era {
@@ -101,7 +106,7 @@ impl Row {
         };
         (pr.in_sync_here
             && self.epoch.0 == pr.epoch.0 + 1
-            && self.in_sync == [pr.owner]
+            && self.in_sync.contains(&pr.owner)
             && self.replicas.contains(&pr.owner)
             && era.stamp(era.floor).is_some())
         .then_some((pr.owner, era))

@@ -147,6 +147,10 @@ pub struct Rules {
     /// that migration then aborts and is retried. The flip empties the
     /// in-sync set anyway.
     migrating: BTreeSet<PartitionId>,
+    /// Partitions in a switchover from this node: no read lease vouched
+    /// (see `stop_switch_leases`). Left when the switchover fails or the
+    /// partition is not owned here any more.
+    switching: BTreeSet<PartitionId>,
 }
 
 impl Rules {
@@ -164,6 +168,7 @@ impl Rules {
             seen: BTreeSet::new(),
             kept_in_sync: 0,
             migrating: BTreeSet::new(),
+            switching: BTreeSet::new(),
         }
     }
 
@@ -242,7 +247,8 @@ impl Rules {
                     // leases (see `stop_read_leases`).
                     let vouch = *s == ReplicaState::InSync
                         && !self.lost.contains(&replica)
-                        && !self.migrating.contains(id);
+                        && !self.migrating.contains(id)
+                        && !self.switching.contains(id);
                     (*id, p.epoch, p.range.clone(), vouch)
                 })
             })
@@ -381,6 +387,33 @@ impl Rules {
         self.migrating.insert(partition);
         let p = self.parts.get(&partition)?;
         p.replicas.keys().map(|r| self.lease_end(*r)).max()
+    }
+
+    /// A switchover of `partition` to `target` is about to fence it: stop
+    /// vouching its read leases and return when the last one granted to a
+    /// replica other than `target` ends (see `stop_read_leases` for why
+    /// `lease_end` covers a call in flight). The switchover's CAS takes
+    /// every such replica out of the in-sync set (or keeps it only with
+    /// the new owner's rules waiting for it), and the new owner does not
+    /// know the leases granted here, so they must have ended before it can
+    /// acknowledge anything.
+    pub fn stop_switch_leases(
+        &mut self,
+        partition: PartitionId,
+        target: NodeId,
+    ) -> Option<Instant> {
+        self.switching.insert(partition);
+        let p = self.parts.get(&partition)?;
+        p.replicas
+            .keys()
+            .filter(|r| **r != target)
+            .map(|r| self.lease_end(*r))
+            .max()
+    }
+
+    /// The switchover of `partition` failed: its read leases resume.
+    pub fn resume_switch_leases(&mut self, partition: PartitionId) {
+        self.switching.remove(&partition);
     }
 
     /// The partitions this node now runs a migration push for. A partition
@@ -580,6 +613,7 @@ impl Rules {
             .iter()
             .filter_map(|id| self.parts.remove(id).map(|p| (*id, p)))
             .collect();
+        self.switching.retain(|id| keep.contains(id));
         if !old.is_empty() {
             // Not the owner any more: what waited on its replicas is unknown.
             out.extend(self.fail_where(|w| old.contains_key(&w.partition)));
@@ -641,7 +675,7 @@ impl Rules {
                     }
                     (Some(s @ ReplicaState::Removing { .. }), true) => s,
                     (Some(ReplicaState::Joining { .. }), true) => ReplicaState::InSync,
-                    (None, true) if switched.is_some_and(|(old, _)| old == *r) => {
+                    (None, true) if switched.is_some() => {
                         if let Some((_, era)) = switched {
                             eras.insert(*r, era);
                             kept += 1;

@@ -503,19 +503,33 @@ fn anything_but_a_switchover_shape_keeps_the_restart_rule() {
     restart(switched(7, 6, &[OLD], None));
     // A seq that cannot be stamped.
     restart(switched(7, 6, &[OLD], Some(ERA_SEQ_LIMIT)));
-    // In-sync set not exactly the old owner.
+    // The old owner not in the in-sync set.
     let mut rules = Rules::new(cfg(), t0 - Duration::from_secs(60));
-    let cmds = rules.map_installed(&[switched(7, 6, &[R, OLD], Some(300))], t0);
+    let cmds = rules.map_installed(&[switched(7, 6, &[R], Some(300))], t0);
     assert_eq!(
         cases(&cmds),
         vec![(
             Epoch(7),
             CasChange::Remove {
-                replicas: vec![R, OLD],
+                replicas: vec![R],
                 reason: Reason::PrimaryRestarted
             }
         )]
     );
+}
+
+#[test]
+fn a_bystander_the_old_owner_kept_in_sync_stays_in_sync_in_the_same_era() {
+    let t0 = Instant::now();
+    let mut rules = Rules::new(cfg(), t0 - Duration::from_secs(60));
+    let cmds = rules.map_installed(&[switched(7, 6, &[R, OLD], Some(300))], t0);
+    assert!(cases(&cmds).is_empty(), "{cmds:?}");
+    assert_eq!(copies(&rules.tick(t0, true)), 0, "nothing copied again");
+    assert_eq!(rules.kept_in_sync(), 2);
+    let part = &rules.parts()[&P];
+    assert_eq!(part.replicas[&R], ReplicaState::InSync);
+    assert_eq!(part.replicas[&OLD], ReplicaState::InSync);
+    assert_eq!(part.eras[&R], part.eras[&OLD], "one era, one floor");
 }
 
 #[test]

@@ -4,7 +4,11 @@
 //! Process overview (primary P, partition p at epoch e, target T):
 //! 1. Check: P owns p at exactly e, T is in p's in-sync set in P's map and
 //!    in sync in P's rules (its stream's acks are meaningful).
-//! 2. **Fence** p: requests are held (parked); taking the fence waits for
+//! 2. **Read leases** (invariant 11): stop vouching p's read leases and
+//!    wait until the last one granted to a replica other than T ended (T
+//!    does not know them, and after the CAS it acknowledges writes the
+//!    others may not have yet). Before the fence: no added write pause.
+//! 2b. **Fence** p: requests are held (parked); taking the fence waits for
 //!    every request admitted before it, so the last seq then covers them.
 //! 3. Wait until T's stream acked ≥ that seq (bounded by `timeout`): T
 //!    holds every write P accepted.
@@ -12,11 +16,14 @@
 //!    without T) with P, in_sync = [P], reads_from = None, epoch e + 1.
 //!    P may stay in sync: it is fenced (no write after h, the last seq at
 //!    the fence) and T acknowledged ≥ h, so P and T hold the same data for
-//!    p, every acknowledged write included. Another in-sync replica may
-//!    lack writes only T acknowledged (its own stream lagged), so it drops
-//!    out and T copies it again. T's rules recognise the shape (first sight
-//!    at e + 1, in sync at e, in_sync == [P]) and keep streaming to P with
-//!    no copy (`rules.rs`, "Switchover"), so a move back is a switchover too.
+//!    p, every acknowledged write included. Another in-sync replica X
+//!    whose stream acknowledged ≥ h holds the same records (all P ever
+//!    shipped of p, no write after h), so it stays in sync too; one that
+//!    did not may lack writes only T acknowledged, so it drops out and T
+//!    copies it again. T's rules recognise the shape (first sight at e + 1,
+//!    in sync at e, P in the in-sync set) and keep streaming to P and X
+//!    with no copy, in one era (`era.rs`), so a move back is a switchover
+//!    too and a bystander replica is not copied again.
 //! 5. Install the committed map here before lifting the fence, so the held
 //!    requests re-run against it and get `-MOVED` to T (never run here).
 //!
@@ -55,20 +62,48 @@ pub enum SwitchoverError {
 
 /// The row a switchover of `row` to `target` commits (step 4): owner =
 /// target, replicas = replicas − target + the old owner, in_sync = [the old
-/// owner], reads_from = None, epoch + 1.
-pub fn switched_row(row: &PartitionRecord, target: NodeId) -> PartitionRecord {
+/// owner] + `caught_up` (the other in-sync replicas whose stream had
+/// acknowledged the last seq at the fence), reads_from = None, epoch + 1.
+pub fn switched_row(
+    row: &PartitionRecord,
+    target: NodeId,
+    caught_up: &[NodeId],
+) -> PartitionRecord {
     assert!(
         row.in_sync.contains(&target),
         "switchover to a replica not in sync"
+    );
+    assert!(
+        caught_up
+            .iter()
+            .all(|r| *r != target && row.in_sync.contains(r)),
+        "only other in-sync replicas stay in sync"
     );
     let mut next = row.clone();
     next.owner = target;
     next.replicas.retain(|r| *r != target);
     next.replicas.push(row.owner);
-    next.in_sync = vec![row.owner];
+    next.in_sync = std::iter::once(row.owner)
+        .chain(
+            row.in_sync
+                .iter()
+                .copied()
+                .filter(|r| caught_up.contains(r)),
+        )
+        .collect();
     next.reads_from = None;
     next.epoch = Epoch(row.epoch.0 + 1);
     next
+}
+
+/// Whether `replica` is in sync for `partition` in these rules (its
+/// stream's acknowledgements count).
+fn in_sync_in(rules: &super::rules::Rules, partition: PartitionId, replica: NodeId) -> bool {
+    rules
+        .parts()
+        .get(&partition)
+        .and_then(|p| p.replicas.get(&replica).cloned())
+        == Some(ReplicaState::InSync)
 }
 
 /// Runs a switchover of `partition` (see the module docs).
@@ -90,14 +125,7 @@ pub async fn switchover(
             row.owner, row.epoch
         ));
     }
-    let in_sync_here = |r: &NodeId| {
-        repl.lock()
-            .rules
-            .parts()
-            .get(&partition)
-            .and_then(|p| p.replicas.get(r).cloned())
-            == Some(ReplicaState::InSync)
-    };
+    let in_sync_here = |r: &NodeId| in_sync_in(&repl.lock().rules, partition, *r);
     let target = match to {
         Some(t) if row.in_sync.contains(&t) && in_sync_here(&t) => t,
         Some(t) => {
@@ -110,6 +138,21 @@ pub async fn switchover(
             None => return refused(format!("partition {partition} has no in-sync replica")),
         },
     };
+    // Invariant 11: the new owner does not know the read leases granted
+    // here, so no replica but the target may hold one when the CAS commits.
+    // Stop vouching them and wait for the last to end, before the fence,
+    // so the wait adds nothing to the write pause.
+    let leases_end = repl.lock().rules.stop_switch_leases(partition, target);
+    if let Some(until) = leases_end {
+        if until > Instant::now() + timeout {
+            repl.lock().rules.resume_switch_leases(partition);
+            return Err(SwitchoverError::Failed(format!(
+                "replica read leases of partition {partition} outlast the {} ms timeout",
+                timeout.as_millis()
+            )));
+        }
+        tokio::time::sleep_until(until.into()).await;
+    }
     let fenced_at = Instant::now();
     repl.routing.set_fenced(partition, true);
     let result = async {
@@ -124,7 +167,19 @@ pub async fn switchover(
             }
             tokio::time::sleep(POLL).await;
         }
-        let next = switched_row(&row, target);
+        // Other in-sync replicas that hold every record up to `head` (the
+        // fence keeps it the last seq) hold exactly what T holds: they stay
+        // in sync with the same era at T, so nothing is copied again.
+        let caught_up: Vec<NodeId> = {
+            let inner = repl.lock();
+            row.in_sync
+                .iter()
+                .copied()
+                .filter(|r| *r != target && in_sync_in(&inner.rules, partition, *r))
+                .filter(|r| inner.rules.acked_for(partition, *r) >= head)
+                .collect()
+        };
+        let next = switched_row(&row, target, &caught_up);
         let txn = MapTxn {
             conditions: vec![OwnershipCondition {
                 partition,
@@ -153,6 +208,9 @@ pub async fn switchover(
     .await;
     repl.routing.set_fenced(partition, false);
     let paused = fenced_at.elapsed();
+    if result.is_err() {
+        repl.lock().rules.resume_switch_leases(partition);
+    }
     let new_epoch = result?;
     tracing::info!(%partition, to = %target, epoch = %new_epoch, paused_us = paused.as_micros() as u64, "switchover");
     Ok(Switched {
@@ -181,10 +239,16 @@ mod tests {
             let mut row = m.partitions[&pid].clone();
             row.reads_from = Some(reads_from);
             let (old, target, other) = (row.owner, row.replicas[0], row.replicas[1]);
-            let next = switched_row(&row, target);
+            let next = switched_row(&row, target, &[]);
             assert_eq!(next.owner, target);
             assert_eq!(next.replicas, vec![other, old]);
             assert_eq!(next.in_sync, vec![old], "the other replica drops out");
+            // Unless it had acknowledged the last seq at the fence.
+            let kept = switched_row(&row, target, &[other]);
+            assert_eq!(kept.in_sync, vec![old, other]);
+            let mut m3 = m.clone();
+            m3.partitions.insert(pid, kept);
+            m3.validate().unwrap();
             assert_eq!(next.reads_from, None);
             assert_eq!(next.epoch, Epoch(row.epoch.0 + 1));
             let mut m2 = m.clone();
