@@ -8,11 +8,11 @@
 //!    wait until the last one granted to a replica other than T ended (T
 //!    does not know them, and after the CAS it acknowledges writes the
 //!    others may not have yet). Before the fence: no added write pause.
-//! 2b. **Fence** p: requests are held (parked); taking the fence waits for
+//! 3. **Fence** p: requests are held (parked); taking the fence waits for
 //!    every request admitted before it, so the last seq then covers them.
-//! 3. Wait until T's stream acked ≥ that seq (bounded by `timeout`): T
+//! 4. Wait until T's stream acked ≥ that seq (bounded by `timeout`): T
 //!    holds every write P accepted.
-//! 4. **One CAS** conditional on (P, e): owner = T, replicas = (replicas
+//! 5. **One CAS** conditional on (P, e): owner = T, replicas = (replicas
 //!    without T) with P, in_sync = [P], reads_from = None, epoch e + 1.
 //!    P may stay in sync: it is fenced (no write after h, the last seq at
 //!    the fence) and T acknowledged ≥ h, so P and T hold the same data for
@@ -24,7 +24,7 @@
 //!    in sync at e, P in the in-sync set) and keep streaming to P and X
 //!    with no copy, in one era (`era.rs`), so a move back is a switchover
 //!    too and a bystander replica is not copied again.
-//! 5. Install the committed map here before lifting the fence, so the held
+//! 6. Install the committed map here before lifting the fence, so the held
 //!    requests re-run against it and get `-MOVED` to T (never run here).
 //!
 //! On any failure before the CAS the fence is lifted and P keeps serving.
@@ -60,7 +60,7 @@ pub enum SwitchoverError {
     Failed(String),
 }
 
-/// The row a switchover of `row` to `target` commits (step 4): owner =
+/// The row a switchover of `row` to `target` commits (step 5): owner =
 /// target, replicas = replicas − target + the old owner, in_sync = [the old
 /// owner] + `caught_up` (the other in-sync replicas whose stream had
 /// acknowledged the last seq at the fence), reads_from = None, epoch + 1.
