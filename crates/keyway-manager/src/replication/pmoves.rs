@@ -42,7 +42,7 @@
 
 use super::membership::wanted_copies;
 use keyway_map::wire::{Reader, Writer};
-use keyway_map::{Epoch, NodeId, PartitionId, PartitionMap, PartitionRecord};
+use keyway_map::{Epoch, NodeId, NodeState, PartitionId, PartitionMap, PartitionRecord};
 use keyway_meta::StoredMigration;
 use serde::Serialize;
 
@@ -330,7 +330,7 @@ pub enum PStep {
 }
 
 /// Every reason a primary move ends with (the record stores it as text).
-pub const END_REASONS: [&str; 11] = [
+pub const END_REASONS: [&str; 12] = [
     "completed",
     "old_primary_kept",
     "moved_back",
@@ -338,6 +338,7 @@ pub const END_REASONS: [&str; 11] = [
     "primary_changed_after_switch",
     "target_gone",
     "target_draining",
+    "target_down",
     "target_removed",
     "timeout",
     "switch_timeout",
@@ -452,6 +453,12 @@ pub fn step(
             Some(n) if n.draining => {
                 return end(PrimaryMoveOutcome::Abandoned, "target_draining");
             }
+            // A target without a lease cannot catch up or take over; the
+            // move must not hold the partition (the reconciler leaves a
+            // partition with a live move alone) while it may be gone.
+            Some(n) if n.state == NodeState::Down => {
+                return end(PrimaryMoveOutcome::Abandoned, "target_down");
+            }
             Some(_) => {}
         }
         let t_in_sync = row.in_sync.contains(&t);
@@ -546,6 +553,11 @@ pub fn step(
             }
             if now_ms >= window_end {
                 return advance(Phase::RemoveOld, "fail_back_window_over");
+            }
+            // No failing back to a node without a lease: the window ends
+            // so the copy count (and re-replication) is not held up.
+            if map.nodes.get(&p).is_none_or(|n| n.state == NodeState::Down) {
+                return advance(Phase::RemoveOld, "old_primary_down");
             }
             PStep::Wait {
                 why: "fail_back_window",

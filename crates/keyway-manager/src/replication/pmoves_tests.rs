@@ -576,3 +576,42 @@ fn the_record_round_trips_and_is_no_migration_or_replica_move() {
         assert_eq!(PrimaryMove::load(&s).unwrap().phase, phase);
     }
 }
+
+#[test]
+fn a_target_without_a_lease_abandons_the_move_and_a_down_old_primary_ends_the_window() {
+    let mut m = map(3, 2);
+    let p = p_of(&m, 1);
+    let mv = pmove(p, 1, 3, false);
+    m.nodes.get_mut(&NodeId(3)).unwrap().state = keyway_map::NodeState::Down;
+    let s = step(&mv, &m, T0);
+    assert!(
+        matches!(&s, PStep::Advance { why: "target_down", next } if next.phase == Phase::Ending),
+        "{s:?}"
+    );
+    // Switched: T (3) is primary and P (1) an in-sync replica in the window.
+    let mut m = map(3, 2);
+    let p = p_of(&m, 1);
+    let row = m.partitions.get_mut(&p).unwrap();
+    let x = row.replicas[0];
+    let t = if x == NodeId(2) { 3 } else { 2 };
+    row.owner = NodeId(t);
+    row.replicas = vec![x, NodeId(1)];
+    row.in_sync = vec![NodeId(1)];
+    m.reindex();
+    let mut mv = pmove(p, 1, t, false);
+    mv.phase = Phase::FailBackWindow;
+    mv.switched_at_ms = Some(T0);
+    mv.phase_at_ms = T0;
+    assert_eq!(
+        step(&mv, &m, T0 + 1),
+        PStep::Wait {
+            why: "fail_back_window"
+        }
+    );
+    m.nodes.get_mut(&NodeId(1)).unwrap().state = keyway_map::NodeState::Down;
+    let s = step(&mv, &m, T0 + 1);
+    assert!(
+        matches!(&s, PStep::Advance { why: "old_primary_down", next } if next.phase == Phase::RemoveOld),
+        "{s:?}"
+    );
+}
