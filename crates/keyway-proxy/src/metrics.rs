@@ -225,6 +225,16 @@ impl Status {
     pub fn of(core: &Core) -> Status {
         let view = core.router.view();
         let m = &core.metrics;
+        // One statement each: a family's guard lives to the end of its
+        // statement, and creating the other label takes its write lock.
+        let reads_from_sent = m
+            .reads_from
+            .get_or_create(&KindLabel { kind: "sent" })
+            .get();
+        let reads_from_fallbacks = m
+            .reads_from
+            .get_or_create(&KindLabel { kind: "fallback" })
+            .get();
         Status {
             ready: core.router.is_ready(),
             resp_addr: core.resp_addr.clone(),
@@ -238,14 +248,8 @@ impl Status {
             upstream_errors: m.upstream_errors.get(),
             unknown_outcomes: m.unknown_outcomes.get(),
             timeouts: m.timeouts.get(),
-            reads_from_sent: m
-                .reads_from
-                .get_or_create(&KindLabel { kind: "sent" })
-                .get(),
-            reads_from_fallbacks: m
-                .reads_from
-                .get_or_create(&KindLabel { kind: "fallback" })
-                .get(),
+            reads_from_sent,
+            reads_from_fallbacks,
         }
     }
 }
