@@ -76,6 +76,16 @@ impl PartitionRecord {
         self.owner == node || self.replicas.contains(&node)
     }
 
+    /// Takes replica `node` off the row: out of `replicas` and `in_sync`,
+    /// and no longer the `reads_from` node (which must be in sync).
+    pub fn remove_replica(&mut self, node: NodeId) {
+        self.replicas.retain(|r| *r != node);
+        self.in_sync.retain(|r| *r != node);
+        if self.reads_from == Some(node) {
+            self.reads_from = None;
+        }
+    }
+
     /// Whether `node` is a replica in the in-sync set.
     pub fn is_in_sync_replica(&self, node: NodeId) -> bool {
         self.in_sync.contains(&node)

@@ -317,8 +317,7 @@ pub async fn decommission(
     let mut txn = MapTxn::unconditional(vec![MapChange::RemoveNode { id: node }]);
     for p in replicated {
         let mut row = p.clone();
-        row.replicas.retain(|r| *r != node);
-        row.in_sync.retain(|r| *r != node);
+        row.remove_replica(node);
         row.epoch = keyway_map::Epoch(p.epoch.0 + 1);
         txn.conditions.push(keyway_map::OwnershipCondition {
             partition: p.id,

@@ -323,11 +323,7 @@ pub fn plan_recovering(
                 continue;
             }
             for v in victims {
-                row.replicas.retain(|r| *r != v);
-                row.in_sync.retain(|r| *r != v);
-                if row.reads_from == Some(v) {
-                    row.reads_from = None;
-                }
+                row.remove_replica(v);
                 if let Some(c) = copies.get_mut(&v) {
                     *c = c.saturating_sub(1);
                 }

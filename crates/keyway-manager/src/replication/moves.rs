@@ -285,11 +285,7 @@ pub fn step(
     };
     let without = |n: NodeId| {
         let mut r = row.clone();
-        r.replicas.retain(|m| *m != n);
-        r.in_sync.retain(|m| *m != n);
-        if r.reads_from == Some(n) {
-            r.reads_from = None;
-        }
+        r.remove_replica(n);
         r
     };
     let y_caught_up = row.owner == y || row.in_sync.contains(&y);

@@ -413,11 +413,7 @@ pub fn step(
     };
     let without = |n: NodeId| {
         let mut r = row.clone();
-        r.replicas.retain(|m| *m != n);
-        r.in_sync.retain(|m| *m != n);
-        if r.reads_from == Some(n) {
-            r.reads_from = None;
-        }
+        r.remove_replica(n);
         r
     };
     let copies = 1 + row.replicas.len();
@@ -553,6 +549,16 @@ pub fn step(
             }
             if now_ms >= window_end {
                 return advance(Phase::RemoveOld, "fail_back_window_over");
+            }
+            // Another replica without a lease: the move ends now, keeping
+            // P (in sync) as its copy, so re-replication (which leaves a
+            // partition with a live move alone) is not held up by the window.
+            if row
+                .replicas
+                .iter()
+                .any(|r| *r != p && map.nodes.get(r).is_none_or(|n| n.state == NodeState::Down))
+            {
+                return end(PrimaryMoveOutcome::Done, "old_primary_kept");
             }
             // No failing back to a node without a lease: the window ends
             // so the copy count (and re-replication) is not held up.

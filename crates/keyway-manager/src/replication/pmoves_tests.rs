@@ -608,10 +608,19 @@ fn a_target_without_a_lease_abandons_the_move_and_a_down_old_primary_ends_the_wi
             why: "fail_back_window"
         }
     );
+    let mut bystander_down = m.clone();
     m.nodes.get_mut(&NodeId(1)).unwrap().state = keyway_map::NodeState::Down;
     let s = step(&mv, &m, T0 + 1);
     assert!(
         matches!(&s, PStep::Advance { why: "old_primary_down", next } if next.phase == Phase::RemoveOld),
+        "{s:?}"
+    );
+    // The other replica without a lease: the move ends, P kept.
+    bystander_down.nodes.get_mut(&x).unwrap().state = keyway_map::NodeState::Down;
+    let s = step(&mv, &bystander_down, T0 + 1);
+    assert!(
+        matches!(&s, PStep::Advance { why: "old_primary_kept", next }
+            if next.phase == Phase::Ending && next.outcome == Some(PrimaryMoveOutcome::Done)),
         "{s:?}"
     );
 }
