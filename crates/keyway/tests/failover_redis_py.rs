@@ -107,31 +107,8 @@ fn redis_py_sees_no_lost_write_through_a_kill_of_every_node() {
     )
     .unwrap_or_else(|e| panic!("{e}: {:?}", cluster.map()));
     let report = py.stop();
-    eprintln!(
-        "acked={} reads={} keys={} verified={} expected errors {}",
-        report["acked"],
-        report["reads"],
-        report["keys"],
-        report["verified"],
-        report["expected_errors"]
-    );
+    repl_fixture::assert_rw_report_clean(&report, MIN_ACKED);
     let list = |k: &str| report[k].as_array().cloned().unwrap_or_default();
-    assert!(
-        list("lost").is_empty(),
-        "acknowledged writes lost: {:?}",
-        list("lost")
-    );
-    assert!(
-        list("bad_errors").is_empty(),
-        "errors a client must not see: {:?}",
-        list("bad_errors")
-    );
-    assert_eq!(report["unreadable"], 0, "keys unreadable at the end");
-    assert_eq!(report["verified"], report["keys"]);
-    assert!(
-        report["acked"].as_u64().unwrap() >= MIN_ACKED,
-        "the workload did not really run: {report}"
-    );
 
     let measured = list("kills");
     assert_eq!(measured.len(), kills.len());

@@ -202,24 +202,7 @@ fn a_loaded_node_lost_for_good_is_re_replicated_under_redis_py() {
     );
 
     let report = py.stop();
-    eprintln!(
-        "workload: acked={} reads={} expected errors {}",
-        report["acked"], report["reads"], report["expected_errors"]
-    );
-    let list = |k: &str| report[k].as_array().cloned().unwrap_or_default();
-    assert!(
-        list("lost").is_empty(),
-        "acknowledged writes lost: {:?}",
-        list("lost")
-    );
-    assert!(
-        list("bad_errors").is_empty(),
-        "errors a client must not see: {:?}",
-        list("bad_errors")
-    );
-    assert_eq!(report["unreadable"], 0);
-    assert_eq!(report["verified"], report["keys"]);
-    assert!(report["acked"].as_u64().unwrap() >= MIN_ACKED, "{report}");
+    repl_fixture::assert_rw_report_clean(&report, MIN_ACKED);
 
     let verified: serde_json::Value = serde_json::from_str(&bulk("verify", &ports, n)).unwrap();
     eprintln!("loaded keys read back: {verified}");

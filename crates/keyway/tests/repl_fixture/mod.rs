@@ -458,6 +458,37 @@ impl RwWorkload {
     }
 }
 
+/// Judges a `failover_rw.py` report: no acknowledged write lost, no error a
+/// client must not see, every key read back at the end, and at least
+/// `min_acked` acknowledged writes (else the workload did not really run).
+pub fn assert_rw_report_clean(report: &serde_json::Value, min_acked: u64) {
+    eprintln!(
+        "workload: acked={} reads={} keys={} verified={} expected errors {}",
+        report["acked"],
+        report["reads"],
+        report["keys"],
+        report["verified"],
+        report["expected_errors"]
+    );
+    let list = |k: &str| report[k].as_array().cloned().unwrap_or_default();
+    assert!(
+        list("lost").is_empty(),
+        "acknowledged writes lost: {:?}",
+        list("lost")
+    );
+    assert!(
+        list("bad_errors").is_empty(),
+        "errors a client must not see: {:?}",
+        list("bad_errors")
+    );
+    assert_eq!(report["unreadable"], 0, "keys unreadable at the end");
+    assert_eq!(report["verified"], report["keys"]);
+    assert!(
+        report["acked"].as_u64().unwrap() >= min_acked,
+        "the workload did not really run: {report}"
+    );
+}
+
 /// The slot groups ("a-b") of keyspace 0's partitions, one per partition.
 pub fn slot_groups(map: &PartitionMap) -> Vec<String> {
     ReplCluster::partitions(map)
