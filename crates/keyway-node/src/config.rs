@@ -203,6 +203,10 @@ pub struct NodeConfig {
     /// SLOWLOG: the starting `slowlog-max-len` (entries kept); `CONFIG SET`
     /// changes it.
     pub slowlog_max_len: usize,
+    /// WATCH: most change-log records an `EXEC` reads to tell whether a key
+    /// absent at `WATCH` and at `EXEC` was created meanwhile (beyond it the
+    /// key counts as unchanged).
+    pub watch_log_scan_records: usize,
     /// Replication: a reply waiting this long on an in-sync replica makes
     /// the primary remove it from the in-sync set (one CAS); writes wait at
     /// most about this long for a slow or dead replica.
@@ -285,6 +289,7 @@ impl Default for NodeConfig {
             flush_chunk_keys: 1_000,
             slowlog_log_slower_than_us: 10_000,
             slowlog_max_len: 128,
+            watch_log_scan_records: 10_000,
             replica_lag_timeout_ms: 2_000,
             replica_read_lease_ms: 1_000,
             replica_heartbeat_ms: 200,
@@ -399,6 +404,9 @@ impl NodeConfig {
         }
         if self.flush_chunk_keys == 0 || self.flush_chunk_keys > 100_000 {
             return Err("flush_chunk_keys must be between 1 and 100000".into());
+        }
+        if self.watch_log_scan_records > 10_000_000 {
+            return Err("watch_log_scan_records must be at most 10000000".into());
         }
         if self.slowlog_max_len > crate::slowlog::MAX_SLOWLOG_LEN {
             return Err(format!(

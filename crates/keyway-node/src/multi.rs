@@ -26,7 +26,10 @@
 //!    write that produced the value; absent or expired = 0) in a task on the
 //!    slot's thread, into a cell shared with the session; the `EXEC` task,
 //!    queued later on the same thread, compares. A watch whose task did not
-//!    run (rejected, held too long) counts as changed.
+//!    run (rejected, held too long) counts as changed. A key absent at
+//!    both ends counts as changed when the change log since the `WATCH`
+//!    holds a `Put` of it (created and deleted again, as Redis counts it),
+//!    as far as the log still reaches back (`watch_log_scan_records`).
 //!
 //! Connection commands inside `MULTI` (`PING`, `ECHO`, `TIME`, `CLIENT`,
 //! `CONFIG`, ...: [`LOCAL_IN_MULTI`]) are queued and answered in their place
@@ -110,8 +113,18 @@ enum Queued {
 #[derive(Debug)]
 pub struct Watch {
     slot: u16,
-    /// `(key, version)`: `None` until the key's `WATCH` task ran.
-    keys: Mutex<Vec<(Bytes, Option<u64>)>>,
+    /// `(key, recorded)`: `None` until the key's `WATCH` task ran.
+    keys: Mutex<Vec<(Bytes, Option<Recorded>)>>,
+}
+
+/// What a `WATCH` task saw of one key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Recorded {
+    /// `Value.version`, 0 = absent or expired.
+    version: u64,
+    /// The engine's last seq then: a key absent then and at `EXEC` changed
+    /// meanwhile iff the change log after it holds a `Put` of the key.
+    seq: u64,
 }
 
 /// Transaction counters (`keyway_transactions_total{outcome}`), also in `/status`.
@@ -432,6 +445,7 @@ async fn exec(shared: &Arc<Shared>, session: &mut Session) -> Reply {
         items,
         watch,
         metrics: shared.tx_metrics.clone(),
+        max_log_records: shared.config.watch_log_scan_records,
     };
     node_cmd::submit_work(shared, work, slot, expected, session).await
 }
@@ -447,6 +461,42 @@ struct TxWork {
     items: Vec<Item>,
     watch: Option<Arc<Watch>>,
     metrics: TxMetrics,
+    /// `watch_log_scan_records`.
+    max_log_records: usize,
+}
+
+/// Whether the change log after `seq` holds a `Put` of `key` (a key absent
+/// at `WATCH` and at `EXEC` that was created meanwhile, and deleted again:
+/// Redis counts that as a change). Deletes alone are not: a key that was
+/// expired at `WATCH` and then removed did not change. A log already
+/// truncated past `seq`, or longer than `max_records`, cannot tell: the key
+/// counts as unchanged, which still leaves the transaction serializable (it
+/// sees exactly the state `WATCH` saw).
+fn created_since(db: &Db<'_>, key: &[u8], seq: u64, max_records: usize) -> bool {
+    let storage_key = db.keyspace().storage_key(key);
+    let engine = db.engine();
+    if engine.last_seq().saturating_sub(seq) > max_records as u64 {
+        return false;
+    }
+    let mut after = seq;
+    let mut read = 0;
+    while read <= max_records {
+        let records = match engine.changes_since(after, 1024) {
+            Ok(r) => r,
+            Err(_) => return false,
+        };
+        let Some(last) = records.last() else {
+            return false;
+        };
+        after = last.seq;
+        read += records.len();
+        if records.iter().any(|r| {
+            matches!(&r.mutation, keyway_storage::Mutation::Put { key: k, .. } if *k == storage_key)
+        }) {
+            return true;
+        }
+    }
+    false
 }
 
 impl SlotWork for TxWork {
@@ -472,7 +522,13 @@ impl SlotWork for TxWork {
             let watched = watch.keys.lock().unwrap_or_else(|e| e.into_inner());
             for (key, recorded) in watched.iter() {
                 let now = db.get(key)?.map_or(0, |v| v.version);
-                if *recorded != Some(now) {
+                let changed = match recorded {
+                    None => true,
+                    Some(r) if r.version != now => true,
+                    Some(r) if now == 0 => created_since(db, key, r.seq, self.max_log_records),
+                    Some(_) => false,
+                };
+                if changed {
                     self.metrics.count("watch_aborted");
                     return Ok(Frame::NullArray);
                 }
@@ -521,10 +577,12 @@ impl SlotWork for WatchWork {
     }
 
     fn execute(&self, db: &mut Db<'_>) -> Result<Frame, StorageError> {
+        let seq = db.engine().last_seq();
         let mut watched = self.watch.keys.lock().unwrap_or_else(|e| e.into_inner());
         for &i in &self.indices {
-            let (key, version) = &mut watched[i];
-            *version = Some(db.get(key)?.map_or(0, |v| v.version));
+            let (key, recorded) = &mut watched[i];
+            let version = db.get(key)?.map_or(0, |v| v.version);
+            *recorded = Some(Recorded { version, seq });
         }
         Ok(Frame::ok())
     }

@@ -95,6 +95,11 @@ pub struct NodeFlags {
     /// changes it at run time (default 128).
     #[arg(long)]
     slowlog_max_len: Option<usize>,
+    /// WATCH: most change-log records an EXEC reads to tell whether a key
+    /// absent at WATCH and at EXEC was created (and deleted) meanwhile,
+    /// at most 10000000 (default 10000).
+    #[arg(long)]
+    watch_log_scan_records: Option<usize>,
     /// Replication: a write waiting this long on an in-sync replica makes
     /// the primary drop it from the in-sync set, by one CAS (default 2000).
     #[arg(long)]
@@ -162,6 +167,7 @@ impl NodeFlags {
             flush_chunk_keys,
             slowlog_log_slower_than_us,
             slowlog_max_len,
+            watch_log_scan_records,
             replica_lag_timeout_ms,
             replica_read_lease_ms,
             replica_heartbeat_ms,
