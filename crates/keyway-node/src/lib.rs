@@ -54,6 +54,7 @@ pub mod admin;
 pub mod clock;
 pub mod cluster_cmd;
 pub mod cmd;
+pub mod coll;
 pub mod config;
 pub mod connection;
 pub mod copies;

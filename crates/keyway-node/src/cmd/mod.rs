@@ -41,7 +41,7 @@ use keyway_storage::{StorageError, Value, ValueKind};
 use crate::db::Db;
 pub use counter::CounterCmd;
 pub use expire::ExpireCmd;
-pub use keys::KeysCmd;
+pub use keys::{KeysCmd, type_name};
 pub use string::StringCmd;
 use table::Family;
 
