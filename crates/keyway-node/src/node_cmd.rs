@@ -513,7 +513,8 @@ fn storage_task(
                 .get(&partition)
                 .is_some_and(|p| p.reads_from == Some(shared.me));
             shared.metrics.replica_read_served(switched);
-            let mut db = Db::new(engine, &shared.keyspace, shared.clock.unix_ms(), &limits);
+            let mut db = Db::new(engine, &shared.keyspace, shared.clock.unix_ms(), &limits)
+                .with_cursors(&shared.scan_cursors);
             return match command.execute(&mut db) {
                 // A replica never changes its copy on a client's behalf: the
                 // only mutations a read queues are lazy-expiry deletes, which
@@ -531,7 +532,8 @@ fn storage_task(
                 .stats
                 .record_key(partition, &shared.keyspace, key, write);
         }
-        let mut db = Db::new(engine, &shared.keyspace, shared.clock.unix_ms(), &limits);
+        let mut db = Db::new(engine, &shared.keyspace, shared.clock.unix_ms(), &limits)
+            .with_cursors(&shared.scan_cursors);
         let reply = match command.execute(&mut db) {
             Ok(reply) => reply,
             Err(e) => return storage_failure(e),

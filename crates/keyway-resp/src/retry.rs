@@ -27,6 +27,17 @@ pub const READ_COMMANDS: &[&str] = &[
     "pttl",
     "expiretime",
     "pexpiretime",
+    // hashes
+    "hget",
+    "hmget",
+    "hlen",
+    "hstrlen",
+    "hexists",
+    "hkeys",
+    "hvals",
+    "hgetall",
+    "hrandfield",
+    "hscan",
 ];
 
 /// Whether `args` may be sent again after a first run whose reply was

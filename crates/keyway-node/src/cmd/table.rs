@@ -33,6 +33,8 @@ pub enum Family {
     Keys,
     /// `cmd/expire.rs`.
     Expire,
+    /// `cmd/hash.rs`.
+    Hash,
 }
 
 /// One command as Redis 7 describes it.
@@ -72,7 +74,7 @@ pub struct CommandSpec {
     pub family: Option<Family>,
 }
 
-type Strs = &'static [&'static str];
+pub(super) type Strs = &'static [&'static str];
 
 const R_FAST: Strs = &["readonly", "fast"];
 const W_DENY: Strs = &["write", "denyoom"];
@@ -105,7 +107,7 @@ const RM_DELETE: Strs = &["RM", "delete"];
 
 /// A one-key data command of `group`.
 #[allow(clippy::too_many_arguments)] // one table column per argument
-const fn data(
+pub(super) const fn data(
     group: &'static str,
     family: Family,
     name: &'static str,
@@ -225,28 +227,41 @@ const fn generic(
 
 impl CommandSpec {
     /// Keys from `first_key` to the end, every `step` arguments.
-    const fn keys_to_end(mut self, step: i64) -> Self {
+    pub(super) const fn keys_to_end(mut self, step: i64) -> Self {
         self.last_key = -1;
         self.step = step;
         self
     }
 
-    const fn tips(mut self, tips: Strs) -> Self {
+    /// Keys at `first..=last` (negative `last` = from the end) every `step`.
+    #[allow(dead_code)] // first callers: the multi-key list and zset commands (in progress)
+    pub(super) const fn key_range(mut self, first: i64, last: i64, step: i64) -> Self {
+        self.first_key = first;
+        self.last_key = last;
+        self.step = step;
+        self
+    }
+
+    pub(super) const fn tips(mut self, tips: Strs) -> Self {
         self.tips = tips;
         self
     }
 
-    const fn complexity(mut self, complexity: &'static str) -> Self {
+    pub(super) const fn complexity(mut self, complexity: &'static str) -> Self {
         self.complexity = complexity;
         self
     }
 
-    const fn notes(mut self, notes: &'static str) -> Self {
+    pub(super) const fn notes(mut self, notes: &'static str) -> Self {
         self.key_spec_notes = Some(notes);
         self
     }
 
-    const fn deprecated(mut self, since: &'static str, replaced_by: &'static str) -> Self {
+    pub(super) const fn deprecated(
+        mut self,
+        since: &'static str,
+        replaced_by: &'static str,
+    ) -> Self {
         self.deprecated = Some((since, replaced_by));
         self
     }
@@ -254,9 +269,19 @@ impl CommandSpec {
 
 use Family::{Expire as E, Keys as K};
 
-/// Every command a Keyway node answers.
+/// The tables of every family: one static slice per `cmd/` family file
+/// (a family adds its table here, nowhere else).
+static TABLES: &[&[CommandSpec]] = &[CORE_COMMANDS, super::hash_table::HASH_COMMANDS];
+
+/// Every command a Keyway node answers, in table order.
+pub fn commands() -> &'static [&'static CommandSpec] {
+    static ALL: std::sync::OnceLock<Vec<&'static CommandSpec>> = std::sync::OnceLock::new();
+    ALL.get_or_init(|| TABLES.iter().flat_map(|t| t.iter()).collect())
+}
+
+/// The connection, server, cluster, string, counter, key and expire commands.
 #[rustfmt::skip]
-pub static COMMANDS: &[CommandSpec] = &[
+pub static CORE_COMMANDS: &[CommandSpec] = &[
     // --- strings ---
     string("get", 2, R_FAST, READ_STR_FAST, RO_ACCESS, "1.0.0", "Get the value of a key"),
     string("set", -3, W_DENY, WRITE_STR_SLOW, &["RW", "access", "update", "variable_flags"], "1.0.0", "Set the string value of a key")
@@ -341,8 +366,9 @@ pub static COMMANDS: &[CommandSpec] = &[
 
 /// The spec of `name` (any case), if the node knows the command.
 pub fn lookup(name: &[u8]) -> Option<&'static CommandSpec> {
-    COMMANDS
+    commands()
         .iter()
+        .copied()
         .find(|c| c.name.len() == name.len() && c.name.as_bytes().eq_ignore_ascii_case(name))
 }
 
