@@ -38,6 +38,17 @@ pub const READ_COMMANDS: &[&str] = &[
     "hgetall",
     "hrandfield",
     "hscan",
+    // sets
+    "scard",
+    "sismember",
+    "smismember",
+    "smembers",
+    "srandmember",
+    "sinter",
+    "sintercard",
+    "sunion",
+    "sdiff",
+    "sscan",
 ];
 
 /// Whether `args` may be sent again after a first run whose reply was

@@ -33,6 +33,8 @@ mod hash;
 mod hash_table;
 mod keys;
 mod long_double;
+mod set;
+mod set_table;
 mod string;
 #[cfg(test)]
 mod testing;
@@ -46,6 +48,7 @@ pub use counter::CounterCmd;
 pub use expire::ExpireCmd;
 pub use hash::HashCmd;
 pub use keys::{KeysCmd, type_name};
+pub use set::SetCmd;
 pub use string::StringCmd;
 use table::Family;
 
@@ -62,6 +65,8 @@ pub enum Command {
     Expire(ExpireCmd),
     /// The hash commands (`cmd/hash.rs`).
     Hash(HashCmd),
+    /// The set commands (`cmd/set.rs`).
+    Set(SetCmd),
     /// A command with the right arity whose arguments Redis would reject when
     /// executing it (syntax error, non-integer, ...): routed by its keys like
     /// any other, `execute` replies `error`.
@@ -93,6 +98,7 @@ pub fn parse(args: &[Bytes]) -> Option<Result<Command, Frame>> {
         Family::Keys => KeysCmd::parse(spec.name, args).map(Command::Keys),
         Family::Expire => ExpireCmd::parse(spec.name, args).map(Command::Expire),
         Family::Hash => HashCmd::parse(spec.name, args).map(Command::Hash),
+        Family::Set => SetCmd::parse(spec.name, args).map(Command::Set),
     };
     let parsed = parsed.and_then(|cmd| {
         if cmd.creates_keys() && cmd.keys().iter().any(|k| k.len() > MAX_KEY_BYTES) {
@@ -133,6 +139,7 @@ impl Command {
                     | StringCmd::GetRange { .. }
             ),
             Command::Counter(_) => true,
+            Command::Set(c) => c.creates_keys(),
             Command::Hash(c) => matches!(
                 c,
                 HashCmd::Set { .. }
@@ -152,6 +159,7 @@ impl Command {
             Command::Keys(c) => c.name(),
             Command::Expire(c) => c.name(),
             Command::Hash(c) => c.name(),
+            Command::Set(c) => c.name(),
             Command::Invalid { name, .. } => name,
         }
     }
@@ -165,6 +173,7 @@ impl Command {
             Command::Keys(c) => c.keys(),
             Command::Expire(c) => c.keys(),
             Command::Hash(c) => c.keys(),
+            Command::Set(c) => c.keys(),
             Command::Invalid { keys, .. } => keys.iter().map(|k| &k[..]).collect(),
         }
     }
@@ -185,6 +194,7 @@ impl Command {
             Command::Keys(c) => c.execute(db),
             Command::Expire(c) => c.execute(db),
             Command::Hash(c) => c.execute(db),
+            Command::Set(c) => c.execute(db),
             Command::Invalid { error, .. } => Ok(error.clone()),
         };
         match result {

@@ -35,6 +35,8 @@ pub enum Family {
     Expire,
     /// `cmd/hash.rs`.
     Hash,
+    /// `cmd/set.rs`.
+    Set,
 }
 
 /// One command as Redis 7 describes it.
@@ -234,7 +236,6 @@ impl CommandSpec {
     }
 
     /// Keys at `first..=last` (negative `last` = from the end) every `step`.
-    #[allow(dead_code)] // first callers: the multi-key list and zset commands (in progress)
     pub(super) const fn key_range(mut self, first: i64, last: i64, step: i64) -> Self {
         self.first_key = first;
         self.last_key = last;
@@ -271,7 +272,11 @@ use Family::{Expire as E, Keys as K};
 
 /// The tables of every family: one static slice per `cmd/` family file
 /// (a family adds its table here, nowhere else).
-static TABLES: &[&[CommandSpec]] = &[CORE_COMMANDS, super::hash_table::HASH_COMMANDS];
+static TABLES: &[&[CommandSpec]] = &[
+    CORE_COMMANDS,
+    super::hash_table::HASH_COMMANDS,
+    super::set_table::SET_COMMANDS,
+];
 
 /// Every command a Keyway node answers, in table order.
 pub fn commands() -> &'static [&'static CommandSpec] {
