@@ -55,6 +55,7 @@ pub mod clock;
 pub mod clients;
 pub mod cluster_cmd;
 pub mod cmd;
+pub mod coll;
 pub mod config;
 pub mod connection;
 pub mod copies;

@@ -467,6 +467,11 @@ async fn data_command(
     let slot = {
         let keys = command.keys();
         let Some(first) = keys.first() else {
+            // A keyless argument error (SINTERCARD 0 ...): Redis Cluster
+            // runs it wherever it lands, and it replies its error.
+            if let Command::Invalid { error, .. } = &command {
+                return error.clone().into();
+            }
             return err("ERR command has no key");
         };
         let slot = key_hash_slot(first);
@@ -663,7 +668,8 @@ fn storage_task<W: SlotWork>(
                 .get(&partition)
                 .is_some_and(|p| p.reads_from == Some(shared.me));
             shared.metrics.replica_read_served(switched);
-            let mut db = Db::new(engine, &shared.keyspace, shared.clock.unix_ms(), &limits);
+            let mut db = Db::new(engine, &shared.keyspace, shared.clock.unix_ms(), &limits)
+                .with_cursors(&shared.scan_cursors);
             return match command.execute(&mut db) {
                 // A replica never changes its copy on a client's behalf: the
                 // only mutations a read queues are lazy-expiry deletes, which
@@ -681,7 +687,8 @@ fn storage_task<W: SlotWork>(
                 .stats
                 .record_key(partition, &shared.keyspace, key, write);
         }
-        let mut db = Db::new(engine, &shared.keyspace, shared.clock.unix_ms(), &limits);
+        let mut db = Db::new(engine, &shared.keyspace, shared.clock.unix_ms(), &limits)
+            .with_cursors(&shared.scan_cursors);
         let reply = match command.execute(&mut db) {
             Ok(reply) => reply,
             Err(e) => return storage_failure(e),

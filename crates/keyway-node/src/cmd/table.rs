@@ -33,6 +33,10 @@ pub enum Family {
     Keys,
     /// `cmd/expire.rs`.
     Expire,
+    /// `cmd/hash.rs`.
+    Hash,
+    /// `cmd/set.rs`.
+    Set,
 }
 
 /// One command as Redis 7 describes it.
@@ -72,7 +76,7 @@ pub struct CommandSpec {
     pub family: Option<Family>,
 }
 
-type Strs = &'static [&'static str];
+pub(super) type Strs = &'static [&'static str];
 
 const R_FAST: Strs = &["readonly", "fast"];
 const W_DENY: Strs = &["write", "denyoom"];
@@ -96,10 +100,6 @@ const LOAD_STALE: Strs = &["loading", "stale"];
 const LOAD_STALE_FAST: Strs = &["loading", "stale", "fast"];
 const MULTI_SUM: Strs = &["request_policy:multi_shard", "response_policy:agg_sum"];
 const RO: Strs = &["RO"];
-const TX_FAST: Strs = &["noscript", "loading", "stale", "fast", "allow_busy"];
-const TX_FAST_ACL: Strs = &["@fast", "@transaction"];
-const FLUSH_ACL: Strs = &["@keyspace", "@write", "@slow", "@dangerous"];
-const ALL_SHARDS_OK: Strs = &["request_policy:all_shards", "response_policy:all_succeeded"];
 const RO_ACCESS: Strs = &["RO", "access"];
 const RW_ACCESS_UPDATE: Strs = &["RW", "access", "update"];
 const RW_UPDATE: Strs = &["RW", "update"];
@@ -109,7 +109,7 @@ const RM_DELETE: Strs = &["RM", "delete"];
 
 /// A one-key data command of `group`.
 #[allow(clippy::too_many_arguments)] // one table column per argument
-const fn data(
+pub(super) const fn data(
     group: &'static str,
     family: Family,
     name: &'static str,
@@ -141,7 +141,7 @@ const fn data(
 }
 
 /// A command without keys (connection, server, cluster).
-const fn nokey(
+pub(super) const fn nokey(
     group: &'static str,
     name: &'static str,
     arity: i64,
@@ -229,23 +229,31 @@ const fn generic(
 
 impl CommandSpec {
     /// Keys from `first_key` to the end, every `step` arguments.
-    const fn keys_to_end(mut self, step: i64) -> Self {
+    pub(super) const fn keys_to_end(mut self, step: i64) -> Self {
         self.last_key = -1;
         self.step = step;
         self
     }
 
-    const fn tips(mut self, tips: Strs) -> Self {
+    /// Keys at `first..=last` (negative `last` = from the end) every `step`.
+    pub(super) const fn key_range(mut self, first: i64, last: i64, step: i64) -> Self {
+        self.first_key = first;
+        self.last_key = last;
+        self.step = step;
+        self
+    }
+
+    pub(super) const fn tips(mut self, tips: Strs) -> Self {
         self.tips = tips;
         self
     }
 
-    const fn complexity(mut self, complexity: &'static str) -> Self {
+    pub(super) const fn complexity(mut self, complexity: &'static str) -> Self {
         self.complexity = complexity;
         self
     }
 
-    const fn notes(mut self, notes: &'static str) -> Self {
+    pub(super) const fn notes(mut self, notes: &'static str) -> Self {
         self.key_spec_notes = Some(notes);
         self
     }
@@ -253,7 +261,7 @@ impl CommandSpec {
     /// Keys at `first..=last` every `step` (`last` negative = from the end),
     /// with the key spec `flags`, on a command without a data family
     /// (`WATCH`, `MEMORY USAGE`).
-    const fn with_keys(mut self, first: i64, last: i64, step: i64, flags: Strs) -> Self {
+    pub(super) const fn with_keys(mut self, first: i64, last: i64, step: i64, flags: Strs) -> Self {
         self.first_key = first;
         self.last_key = last;
         self.step = step;
@@ -261,7 +269,11 @@ impl CommandSpec {
         self
     }
 
-    const fn deprecated(mut self, since: &'static str, replaced_by: &'static str) -> Self {
+    pub(super) const fn deprecated(
+        mut self,
+        since: &'static str,
+        replaced_by: &'static str,
+    ) -> Self {
         self.deprecated = Some((since, replaced_by));
         self
     }
@@ -269,9 +281,24 @@ impl CommandSpec {
 
 use Family::{Expire as E, Keys as K};
 
-/// Every command a Keyway node answers.
+/// The tables of every family: one static slice per `cmd/` family file
+/// (a family adds its table here, nowhere else).
+static TABLES: &[&[CommandSpec]] = &[
+    CORE_COMMANDS,
+    super::hash_table::HASH_COMMANDS,
+    super::set_table::SET_COMMANDS,
+    super::server_table::SERVER_COMMANDS,
+];
+
+/// Every command a Keyway node answers, in table order.
+pub fn commands() -> &'static [&'static CommandSpec] {
+    static ALL: std::sync::OnceLock<Vec<&'static CommandSpec>> = std::sync::OnceLock::new();
+    ALL.get_or_init(|| TABLES.iter().flat_map(|t| t.iter()).collect())
+}
+
+/// The connection, server, cluster, string, counter, key and expire commands.
 #[rustfmt::skip]
-pub static COMMANDS: &[CommandSpec] = &[
+pub static CORE_COMMANDS: &[CommandSpec] = &[
     // --- strings ---
     string("get", 2, R_FAST, READ_STR_FAST, RO_ACCESS, "1.0.0", "Get the value of a key"),
     string("set", -3, W_DENY, WRITE_STR_SLOW, &["RW", "access", "update", "variable_flags"], "1.0.0", "Set the string value of a key")
@@ -352,41 +379,13 @@ pub static COMMANDS: &[CommandSpec] = &[
         .complexity("O(1) for every call. O(N) for a complete iteration, including enough command calls for the cursor to return back to 0. N is the number of elements inside the collection."),
     nokey("server", "dbsize", 1, R_FAST, KS_READ_FAST, "1.0.0", "Return the number of keys in the selected database")
         .tips(&["request_policy:all_shards", "response_policy:agg_sum"]),
-    // --- transactions (crate::multi) ---
-    nokey("transactions", "multi", 1, TX_FAST, TX_FAST_ACL, "1.2.0", "Mark the start of a transaction block"),
-    nokey("transactions", "exec", 1, &["noscript", "loading", "stale", "skip_slowlog"], &["@slow", "@transaction"], "1.2.0", "Execute all commands issued after MULTI")
-        .complexity("Depends on commands in the transaction"),
-    nokey("transactions", "discard", 1, TX_FAST, TX_FAST_ACL, "2.0.0", "Discard all commands issued after MULTI")
-        .complexity("O(N), when N is the number of queued commands"),
-    nokey("transactions", "watch", -2, TX_FAST, TX_FAST_ACL, "2.2.0", "Watch the given keys to determine execution of the MULTI/EXEC block")
-        .with_keys(1, -1, 1, RO).complexity("O(1) for every key."),
-    nokey("transactions", "unwatch", 1, TX_FAST, TX_FAST_ACL, "2.2.0", "Forget about all watched keys"),
-    // --- server (crate::server_cmd, crate::flush, crate::slowlog) ---
-    nokey("server", "flushall", -1, &["write"], FLUSH_ACL, "1.0.0", "Remove all keys from all databases")
-        .tips(ALL_SHARDS_OK).complexity("O(N) where N is the total number of keys in all databases"),
-    nokey("server", "flushdb", -1, &["write"], FLUSH_ACL, "1.0.0", "Remove all keys from the current database")
-        .tips(ALL_SHARDS_OK).complexity("O(N) where N is the number of keys in the selected database"),
-    nokey("server", "time", 1, LOAD_STALE_FAST, &["@fast"], "2.6.0", "Return the current server time")
-        .tips(&["nondeterministic_output"]),
-    nokey("server", "role", 1, &["noscript", "loading", "stale", "fast"], &["@admin", "@fast", "@dangerous"], "2.8.12", "Return the role of the instance in the context of replication"),
-    nokey("server", "config", -2, &[], &["@slow"], "2.0.0", "A container for server configuration commands")
-        .complexity("Depends on subcommand."),
-    nokey("server", "slowlog", -2, &[], &["@slow"], "2.2.12", "A container for slow log commands")
-        .complexity("Depends on subcommand."),
-    nokey("server", "latency", -2, &[], &["@slow"], "2.8.13", "A container for latency diagnostics commands")
-        .complexity("Depends on subcommand."),
-    nokey("server", "memory", -2, &[], &["@slow"], "4.0.0", "A container for memory diagnostics commands")
-        .complexity("Depends on subcommand."),
-    nokey("server", "lastsave", 1, &["loading", "stale", "fast"], &["@admin", "@fast", "@dangerous"], "1.0.0", "Get the UNIX time stamp of the last successful save to disk")
-        .tips(&["nondeterministic_output"]),
-    nokey("server", "shutdown", -1, &["admin", "noscript", "loading", "stale", "no_multi", "allow_busy"], &["@admin", "@slow", "@dangerous"], "1.0.0", "Synchronously save the dataset to disk and then shut down the server")
-        .complexity("O(N) when saving, where N is the total number of keys in all databases when saving data, otherwise O(1)"),
 ];
 
 /// The spec of `name` (any case), if the node knows the command.
 pub fn lookup(name: &[u8]) -> Option<&'static CommandSpec> {
-    COMMANDS
+    commands()
         .iter()
+        .copied()
         .find(|c| c.name.len() == name.len() && c.name.as_bytes().eq_ignore_ascii_case(name))
 }
 
