@@ -163,7 +163,7 @@ async fn submit_node_wide(shared: &Arc<Shared>, task: Task) -> Reply {
 
 /// What a node-wide read does with one slot's keys, judged under the
 /// routing read guard by the same admission as data commands.
-enum SlotVerdict {
+pub(crate) enum SlotVerdict {
     /// Owned and served now: its keys are read.
     Serve,
     /// Not this node's (moved, unserved, or being received): skipped.
@@ -174,7 +174,7 @@ enum SlotVerdict {
 
 /// A node-wide read's verdict on `slot`, or the rejection that refuses the
 /// whole read (a lapsed lease).
-fn verdict(guard: &RoutingGuard<'_>, me: NodeId, slot: u16) -> Result<SlotVerdict, Rejection> {
+pub(crate) fn verdict(guard: &RoutingGuard<'_>, me: NodeId, slot: u16) -> Result<SlotVerdict, Rejection> {
     match guard.admit_slot(DEFAULT_KEYSPACE, slot, None) {
         Ok(_) => Ok(SlotVerdict::Serve),
         Err(Rejection::LeaseLapsed) => Err(Rejection::LeaseLapsed),
@@ -192,11 +192,11 @@ fn verdict(guard: &RoutingGuard<'_>, me: NodeId, slot: u16) -> Result<SlotVerdic
 
 /// A node-wide read's reply: it waits for an fsync (it may have read other
 /// threads' writes that are not durable yet).
-fn node_wide(reply: Frame) -> TaskOutput {
+pub(crate) fn node_wide(reply: Frame) -> TaskOutput {
     TaskOutput::reply(reply, true)
 }
 
-fn park(task: Task) -> TaskOutput {
+pub(crate) fn park(task: Task) -> TaskOutput {
     TaskOutput {
         reply: Frame::Null,
         wrote: false,

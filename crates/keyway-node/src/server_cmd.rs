@@ -207,6 +207,7 @@ pub struct ServerState {
     /// Unix seconds at start (`LASTSAVE`: every acknowledged write is in
     /// the engine's journal, there is no separate save).
     pub started_unix_s: u64,
+    memory_peak: std::sync::atomic::AtomicU64,
 }
 
 impl ServerState {
@@ -233,7 +234,24 @@ impl ServerState {
             shutdown: Notify::new(),
             shutdown_requested: false.into(),
             started_unix_s,
+            memory_peak: 0.into(),
         }
+    }
+
+    /// The current value of setting `name` (canonical name).
+    pub fn config_value(&self, name: &str) -> Option<String> {
+        self.values
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(name)
+            .cloned()
+    }
+
+    /// Records a memory reading; the peak so far (`used_memory_peak`).
+    pub fn note_memory(&self, bytes: u64) -> u64 {
+        self.memory_peak
+            .fetch_max(bytes, std::sync::atomic::Ordering::Relaxed)
+            .max(bytes)
     }
 
     /// A client sent `SHUTDOWN`: whoever runs the node stops it.
