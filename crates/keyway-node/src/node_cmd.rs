@@ -393,6 +393,10 @@ async fn kw_at(shared: &Arc<Shared>, args: Vec<Bytes>, readonly: bool) -> Reply 
     if crate::kw::is_kw_command(&String::from_utf8_lossy(&args[3])) {
         return crate::kw::dispatch_at(shared, &args[3..], expected).await;
     }
+    // The proxy's transaction forms (see `crate::multi::at`).
+    if args[3].eq_ignore_ascii_case(b"WATCH") || args[3].eq_ignore_ascii_case(b"EXEC") {
+        return crate::multi::at(shared, &args[3..], (PartitionId(pid), Epoch(epoch))).await;
+    }
     match cmd::parse(&args[3..]) {
         Some(Ok(command)) => {
             let mut plain = Session::new(0, false, String::new());
