@@ -33,6 +33,7 @@ mod hash;
 mod hash_table;
 mod keys;
 mod long_double;
+mod server_table;
 mod set;
 mod set_table;
 mod string;

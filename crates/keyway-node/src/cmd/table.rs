@@ -141,7 +141,7 @@ pub(super) const fn data(
 }
 
 /// A command without keys (connection, server, cluster).
-const fn nokey(
+pub(super) const fn nokey(
     group: &'static str,
     name: &'static str,
     arity: i64,
@@ -258,6 +258,17 @@ impl CommandSpec {
         self
     }
 
+    /// Keys at `first..=last` every `step` (`last` negative = from the end),
+    /// with the key spec `flags`, on a command without a data family
+    /// (`WATCH`, `MEMORY USAGE`).
+    pub(super) const fn with_keys(mut self, first: i64, last: i64, step: i64, flags: Strs) -> Self {
+        self.first_key = first;
+        self.last_key = last;
+        self.step = step;
+        self.key_spec_flags = flags;
+        self
+    }
+
     pub(super) const fn deprecated(
         mut self,
         since: &'static str,
@@ -276,6 +287,7 @@ static TABLES: &[&[CommandSpec]] = &[
     CORE_COMMANDS,
     super::hash_table::HASH_COMMANDS,
     super::set_table::SET_COMMANDS,
+    super::server_table::SERVER_COMMANDS,
 ];
 
 /// Every command a Keyway node answers, in table order.
