@@ -108,7 +108,11 @@ impl ClientHandle {
         if flags.is_empty() {
             flags.push('N');
         }
-        let cmd = self.last_cmd.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let cmd = self
+            .last_cmd
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
         format!(
             "id={} addr={} laddr={} fd=-1 name={name} age={age} idle={idle} flags={flags} db=0 sub=0 psub=0 ssub=0 multi={multi} qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem=0 tot-mem=0 events=r cmd={} user=default redir=-1 resp={}",
             self.id,
@@ -256,7 +260,7 @@ impl Clients {
                 None => Frame::Error("ERR No such client".into()),
             };
         }
-        if args.len() % 2 != 0 {
+        if !args.len().is_multiple_of(2) {
             return Frame::Error("ERR syntax error".into());
         }
         let mut id = None;

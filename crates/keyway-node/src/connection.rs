@@ -55,10 +55,7 @@ pub async fn serve(
         .local_addr()
         .map(|a| a.to_string())
         .unwrap_or_default();
-    let registration = shared
-        .server
-        .clients
-        .register(id, peer.to_string(), local);
+    let registration = shared.server.clients.register(id, peer.to_string(), local);
     let handle = registration.handle.clone();
     session.handle = Some(handle.clone());
     if replica_endpoint {
@@ -147,7 +144,11 @@ async fn dispatch(shared: &Arc<Shared>, session: &mut Session, args: Vec<bytes::
     let reply = node_cmd::dispatch(shared, session, args).await;
     if let Some(h) = &session.handle {
         h.set_multi(session.tx.queued());
-        h.set_resp(if session.protocol == Protocol::Resp3 { 3 } else { 2 });
+        h.set_resp(if session.protocol == Protocol::Resp3 {
+            3
+        } else {
+            2
+        });
     }
     // CLIENT REPLY OFF|SKIP (as Redis: SKIP hides its own reply and the next).
     let silent = session.reply_off || std::mem::take(&mut session.skip_this);

@@ -70,8 +70,7 @@ pub async fn flush(shared: &Arc<Shared>, args: &[Bytes], replica_endpoint: bool)
         _ => return Frame::Error("ERR syntax error".into()).into(),
     }
     if replica_endpoint {
-        return Frame::Error("READONLY You can't write against a read only replica.".into())
-            .into();
+        return Frame::Error("READONLY You can't write against a read only replica.".into()).into();
     }
     let slots = match non_empty_owned_slots(shared).await {
         Ok(slots) => slots,
@@ -110,7 +109,10 @@ fn slot_range(shared: &Shared, slot: u16) -> KeyRange {
         }
         Bytes::from(k)
     };
-    let end = match slot.checked_add(1).filter(|s| usize::from(*s) < SLOT_COUNT as usize) {
+    let end = match slot
+        .checked_add(1)
+        .filter(|s| usize::from(*s) < SLOT_COUNT as usize)
+    {
         Some(next) => key(ks, Some(next)),
         None => key(ks + 1, None),
     };
@@ -176,7 +178,11 @@ async fn flush_slot(shared: &Arc<Shared>, slot: u16) -> Result<u64, Frame> {
                 after = last;
             }
             Frame::Error(e) => return Err(Frame::Error(e)),
-            other => return Err(Frame::Error(format!("ERR unexpected flush reply {other:?}"))),
+            other => {
+                return Err(Frame::Error(format!(
+                    "ERR unexpected flush reply {other:?}"
+                )));
+            }
         }
     }
 }

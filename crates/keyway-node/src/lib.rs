@@ -51,8 +51,8 @@
 
 pub mod active_expire;
 pub mod admin;
-pub mod clock;
 pub mod clients;
+pub mod clock;
 pub mod cluster_cmd;
 pub mod cmd;
 pub mod coll;
@@ -72,6 +72,7 @@ pub mod metrics;
 pub mod migrate;
 pub mod multi;
 pub mod node_cmd;
+pub mod node_keys;
 pub mod peer;
 pub mod replica_endpoint;
 pub mod replicate;

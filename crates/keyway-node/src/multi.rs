@@ -64,8 +64,21 @@ use std::sync::{Arc, Mutex};
 /// Commands answered from the session and configuration: queued inside
 /// `MULTI`, answered in their place in `EXEC`'s reply.
 pub const LOCAL_IN_MULTI: &[&str] = &[
-    "ping", "echo", "time", "command", "client", "config", "role", "select", "readonly",
-    "readwrite", "asking", "slowlog", "latency", "unwatch", "lastsave",
+    "ping",
+    "echo",
+    "time",
+    "command",
+    "client",
+    "config",
+    "role",
+    "select",
+    "readonly",
+    "readwrite",
+    "asking",
+    "slowlog",
+    "latency",
+    "unwatch",
+    "lastsave",
 ];
 
 pub const EXECABORT: &str = "EXECABORT Transaction discarded because of previous errors.";
@@ -161,7 +174,9 @@ impl TxMetrics {
         .map(|o| {
             (
                 (*o).to_string(),
-                self.outcomes.get_or_create(&OutcomeLabel { outcome: o }).get(),
+                self.outcomes
+                    .get_or_create(&OutcomeLabel { outcome: o })
+                    .get(),
             )
         })
         .collect()
@@ -198,14 +213,16 @@ pub async fn intercept(
             session.tx.queue = Some(Queue::default());
             Frame::ok().into()
         })),
-        "DISCARD" => Some(arity("discard", args.len() == 1, session).unwrap_or_else(|| {
-            if !in_multi {
-                return err("ERR DISCARD without MULTI");
-            }
-            session.tx = TxState::default();
-            shared.tx_metrics.count("discarded");
-            Frame::ok().into()
-        })),
+        "DISCARD" => Some(
+            arity("discard", args.len() == 1, session).unwrap_or_else(|| {
+                if !in_multi {
+                    return err("ERR DISCARD without MULTI");
+                }
+                session.tx = TxState::default();
+                shared.tx_metrics.count("discarded");
+                Frame::ok().into()
+            }),
+        ),
         "EXEC" => {
             if args.len() != 1 {
                 // Redis rejects EXEC itself by aborting the transaction.
@@ -244,7 +261,11 @@ pub async fn intercept(
 /// Queue-time checks of one command inside `MULTI` (see the module doc).
 fn queue(shared: &Shared, session: &mut Session, name: &str, args: &[Bytes]) -> Reply {
     let readonly = session.readonly;
-    let q = session.tx.queue.as_mut().expect("queue() only inside MULTI");
+    let q = session
+        .tx
+        .queue
+        .as_mut()
+        .expect("queue() only inside MULTI");
     let (inner, expected) = match name {
         "KW.AT" => match parse_kw_at(args) {
             Ok((inner, expected)) => (inner, Some(expected)),
@@ -416,14 +437,14 @@ async fn exec(shared: &Arc<Shared>, session: &mut Session) -> Reply {
     let mut items = Vec::with_capacity(queue.items.len());
     for queued in queue.items {
         items.push(match queued {
-            Queued::Local(args) => {
-                Item::Ready(match Box::pin(node_cmd::dispatch(shared, session, args)).await {
+            Queued::Local(args) => Item::Ready(
+                match Box::pin(node_cmd::dispatch(shared, session, args)).await {
                     Reply::Frame(frame) => frame,
-                    Reply::Waiting(rx) => rx.await.unwrap_or_else(|_| {
-                        Frame::Error("ERR server is shutting down".into())
-                    }),
-                })
-            }
+                    Reply::Waiting(rx) => rx
+                        .await
+                        .unwrap_or_else(|_| Frame::Error("ERR server is shutting down".into())),
+                },
+            ),
             Queued::Data { command, .. } => Item::Data(command),
         });
     }
@@ -549,9 +570,9 @@ impl SlotWork for TxWork {
     /// `EXECABORT`; redirects stay plain.
     fn refused(&self, frame: Frame) -> Frame {
         match frame {
-            Frame::Error(e) if e.starts_with("NOREPLICAS") => Frame::Error(format!(
-                "EXECABORT Transaction discarded because of: {e}"
-            )),
+            Frame::Error(e) if e.starts_with("NOREPLICAS") => {
+                Frame::Error(format!("EXECABORT Transaction discarded because of: {e}"))
+            }
             other => other,
         }
     }

@@ -115,6 +115,7 @@ pub async fn dispatch(shared: &Arc<Shared>, session: &mut Session, args: Vec<Byt
             }
             Err(frame) => frame.into(),
         },
+        "FUNCTION" => function(&args),
         "READONLY" | "READWRITE" | "ASKING" => match args.len() {
             1 => {
                 match name.as_str() {
@@ -129,6 +130,8 @@ pub async fn dispatch(shared: &Arc<Shared>, session: &mut Session, args: Vec<Byt
         "CLUSTER" => cluster_cmd::cluster(shared, &args, session).await,
         "DBSIZE" => crate::scan::dbsize(shared).await,
         "SCAN" => crate::scan::scan(shared, &args).await,
+        "KEYS" => crate::node_keys::keys(shared, &args).await,
+        "RANDOMKEY" => crate::node_keys::randomkey(shared, &args).await,
         "KW.AT" | "KW.GET" | "KW.SET" | "KW.DEL" | "KW.SCAN" if session.replica_endpoint => {
             err("ERR this is the replica endpoint: send KW.* requests to the node's main address")
         }
@@ -149,16 +152,26 @@ pub async fn dispatch(shared: &Arc<Shared>, session: &mut Session, args: Vec<Byt
     }
 }
 
-/// Whether `args` is a node-wide read (`SCAN`, `DBSIZE`, `INFO`, `KW.SCAN`):
+/// Whether `args` is a node-wide read (`SCAN`, `DBSIZE`, `INFO`, `KW.SCAN`,
+/// `KEYS`, `RANDOMKEY`):
 /// it reads keys of many slots, so no one storage thread orders it with the
 /// connection's other requests. The connection orders it instead: it queues
 /// it only once every earlier reply of its pipeline was released, and waits
 /// for its reply before dispatching the next request.
 pub fn is_node_wide(args: &[Bytes]) -> bool {
     args.first().is_some_and(|name| {
-        [&b"SCAN"[..], b"DBSIZE", b"INFO", b"KW.SCAN", b"FLUSHALL", b"FLUSHDB"]
-            .iter()
-            .any(|n| name.eq_ignore_ascii_case(n))
+        [
+            &b"SCAN"[..],
+            b"DBSIZE",
+            b"INFO",
+            b"KW.SCAN",
+            b"FLUSHALL",
+            b"FLUSHDB",
+            b"KEYS",
+            b"RANDOMKEY",
+        ]
+        .iter()
+        .any(|n| name.eq_ignore_ascii_case(n))
     })
 }
 
@@ -280,14 +293,38 @@ fn client(shared: &Shared, session: &mut Session, args: &[Bytes]) -> Reply {
             text: Bytes::from(client_info_line(session)),
         }
         .into(),
-        ("ID" | "GETNAME" | "SETNAME" | "SETINFO" | "INFO" | "KILL" | "NO-EVICT" | "NO-TOUCH"
-        | "REPLY", _) => err(format!(
+        (
+            "ID" | "GETNAME" | "SETNAME" | "SETINFO" | "INFO" | "KILL" | "NO-EVICT" | "NO-TOUCH"
+            | "REPLY",
+            _,
+        ) => err(format!(
             "ERR wrong number of arguments for 'client|{}' command",
             sub.to_lowercase()
         )),
         _ => err(format!(
             "ERR unknown subcommand '{}'. Try CLIENT HELP.",
             String::from_utf8_lossy(&args[1])
+        )),
+    }
+}
+
+/// `FUNCTION FLUSH [ASYNC|SYNC]`: Keyway runs no functions (nor scripts),
+/// so there is never a library to delete; the reply is Redis's. Other
+/// FUNCTION subcommands are unknown.
+fn function(args: &[Bytes]) -> Reply {
+    let Some(sub) = args.get(1) else {
+        return arity_error("function").into();
+    };
+    match upper(sub).as_str() {
+        "FLUSH" => match args.get(2..).unwrap_or_default() {
+            [] => Frame::ok().into(),
+            [mode] if matches!(upper(mode).as_str(), "ASYNC" | "SYNC") => Frame::ok().into(),
+            [_] => err("ERR FUNCTION FLUSH only supports SYNC|ASYNC option"),
+            _ => arity_error("function|flush").into(),
+        },
+        _ => err(format!(
+            "ERR unknown subcommand '{}'. Try FUNCTION HELP.",
+            String::from_utf8_lossy(sub)
         )),
     }
 }

@@ -123,7 +123,7 @@ fn parse_args(args: &[Bytes]) -> Result<ScanArgs, Frame> {
 }
 
 /// The storage range of the whole default keyspace.
-fn default_keyspace_range() -> KeyRange {
+pub(crate) fn default_keyspace_range() -> KeyRange {
     let ks = DEFAULT_KEYSPACE.0;
     KeyRange {
         start: Bytes::copy_from_slice(&ks.to_be_bytes()),
@@ -154,7 +154,7 @@ pub async fn scan(shared: &Arc<Shared>, args: &[Bytes]) -> Reply {
 }
 
 /// Queues a node-wide read; its reply comes after group commit.
-async fn submit_node_wide(shared: &Arc<Shared>, task: Task) -> Reply {
+pub(crate) async fn submit_node_wide(shared: &Arc<Shared>, task: Task) -> Reply {
     match shared.executor.submit_node_wide(task).await {
         Ok(rx) => Reply::Waiting(rx),
         Err(frame) => frame.into(),
@@ -174,7 +174,11 @@ pub(crate) enum SlotVerdict {
 
 /// A node-wide read's verdict on `slot`, or the rejection that refuses the
 /// whole read (a lapsed lease).
-pub(crate) fn verdict(guard: &RoutingGuard<'_>, me: NodeId, slot: u16) -> Result<SlotVerdict, Rejection> {
+pub(crate) fn verdict(
+    guard: &RoutingGuard<'_>,
+    me: NodeId,
+    slot: u16,
+) -> Result<SlotVerdict, Rejection> {
     match guard.admit_slot(DEFAULT_KEYSPACE, slot, None) {
         Ok(_) => Ok(SlotVerdict::Serve),
         Err(Rejection::LeaseLapsed) => Err(Rejection::LeaseLapsed),

@@ -112,15 +112,30 @@ static SETTINGS: &[Setting] = &[
     stored("lazyfree-lazy-user-flush", BOOL, "no"),
     stored("replica-lazy-flush", BOOL, "no"),
     stored("latency-tracking", BOOL, "yes"),
-    stored("latency-tracking-info-percentiles", Kind::Text, "50 99 99.9"),
+    stored(
+        "latency-tracking-info-percentiles",
+        Kind::Text,
+        "50 99 99.9",
+    ),
     stored("latency-monitor-threshold", UINT, "0"),
     Setting {
         aliases: &["lua-time-limit"],
         ..stored("busy-reply-threshold", UINT, "5000")
     },
-    stored("client-query-buffer-limit", Kind::Memory { min: 1024 * 1024 }, "1073741824"),
+    stored(
+        "client-query-buffer-limit",
+        Kind::Memory { min: 1024 * 1024 },
+        "1073741824",
+    ),
     stored("rdb-key-save-delay", INT, "0"),
-    stored("repl-ping-replica-period", Kind::Int { min: 1, max: i64::MAX }, "10"),
+    stored(
+        "repl-ping-replica-period",
+        Kind::Int {
+            min: 1,
+            max: i64::MAX,
+        },
+        "10",
+    ),
     Setting {
         aliases: &["slave-read-only"],
         ..stored("replica-read-only", BOOL, "yes")
@@ -129,8 +144,19 @@ static SETTINGS: &[Setting] = &[
         aliases: &["slave-serve-stale-data"],
         ..stored("replica-serve-stale-data", BOOL, "yes")
     },
-    stored("sanitize-dump-payload", Kind::Enum(&["no", "yes", "clients"]), "no"),
-    stored("hz", Kind::Int { min: 0, max: i64::MAX }, "10"),
+    stored(
+        "sanitize-dump-payload",
+        Kind::Enum(&["no", "yes", "clients"]),
+        "no",
+    ),
+    stored(
+        "hz",
+        Kind::Int {
+            min: 0,
+            max: i64::MAX,
+        },
+        "10",
+    ),
     stored("timeout", UINT, "0"),
     stored("tcp-keepalive", UINT, "300"),
     stored("active-expire-effort", Kind::Int { min: 1, max: 10 }, "1"),
@@ -172,7 +198,14 @@ static SETTINGS: &[Setting] = &[
     },
     Setting {
         effect: Effect::Fixed,
-        ..stored("maxclients", Kind::Int { min: 1, max: i64::MAX }, "")
+        ..stored(
+            "maxclients",
+            Kind::Int {
+                min: 1,
+                max: i64::MAX,
+            },
+            "",
+        )
     },
     Setting {
         effect: Effect::Fixed,
@@ -192,7 +225,14 @@ static SETTINGS: &[Setting] = &[
     },
     Setting {
         effect: Effect::Fixed,
-        ..stored("databases", Kind::Int { min: 1, max: i64::MAX }, "1")
+        ..stored(
+            "databases",
+            Kind::Int {
+                min: 1,
+                max: i64::MAX,
+            },
+            "1",
+        )
     },
 ];
 
@@ -281,10 +321,8 @@ impl ServerState {
         for pattern in patterns {
             for s in SETTINGS {
                 for name in std::iter::once(&s.name).chain(s.aliases) {
-                    if crate::cmd::table::glob_match(
-                        &pattern.to_ascii_lowercase(),
-                        name.as_bytes(),
-                    ) && seen.insert(*name)
+                    if crate::cmd::table::glob_match(&pattern.to_ascii_lowercase(), name.as_bytes())
+                        && seen.insert(*name)
                     {
                         out.push((Frame::bulk(*name), Frame::bulk(values[s.name].clone())));
                     }
@@ -297,7 +335,7 @@ impl ServerState {
     /// `CONFIG SET name value [name value ...]`: every pair validated
     /// before any is applied, as Redis 7.0 does.
     pub fn config_set(&self, pairs: &[Bytes]) -> Frame {
-        if pairs.is_empty() || pairs.len() % 2 != 0 {
+        if pairs.is_empty() || !pairs.len().is_multiple_of(2) {
             return crate::cmd::table::arity_error("config|set");
         }
         let mut staged: Vec<(&Setting, String)> = Vec::new();
@@ -325,9 +363,8 @@ impl ServerState {
                 Err(why) => return failed(&why),
             };
             if setting.effect == Effect::Fixed {
-                let current = self.values.lock().unwrap_or_else(|e| e.into_inner())
-                    [setting.name]
-                    .clone();
+                let current =
+                    self.values.lock().unwrap_or_else(|e| e.into_inner())[setting.name].clone();
                 if value != current {
                     return failed(&format!(
                         "Keyway sets '{}' at start (current value {current})",
@@ -369,7 +406,9 @@ fn check(kind: Kind, raw: &[u8]) -> Result<String, String> {
                 .parse()
                 .map_err(|_| "argument couldn't be parsed into an integer".to_string())?;
             if n < min || n > max {
-                return Err(format!("argument must be between {min} and {max} inclusive"));
+                return Err(format!(
+                    "argument must be between {min} and {max} inclusive"
+                ));
             }
             Ok(n.to_string())
         }
@@ -557,9 +596,7 @@ pub fn shutdown(shared: &Shared, args: &[Bytes]) -> Result<(), Frame> {
         match arg.to_ascii_uppercase().as_slice() {
             b"NOSAVE" | b"SAVE" | b"NOW" | b"FORCE" => {}
             b"ABORT" => {
-                return Err(Frame::Error(
-                    "ERR No shutdown in progress.".into(),
-                ));
+                return Err(Frame::Error("ERR No shutdown in progress.".into()));
             }
             _ => return Err(Frame::Error("ERR syntax error".into())),
         }
@@ -590,47 +627,77 @@ mod tests {
         );
         assert_eq!(
             s.config_set(&[b("slowlog-max-len"), b("-5")]),
-            Frame::error("ERR CONFIG SET failed (possibly related to argument 'slowlog-max-len') - argument must be between 0 and 1000000 inclusive")
+            Frame::error(
+                "ERR CONFIG SET failed (possibly related to argument 'slowlog-max-len') - argument must be between 0 and 1000000 inclusive"
+            )
         );
         assert_eq!(
             s.config_set(&[b("slowlog-log-slower-than"), b("abc")]),
-            Frame::error("ERR CONFIG SET failed (possibly related to argument 'slowlog-log-slower-than') - argument couldn't be parsed into an integer")
+            Frame::error(
+                "ERR CONFIG SET failed (possibly related to argument 'slowlog-log-slower-than') - argument couldn't be parsed into an integer"
+            )
         );
         assert_eq!(
             s.config_set(&[b("appendonly"), b("maybe")]),
-            Frame::error("ERR CONFIG SET failed (possibly related to argument 'appendonly') - argument must be 'yes' or 'no'")
+            Frame::error(
+                "ERR CONFIG SET failed (possibly related to argument 'appendonly') - argument must be 'yes' or 'no'"
+            )
         );
         // A bad second pair leaves the first unapplied.
         assert!(matches!(
-            s.config_set(&[b("hash-max-ziplist-entries"), b("10"), b("maxmemory"), b("x")]),
+            s.config_set(&[
+                b("hash-max-ziplist-entries"),
+                b("10"),
+                b("maxmemory"),
+                b("x")
+            ]),
             Frame::Error(_)
         ));
         assert_eq!(
             s.config_get(&[b("hash-max-listpack-entries")]),
-            Frame::Map(vec![(Frame::bulk("hash-max-listpack-entries"), Frame::bulk("512"))])
+            Frame::Map(vec![(
+                Frame::bulk("hash-max-listpack-entries"),
+                Frame::bulk("512")
+            )])
         );
         assert_eq!(
-            s.config_set(&[b("hash-max-ziplist-entries"), b("10"), b("slowlog-max-len"), b("3")]),
+            s.config_set(&[
+                b("hash-max-ziplist-entries"),
+                b("10"),
+                b("slowlog-max-len"),
+                b("3")
+            ]),
             Frame::ok()
         );
         assert_eq!(
             s.config_get(&[b("hash-max-ziplist-entries")]),
-            Frame::Map(vec![(Frame::bulk("hash-max-ziplist-entries"), Frame::bulk("10"))])
+            Frame::Map(vec![(
+                Frame::bulk("hash-max-ziplist-entries"),
+                Frame::bulk("10")
+            )])
         );
         assert_eq!(s.slowlog.max_len(), 3);
         assert_eq!(s.config_set(&[b("maxmemory"), b("0")]), Frame::ok());
-        assert!(matches!(s.config_set(&[b("maxmemory"), b("10mb")]), Frame::Error(_)));
+        assert!(matches!(
+            s.config_set(&[b("maxmemory"), b("10mb")]),
+            Frame::Error(_)
+        ));
         assert_eq!(
             s.config_set(&[b("client-query-buffer-limit"), b("1gb")]),
             Frame::ok()
         );
         assert_eq!(
             s.config_get(&[b("client-query-buffer-limit")]),
-            Frame::Map(vec![(Frame::bulk("client-query-buffer-limit"), Frame::bulk("1073741824"))])
+            Frame::Map(vec![(
+                Frame::bulk("client-query-buffer-limit"),
+                Frame::bulk("1073741824")
+            )])
         );
         assert_eq!(
             s.config_set(&[b("slowlog-max-len"), b("1"), b("slowlog-max-len"), b("2")]),
-            Frame::error("ERR CONFIG SET failed (possibly related to argument 'slowlog-max-len') - duplicate parameter")
+            Frame::error(
+                "ERR CONFIG SET failed (possibly related to argument 'slowlog-max-len') - duplicate parameter"
+            )
         );
         assert_eq!(s.config_get(&[b("nosuch")]), Frame::Map(vec![]));
     }

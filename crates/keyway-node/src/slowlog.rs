@@ -72,7 +72,14 @@ impl SlowLog {
     }
 
     /// Logs one command (call only when [`Self::wants`] said so).
-    pub fn push(&self, at_unix_s: u64, duration_us: u64, args: &[Bytes], peer: String, name: Bytes) {
+    pub fn push(
+        &self,
+        at_unix_s: u64,
+        duration_us: u64,
+        args: &[Bytes],
+        peer: String,
+        name: Bytes,
+    ) {
         let max = self.max_len();
         let mut kept: Vec<Bytes> = Vec::with_capacity(args.len().min(MAX_ARGC));
         for (i, arg) in args.iter().enumerate() {
@@ -112,7 +119,11 @@ impl SlowLog {
     }
 
     pub fn len(&self) -> usize {
-        self.entries.lock().unwrap_or_else(|e| e.into_inner()).0.len()
+        self.entries
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .0
+            .len()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -212,7 +223,13 @@ mod tests {
         let log = SlowLog::new(0, 2);
         assert!(log.wants(0));
         for i in 0..3 {
-            log.push(1, 5, &[b("set"), b(&format!("k{i}"))], "a:1".into(), Bytes::new());
+            log.push(
+                1,
+                5,
+                &[b("set"), b(&format!("k{i}"))],
+                "a:1".into(),
+                Bytes::new(),
+            );
         }
         assert_eq!(log.len(), 2);
         let Frame::Array(got) = log.command(&[b("slowlog"), b("get"), b("-1")]) else {
@@ -238,7 +255,10 @@ mod tests {
         assert_eq!(args[31], Frame::bulk("... (9 more arguments)"));
         assert_eq!(
             args[0],
-            Frame::Bulk(Bytes::from(format!("{}... (72 more bytes)", "x".repeat(128))))
+            Frame::Bulk(Bytes::from(format!(
+                "{}... (72 more bytes)",
+                "x".repeat(128)
+            )))
         );
         log.set_slower_than_us(-1);
         assert!(!log.wants(u64::MAX));

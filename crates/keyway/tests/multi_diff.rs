@@ -100,7 +100,7 @@ fn random_op(rng: &mut StdRng) -> (bool, Vec<String>) {
         18 => s(&["NOSUCHCMD", &k]),
         19 => s(&["GET"]),
         20 => s(&["SET", &k, "v", "NX", "XX"]),
-        _ => s(&["MGET", &KEYS[0], &KEYS[1], &KEYS[2]]),
+        _ => s(&["MGET", KEYS[0], KEYS[1], KEYS[2]]),
     };
     (false, op)
 }

@@ -147,12 +147,8 @@ fn transactions_are_whole_or_redirected_across_live_moves() {
         threads.push(std::thread::spawn(move || {
             let mut c = Follower::new(port, redirects);
             while !stop.load(Ordering::Relaxed) {
-                let replies = c.pipeline(&[
-                    &["MULTI"],
-                    &["INCR", "{t}a"],
-                    &["INCR", "{t}b"],
-                    &["EXEC"],
-                ]);
+                let replies =
+                    c.pipeline(&[&["MULTI"], &["INCR", "{t}a"], &["INCR", "{t}b"], &["EXEC"]]);
                 match &replies[3] {
                     Frame::Array(r) => {
                         assert_eq!(r.len(), 2, "EXEC reply {replies:?}");
@@ -180,7 +176,8 @@ fn transactions_are_whole_or_redirected_across_live_moves() {
             while !stop.load(Ordering::Relaxed) {
                 tx = !tx;
                 let (a, b) = if tx {
-                    let r = c.pipeline(&[&["MULTI"], &["GET", "{t}a"], &["GET", "{t}b"], &["EXEC"]]);
+                    let r =
+                        c.pipeline(&[&["MULTI"], &["GET", "{t}a"], &["GET", "{t}b"], &["EXEC"]]);
                     match &r[3] {
                         Frame::Array(v) => (int(&v[0]), int(&v[1])),
                         _ => {
