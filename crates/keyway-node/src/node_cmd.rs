@@ -106,6 +106,7 @@ pub async fn dispatch(shared: &Arc<Shared>, session: &mut Session, args: Vec<Byt
         "FLUSHALL" | "FLUSHDB" => {
             crate::flush::flush(shared, &args, session.replica_endpoint).await
         }
+        "SAVE" | "BGSAVE" => crate::server_cmd::save(shared, &args).await.into(),
         "SHUTDOWN" => match crate::server_cmd::shutdown(shared, &args) {
             Ok(()) => {
                 // Redis closes the connection without a reply.

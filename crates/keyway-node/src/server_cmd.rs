@@ -584,6 +584,27 @@ pub fn latency(args: &[Bytes]) -> Frame {
     }
 }
 
+/// `SAVE` / `BGSAVE [SCHEDULE]`: Keyway's data is its storage engine, with
+/// no separate snapshot; both fsync the engine (every write applied so far
+/// is then on disk, whatever the durability mode) and answer as Redis does
+/// (`BGSAVE` after the fsync too, so its answer is never premature).
+pub async fn save(shared: &Shared, args: &[Bytes]) -> Frame {
+    let bg = args[0].eq_ignore_ascii_case(b"bgsave");
+    match (bg, args.len()) {
+        (false, 1) | (true, 1) => {}
+        (true, 2) if args[1].eq_ignore_ascii_case(b"schedule") => {}
+        (false, _) => return crate::cmd::table::arity_error("save"),
+        (true, _) => return Frame::Error("ERR syntax error".into()),
+    }
+    let engine = shared.engine.clone();
+    match tokio::task::spawn_blocking(move || engine.sync()).await {
+        Ok(Ok(())) if bg => Frame::Simple("Background saving started".into()),
+        Ok(Ok(())) => Frame::ok(),
+        Ok(Err(e)) => Frame::Error(format!("ERR {e}")),
+        Err(e) => Frame::Error(format!("ERR save failed: {e}")),
+    }
+}
+
 /// `SHUTDOWN [NOSAVE|SAVE] [NOW] [FORCE] [ABORT]`: every acknowledged
 /// write is already durable as the node's durability mode promises, so
 /// `SAVE` and `NOSAVE` both just stop the node cleanly (the same path as
