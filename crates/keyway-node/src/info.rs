@@ -206,7 +206,10 @@ fn stats(shared: &Shared, out: &mut String) {
     let _ = write!(
         out,
         "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\nrejected_connections:{}\r\nexpired_keys:{}\r\nkeyway_replica_reads:{}\r\nkeyway_replica_reads_moved:{}\r\nkeyway_transactions_executed:{}\r\nkeyway_transactions_watch_aborted:{}\r\nkeyway_transactions_execabort:{}\r\nkeyway_transactions_discarded:{}\r\nkeyway_flushes:{}\r\nkeyway_slowlog_len:{}\r\n",
-        shared.next_client_id.load(Ordering::SeqCst).saturating_sub(1),
+        shared
+            .next_client_id
+            .load(Ordering::SeqCst)
+            .saturating_sub(1),
         shared.metrics.commands.get(),
         shared.metrics.connections_refused.get(),
         shared.active_expiry.removed.get(),
@@ -229,7 +232,10 @@ fn cpu(out: &mut String) {
             // Fields after the `(comm)`; utime and stime are fields 14, 15.
             let rest = s.rsplit_once(')')?.1;
             let f: Vec<&str> = rest.split_whitespace().collect();
-            Some((f.get(11)?.parse::<u64>().ok()?, f.get(12)?.parse::<u64>().ok()?))
+            Some((
+                f.get(11)?.parse::<u64>().ok()?,
+                f.get(12)?.parse::<u64>().ok()?,
+            ))
         });
     if let Some((user, sys)) = times {
         let _ = write!(

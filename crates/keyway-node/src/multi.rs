@@ -667,12 +667,7 @@ pub async fn at(shared: &Arc<Shared>, args: &[Bytes], expected: (PartitionId, Ep
     let watch = (!watched.is_empty()).then(|| {
         Arc::new(Watch {
             slot,
-            keys: Mutex::new(
-                watched
-                    .into_iter()
-                    .map(|(k, r)| (k, Some(r)))
-                    .collect(),
-            ),
+            keys: Mutex::new(watched.into_iter().map(|(k, r)| (k, Some(r))).collect()),
         })
     });
     let work = TxWork {

@@ -103,12 +103,7 @@ fn forward(op: TxOp, args: Vec<Bytes>, keys: Vec<Bytes>, deadline: Instant) -> O
 
 /// The transaction commands, and every command inside `MULTI`; `None` for
 /// anything else (planned as usual).
-pub fn intercept(
-    tx: &mut ProxyTx,
-    name: &str,
-    args: &[Bytes],
-    deadline: Instant,
-) -> Option<Plan> {
+pub fn intercept(tx: &mut ProxyTx, name: &str, args: &[Bytes], deadline: Instant) -> Option<Plan> {
     let in_multi = tx.queue.is_some();
     let flag_arity = |tx: &mut ProxyTx, n: &str| {
         if let Some(q) = tx.queue.as_mut() {
@@ -131,7 +126,9 @@ pub fn intercept(
         }
         "EXEC" if args.len() != 1 => {
             *tx = ProxyTx::default();
-            err("EXECABORT Transaction discarded because of: wrong number of arguments for 'exec' command")
+            err(
+                "EXECABORT Transaction discarded because of: wrong number of arguments for 'exec' command",
+            )
         }
         "EXEC" if !in_multi => err("ERR EXEC without MULTI"),
         "EXEC" => exec(tx, deadline),

@@ -61,7 +61,11 @@ async fn flushall_on_every_primary_empties_every_copy() {
     let c = LocalCluster::start(spec).await.expect("cluster starts");
     c.wait_serving(Duration::from_secs(30)).await.unwrap();
     let map = c.map().await.unwrap();
-    let index_of = |id| (0..c.len()).find(|i| c.node(*i).unwrap().id() == id).unwrap();
+    let index_of = |id| {
+        (0..c.len())
+            .find(|i| c.node(*i).unwrap().id() == id)
+            .unwrap()
+    };
     let mut conns = Vec::new();
     for i in 0..c.len() {
         conns.push(
@@ -187,8 +191,15 @@ async fn server_commands_answer_with_true_figures() {
     let Frame::Integer(small) = raw_command(&mut a, &["MEMORY", "USAGE", "s"]).await else {
         panic!("MEMORY USAGE of a string")
     };
-    assert_eq!(small, (6 + 1) + (1 + 1 + 8) + 3, "storage key, encoding, data");
-    assert_eq!(raw_command(&mut a, &["MEMORY", "USAGE", "nosuch"]).await, Frame::Null);
+    assert_eq!(
+        small,
+        (6 + 1) + (1 + 1 + 8) + 3,
+        "storage key, encoding, data"
+    );
+    assert_eq!(
+        raw_command(&mut a, &["MEMORY", "USAGE", "nosuch"]).await,
+        Frame::Null
+    );
     for n in 0..100 {
         raw_command(&mut a, &["HSET", "h", &format!("field{n}"), "value"]).await;
     }
@@ -200,7 +211,10 @@ async fn server_commands_answer_with_true_figures() {
     let Frame::Integer(sampled) = raw_command(&mut a, &["MEMORY", "USAGE", "h"]).await else {
         panic!()
     };
-    assert!((sampled - all).abs() * 10 < all, "sampled {sampled} vs {all}");
+    assert!(
+        (sampled - all).abs() * 10 < all,
+        "sampled {sampled} vs {all}"
+    );
 
     // SLOWLOG: with a zero threshold every data command is logged.
     assert_eq!(
