@@ -406,6 +406,11 @@ async fn data_command(
     let slot = {
         let keys = command.keys();
         let Some(first) = keys.first() else {
+            if let Command::Invalid { error, .. } = &command {
+                // Its keys could not be found (LMPOP with a bad numkeys):
+                // Redis replies the argument error wherever it runs.
+                return error.clone().into();
+            }
             return err("ERR command has no key");
         };
         let slot = key_hash_slot(first);
@@ -415,7 +420,32 @@ async fn data_command(
         }
         slot
     };
-    let task = storage_task(shared.clone(), command, slot, expected, on);
+    if let Some(timeout_ms) = command.blocking_timeout_ms() {
+        let keys = command
+            .keys()
+            .iter()
+            .map(|k| Bytes::copy_from_slice(k))
+            .collect();
+        let attempt_shared = shared.clone();
+        let attempt = Box::new(move |gate: Arc<crate::blocking::Gate>| {
+            storage_task(
+                attempt_shared.clone(),
+                command.clone(),
+                slot,
+                expected,
+                on,
+                Some(gate),
+            )
+        });
+        return Reply::Waiting(crate::blocking::block(
+            shared.clone(),
+            slot,
+            keys,
+            timeout_ms,
+            attempt,
+        ));
+    }
+    let task = storage_task(shared.clone(), command, slot, expected, on, None);
     match shared.executor.submit(slot, task).await {
         Ok(rx) => Reply::Waiting(rx),
         Err(frame) => frame.into(),
@@ -436,12 +466,17 @@ async fn data_command(
 /// connection to a replica is `-MOVED` to the primary, as in Redis. On the
 /// replica endpoint every write is `-MOVED` to the primary's main address,
 /// even when this node is the primary.
+///
+/// `gate`: the attempt of a blocking command ([`crate::blocking`]): it
+/// decides, between execute and apply, whether the reply is sent or the
+/// client waits (its writes then dropped).
 fn storage_task(
     shared: Arc<Shared>,
     command: Command,
     slot: u16,
     expected: Option<(PartitionId, Epoch)>,
     on: Connection,
+    gate: Option<Arc<crate::blocking::Gate>>,
 ) -> Task {
     Box::new(move |engine| {
         let guard = shared.routing.read();
@@ -488,7 +523,7 @@ fn storage_task(
                 return TaskOutput {
                     reply: Frame::Null,
                     wrote: false,
-                    follow: Follow::Park(storage_task(shared, command, slot, expected, on)),
+                    follow: Follow::Park(storage_task(shared, command, slot, expected, on, gate)),
                 };
             }
             Err(rejection) => {
@@ -536,6 +571,11 @@ fn storage_task(
             Ok(reply) => reply,
             Err(e) => return storage_failure(e),
         };
+        if let Some(gate) = &gate
+            && gate.decide(&reply) == crate::blocking::Decision::Wait
+        {
+            return TaskOutput::reply(Frame::Null, false);
+        }
         apply_and_reply(
             &shared,
             engine,
@@ -617,7 +657,10 @@ pub(crate) fn apply_and_reply(
         // A read shows every write applied so far.
         true => (engine.last_seq(), false),
         false => match engine.apply(&mutations) {
-            Ok(seq) => (seq, true),
+            Ok(seq) => {
+                shared.blocking.notify(&mutations);
+                (seq, true)
+            }
             Err(e) => return storage_failure(e),
         },
     };

@@ -29,7 +29,9 @@ mod command;
 mod counter;
 mod expire;
 mod keys;
-mod long_double;
+mod list;
+mod list_store;
+pub(crate) mod long_double;
 mod string;
 #[cfg(test)]
 mod testing;
@@ -42,6 +44,7 @@ use crate::db::Db;
 pub use counter::CounterCmd;
 pub use expire::ExpireCmd;
 pub use keys::{KeysCmd, type_name};
+pub use list::ListCmd;
 pub use string::StringCmd;
 use table::Family;
 
@@ -56,6 +59,9 @@ pub enum Command {
     Keys(KeysCmd),
     /// EXPIRE PEXPIRE EXPIREAT PEXPIREAT TTL PTTL EXPIRETIME PEXPIRETIME PERSIST.
     Expire(ExpireCmd),
+    /// LPUSH RPUSH LPUSHX RPUSHX LPOP RPOP LLEN LINDEX LSET LRANGE LTRIM LREM
+    /// LINSERT LPOS LMOVE RPOPLPUSH LMPOP BLPOP BRPOP BLMOVE BRPOPLPUSH BLMPOP.
+    List(ListCmd),
     /// A command with the right arity whose arguments Redis would reject when
     /// executing it (syntax error, non-integer, ...): routed by its keys like
     /// any other, `execute` replies `error`.
@@ -86,6 +92,7 @@ pub fn parse(args: &[Bytes]) -> Option<Result<Command, Frame>> {
         Family::Counter => CounterCmd::parse(spec.name, args).map(Command::Counter),
         Family::Keys => KeysCmd::parse(spec.name, args).map(Command::Keys),
         Family::Expire => ExpireCmd::parse(spec.name, args).map(Command::Expire),
+        Family::List => ListCmd::parse(spec.name, args).map(Command::List),
     };
     let parsed = parsed.and_then(|cmd| {
         if cmd.creates_keys() && cmd.keys().iter().any(|k| k.len() > MAX_KEY_BYTES) {
@@ -96,7 +103,7 @@ pub fn parse(args: &[Bytes]) -> Option<Result<Command, Frame>> {
     Some(Ok(parsed.unwrap_or_else(|error| Command::Invalid {
         name: spec.name,
         keys: spec
-            .key_positions(args.len())
+            .key_positions_in(args)
             .into_iter()
             .filter_map(|i| args.get(i).cloned())
             .collect(),
@@ -126,6 +133,7 @@ impl Command {
                     | StringCmd::GetRange { .. }
             ),
             Command::Counter(_) => true,
+            Command::List(c) => c.creates_keys(),
             Command::Keys(_) | Command::Expire(_) | Command::Invalid { .. } => false,
         }
     }
@@ -137,19 +145,33 @@ impl Command {
             Command::Counter(c) => c.name(),
             Command::Keys(c) => c.name(),
             Command::Expire(c) => c.name(),
+            Command::List(c) => c.name(),
             Command::Invalid { name, .. } => name,
         }
     }
 
     /// The user keys the command touches, in argument order (duplicates kept).
-    /// Never empty.
+    /// Empty only for a [`Command::Invalid`] whose keys could not be found
+    /// (LMPOP with a bad `numkeys`): it replies its error wherever it runs.
     pub fn keys(&self) -> Vec<&[u8]> {
         match self {
             Command::String(c) => c.keys(),
             Command::Counter(c) => c.keys(),
             Command::Keys(c) => c.keys(),
             Command::Expire(c) => c.keys(),
+            Command::List(c) => c.keys(),
             Command::Invalid { keys, .. } => keys.iter().map(|k| &k[..]).collect(),
+        }
+    }
+
+    /// A blocking command's timeout in milliseconds (0 = forever): the
+    /// caller blocks it with [`crate::blocking`] when [`Command::execute`]
+    /// replies nil (its non-blocking form, what MULTI runs). `None` for
+    /// every other command.
+    pub fn blocking_timeout_ms(&self) -> Option<u64> {
+        match self {
+            Command::List(c) => c.blocking_timeout_ms(),
+            _ => None,
         }
     }
 
@@ -168,6 +190,7 @@ impl Command {
             Command::Counter(c) => c.execute(db),
             Command::Keys(c) => c.execute(db),
             Command::Expire(c) => c.execute(db),
+            Command::List(c) => c.execute(db),
             Command::Invalid { error, .. } => Ok(error.clone()),
         };
         match result {

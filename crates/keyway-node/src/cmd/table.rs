@@ -33,6 +33,8 @@ pub enum Family {
     Keys,
     /// `cmd/expire.rs`.
     Expire,
+    /// `cmd/list.rs`.
+    List,
 }
 
 /// One command as Redis 7 describes it.
@@ -58,6 +60,14 @@ pub struct CommandSpec {
     pub key_spec_flags: &'static [&'static str],
     /// Notes of the key spec.
     pub key_spec_notes: Option<&'static str>,
+    /// Flags of a second key spec, for the key at index 2 (LMOVE's
+    /// destination); empty = one key spec. The first spec then covers
+    /// index 1 only.
+    pub key_spec2_flags: &'static [&'static str],
+    /// For commands whose keys follow a `numkeys` argument (LMPOP, BLMPOP):
+    /// the index of `numkeys` (the key spec's `begin_search` index, with a
+    /// `keynum` `find_keys`); 0 = keys by first/last/step.
+    pub keynum_index: i64,
     /// `COMMAND DOCS` group.
     pub group: &'static str,
     /// Redis version that introduced the command.
@@ -127,6 +137,8 @@ const fn data(
         tips: &[],
         key_spec_flags: key_spec,
         key_spec_notes: None,
+        key_spec2_flags: &[],
+        keynum_index: 0,
         group,
         since,
         summary,
@@ -157,6 +169,8 @@ const fn nokey(
         tips: &[],
         key_spec_flags: &[],
         key_spec_notes: None,
+        key_spec2_flags: &[],
+        keynum_index: 0,
         group,
         since,
         summary,
@@ -231,6 +245,12 @@ impl CommandSpec {
         self
     }
 
+    /// The last key at `last` (negative = from the end).
+    const fn last_key(mut self, last: i64) -> Self {
+        self.last_key = last;
+        self
+    }
+
     const fn tips(mut self, tips: Strs) -> Self {
         self.tips = tips;
         self
@@ -246,11 +266,65 @@ impl CommandSpec {
         self
     }
 
+    /// A second key spec (flags `flags`) for the key at index 2.
+    const fn second_key(mut self, flags: Strs) -> Self {
+        self.last_key = 2;
+        self.key_spec2_flags = flags;
+        self
+    }
+
+    /// Keys after a `numkeys` argument at `index` (movable keys).
+    const fn keynum(mut self, index: i64) -> Self {
+        self.first_key = 0;
+        self.last_key = 0;
+        self.step = 0;
+        self.keynum_index = index;
+        self
+    }
+
     const fn deprecated(mut self, since: &'static str, replaced_by: &'static str) -> Self {
         self.deprecated = Some((since, replaced_by));
         self
     }
 }
+
+const fn list(
+    name: &'static str,
+    arity: i64,
+    flags: Strs,
+    acl: Strs,
+    ks: Strs,
+    since: &'static str,
+    summary: &'static str,
+) -> CommandSpec {
+    data(
+        "list",
+        Family::List,
+        name,
+        arity,
+        flags,
+        acl,
+        ks,
+        since,
+        summary,
+    )
+}
+
+const W: Strs = &["write"];
+const R: Strs = &["readonly"];
+const W_BLOCKING: Strs = &["write", "noscript", "blocking"];
+const W_DENY_BLOCKING: Strs = &["write", "denyoom", "noscript", "blocking"];
+const READ_LIST_FAST: Strs = &["@read", "@list", "@fast"];
+const READ_LIST_SLOW: Strs = &["@read", "@list", "@slow"];
+const WRITE_LIST_FAST: Strs = &["@write", "@list", "@fast"];
+const WRITE_LIST_SLOW: Strs = &["@write", "@list", "@slow"];
+const WRITE_LIST_BLOCKING: Strs = &["@write", "@list", "@slow", "@blocking"];
+const RW_ACCESS_DELETE: Strs = &["RW", "access", "delete"];
+const RW_INSERT: Strs = &["RW", "insert"];
+const RW_DELETE: Strs = &["RW", "delete"];
+const PUSH_COMPLEXITY: &str = "O(1) for each element added, so O(N) to add N elements when the command is called with multiple arguments.";
+const MPOP_COMPLEXITY: &str =
+    "O(N+M) where N is the number of provided keys and M is the number of elements returned.";
 
 use Family::{Expire as E, Keys as K};
 
@@ -312,6 +386,46 @@ pub static COMMANDS: &[CommandSpec] = &[
     generic(E, "expiretime", 2, R_FAST, KS_READ_FAST, RO_ACCESS, "7.0.0", "Get the expiration Unix timestamp for a key"),
     generic(E, "pexpiretime", 2, R_FAST, KS_READ_FAST, RO_ACCESS, "7.0.0", "Get the expiration Unix timestamp for a key in milliseconds"),
     generic(E, "persist", 2, W_FAST, KS_WRITE_FAST, RW_UPDATE, "2.2.0", "Remove the expiration from a key"),
+    // --- lists ---
+    list("lpush", -3, W_DENY_FAST, WRITE_LIST_FAST, RW_INSERT, "1.0.0", "Prepend one or multiple elements to a list").complexity(PUSH_COMPLEXITY),
+    list("rpush", -3, W_DENY_FAST, WRITE_LIST_FAST, RW_INSERT, "1.0.0", "Append one or multiple elements to a list").complexity(PUSH_COMPLEXITY),
+    list("lpushx", -3, W_DENY_FAST, WRITE_LIST_FAST, RW_INSERT, "2.2.0", "Prepend an element to a list, only if the list exists").complexity(PUSH_COMPLEXITY),
+    list("rpushx", -3, W_DENY_FAST, WRITE_LIST_FAST, RW_INSERT, "2.2.0", "Append an element to a list, only if the list exists").complexity(PUSH_COMPLEXITY),
+    list("lpop", -2, W_FAST, WRITE_LIST_FAST, RW_ACCESS_DELETE, "1.0.0", "Remove and get the first elements in a list")
+        .complexity("O(N) where N is the number of elements returned"),
+    list("rpop", -2, W_FAST, WRITE_LIST_FAST, RW_ACCESS_DELETE, "1.0.0", "Remove and get the last elements in a list")
+        .complexity("O(N) where N is the number of elements returned"),
+    list("llen", 2, R_FAST, READ_LIST_FAST, RO, "1.0.0", "Get the length of a list"),
+    list("lindex", 3, R, READ_LIST_SLOW, RO_ACCESS, "1.0.0", "Get an element from a list by its index")
+        .complexity("O(N) where N is the number of elements to traverse to get to the element at index. This makes asking for the first or the last element of the list O(1)."),
+    list("lset", 4, W_DENY, WRITE_LIST_SLOW, RW_UPDATE, "1.0.0", "Set the value of an element in a list by its index")
+        .complexity("O(N) where N is the length of the list. Setting either the first or the last element of the list is O(1)."),
+    list("lrange", 4, R, READ_LIST_SLOW, RO_ACCESS, "1.0.0", "Get a range of elements from a list")
+        .complexity("O(S+N) where S is the distance of start offset from HEAD for small lists, from nearest end (HEAD or TAIL) for large lists; and N is the number of elements in the specified range."),
+    list("ltrim", 4, W, WRITE_LIST_SLOW, RW_DELETE, "1.0.0", "Trim a list to the specified range")
+        .complexity("O(N) where N is the number of elements to be removed by the operation."),
+    list("lrem", 4, W, WRITE_LIST_SLOW, RW_DELETE, "1.0.0", "Remove elements from a list")
+        .complexity("O(N+M) where N is the length of the list and M is the number of elements removed."),
+    list("linsert", 5, W_DENY, WRITE_LIST_SLOW, RW_INSERT, "2.2.0", "Insert an element before or after another element in a list")
+        .complexity("O(N) where N is the number of elements to traverse before seeing the value pivot. This means that inserting somewhere on the left end on the list (head) can be considered O(1) and inserting somewhere on the right end (tail) is O(N)."),
+    list("lpos", -3, R, READ_LIST_SLOW, RO_ACCESS, "6.0.6", "Return the index of matching elements on a list")
+        .complexity("O(N) where N is the number of elements in the list, for the average case. When searching for elements near the head or the tail of the list, or when the MAXLEN option is provided, the command may run in constant time."),
+    list("lmove", 5, W_DENY, WRITE_LIST_SLOW, RW_ACCESS_DELETE, "6.2.0", "Pop an element from a list, push it to another list and return it")
+        .second_key(RW_INSERT),
+    list("rpoplpush", 3, W_DENY, WRITE_LIST_SLOW, RW_ACCESS_DELETE, "1.2.0", "Remove the last element in a list, prepend it to another list and return it")
+        .second_key(RW_INSERT).deprecated("6.2.0", "`LMOVE` with the `RIGHT` and `LEFT` arguments"),
+    list("lmpop", -4, &["write", "movablekeys"], WRITE_LIST_SLOW, RW_ACCESS_DELETE, "7.0.0", "Pop elements from a list")
+        .keynum(1).complexity(MPOP_COMPLEXITY),
+    list("blpop", -3, W_BLOCKING, WRITE_LIST_BLOCKING, RW_ACCESS_DELETE, "2.0.0", "Remove and get the first element in a list, or block until one is available")
+        .last_key(-2).complexity("O(N) where N is the number of provided keys."),
+    list("brpop", -3, W_BLOCKING, WRITE_LIST_BLOCKING, RW_ACCESS_DELETE, "2.0.0", "Remove and get the last element in a list, or block until one is available")
+        .last_key(-2).complexity("O(N) where N is the number of provided keys."),
+    list("blmove", 6, W_DENY_BLOCKING, WRITE_LIST_BLOCKING, RW_ACCESS_DELETE, "6.2.0", "Pop an element from a list, push it to another list and return it; or block until one is available")
+        .second_key(RW_INSERT),
+    list("brpoplpush", 4, W_DENY_BLOCKING, WRITE_LIST_BLOCKING, RW_ACCESS_DELETE, "2.2.0", "Pop an element from a list, push it to another list and return it; or block until one is available")
+        .second_key(RW_INSERT).deprecated("6.2.0", "`BLMOVE` with the `RIGHT` and `LEFT` arguments"),
+    list("blmpop", -5, &["write", "blocking", "movablekeys"], WRITE_LIST_BLOCKING, RW_ACCESS_DELETE, "7.0.0", "Pop elements from a list, or block until one is available")
+        .keynum(2).complexity(MPOP_COMPLEXITY),
     // --- connection, server and cluster commands (implemented by the node) ---
     nokey("connection", "ping", -1, &["fast"], FAST_CONN, "1.0.0", "Ping the server")
         .tips(&["request_policy:all_shards", "response_policy:all_succeeded"]),
@@ -358,7 +472,7 @@ impl CommandSpec {
     }
 
     /// Positions of the keys in a command of `argc` arguments, from
-    /// first/last/step (Redis's legacy key range).
+    /// first/last/step (Redis's legacy key range; empty for movable keys).
     pub fn key_positions(&self, argc: usize) -> Vec<usize> {
         let argc = argc as i64;
         if self.first_key <= 0 || self.step <= 0 {
@@ -376,13 +490,40 @@ impl CommandSpec {
             .collect()
     }
 
+    /// Positions of the keys in `args` (the name included), movable keys
+    /// too: after a `numkeys` argument, none if it is not a positive integer
+    /// or names more keys than there are arguments (as Redis's key
+    /// extraction gives up, and the command then replies its error).
+    pub fn key_positions_in(&self, args: &[Bytes]) -> Vec<usize> {
+        if self.keynum_index <= 0 {
+            return self.key_positions(args.len());
+        }
+        let at = self.keynum_index as usize;
+        let Some(n) = args.get(at).and_then(|a| super::parse_i64(a)) else {
+            return Vec::new();
+        };
+        if n <= 0 || n as u64 >= (args.len() - at) as u64 {
+            return Vec::new();
+        }
+        (at + 1..=at + n as usize).collect()
+    }
+
+    /// Whether the command has key arguments (a key spec).
+    pub fn has_keys(&self) -> bool {
+        !self.key_spec_flags.is_empty()
+    }
+
     /// This command's `COMMAND INFO` entry.
     pub fn info_frame(&self) -> Frame {
-        let key_specs = if self.key_spec_flags.is_empty() {
-            Vec::new()
-        } else {
-            vec![self.key_spec_frame()]
-        };
+        let mut key_specs = Vec::new();
+        if self.keynum_index > 0 {
+            key_specs.push(self.keynum_spec_frame());
+        } else if !self.key_spec2_flags.is_empty() {
+            key_specs.push(range_spec_frame(None, self.key_spec_flags, 1, 0, 1));
+            key_specs.push(range_spec_frame(None, self.key_spec2_flags, 2, 0, 1));
+        } else if !self.key_spec_flags.is_empty() {
+            key_specs.push(self.key_spec_frame());
+        }
         Frame::Array(vec![
             Frame::bulk(self.name),
             Frame::Integer(self.arity),
@@ -398,41 +539,39 @@ impl CommandSpec {
     }
 
     fn key_spec_frame(&self) -> Frame {
-        let mut map = Vec::new();
-        if let Some(notes) = self.key_spec_notes {
-            map.push((Frame::bulk("notes"), Frame::bulk(notes)));
-        }
         let lastkey = if self.last_key < 0 {
             self.last_key
         } else {
             self.last_key - self.first_key
         };
-        map.push((Frame::bulk("flags"), simple_set(self.key_spec_flags)));
-        map.push((
-            Frame::bulk("begin_search"),
-            Frame::Map(vec![
-                (Frame::bulk("type"), Frame::bulk("index")),
-                (
-                    Frame::bulk("spec"),
-                    Frame::Map(vec![(Frame::bulk("index"), Frame::Integer(self.first_key))]),
-                ),
-            ]),
-        ));
-        map.push((
-            Frame::bulk("find_keys"),
-            Frame::Map(vec![
-                (Frame::bulk("type"), Frame::bulk("range")),
-                (
-                    Frame::bulk("spec"),
-                    Frame::Map(vec![
-                        (Frame::bulk("lastkey"), Frame::Integer(lastkey)),
-                        (Frame::bulk("keystep"), Frame::Integer(self.step)),
-                        (Frame::bulk("limit"), Frame::Integer(0)),
-                    ]),
-                ),
-            ]),
-        ));
-        Frame::Map(map)
+        range_spec_frame(
+            self.key_spec_notes,
+            self.key_spec_flags,
+            self.first_key,
+            lastkey,
+            self.step,
+        )
+    }
+
+    fn keynum_spec_frame(&self) -> Frame {
+        Frame::Map(vec![
+            (Frame::bulk("flags"), simple_set(self.key_spec_flags)),
+            begin_search(self.keynum_index),
+            (
+                Frame::bulk("find_keys"),
+                Frame::Map(vec![
+                    (Frame::bulk("type"), Frame::bulk("keynum")),
+                    (
+                        Frame::bulk("spec"),
+                        Frame::Map(vec![
+                            (Frame::bulk("keynumidx"), Frame::Integer(0)),
+                            (Frame::bulk("firstkey"), Frame::Integer(1)),
+                            (Frame::bulk("keystep"), Frame::Integer(1)),
+                        ]),
+                    ),
+                ]),
+            ),
+        ])
     }
 
     /// This command's `COMMAND DOCS` value (the map without the name).
@@ -453,7 +592,10 @@ impl CommandSpec {
 
     /// The key flags `COMMAND GETKEYSANDFLAGS` reports for `args` (SET
     /// resolves its variable flags like Redis's `setGetKeys`).
-    pub(super) fn key_flags(&self, args: &[Bytes]) -> &'static [&'static str] {
+    pub(super) fn key_flags(&self, args: &[Bytes], position: usize) -> &'static [&'static str] {
+        if position == 2 && !self.key_spec2_flags.is_empty() {
+            return self.key_spec2_flags;
+        }
         if self.name == "set" {
             if args.iter().skip(3).any(|a| a.eq_ignore_ascii_case(b"get")) {
                 return RW_ACCESS_UPDATE;
@@ -462,6 +604,50 @@ impl CommandSpec {
         }
         self.key_spec_flags
     }
+}
+
+fn begin_search(index: i64) -> (Frame, Frame) {
+    (
+        Frame::bulk("begin_search"),
+        Frame::Map(vec![
+            (Frame::bulk("type"), Frame::bulk("index")),
+            (
+                Frame::bulk("spec"),
+                Frame::Map(vec![(Frame::bulk("index"), Frame::Integer(index))]),
+            ),
+        ]),
+    )
+}
+
+/// A key spec with an `index` begin search and a `range` find-keys.
+fn range_spec_frame(
+    notes: Option<&'static str>,
+    flags: &[&str],
+    index: i64,
+    lastkey: i64,
+    step: i64,
+) -> Frame {
+    let mut map = Vec::new();
+    if let Some(notes) = notes {
+        map.push((Frame::bulk("notes"), Frame::bulk(notes)));
+    }
+    map.push((Frame::bulk("flags"), simple_set(flags)));
+    map.push(begin_search(index));
+    map.push((
+        Frame::bulk("find_keys"),
+        Frame::Map(vec![
+            (Frame::bulk("type"), Frame::bulk("range")),
+            (
+                Frame::bulk("spec"),
+                Frame::Map(vec![
+                    (Frame::bulk("lastkey"), Frame::Integer(lastkey)),
+                    (Frame::bulk("keystep"), Frame::Integer(step)),
+                    (Frame::bulk("limit"), Frame::Integer(0)),
+                ]),
+            ),
+        ]),
+    ));
+    Frame::Map(map)
 }
 
 pub(super) fn arity_ok(arity: i64, argc: usize) -> bool {
