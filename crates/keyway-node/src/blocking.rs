@@ -340,6 +340,34 @@ impl Gate {
     }
 }
 
+/// A blocking command's attempt as a storage task's work: the command in its
+/// non-blocking form, with its [`Gate`] deciding whether the reply is kept.
+pub struct Attempt {
+    command: crate::cmd::Command,
+    gate: Arc<Gate>,
+}
+
+impl Attempt {
+    pub fn new(command: crate::cmd::Command, gate: Arc<Gate>) -> Self {
+        Attempt { command, gate }
+    }
+}
+
+impl crate::node_cmd::SlotWork for Attempt {
+    fn is_write(&self) -> bool {
+        self.command.is_write()
+    }
+    fn first_key(&self) -> Option<&[u8]> {
+        self.command.keys().first().copied()
+    }
+    fn execute(&self, db: &mut crate::db::Db<'_>) -> Result<Frame, keyway_storage::StorageError> {
+        self.command.execute(db)
+    }
+    fn keep(&self, reply: &Frame) -> bool {
+        self.gate.decide(reply) == Decision::Reply
+    }
+}
+
 /// Removes its waiter when the blocked client is done or gone.
 struct Registration {
     blocking: Arc<Blocking>,

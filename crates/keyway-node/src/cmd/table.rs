@@ -33,6 +33,10 @@ pub enum Family {
     Keys,
     /// `cmd/expire.rs`.
     Expire,
+    /// `cmd/hash.rs`.
+    Hash,
+    /// `cmd/set.rs`.
+    Set,
     /// `cmd/list.rs`.
     List,
 }
@@ -82,7 +86,7 @@ pub struct CommandSpec {
     pub family: Option<Family>,
 }
 
-type Strs = &'static [&'static str];
+pub(super) type Strs = &'static [&'static str];
 
 const R_FAST: Strs = &["readonly", "fast"];
 const W_DENY: Strs = &["write", "denyoom"];
@@ -115,7 +119,7 @@ const RM_DELETE: Strs = &["RM", "delete"];
 
 /// A one-key data command of `group`.
 #[allow(clippy::too_many_arguments)] // one table column per argument
-const fn data(
+pub(super) const fn data(
     group: &'static str,
     family: Family,
     name: &'static str,
@@ -149,7 +153,7 @@ const fn data(
 }
 
 /// A command without keys (connection, server, cluster).
-const fn nokey(
+pub(super) const fn nokey(
     group: &'static str,
     name: &'static str,
     arity: i64,
@@ -239,42 +243,55 @@ const fn generic(
 
 impl CommandSpec {
     /// Keys from `first_key` to the end, every `step` arguments.
-    const fn keys_to_end(mut self, step: i64) -> Self {
+    pub(super) const fn keys_to_end(mut self, step: i64) -> Self {
         self.last_key = -1;
         self.step = step;
         self
     }
 
-    /// The last key at `last` (negative = from the end).
-    const fn last_key(mut self, last: i64) -> Self {
+    /// Keys at `first..=last` (negative `last` = from the end) every `step`.
+    pub(super) const fn key_range(mut self, first: i64, last: i64, step: i64) -> Self {
+        self.first_key = first;
         self.last_key = last;
+        self.step = step;
         self
     }
 
-    const fn tips(mut self, tips: Strs) -> Self {
+    pub(super) const fn tips(mut self, tips: Strs) -> Self {
         self.tips = tips;
         self
     }
 
-    const fn complexity(mut self, complexity: &'static str) -> Self {
+    pub(super) const fn complexity(mut self, complexity: &'static str) -> Self {
         self.complexity = complexity;
         self
     }
 
-    const fn notes(mut self, notes: &'static str) -> Self {
+    pub(super) const fn notes(mut self, notes: &'static str) -> Self {
         self.key_spec_notes = Some(notes);
         self
     }
 
+    /// Keys at `first..=last` every `step` (`last` negative = from the end),
+    /// with the key spec `flags`, on a command without a data family
+    /// (`WATCH`, `MEMORY USAGE`).
+    pub(super) const fn with_keys(mut self, first: i64, last: i64, step: i64, flags: Strs) -> Self {
+        self.first_key = first;
+        self.last_key = last;
+        self.step = step;
+        self.key_spec_flags = flags;
+        self
+    }
+
     /// A second key spec (flags `flags`) for the key at index 2.
-    const fn second_key(mut self, flags: Strs) -> Self {
+    pub(super) const fn second_key(mut self, flags: Strs) -> Self {
         self.last_key = 2;
         self.key_spec2_flags = flags;
         self
     }
 
     /// Keys after a `numkeys` argument at `index` (movable keys).
-    const fn keynum(mut self, index: i64) -> Self {
+    pub(super) const fn keynum(mut self, index: i64) -> Self {
         self.first_key = 0;
         self.last_key = 0;
         self.step = 0;
@@ -282,55 +299,37 @@ impl CommandSpec {
         self
     }
 
-    const fn deprecated(mut self, since: &'static str, replaced_by: &'static str) -> Self {
+    pub(super) const fn deprecated(
+        mut self,
+        since: &'static str,
+        replaced_by: &'static str,
+    ) -> Self {
         self.deprecated = Some((since, replaced_by));
         self
     }
 }
 
-const fn list(
-    name: &'static str,
-    arity: i64,
-    flags: Strs,
-    acl: Strs,
-    ks: Strs,
-    since: &'static str,
-    summary: &'static str,
-) -> CommandSpec {
-    data(
-        "list",
-        Family::List,
-        name,
-        arity,
-        flags,
-        acl,
-        ks,
-        since,
-        summary,
-    )
-}
-
-const W: Strs = &["write"];
-const R: Strs = &["readonly"];
-const W_BLOCKING: Strs = &["write", "noscript", "blocking"];
-const W_DENY_BLOCKING: Strs = &["write", "denyoom", "noscript", "blocking"];
-const READ_LIST_FAST: Strs = &["@read", "@list", "@fast"];
-const READ_LIST_SLOW: Strs = &["@read", "@list", "@slow"];
-const WRITE_LIST_FAST: Strs = &["@write", "@list", "@fast"];
-const WRITE_LIST_SLOW: Strs = &["@write", "@list", "@slow"];
-const WRITE_LIST_BLOCKING: Strs = &["@write", "@list", "@slow", "@blocking"];
-const RW_ACCESS_DELETE: Strs = &["RW", "access", "delete"];
-const RW_INSERT: Strs = &["RW", "insert"];
-const RW_DELETE: Strs = &["RW", "delete"];
-const PUSH_COMPLEXITY: &str = "O(1) for each element added, so O(N) to add N elements when the command is called with multiple arguments.";
-const MPOP_COMPLEXITY: &str =
-    "O(N+M) where N is the number of provided keys and M is the number of elements returned.";
-
 use Family::{Expire as E, Keys as K};
 
-/// Every command a Keyway node answers.
+/// The tables of every family: one static slice per `cmd/` family file
+/// (a family adds its table here, nowhere else).
+static TABLES: &[&[CommandSpec]] = &[
+    CORE_COMMANDS,
+    super::hash_table::HASH_COMMANDS,
+    super::set_table::SET_COMMANDS,
+    super::list_table::LIST_COMMANDS,
+    super::server_table::SERVER_COMMANDS,
+];
+
+/// Every command a Keyway node answers, in table order.
+pub fn commands() -> &'static [&'static CommandSpec] {
+    static ALL: std::sync::OnceLock<Vec<&'static CommandSpec>> = std::sync::OnceLock::new();
+    ALL.get_or_init(|| TABLES.iter().flat_map(|t| t.iter()).collect())
+}
+
+/// The connection, server, cluster, string, counter, key and expire commands.
 #[rustfmt::skip]
-pub static COMMANDS: &[CommandSpec] = &[
+pub static CORE_COMMANDS: &[CommandSpec] = &[
     // --- strings ---
     string("get", 2, R_FAST, READ_STR_FAST, RO_ACCESS, "1.0.0", "Get the value of a key"),
     string("set", -3, W_DENY, WRITE_STR_SLOW, &["RW", "access", "update", "variable_flags"], "1.0.0", "Set the string value of a key")
@@ -386,46 +385,6 @@ pub static COMMANDS: &[CommandSpec] = &[
     generic(E, "expiretime", 2, R_FAST, KS_READ_FAST, RO_ACCESS, "7.0.0", "Get the expiration Unix timestamp for a key"),
     generic(E, "pexpiretime", 2, R_FAST, KS_READ_FAST, RO_ACCESS, "7.0.0", "Get the expiration Unix timestamp for a key in milliseconds"),
     generic(E, "persist", 2, W_FAST, KS_WRITE_FAST, RW_UPDATE, "2.2.0", "Remove the expiration from a key"),
-    // --- lists ---
-    list("lpush", -3, W_DENY_FAST, WRITE_LIST_FAST, RW_INSERT, "1.0.0", "Prepend one or multiple elements to a list").complexity(PUSH_COMPLEXITY),
-    list("rpush", -3, W_DENY_FAST, WRITE_LIST_FAST, RW_INSERT, "1.0.0", "Append one or multiple elements to a list").complexity(PUSH_COMPLEXITY),
-    list("lpushx", -3, W_DENY_FAST, WRITE_LIST_FAST, RW_INSERT, "2.2.0", "Prepend an element to a list, only if the list exists").complexity(PUSH_COMPLEXITY),
-    list("rpushx", -3, W_DENY_FAST, WRITE_LIST_FAST, RW_INSERT, "2.2.0", "Append an element to a list, only if the list exists").complexity(PUSH_COMPLEXITY),
-    list("lpop", -2, W_FAST, WRITE_LIST_FAST, RW_ACCESS_DELETE, "1.0.0", "Remove and get the first elements in a list")
-        .complexity("O(N) where N is the number of elements returned"),
-    list("rpop", -2, W_FAST, WRITE_LIST_FAST, RW_ACCESS_DELETE, "1.0.0", "Remove and get the last elements in a list")
-        .complexity("O(N) where N is the number of elements returned"),
-    list("llen", 2, R_FAST, READ_LIST_FAST, RO, "1.0.0", "Get the length of a list"),
-    list("lindex", 3, R, READ_LIST_SLOW, RO_ACCESS, "1.0.0", "Get an element from a list by its index")
-        .complexity("O(N) where N is the number of elements to traverse to get to the element at index. This makes asking for the first or the last element of the list O(1)."),
-    list("lset", 4, W_DENY, WRITE_LIST_SLOW, RW_UPDATE, "1.0.0", "Set the value of an element in a list by its index")
-        .complexity("O(N) where N is the length of the list. Setting either the first or the last element of the list is O(1)."),
-    list("lrange", 4, R, READ_LIST_SLOW, RO_ACCESS, "1.0.0", "Get a range of elements from a list")
-        .complexity("O(S+N) where S is the distance of start offset from HEAD for small lists, from nearest end (HEAD or TAIL) for large lists; and N is the number of elements in the specified range."),
-    list("ltrim", 4, W, WRITE_LIST_SLOW, RW_DELETE, "1.0.0", "Trim a list to the specified range")
-        .complexity("O(N) where N is the number of elements to be removed by the operation."),
-    list("lrem", 4, W, WRITE_LIST_SLOW, RW_DELETE, "1.0.0", "Remove elements from a list")
-        .complexity("O(N+M) where N is the length of the list and M is the number of elements removed."),
-    list("linsert", 5, W_DENY, WRITE_LIST_SLOW, RW_INSERT, "2.2.0", "Insert an element before or after another element in a list")
-        .complexity("O(N) where N is the number of elements to traverse before seeing the value pivot. This means that inserting somewhere on the left end on the list (head) can be considered O(1) and inserting somewhere on the right end (tail) is O(N)."),
-    list("lpos", -3, R, READ_LIST_SLOW, RO_ACCESS, "6.0.6", "Return the index of matching elements on a list")
-        .complexity("O(N) where N is the number of elements in the list, for the average case. When searching for elements near the head or the tail of the list, or when the MAXLEN option is provided, the command may run in constant time."),
-    list("lmove", 5, W_DENY, WRITE_LIST_SLOW, RW_ACCESS_DELETE, "6.2.0", "Pop an element from a list, push it to another list and return it")
-        .second_key(RW_INSERT),
-    list("rpoplpush", 3, W_DENY, WRITE_LIST_SLOW, RW_ACCESS_DELETE, "1.2.0", "Remove the last element in a list, prepend it to another list and return it")
-        .second_key(RW_INSERT).deprecated("6.2.0", "`LMOVE` with the `RIGHT` and `LEFT` arguments"),
-    list("lmpop", -4, &["write", "movablekeys"], WRITE_LIST_SLOW, RW_ACCESS_DELETE, "7.0.0", "Pop elements from a list")
-        .keynum(1).complexity(MPOP_COMPLEXITY),
-    list("blpop", -3, W_BLOCKING, WRITE_LIST_BLOCKING, RW_ACCESS_DELETE, "2.0.0", "Remove and get the first element in a list, or block until one is available")
-        .last_key(-2).complexity("O(N) where N is the number of provided keys."),
-    list("brpop", -3, W_BLOCKING, WRITE_LIST_BLOCKING, RW_ACCESS_DELETE, "2.0.0", "Remove and get the last element in a list, or block until one is available")
-        .last_key(-2).complexity("O(N) where N is the number of provided keys."),
-    list("blmove", 6, W_DENY_BLOCKING, WRITE_LIST_BLOCKING, RW_ACCESS_DELETE, "6.2.0", "Pop an element from a list, push it to another list and return it; or block until one is available")
-        .second_key(RW_INSERT),
-    list("brpoplpush", 4, W_DENY_BLOCKING, WRITE_LIST_BLOCKING, RW_ACCESS_DELETE, "2.2.0", "Pop an element from a list, push it to another list and return it; or block until one is available")
-        .second_key(RW_INSERT).deprecated("6.2.0", "`BLMOVE` with the `RIGHT` and `LEFT` arguments"),
-    list("blmpop", -5, &["write", "blocking", "movablekeys"], WRITE_LIST_BLOCKING, RW_ACCESS_DELETE, "7.0.0", "Pop elements from a list, or block until one is available")
-        .keynum(2).complexity(MPOP_COMPLEXITY),
     // --- connection, server and cluster commands (implemented by the node) ---
     nokey("connection", "ping", -1, &["fast"], FAST_CONN, "1.0.0", "Ping the server")
         .tips(&["request_policy:all_shards", "response_policy:all_succeeded"]),
@@ -455,8 +414,9 @@ pub static COMMANDS: &[CommandSpec] = &[
 
 /// The spec of `name` (any case), if the node knows the command.
 pub fn lookup(name: &[u8]) -> Option<&'static CommandSpec> {
-    COMMANDS
+    commands()
         .iter()
+        .copied()
         .find(|c| c.name.len() == name.len() && c.name.as_bytes().eq_ignore_ascii_case(name))
 }
 

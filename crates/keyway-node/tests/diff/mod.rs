@@ -214,6 +214,10 @@ pub enum Compare {
     /// A random choice (SRANDMEMBER, SPOP): only the reply's shape (kind,
     /// array length) is compared.
     Shape,
+    /// A `[cursor, [field, value, ...]]` scan reply: the pairs compared sorted.
+    ScanPairs,
+    /// A `[cursor, [member, ...]]` scan reply: the members compared sorted.
+    ScanMembers,
 }
 
 fn sort_key(f: &Frame) -> String {
@@ -237,6 +241,17 @@ pub fn normalize(frame: Frame, how: Compare) -> Frame {
             Frame::Array(items.iter().map(|_| Frame::Null).collect())
         }
         (Compare::Shape, Frame::Bulk(_)) => Frame::Bulk(Bytes::new()),
+        (Compare::ScanPairs | Compare::ScanMembers, Frame::Array(mut parts))
+            if parts.len() == 2 =>
+        {
+            let items = parts.pop().expect("two parts");
+            let inner = match how {
+                Compare::ScanPairs => Compare::UnorderedPairs,
+                _ => Compare::Unordered,
+            };
+            parts.push(normalize(items, inner));
+            Frame::Array(parts)
+        }
         (_, f) => f,
     }
 }
