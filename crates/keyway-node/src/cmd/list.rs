@@ -111,6 +111,11 @@ fn err(msg: &str) -> Frame {
 /// `msg` (without `ERR `) replaces both the parse and the range error.
 pub(super) fn range_long(arg: &[u8], min: i64, max: i64, msg: Option<&str>) -> Result<i64, Frame> {
     let with = |m: &str| Frame::Error(format!("ERR {m}"));
+    // `getPositiveLongFromObjectOrReply` passes its default as the message.
+    let msg = match msg {
+        None if min == 0 && max == i64::MAX => Some("value is out of range, must be positive"),
+        m => m,
+    };
     let v = match parse_i64(arg) {
         Some(v) => v,
         None => return Err(msg.map_or_else(|| err(errors::NOT_INTEGER), with)),
@@ -118,7 +123,6 @@ pub(super) fn range_long(arg: &[u8], min: i64, max: i64, msg: Option<&str>) -> R
     if v < min || v > max {
         return Err(match msg {
             Some(m) => with(m),
-            None if min == 0 && max == i64::MAX => with("value is out of range, must be positive"),
             None => with(&format!(
                 "value is out of range, must be between {min} and {max}"
             )),
@@ -316,7 +320,8 @@ impl ListCmd {
             if opt.eq_ignore_ascii_case(b"rank") && more > 0 {
                 j += 1;
                 rank = int(&args[j])?;
-                if rank == 0 || rank == i64::MIN {
+                // Redis 7.0 refuses only 0 (LONG_MIN wraps, see `lpos`).
+                if rank == 0 {
                     return Err(err(
                         "ERR RANK can't be zero: use 1 to start from the first match, 2 from the second ... or use negative to start from the end of the list",
                     ));
@@ -661,9 +666,12 @@ fn lpos(
             None => Frame::Null,
         });
     };
+    // Redis's `long` arithmetic, wrapping: `-LONG_MIN` stays LONG_MIN, so
+    // that rank matches from the first match on, and its COUNT never ends.
     let forward = rank > 0;
-    let rank = rank.unsigned_abs();
-    let (mut seen, mut matches) = (0u64, 0u64);
+    let rank = if rank < 0 { rank.wrapping_neg() } else { rank };
+    let count = count.map(|c| c as i64);
+    let (mut seen, mut matches) = (0u64, 0i64);
     let mut out = Vec::new();
     store::scan(db, key, &meta, forward, |pos, e| {
         if maxlen != 0 && seen >= maxlen {
@@ -677,7 +685,7 @@ fn lpos(
                 return match count {
                     None => false,
                     Some(0) => true,
-                    Some(c) => matches - rank + 1 < c,
+                    Some(c) => matches.wrapping_sub(rank).wrapping_add(1) < c,
                 };
             }
         }
