@@ -406,6 +406,11 @@ async fn data_command(
     let slot = {
         let keys = command.keys();
         let Some(first) = keys.first() else {
+            // An argument error found before its keys (`ZUNION 0 k`): any
+            // node answers it, as Redis Cluster does.
+            if let Command::Invalid { error, .. } = &command {
+                return error.clone().into();
+            }
             return err("ERR command has no key");
         };
         let slot = key_hash_slot(first);
