@@ -2,11 +2,12 @@
 //! (`0x01 member → score`) and the score index (`0x02 sortable(score)
 //! member → ∅`), read in chunks in either direction.
 //!
-//! Negative zero: Redis keeps a score of `-0` as given (`ZSCORE` replies
-//! `-0`) while ordering it equal to `0`. The index key normalises `-0` to `0`
-//! (so ordering is Redis's); the sign is kept in the entries' data: a member
-//! entry of 9 bytes (`sortable ++ '-'`) and an index entry whose data is `-`.
-//! [`crate::coll::layout::decode_score`] and `read_whole` see `0`.
+//! Negative zero is stored as `0` (the layout's sortable encoding
+//! normalises it), as Redis 7.0 stores it in a listpack-encoded (small)
+//! sorted set, where `double2ll` turns `-0` into the integer 0; replies
+//! computed on the fly (ZINCRBY of a new member by `-0`, ZUNION with a
+//! negative weight) still print `-0`, as Redis's do. (A skiplist-encoded,
+//! big Redis sorted set keeps `-0`; Keyway does not.)
 
 use std::collections::VecDeque;
 
@@ -20,35 +21,14 @@ use crate::db::Db;
 /// Index entries one chunked read fetches.
 const WALK_CHUNK_ENTRIES: usize = 256;
 
-/// The data marking a negative-zero score.
-const NEG_ZERO: &[u8] = b"-";
-
 /// The sorted set at `key`: `None` if absent, WRONGTYPE if another type.
 pub(super) fn open(db: &mut Db<'_>, key: &[u8]) -> Result<Option<Meta>, CmdError> {
     db.meta(key, ValueKind::ZSet)
 }
 
-fn is_neg_zero(score: f64) -> bool {
-    score == 0.0 && score.is_sign_negative()
-}
-
-fn member_data(score: f64) -> Bytes {
-    if is_neg_zero(score) {
-        let mut v = layout::encode_score(score).to_vec();
-        v.extend_from_slice(NEG_ZERO);
-        Bytes::from(v)
-    } else {
-        layout::encode_score(score)
-    }
-}
-
+/// A member entry's score (a corrupt entry reads as 0).
 pub(super) fn decode_member_data(data: &[u8]) -> f64 {
-    let (bits, neg) = match data.len() {
-        9 if &data[8..] == NEG_ZERO => (&data[..8], true),
-        _ => (data, false),
-    };
-    let score = layout::decode_score(bits).unwrap_or(0.0);
-    if neg && score == 0.0 { -0.0 } else { score }
+    layout::decode_score(data).unwrap_or(0.0)
 }
 
 /// The suffix bound just above every key starting with `suffix`.
@@ -83,13 +63,8 @@ pub(super) struct Entry {
     pub score: f64,
 }
 
-fn decode_index(suffix: &Bytes, data: &[u8]) -> Option<Entry> {
+fn decode_index(suffix: &Bytes) -> Option<Entry> {
     let (score, member) = layout::zset_score_parts(suffix)?;
-    let score = if data == NEG_ZERO && score == 0.0 {
-        -0.0
-    } else {
-        score
-    };
     Some(Entry {
         member: suffix.slice_ref(member),
         score,
@@ -126,18 +101,13 @@ pub(super) fn put(
         key,
         meta,
         &layout::zset_member_suffix(member),
-        member_data(new),
+        layout::encode_score(new),
     )?;
-    let index_data = if is_neg_zero(new) {
-        Bytes::from_static(NEG_ZERO)
-    } else {
-        Bytes::new()
-    };
     db.sub_put(
         key,
         meta,
         &layout::zset_score_suffix(new, member),
-        index_data,
+        Bytes::new(),
     )?;
     Ok(())
 }
@@ -204,8 +174,8 @@ impl Walk {
         meta: &Meta,
     ) -> Result<Option<Entry>, CmdError> {
         loop {
-            if let Some((suffix, data)) = self.buf.pop_front() {
-                match decode_index(&suffix, &data) {
+            if let Some((suffix, _)) = self.buf.pop_front() {
+                match decode_index(&suffix) {
                     Some(e) => return Ok(Some(e)),
                     None => continue,
                 }
