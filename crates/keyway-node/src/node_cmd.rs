@@ -504,8 +504,8 @@ async fn data_command(
     let slot = {
         let keys = command.keys();
         let Some(first) = keys.first() else {
-            // A keyless argument error (SINTERCARD 0 ...): Redis Cluster
-            // runs it wherever it lands, and it replies its error.
+            // A keyless argument error (SINTERCARD 0 ..., ZUNION 0 k): Redis
+            // Cluster runs it wherever it lands, and it replies its error.
             if let Command::Invalid { error, .. } = &command {
                 return error.clone().into();
             }
