@@ -159,6 +159,8 @@ pub struct Status {
     /// Entries in the slow log and its `slowlog-log-slower-than` (µs).
     pub slowlog_len: usize,
     pub slowlog_log_slower_than_us: i64,
+    /// Clients blocked by BLPOP and the like.
+    pub blocking: crate::blocking::BlockingStatus,
 }
 
 /// The `replica_reads` field of `/status` (`keyway_replica_reads`).
@@ -244,6 +246,7 @@ async fn status(State(shared): State<Arc<Shared>>) -> impl IntoResponse {
         flush_deleted_entries: shared.flush_metrics.deleted.get(),
         slowlog_len: shared.server.slowlog.len(),
         slowlog_log_slower_than_us: shared.server.slowlog.slower_than_us(),
+        blocking: shared.blocking.status(),
     })
 }
 
