@@ -28,11 +28,13 @@ pub mod table;
 mod bits;
 mod command;
 mod counter;
+mod dump;
 mod expire;
 mod keys;
 pub mod keyspace;
 mod lcs;
 mod long_double;
+mod rdb;
 mod sort;
 mod string;
 #[cfg(test)]
@@ -45,6 +47,7 @@ use keyway_storage::{StorageError, Value, ValueKind};
 use crate::db::Db;
 pub use bits::BitsCmd;
 pub use counter::CounterCmd;
+pub use dump::DumpCmd;
 pub use expire::ExpireCmd;
 pub use keys::KeysCmd;
 pub use keyspace::{KeyspaceCmd, object_without_key};
@@ -66,6 +69,8 @@ pub enum Command {
     Bits(BitsCmd),
     /// RENAME RENAMENX COPY TOUCH OBJECT SUBSTR LCS SORT SORT_RO.
     Keyspace(KeyspaceCmd),
+    /// DUMP RESTORE.
+    Dump(DumpCmd),
     /// A command with the right arity whose arguments Redis would reject when
     /// executing it (syntax error, non-integer, ...): routed by its keys like
     /// any other, `execute` replies `error`.
@@ -106,6 +111,7 @@ pub fn parse(args: &[Bytes]) -> Option<Result<Command, Frame>> {
         Family::Expire => ExpireCmd::parse(spec.name, args).map(Command::Expire),
         Family::Bits => BitsCmd::parse(spec.name, args).map(Command::Bits),
         Family::Keyspace => KeyspaceCmd::parse(spec.name, args).map(Command::Keyspace),
+        Family::Dump => DumpCmd::parse(spec.name, args).map(Command::Dump),
     };
     let parsed = parsed.and_then(|cmd| {
         if cmd.creates_keys() && cmd.keys().iter().any(|k| k.len() > MAX_KEY_BYTES) {
@@ -148,6 +154,7 @@ impl Command {
             Command::Counter(_) => true,
             Command::Bits(c) => matches!(c, BitsCmd::SetBit { .. }),
             Command::Keyspace(c) => c.creates_keys(),
+            Command::Dump(c) => matches!(c, DumpCmd::Restore { .. }),
             Command::Keys(_) | Command::Expire(_) | Command::Invalid { .. } => false,
         }
     }
@@ -161,6 +168,7 @@ impl Command {
             Command::Expire(c) => c.name(),
             Command::Bits(c) => c.name(),
             Command::Keyspace(c) => c.name(),
+            Command::Dump(c) => c.name(),
             Command::Invalid { name, .. } => name,
         }
     }
@@ -175,6 +183,7 @@ impl Command {
             Command::Expire(c) => c.keys(),
             Command::Bits(c) => c.keys(),
             Command::Keyspace(c) => c.keys(),
+            Command::Dump(c) => c.keys(),
             Command::Invalid { keys, .. } => keys.iter().map(|k| &k[..]).collect(),
         }
     }
@@ -196,6 +205,7 @@ impl Command {
             Command::Expire(c) => c.execute(db),
             Command::Bits(c) => c.execute(db),
             Command::Keyspace(c) => c.execute(db),
+            Command::Dump(c) => c.execute(db),
             Command::Invalid { error, .. } => Ok(error.clone()),
         };
         match result {
