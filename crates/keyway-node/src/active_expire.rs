@@ -59,6 +59,8 @@ pub struct ExpiryMetrics {
     pub removed: Counter,
     /// Keys the active cycle examined.
     pub examined: Counter,
+    /// Garbage sub-entries (of deleted, overwritten or expired collections) deleted.
+    pub garbage_reclaimed: Counter,
 }
 
 impl ExpiryMetrics {
@@ -73,6 +75,11 @@ impl ExpiryMetrics {
             "active_expire_examined_keys",
             "Keys examined by the active expiry cycle",
             m.examined.clone(),
+        );
+        metrics.register(
+            "collection_garbage_reclaimed_entries",
+            "Sub-entries of deleted, overwritten or expired collections deleted by the active expiry walk",
+            m.garbage_reclaimed.clone(),
         );
         m
     }
@@ -132,8 +139,10 @@ async fn cycle(
         let range = KeyRange { start, end };
         let engine = shared.engine.clone();
         let after = cursor.after.clone();
-        let chunk = tokio::task::spawn_blocking(move || {
-            engine.scan(&range, after.as_deref(), limits.scan_keys)
+        let (chunk, garbage) = tokio::task::spawn_blocking(move || {
+            let chunk = engine.scan(&range, after.as_deref(), limits.scan_keys)?;
+            let garbage = find_garbage(&*engine, &chunk.entries)?;
+            Ok::<_, keyway_storage::StorageError>((chunk, garbage))
         })
         .await
         .map_err(|e| format!("scan task: {e}"))?
@@ -154,7 +163,7 @@ async fn cycle(
         let expired: Vec<Bytes> = chunk
             .entries
             .iter()
-            .filter(|(_, v)| v.is_expired_at(now))
+            .filter(|(_, v)| v.kind.is_user_key() && v.is_expired_at(now))
             .map(|(k, _)| k.clone())
             .collect();
         shared
@@ -175,10 +184,22 @@ async fn cycle(
                 }
             }
         }
+        let mut reclaiming = Vec::new();
+        for (slot, keys) in garbage {
+            let task = reclaim_task(shared.clone(), p.keyspace, slot, keys);
+            if let Ok(rx) = shared.executor.submit(slot, task).await {
+                reclaiming.push(rx);
+            }
+        }
         for rx in pending {
             if matches!(rx.await, Ok(Frame::Integer(1))) {
                 removed += 1;
                 shared.active_expiry.removed.inc();
+            }
+        }
+        for rx in reclaiming {
+            if let Ok(Frame::Integer(n)) = rx.await {
+                shared.active_expiry.garbage_reclaimed.inc_by(n as u64);
             }
         }
         // Few expired among the keys with a TTL: done for this cycle. A
@@ -229,6 +250,78 @@ fn expire_task(shared: Arc<Shared>, key: Bytes, routing: KeyRouting) -> Task {
             partition,
             vec![Mutation::Delete { key: key.clone() }],
             Frame::Integer(1),
+        )
+    })
+}
+
+/// The garbage among `entries`: sub-entries whose collection's meta is gone
+/// or has another version (see [`crate::coll`]), grouped by slot. Read
+/// after the scan: a sub-entry in the scan's snapshot was written in the
+/// same batch as its meta or later, so its meta is visible unless it was
+/// deleted or replaced since, and a version is never reused, so a
+/// sub-entry found garbage stays garbage (its deletion can race nothing).
+/// An expired meta still counts as live: its deletion comes first.
+fn find_garbage(
+    engine: &dyn keyway_storage::Engine,
+    entries: &[(Bytes, keyway_storage::Value)],
+) -> Result<Vec<(u16, Vec<Bytes>)>, keyway_storage::StorageError> {
+    let mut out: Vec<(u16, Vec<Bytes>)> = Vec::new();
+    let mut last: Option<(Bytes, u64, bool)> = None;
+    for (key, value) in entries {
+        if value.kind != keyway_storage::ValueKind::Sub {
+            continue;
+        }
+        let Some(sub) = crate::coll::SubKey::decode(key) else {
+            continue;
+        };
+        let meta_key = {
+            let mut k = key[..6].to_vec();
+            k.extend_from_slice(sub.user_key);
+            Bytes::from(k)
+        };
+        let dead = match &last {
+            Some((k, v, dead)) if *k == meta_key && *v == sub.version => *dead,
+            _ => {
+                let dead = !engine.get(&meta_key)?.is_some_and(|m| {
+                    crate::coll::Meta::decode(m.kind, &m.data)
+                        .is_some_and(|m| m.version == sub.version)
+                });
+                last = Some((meta_key, sub.version, dead));
+                dead
+            }
+        };
+        if dead {
+            match out.last_mut() {
+                Some((slot, keys)) if *slot == sub.slot => keys.push(key.clone()),
+                _ => out.push((sub.slot, vec![key.clone()])),
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The storage-thread task that deletes garbage sub-entries of one slot:
+/// admitted like a client write (owned here, lease valid, not fenced,
+/// else left for a later pass), logged deletes through the apply path.
+/// Replies with how many it deleted.
+fn reclaim_task(shared: Arc<Shared>, ks: KeyspaceId, slot: u16, keys: Vec<Bytes>) -> Task {
+    Box::new(move |engine| {
+        let guard = shared.routing.read();
+        let Ok(partition) = guard.admit_slot(ks, slot, None).map(|p| p.id) else {
+            return TaskOutput::reply(Frame::Integer(0), false);
+        };
+        let n = keys.len() as i64;
+        let deletes = keys
+            .into_iter()
+            .map(|key| Mutation::Delete { key })
+            .collect();
+        apply_and_reply(
+            &shared,
+            engine,
+            &guard,
+            partition,
+            deletes,
+            Frame::Integer(n),
         )
     })
 }

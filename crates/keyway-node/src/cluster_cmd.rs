@@ -584,6 +584,7 @@ fn slot_task(shared: Arc<Shared>, slot: u16, read: SlotRead, readonly: bool) -> 
                             chunk
                                 .entries
                                 .into_iter()
+                                .filter(|(_, v)| v.kind.is_user_key())
                                 .filter_map(|(k, _)| {
                                     k.get(6..)
                                         .map(|user| Frame::Bulk(Bytes::copy_from_slice(user)))

@@ -19,8 +19,10 @@
 //! The overlay never checks value types or sizes: commands do, using
 //! [`Db::limits`].
 
-use std::collections::HashMap;
+mod collections;
+
 use std::collections::hash_map::Entry;
+use std::collections::{BTreeMap, HashMap};
 
 use bytes::Bytes;
 use keyway_map::Keyspace;
@@ -76,6 +78,11 @@ pub struct Db<'a> {
     slots: HashMap<Bytes, Slot>,
     /// Storage keys in first-touch order (for a deterministic mutation order).
     order: Vec<Bytes>,
+    /// Pending sub-entry writes of collections (`None` = delete), by storage key.
+    subs: BTreeMap<Bytes, Option<Bytes>>,
+    /// Where HSCAN/SSCAN/ZSCAN park positions a cursor cannot carry (the
+    /// node's SCAN cursor table); `None` = cursors carry what they can.
+    cursors: Option<&'a std::sync::Mutex<crate::scan::ScanCursors>>,
 }
 
 impl<'a> Db<'a> {
@@ -93,7 +100,20 @@ impl<'a> Db<'a> {
             limits,
             slots: HashMap::new(),
             order: Vec::new(),
+            subs: BTreeMap::new(),
+            cursors: None,
         }
+    }
+
+    /// Lets collection scans keep positions in the node's cursor table.
+    pub fn with_cursors(mut self, cursors: &'a std::sync::Mutex<crate::scan::ScanCursors>) -> Self {
+        self.cursors = Some(cursors);
+        self
+    }
+
+    /// The cursor table, if any ([`Db::with_cursors`]).
+    pub(crate) fn cursors(&self) -> Option<&'a std::sync::Mutex<crate::scan::ScanCursors>> {
+        self.cursors
     }
 
     /// The command's clock: unix milliseconds, fixed for the whole command
@@ -105,6 +125,11 @@ impl<'a> Db<'a> {
     /// The limits the commands enforce.
     pub fn limits(&self) -> &DbLimits {
         self.limits
+    }
+
+    /// The engine under the overlay (reads that bypass it: the change log).
+    pub fn engine(&self) -> &'a dyn Engine {
+        self.engine
     }
 
     /// The keyspace the user keys belong to.
@@ -206,7 +231,7 @@ impl<'a> Db<'a> {
 
     /// Whether the command has queued any write (including lazy-expiry deletes).
     pub fn has_mutations(&self) -> bool {
-        self.slots.values().any(|s| s.pending != Pending::Clean)
+        !self.subs.is_empty() || self.slots.values().any(|s| s.pending != Pending::Clean)
     }
 
     /// The command's writes, at most one per key, in first-touch order: apply
@@ -234,6 +259,18 @@ impl<'a> Db<'a> {
                 },
             };
             out.push(mutation);
+        }
+        // Sub-entries after the top-level entries, in key order.
+        for (key, data) in self.subs {
+            out.push(match data {
+                Some(data) => Mutation::Put {
+                    key,
+                    kind: ValueKind::Sub,
+                    expire_at_ms: None,
+                    data,
+                },
+                None => Mutation::Delete { key },
+            });
         }
         out
     }

@@ -76,7 +76,7 @@ struct ScanArgs {
     cursor: u64,
     pattern: Option<Bytes>,
     count: usize,
-    only_strings: Option<bool>,
+    type_name: Option<String>,
 }
 
 fn parse_args(args: &[Bytes]) -> Result<ScanArgs, Frame> {
@@ -91,7 +91,7 @@ fn parse_args(args: &[Bytes]) -> Result<ScanArgs, Frame> {
         cursor,
         pattern: None,
         count: DEFAULT_SCAN_COUNT,
-        only_strings: None,
+        type_name: None,
     };
     let mut i = 2;
     while i < args.len() {
@@ -113,7 +113,7 @@ fn parse_args(args: &[Bytes]) -> Result<ScanArgs, Frame> {
                     .filter(|c: &usize| *c >= 1)
                     .ok_or_else(|| Frame::Error("ERR syntax error".into()))?;
             }
-            "TYPE" => out.only_strings = Some(value.eq_ignore_ascii_case(b"string")),
+            "TYPE" => out.type_name = Some(String::from_utf8_lossy(value).to_ascii_lowercase()),
             _ => return Err(Frame::Error("ERR syntax error".into())),
         }
         i += 2;
@@ -249,7 +249,11 @@ fn scan_task(shared: Arc<Shared>, args: Arc<ScanArgs>, after: Option<Bytes>) -> 
             }
             let user = &k[6..];
             let wanted = live(v, now_ms)
-                && args.only_strings != Some(false)
+                && v.kind.is_user_key()
+                && args
+                    .type_name
+                    .as_deref()
+                    .is_none_or(|t| t == crate::cmd::type_name(v.kind))
                 && args
                     .pattern
                     .as_ref()

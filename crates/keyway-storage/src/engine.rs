@@ -107,8 +107,10 @@ pub trait Engine: Send + Sync + 'static {
     /// snapshot, and the seq that snapshot reflects. Cost: a full read of the range.
     fn digest(&self, range: &KeyRange) -> Result<(RangeDigest, Seq), StorageError>;
 
-    /// `(keys, bytes)` of `range`: the number of live keys and the sum of
-    /// `key.len() + data.len()` (same as [`RangeDigest`]'s `keys`/`bytes`).
+    /// `(keys, bytes)` of `range`: the number of live *user* keys (entries
+    /// of every kind but [`crate::ValueKind::Sub`], the collections'
+    /// sub-entries) and the sum of `key.len() + data.len()` over all entries
+    /// (for strings only, the same as [`RangeDigest`]'s `keys`/`bytes`).
     /// Exact; cost: a full read of the range (no approximation is available).
     fn range_stats(&self, range: &KeyRange) -> Result<(u64, u64), StorageError>;
 

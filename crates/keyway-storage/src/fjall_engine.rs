@@ -696,7 +696,7 @@ impl Engine for FjallEngine {
         let snap = self.db.snapshot();
         let (mut n, mut bytes) = (0u64, 0u64);
         self.for_each_live(&snap, range, |k, v| {
-            n += 1;
+            n += u64::from(v.kind.is_user_key());
             bytes += (k.len() + v.data.len()) as u64;
         })?;
         Ok((n, bytes))

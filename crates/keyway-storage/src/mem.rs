@@ -264,7 +264,10 @@ impl Engine for MemEngine {
     fn range_stats(&self, range: &KeyRange) -> Result<(u64, u64), StorageError> {
         let st = self.lock();
         Ok(st.live(range, None).fold((0, 0), |(n, b), (k, v)| {
-            (n + 1, b + (k.len() + v.data.len()) as u64)
+            (
+                n + u64::from(v.kind.is_user_key()),
+                b + (k.len() + v.data.len()) as u64,
+            )
         }))
     }
 

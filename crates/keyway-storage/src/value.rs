@@ -35,6 +35,17 @@ pub const MAX_DATA_LEN: usize = u32::MAX as usize - 64;
 pub enum ValueKind {
     /// A Redis string.
     String,
+    /// The top-level entry (meta) of a Redis hash.
+    Hash,
+    /// The top-level entry (meta) of a Redis list.
+    List,
+    /// The top-level entry (meta) of a Redis set.
+    Set,
+    /// The top-level entry (meta) of a Redis sorted set.
+    ZSet,
+    /// One field, member or element of a collection (a *sub-entry*): never a
+    /// user key. The node's `coll` module owns its key layout.
+    Sub,
 }
 
 impl ValueKind {
@@ -42,13 +53,36 @@ impl ValueKind {
     pub const fn tag(self) -> u8 {
         match self {
             ValueKind::String => 1,
+            ValueKind::Hash => 2,
+            ValueKind::List => 3,
+            ValueKind::Set => 4,
+            ValueKind::ZSet => 5,
+            ValueKind::Sub => 6,
         }
+    }
+
+    /// Whether this is a collection's top-level entry (hash, list, set, zset).
+    pub const fn is_collection(self) -> bool {
+        matches!(
+            self,
+            ValueKind::Hash | ValueKind::List | ValueKind::Set | ValueKind::ZSet
+        )
+    }
+
+    /// Whether entries of this kind are user keys (everything but [`ValueKind::Sub`]).
+    pub const fn is_user_key(self) -> bool {
+        !matches!(self, ValueKind::Sub)
     }
 
     /// Inverse of [`ValueKind::tag`].
     pub const fn from_tag(tag: u8) -> Option<Self> {
         match tag {
             1 => Some(ValueKind::String),
+            2 => Some(ValueKind::Hash),
+            3 => Some(ValueKind::List),
+            4 => Some(ValueKind::Set),
+            5 => Some(ValueKind::ZSet),
+            6 => Some(ValueKind::Sub),
             _ => None,
         }
     }

@@ -8,7 +8,7 @@
 use bytes::Bytes;
 use keyway_resp::Frame;
 
-use super::table::{COMMANDS, CommandSpec, arity_error, arity_ok, lookup, simple_set};
+use super::table::{CommandSpec, arity_error, arity_ok, commands, lookup, simple_set};
 
 fn err(msg: impl Into<String>) -> Frame {
     Frame::Error(msg.into())
@@ -84,7 +84,7 @@ pub fn command_reply(args: &[Bytes]) -> Frame {
 /// empty, otherwise one entry per name, `Null` for unknown names.
 pub fn command_info_reply(names: &[Bytes]) -> Frame {
     if names.is_empty() {
-        return Frame::Array(COMMANDS.iter().map(CommandSpec::info_frame).collect());
+        return Frame::Array(commands().iter().map(|c| c.info_frame()).collect());
     }
     Frame::Array(
         names
@@ -96,14 +96,14 @@ pub fn command_info_reply(names: &[Bytes]) -> Frame {
 
 /// `COMMAND COUNT`.
 pub fn command_count_reply() -> Frame {
-    Frame::Integer(COMMANDS.len() as i64)
+    Frame::Integer(commands().len() as i64)
 }
 
 /// `COMMAND DOCS [name ...]`: a map name -> docs, all commands when `names`
 /// is empty; unknown names are left out.
 pub fn command_docs_reply(names: &[Bytes]) -> Frame {
     let specs: Vec<&CommandSpec> = if names.is_empty() {
-        COMMANDS.iter().collect()
+        commands().to_vec()
     } else {
         names.iter().filter_map(|n| lookup(n)).collect()
     };
@@ -119,7 +119,7 @@ pub fn command_docs_reply(names: &[Bytes]) -> Frame {
 pub fn command_list_reply(args: &[Bytes]) -> Frame {
     let names = |keep: &dyn Fn(&CommandSpec) -> bool| {
         Frame::Array(
-            COMMANDS
+            commands()
                 .iter()
                 .filter(|c| keep(c))
                 .map(|c| Frame::bulk(c.name))
@@ -297,16 +297,20 @@ mod tests {
 
     #[test]
     fn names_are_unique_and_lowercase() {
-        for (i, c) in COMMANDS.iter().enumerate() {
+        for (i, c) in commands().iter().copied().enumerate() {
             assert_eq!(c.name, c.name.to_ascii_lowercase());
             assert!(
-                COMMANDS[i + 1..].iter().all(|o| o.name != c.name),
+                commands()[i + 1..].iter().all(|o| o.name != c.name),
                 "{}",
                 c.name
             );
-            // OBJECT: a container whose key follows the subcommand.
-            let keyed = c.first_key == 1 || c.name == "object";
-            assert_eq!(c.family.is_some(), keyed, "{}", c.name);
+            // Data commands have keys from position 1, or movable keys, or
+            // are OBJECT (a container whose key follows the subcommand);
+            // WATCH and MEMORY USAGE have keys but no data family.
+            let movable = c.flags.contains(&"movablekeys");
+            let keyed = c.first_key == 1 || movable || c.name == "object";
+            let keyed_server = matches!(c.name, "watch" | "memory");
+            assert_eq!(c.family.is_some(), keyed && !keyed_server, "{}", c.name);
         }
         assert_eq!(lookup(b"GeT").map(|c| c.name), Some("get"));
         assert!(lookup(b"nosuch").is_none());
@@ -351,7 +355,7 @@ mod tests {
     fn command_subcommands() {
         assert_eq!(
             command_reply(&args(&["count"])),
-            Frame::Integer(COMMANDS.len() as i64)
+            Frame::Integer(commands().len() as i64)
         );
         assert_eq!(
             command_reply(&args(&["count", "x"])),
@@ -364,7 +368,7 @@ mod tests {
         let Frame::Array(all) = command_reply(&[]) else {
             panic!()
         };
-        assert_eq!(all.len(), COMMANDS.len());
+        assert_eq!(all.len(), commands().len());
         let Frame::Array(two) = command_reply(&args(&["INFO", "GET", "nosuch"])) else {
             panic!()
         };
@@ -432,7 +436,7 @@ mod tests {
         let Frame::Array(all) = command_reply(&args(&["list"])) else {
             panic!()
         };
-        assert_eq!(all.len(), COMMANDS.len());
+        assert_eq!(all.len(), commands().len());
         assert_eq!(
             command_reply(&args(&["list", "filterby", "pattern", "getr*"])),
             Frame::bulk_array(["getrange"])

@@ -19,7 +19,7 @@ use keyway_resp::Frame;
 use super::rdb::{self, PayloadError};
 use super::{CmdResult, errors, now_i64, parse_i64, reply_err};
 use crate::db::Db;
-use crate::db_whole::Whole;
+use crate::coll::Whole;
 
 /// A parsed DUMP or RESTORE.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -26,9 +26,14 @@ pub enum KeysCmd {
 }
 
 /// The TYPE name of a value kind.
-fn type_name(kind: ValueKind) -> &'static str {
+pub fn type_name(kind: ValueKind) -> &'static str {
     match kind {
         ValueKind::String => "string",
+        ValueKind::Hash => "hash",
+        ValueKind::List => "list",
+        ValueKind::Set => "set",
+        ValueKind::ZSet => "zset",
+        ValueKind::Sub => unreachable!("a sub-entry is never a user key's value"),
     }
 }
 

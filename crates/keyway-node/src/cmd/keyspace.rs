@@ -32,8 +32,8 @@ use keyway_resp::Frame;
 use super::lcs::LcsCmd;
 use super::sort::SortCmd;
 use super::{CmdResult, errors, get_string, int_arg, parse_i64, reply_err};
+use crate::coll::{Contents, Whole};
 use crate::db::Db;
-use crate::db_whole::{Contents, Whole};
 
 /// OBJECT's subcommands that take a key.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -26,15 +26,21 @@
 pub mod table;
 
 mod bits;
+mod coll_scan;
 mod command;
 mod counter;
 mod dump;
 mod expire;
+mod hash;
+mod hash_table;
 mod keys;
 pub mod keyspace;
 mod lcs;
 mod long_double;
 mod rdb;
+mod server_table;
+mod set;
+mod set_table;
 mod sort;
 mod string;
 #[cfg(test)]
@@ -49,8 +55,10 @@ pub use bits::BitsCmd;
 pub use counter::CounterCmd;
 pub use dump::DumpCmd;
 pub use expire::ExpireCmd;
-pub use keys::KeysCmd;
+pub use hash::HashCmd;
+pub use keys::{KeysCmd, type_name};
 pub use keyspace::{KeyspaceCmd, object_without_key};
+pub use set::SetCmd;
 pub use string::StringCmd;
 use table::Family;
 
@@ -65,6 +73,10 @@ pub enum Command {
     Keys(KeysCmd),
     /// EXPIRE PEXPIRE EXPIREAT PEXPIREAT TTL PTTL EXPIRETIME PEXPIRETIME PERSIST.
     Expire(ExpireCmd),
+    /// The hash commands (`cmd/hash.rs`).
+    Hash(HashCmd),
+    /// The set commands (`cmd/set.rs`).
+    Set(SetCmd),
     /// SETBIT GETBIT.
     Bits(BitsCmd),
     /// RENAME RENAMENX COPY TOUCH OBJECT SUBSTR LCS SORT SORT_RO.
@@ -109,6 +121,8 @@ pub fn parse(args: &[Bytes]) -> Option<Result<Command, Frame>> {
         Family::Counter => CounterCmd::parse(spec.name, args).map(Command::Counter),
         Family::Keys => KeysCmd::parse(spec.name, args).map(Command::Keys),
         Family::Expire => ExpireCmd::parse(spec.name, args).map(Command::Expire),
+        Family::Hash => HashCmd::parse(spec.name, args).map(Command::Hash),
+        Family::Set => SetCmd::parse(spec.name, args).map(Command::Set),
         Family::Bits => BitsCmd::parse(spec.name, args).map(Command::Bits),
         Family::Keyspace => KeyspaceCmd::parse(spec.name, args).map(Command::Keyspace),
         Family::Dump => DumpCmd::parse(spec.name, args).map(Command::Dump),
@@ -152,6 +166,14 @@ impl Command {
                     | StringCmd::GetRange { .. }
             ),
             Command::Counter(_) => true,
+            Command::Set(c) => c.creates_keys(),
+            Command::Hash(c) => matches!(
+                c,
+                HashCmd::Set { .. }
+                    | HashCmd::SetNx { .. }
+                    | HashCmd::IncrBy { .. }
+                    | HashCmd::IncrByFloat { .. }
+            ),
             Command::Bits(c) => matches!(c, BitsCmd::SetBit { .. }),
             Command::Keyspace(c) => c.creates_keys(),
             Command::Dump(c) => matches!(c, DumpCmd::Restore { .. }),
@@ -166,6 +188,8 @@ impl Command {
             Command::Counter(c) => c.name(),
             Command::Keys(c) => c.name(),
             Command::Expire(c) => c.name(),
+            Command::Hash(c) => c.name(),
+            Command::Set(c) => c.name(),
             Command::Bits(c) => c.name(),
             Command::Keyspace(c) => c.name(),
             Command::Dump(c) => c.name(),
@@ -181,6 +205,8 @@ impl Command {
             Command::Counter(c) => c.keys(),
             Command::Keys(c) => c.keys(),
             Command::Expire(c) => c.keys(),
+            Command::Hash(c) => c.keys(),
+            Command::Set(c) => c.keys(),
             Command::Bits(c) => c.keys(),
             Command::Keyspace(c) => c.keys(),
             Command::Dump(c) => c.keys(),
@@ -203,6 +229,8 @@ impl Command {
             Command::Counter(c) => c.execute(db),
             Command::Keys(c) => c.execute(db),
             Command::Expire(c) => c.execute(db),
+            Command::Hash(c) => c.execute(db),
+            Command::Set(c) => c.execute(db),
             Command::Bits(c) => c.execute(db),
             Command::Keyspace(c) => c.execute(db),
             Command::Dump(c) => c.execute(db),
@@ -410,7 +438,7 @@ mod tests {
     #[test]
     fn every_data_command_in_the_table_parses() {
         // OBJECT's subcommand is its first argument (see object_without_key).
-        for spec in table::COMMANDS
+        for spec in table::commands()
             .iter()
             .filter(|c| c.family.is_some() && c.name != "object")
         {
@@ -468,7 +496,7 @@ mod tests {
             #[test]
             fn no_arguments_make_a_command_panic(
                 cmds in prop::collection::vec(
-                    (prop::sample::select(super::table::COMMANDS.iter().filter(|c| c.family.is_some()).map(|c| c.name).collect::<Vec<_>>()),
+                    (prop::sample::select(super::table::commands().iter().filter(|c| c.family.is_some()).map(|c| c.name).collect::<Vec<_>>()),
                      prop::collection::vec(arg(), 0..7)),
                     1..20),
                 step in 0u64..3_000,

@@ -21,7 +21,7 @@
 
 use bytes::Bytes;
 
-use crate::db_whole::Contents;
+use crate::coll::Contents;
 
 /// The RDB version Redis 7.0 writes and the newest it loads.
 pub const RDB_VERSION: u16 = 10;

@@ -18,8 +18,8 @@ use bytes::Bytes;
 use keyway_resp::Frame;
 
 use super::{CmdError, CmdResult, errors, parse_i64, reply_err};
+use crate::coll::{Contents, Whole};
 use crate::db::Db;
-use crate::db_whole::{Contents, Whole};
 use std::cmp::Ordering;
 
 /// A parsed SORT / SORT_RO.

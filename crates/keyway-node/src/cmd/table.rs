@@ -33,6 +33,10 @@ pub enum Family {
     Keys,
     /// `cmd/expire.rs`.
     Expire,
+    /// `cmd/hash.rs`.
+    Hash,
+    /// `cmd/set.rs`.
+    Set,
     /// `cmd/bits.rs`.
     Bits,
     /// `cmd/keyspace.rs` (with `lcs.rs`, `sort.rs`).
@@ -82,7 +86,7 @@ pub struct CommandSpec {
     pub family: Option<Family>,
 }
 
-type Strs = &'static [&'static str];
+pub(super) type Strs = &'static [&'static str];
 
 const R_FAST: Strs = &["readonly", "fast"];
 const W_DENY: Strs = &["write", "denyoom"];
@@ -118,7 +122,7 @@ const SORT_COMPLEXITY: &str = "O(N+M*log(M)) where N is the number of elements i
 
 /// A one-key data command of `group`.
 #[allow(clippy::too_many_arguments)] // one table column per argument
-const fn data(
+pub(super) const fn data(
     group: &'static str,
     family: Family,
     name: &'static str,
@@ -151,7 +155,7 @@ const fn data(
 }
 
 /// A command without keys (connection, server, cluster).
-const fn nokey(
+pub(super) const fn nokey(
     group: &'static str,
     name: &'static str,
     arity: i64,
@@ -240,29 +244,48 @@ const fn generic(
 
 impl CommandSpec {
     /// Keys from `first_key` to the end, every `step` arguments.
-    const fn keys_to_end(mut self, step: i64) -> Self {
+    pub(super) const fn keys_to_end(mut self, step: i64) -> Self {
         self.last_key = -1;
         self.step = step;
         self
     }
 
-    const fn tips(mut self, tips: Strs) -> Self {
+    /// Keys at `first..=last` (negative `last` = from the end) every `step`.
+    pub(super) const fn key_range(mut self, first: i64, last: i64, step: i64) -> Self {
+        self.first_key = first;
+        self.last_key = last;
+        self.step = step;
+        self
+    }
+
+    pub(super) const fn tips(mut self, tips: Strs) -> Self {
         self.tips = tips;
         self
     }
 
-    const fn complexity(mut self, complexity: &'static str) -> Self {
+    pub(super) const fn complexity(mut self, complexity: &'static str) -> Self {
         self.complexity = complexity;
         self
     }
 
-    const fn notes(mut self, notes: &'static str) -> Self {
+    pub(super) const fn notes(mut self, notes: &'static str) -> Self {
         self.key_spec_notes = Some(notes);
         self
     }
 
+    /// Keys at `first..=last` every `step` (`last` negative = from the end),
+    /// with the key spec `flags`, on a command without a data family
+    /// (`WATCH`, `MEMORY USAGE`).
+    pub(super) const fn with_keys(mut self, first: i64, last: i64, step: i64, flags: Strs) -> Self {
+        self.first_key = first;
+        self.last_key = last;
+        self.step = step;
+        self.key_spec_flags = flags;
+        self
+    }
+
     /// A second key spec with `flags` for the key after `first_key`.
-    const fn second_key(mut self, flags: Strs) -> Self {
+    pub(super) const fn second_key(mut self, flags: Strs) -> Self {
         self.last_key = self.first_key + 1;
         self.second_key_spec = flags;
         self
@@ -270,18 +293,22 @@ impl CommandSpec {
 
     /// A data command whose keys `COMMAND INFO` does not list (a container:
     /// OBJECT's key follows its subcommand).
-    const fn family(mut self, family: Family) -> Self {
+    pub(super) const fn family(mut self, family: Family) -> Self {
         self.family = Some(family);
         self
     }
 
     /// The last key at `last` (a fixed number of keys).
-    const fn last_key_at(mut self, last: i64) -> Self {
+    pub(super) const fn last_key_at(mut self, last: i64) -> Self {
         self.last_key = last;
         self
     }
 
-    const fn deprecated(mut self, since: &'static str, replaced_by: &'static str) -> Self {
+    pub(super) const fn deprecated(
+        mut self,
+        since: &'static str,
+        replaced_by: &'static str,
+    ) -> Self {
         self.deprecated = Some((since, replaced_by));
         self
     }
@@ -289,9 +316,24 @@ impl CommandSpec {
 
 use Family::{Expire as E, Keys as K, Keyspace as KS};
 
-/// Every command a Keyway node answers.
+/// The tables of every family: one static slice per `cmd/` family file
+/// (a family adds its table here, nowhere else).
+static TABLES: &[&[CommandSpec]] = &[
+    CORE_COMMANDS,
+    super::hash_table::HASH_COMMANDS,
+    super::set_table::SET_COMMANDS,
+    super::server_table::SERVER_COMMANDS,
+];
+
+/// Every command a Keyway node answers, in table order.
+pub fn commands() -> &'static [&'static CommandSpec] {
+    static ALL: std::sync::OnceLock<Vec<&'static CommandSpec>> = std::sync::OnceLock::new();
+    ALL.get_or_init(|| TABLES.iter().flat_map(|t| t.iter()).collect())
+}
+
+/// The connection, server, cluster, string, counter, key and expire commands.
 #[rustfmt::skip]
-pub static COMMANDS: &[CommandSpec] = &[
+pub static CORE_COMMANDS: &[CommandSpec] = &[
     // --- strings ---
     string("get", 2, R_FAST, READ_STR_FAST, RO_ACCESS, "1.0.0", "Get the value of a key"),
     string("set", -3, W_DENY, WRITE_STR_SLOW, &["RW", "access", "update", "variable_flags"], "1.0.0", "Set the string value of a key")
@@ -411,8 +453,9 @@ pub static COMMANDS: &[CommandSpec] = &[
 
 /// The spec of `name` (any case), if the node knows the command.
 pub fn lookup(name: &[u8]) -> Option<&'static CommandSpec> {
-    COMMANDS
+    commands()
         .iter()
+        .copied()
         .find(|c| c.name.len() == name.len() && c.name.as_bytes().eq_ignore_ascii_case(name))
 }
 
