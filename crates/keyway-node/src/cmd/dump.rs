@@ -18,8 +18,8 @@ use keyway_resp::Frame;
 
 use super::rdb::{self, PayloadError};
 use super::{CmdResult, errors, now_i64, parse_i64, reply_err};
-use crate::db::Db;
 use crate::coll::Whole;
+use crate::db::Db;
 
 /// A parsed DUMP or RESTORE.
 #[derive(Clone, Debug, PartialEq, Eq)]
