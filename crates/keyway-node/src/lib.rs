@@ -51,6 +51,7 @@
 
 pub mod active_expire;
 pub mod admin;
+pub mod blocking;
 pub mod clients;
 pub mod clock;
 pub mod cluster_cmd;

@@ -518,8 +518,44 @@ async fn data_command(
         }
         slot
     };
+    if let Some(timeout_ms) = command.blocking_timeout_ms() {
+        return blocking_command(shared, command, slot, expected, session, timeout_ms);
+    }
     let slow = slow.filter(|_| shared.server.slowlog.slower_than_us() >= 0);
     submit_with(shared, command, slot, expected, session, slow).await
+}
+
+/// A blocking command (BLPOP, ...): attempts until one replies, waiting in
+/// between (see [`crate::blocking`]).
+fn blocking_command(
+    shared: &Arc<Shared>,
+    command: Command,
+    slot: u16,
+    expected: Option<(PartitionId, Epoch)>,
+    session: &Session,
+    timeout_ms: u64,
+) -> Reply {
+    let on = Connection {
+        readonly: session.readonly,
+        replica_endpoint: session.replica_endpoint,
+    };
+    let keys = command
+        .keys()
+        .iter()
+        .map(|k| Bytes::copy_from_slice(k))
+        .collect();
+    let task_shared = shared.clone();
+    let attempt = Box::new(move |gate: Arc<crate::blocking::Gate>| {
+        let work = crate::blocking::Attempt::new(command.clone(), gate);
+        storage_task(task_shared.clone(), work, slot, expected, on, None)
+    });
+    Reply::Waiting(crate::blocking::block(
+        shared.clone(),
+        slot,
+        keys,
+        timeout_ms,
+        attempt,
+    ))
 }
 
 /// What the slow log records of a data command: its arguments and client.
@@ -561,6 +597,12 @@ pub(crate) trait SlotWork: Send + 'static {
     /// The reply for a refusal by the server's state before it ran.
     fn refused(&self, frame: Frame) -> Frame {
         frame
+    }
+    /// Whether its writes are applied and `reply` sent: `false` drops both
+    /// (a blocking command's attempt whose client waits, see
+    /// [`crate::blocking`]).
+    fn keep(&self, _reply: &Frame) -> bool {
+        true
     }
 }
 
@@ -730,6 +772,9 @@ fn storage_task<W: SlotWork>(
             Ok(reply) => reply,
             Err(e) => return storage_failure(e),
         };
+        if !command.keep(&reply) {
+            return TaskOutput::reply(Frame::Null, false);
+        }
         let out = apply_and_reply(
             &shared,
             engine,
@@ -815,7 +860,10 @@ pub(crate) fn apply_and_reply(
         // A read shows every write applied so far.
         true => (engine.last_seq(), false),
         false => match engine.apply(&mutations) {
-            Ok(seq) => (seq, true),
+            Ok(seq) => {
+                shared.blocking.notify(&mutations);
+                (seq, true)
+            }
             Err(e) => return storage_failure(e),
         },
     };

@@ -36,8 +36,11 @@ mod hash_table;
 mod keys;
 pub mod keyspace;
 mod lcs;
-mod long_double;
 mod rdb;
+mod list;
+mod list_store;
+mod list_table;
+pub(crate) mod long_double;
 mod server_table;
 mod set;
 mod set_table;
@@ -58,6 +61,7 @@ pub use expire::ExpireCmd;
 pub use hash::HashCmd;
 pub use keys::{KeysCmd, type_name};
 pub use keyspace::{KeyspaceCmd, object_without_key};
+pub use list::ListCmd;
 pub use set::SetCmd;
 pub use string::StringCmd;
 use table::Family;
@@ -83,6 +87,8 @@ pub enum Command {
     Keyspace(KeyspaceCmd),
     /// DUMP RESTORE.
     Dump(DumpCmd),
+    /// The list commands (`cmd/list.rs`), blocking ones included.
+    List(ListCmd),
     /// A command with the right arity whose arguments Redis would reject when
     /// executing it (syntax error, non-integer, ...): routed by its keys like
     /// any other, `execute` replies `error`.
@@ -126,6 +132,7 @@ pub fn parse(args: &[Bytes]) -> Option<Result<Command, Frame>> {
         Family::Bits => BitsCmd::parse(spec.name, args).map(Command::Bits),
         Family::Keyspace => KeyspaceCmd::parse(spec.name, args).map(Command::Keyspace),
         Family::Dump => DumpCmd::parse(spec.name, args).map(Command::Dump),
+        Family::List => ListCmd::parse(spec.name, args).map(Command::List),
     };
     let parsed = parsed.and_then(|cmd| {
         if cmd.creates_keys() && cmd.keys().iter().any(|k| k.len() > MAX_KEY_BYTES) {
@@ -136,7 +143,7 @@ pub fn parse(args: &[Bytes]) -> Option<Result<Command, Frame>> {
     Some(Ok(parsed.unwrap_or_else(|error| Command::Invalid {
         name: spec.name,
         keys: spec
-            .key_positions(args.len())
+            .key_positions_in(args)
             .into_iter()
             .filter_map(|i| args.get(i).cloned())
             .collect(),
@@ -167,6 +174,7 @@ impl Command {
             ),
             Command::Counter(_) => true,
             Command::Set(c) => c.creates_keys(),
+            Command::List(c) => c.creates_keys(),
             Command::Hash(c) => matches!(
                 c,
                 HashCmd::Set { .. }
@@ -193,12 +201,14 @@ impl Command {
             Command::Bits(c) => c.name(),
             Command::Keyspace(c) => c.name(),
             Command::Dump(c) => c.name(),
+            Command::List(c) => c.name(),
             Command::Invalid { name, .. } => name,
         }
     }
 
     /// The user keys the command touches, in argument order (duplicates kept).
-    /// Never empty.
+    /// Empty only for a [`Command::Invalid`] whose keys could not be found
+    /// (LMPOP with a bad `numkeys`): it replies its error wherever it runs.
     pub fn keys(&self) -> Vec<&[u8]> {
         match self {
             Command::String(c) => c.keys(),
@@ -210,7 +220,19 @@ impl Command {
             Command::Bits(c) => c.keys(),
             Command::Keyspace(c) => c.keys(),
             Command::Dump(c) => c.keys(),
+            Command::List(c) => c.keys(),
             Command::Invalid { keys, .. } => keys.iter().map(|k| &k[..]).collect(),
+        }
+    }
+
+    /// A blocking command's timeout in milliseconds (0 = forever): the
+    /// caller blocks it with [`crate::blocking`] when [`Command::execute`]
+    /// replies nil (its non-blocking form, what MULTI runs). `None` for
+    /// every other command.
+    pub fn blocking_timeout_ms(&self) -> Option<u64> {
+        match self {
+            Command::List(c) => c.blocking_timeout_ms(),
+            _ => None,
         }
     }
 
@@ -234,6 +256,7 @@ impl Command {
             Command::Bits(c) => c.execute(db),
             Command::Keyspace(c) => c.execute(db),
             Command::Dump(c) => c.execute(db),
+            Command::List(c) => c.execute(db),
             Command::Invalid { error, .. } => Ok(error.clone()),
         };
         match result {

@@ -43,6 +43,8 @@ pub enum Family {
     Keyspace,
     /// `cmd/dump.rs` (with `rdb.rs`).
     Dump,
+    /// `cmd/list.rs`.
+    List,
 }
 
 /// One command as Redis 7 describes it.
@@ -72,6 +74,10 @@ pub struct CommandSpec {
     /// (RENAME's and COPY's destination); empty = none. With it, the first
     /// spec covers only the key at `first_key`.
     pub second_key_spec: &'static [&'static str],
+    /// For commands whose keys follow a `numkeys` argument (LMPOP, BLMPOP):
+    /// the index of `numkeys` (the key spec's `begin_search` index, with a
+    /// `keynum` `find_keys`); 0 = keys by first/last/step.
+    pub keynum_index: i64,
     /// `COMMAND DOCS` group.
     pub group: &'static str,
     /// Redis version that introduced the command.
@@ -145,6 +151,7 @@ pub(super) const fn data(
         key_spec_flags: key_spec,
         key_spec_notes: None,
         second_key_spec: &[],
+        keynum_index: 0,
         group,
         since,
         summary,
@@ -176,6 +183,7 @@ pub(super) const fn nokey(
         key_spec_flags: &[],
         key_spec_notes: None,
         second_key_spec: &[],
+        keynum_index: 0,
         group,
         since,
         summary,
@@ -304,6 +312,15 @@ impl CommandSpec {
         self
     }
 
+    /// Keys after a `numkeys` argument at `index` (movable keys).
+    pub(super) const fn keynum(mut self, index: i64) -> Self {
+        self.first_key = 0;
+        self.last_key = 0;
+        self.step = 0;
+        self.keynum_index = index;
+        self
+    }
+
     pub(super) const fn deprecated(
         mut self,
         since: &'static str,
@@ -322,6 +339,7 @@ static TABLES: &[&[CommandSpec]] = &[
     CORE_COMMANDS,
     super::hash_table::HASH_COMMANDS,
     super::set_table::SET_COMMANDS,
+    super::list_table::LIST_COMMANDS,
     super::server_table::SERVER_COMMANDS,
 ];
 
@@ -471,7 +489,7 @@ impl CommandSpec {
     }
 
     /// Positions of the keys in a command of `argc` arguments, from
-    /// first/last/step (Redis's legacy key range).
+    /// first/last/step (Redis's legacy key range; empty for movable keys).
     pub fn key_positions(&self, argc: usize) -> Vec<usize> {
         let argc = argc as i64;
         if self.first_key <= 0 || self.step <= 0 {
@@ -489,18 +507,52 @@ impl CommandSpec {
             .collect()
     }
 
+    /// Positions of the keys in `args` (the name included), movable keys
+    /// too: after a `numkeys` argument, none if it is not a positive integer
+    /// or names more keys than there are arguments (as Redis's key
+    /// extraction gives up, and the command then replies its error).
+    pub fn key_positions_in(&self, args: &[Bytes]) -> Vec<usize> {
+        if self.keynum_index <= 0 {
+            return self.key_positions(args.len());
+        }
+        let at = self.keynum_index as usize;
+        let Some(n) = args.get(at).and_then(|a| super::parse_i64(a)) else {
+            return Vec::new();
+        };
+        if n <= 0 || n as u64 >= (args.len() - at) as u64 {
+            return Vec::new();
+        }
+        (at + 1..=at + n as usize).collect()
+    }
+
+    /// Whether the command has key arguments (a key spec).
+    pub fn has_keys(&self) -> bool {
+        !self.key_spec_flags.is_empty()
+    }
+
     /// This command's `COMMAND INFO` entry.
     pub fn info_frame(&self) -> Frame {
-        let key_specs = if self.key_spec_flags.is_empty() {
-            Vec::new()
-        } else if self.second_key_spec.is_empty() {
-            vec![self.key_spec_frame()]
-        } else {
-            vec![
-                key_spec_frame(None, self.key_spec_flags, self.first_key, 0, self.step),
-                key_spec_frame(None, self.second_key_spec, self.first_key + 1, 0, self.step),
-            ]
-        };
+        let mut key_specs = Vec::new();
+        if self.keynum_index > 0 {
+            key_specs.push(self.keynum_spec_frame());
+        } else if !self.second_key_spec.is_empty() {
+            key_specs.push(range_spec_frame(
+                None,
+                self.key_spec_flags,
+                self.first_key,
+                0,
+                self.step,
+            ));
+            key_specs.push(range_spec_frame(
+                None,
+                self.second_key_spec,
+                self.first_key + 1,
+                0,
+                self.step,
+            ));
+        } else if !self.key_spec_flags.is_empty() {
+            key_specs.push(self.key_spec_frame());
+        }
         Frame::Array(vec![
             Frame::bulk(self.name),
             Frame::Integer(self.arity),
@@ -521,13 +573,34 @@ impl CommandSpec {
         } else {
             self.last_key - self.first_key
         };
-        key_spec_frame(
+        range_spec_frame(
             self.key_spec_notes,
             self.key_spec_flags,
             self.first_key,
             lastkey,
             self.step,
         )
+    }
+
+    fn keynum_spec_frame(&self) -> Frame {
+        Frame::Map(vec![
+            (Frame::bulk("flags"), simple_set(self.key_spec_flags)),
+            begin_search(self.keynum_index),
+            (
+                Frame::bulk("find_keys"),
+                Frame::Map(vec![
+                    (Frame::bulk("type"), Frame::bulk("keynum")),
+                    (
+                        Frame::bulk("spec"),
+                        Frame::Map(vec![
+                            (Frame::bulk("keynumidx"), Frame::Integer(0)),
+                            (Frame::bulk("firstkey"), Frame::Integer(1)),
+                            (Frame::bulk("keystep"), Frame::Integer(1)),
+                        ]),
+                    ),
+                ]),
+            ),
+        ])
     }
 
     /// This command's `COMMAND DOCS` value (the map without the name).
@@ -548,7 +621,10 @@ impl CommandSpec {
 
     /// The key flags `COMMAND GETKEYSANDFLAGS` reports for `args` (SET
     /// resolves its variable flags like Redis's `setGetKeys`).
-    pub(super) fn key_flags(&self, args: &[Bytes]) -> &'static [&'static str] {
+    pub(super) fn key_flags(&self, args: &[Bytes], position: usize) -> &'static [&'static str] {
+        if position as i64 == self.first_key + 1 && !self.second_key_spec.is_empty() {
+            return self.second_key_spec;
+        }
         if self.name == "set" {
             if args.iter().skip(3).any(|a| a.eq_ignore_ascii_case(b"get")) {
                 return RW_ACCESS_UPDATE;
@@ -559,21 +635,8 @@ impl CommandSpec {
     }
 }
 
-/// One key spec of `COMMAND INFO`: an index search at `index`, then a range
-/// of `lastkey` (relative; negative = from the end) every `keystep`.
-fn key_spec_frame(
-    notes: Option<&'static str>,
-    flags: &[&str],
-    index: i64,
-    lastkey: i64,
-    keystep: i64,
-) -> Frame {
-    let mut map = Vec::new();
-    if let Some(notes) = notes {
-        map.push((Frame::bulk("notes"), Frame::bulk(notes)));
-    }
-    map.push((Frame::bulk("flags"), simple_set(flags)));
-    map.push((
+fn begin_search(index: i64) -> (Frame, Frame) {
+    (
         Frame::bulk("begin_search"),
         Frame::Map(vec![
             (Frame::bulk("type"), Frame::bulk("index")),
@@ -582,7 +645,23 @@ fn key_spec_frame(
                 Frame::Map(vec![(Frame::bulk("index"), Frame::Integer(index))]),
             ),
         ]),
-    ));
+    )
+}
+
+/// A key spec with an `index` begin search and a `range` find-keys.
+fn range_spec_frame(
+    notes: Option<&'static str>,
+    flags: &[&str],
+    index: i64,
+    lastkey: i64,
+    step: i64,
+) -> Frame {
+    let mut map = Vec::new();
+    if let Some(notes) = notes {
+        map.push((Frame::bulk("notes"), Frame::bulk(notes)));
+    }
+    map.push((Frame::bulk("flags"), simple_set(flags)));
+    map.push(begin_search(index));
     map.push((
         Frame::bulk("find_keys"),
         Frame::Map(vec![
@@ -591,7 +670,7 @@ fn key_spec_frame(
                 Frame::bulk("spec"),
                 Frame::Map(vec![
                     (Frame::bulk("lastkey"), Frame::Integer(lastkey)),
-                    (Frame::bulk("keystep"), Frame::Integer(keystep)),
+                    (Frame::bulk("keystep"), Frame::Integer(step)),
                     (Frame::bulk("limit"), Frame::Integer(0)),
                 ]),
             ),
