@@ -6,7 +6,8 @@
 //! owns at that moment (in Redis Cluster the client sends KEYS to every
 //! primary), parks while a partition it would read is fenced, and its reply
 //! waits for an fsync. Expired keys not yet removed are left out, as Redis
-//! leaves them out.
+//! leaves them out, and so are the sub-entries of collections (fields,
+//! members, elements: `ValueKind::Sub`), which are not keys.
 //!
 //! KEYS walks the whole default keyspace in chunks of [`KEYS_CHUNK`] entries
 //! and replies every live key whose name matches the glob, in key order
@@ -99,9 +100,10 @@ fn walk(
     }
 }
 
-/// Whether a stored entry is a user key that is live at `now_ms`.
+/// Whether a stored entry is a user key (not a collection's sub-entry)
+/// that is live at `now_ms`.
 fn is_live_user_key(v: &Value, now_ms: u64) -> bool {
-    v.expire_at_ms.is_none_or(|at| at > now_ms)
+    v.kind.is_user_key() && v.expire_at_ms.is_none_or(|at| at > now_ms)
 }
 
 fn finish(

@@ -29,12 +29,14 @@ mod bits;
 mod coll_scan;
 mod command;
 mod counter;
+mod dump;
 mod expire;
 mod hash;
 mod hash_table;
 mod keys;
 pub mod keyspace;
 mod lcs;
+mod rdb;
 mod list;
 mod list_store;
 mod list_table;
@@ -55,6 +57,7 @@ use keyway_storage::{StorageError, Value, ValueKind};
 use crate::db::Db;
 pub use bits::BitsCmd;
 pub use counter::CounterCmd;
+pub use dump::DumpCmd;
 pub use expire::ExpireCmd;
 pub use hash::HashCmd;
 pub use keys::{KeysCmd, type_name};
@@ -86,6 +89,8 @@ pub enum Command {
     Bits(BitsCmd),
     /// RENAME RENAMENX COPY TOUCH OBJECT SUBSTR LCS SORT SORT_RO.
     Keyspace(KeyspaceCmd),
+    /// DUMP RESTORE.
+    Dump(DumpCmd),
     /// The list commands (`cmd/list.rs`), blocking ones included.
     List(ListCmd),
     /// A command with the right arity whose arguments Redis would reject when
@@ -130,6 +135,7 @@ pub fn parse(args: &[Bytes]) -> Option<Result<Command, Frame>> {
         Family::Set => SetCmd::parse(spec.name, args).map(Command::Set),
         Family::Bits => BitsCmd::parse(spec.name, args).map(Command::Bits),
         Family::Keyspace => KeyspaceCmd::parse(spec.name, args).map(Command::Keyspace),
+        Family::Dump => DumpCmd::parse(spec.name, args).map(Command::Dump),
         Family::List => ListCmd::parse(spec.name, args).map(Command::List),
         Family::ZSet => ZSetCmd::parse(spec.name, args).map(Command::ZSet),
     };
@@ -185,6 +191,7 @@ impl Command {
             Command::Bits(c) => matches!(c, BitsCmd::SetBit { .. }),
             Command::Keyspace(c) => c.creates_keys(),
             Command::ZSet(c) => c.creates_keys(),
+            Command::Dump(c) => matches!(c, DumpCmd::Restore { .. }),
             Command::Keys(_) | Command::Expire(_) | Command::Invalid { .. } => false,
         }
     }
@@ -200,6 +207,7 @@ impl Command {
             Command::Set(c) => c.name(),
             Command::Bits(c) => c.name(),
             Command::Keyspace(c) => c.name(),
+            Command::Dump(c) => c.name(),
             Command::List(c) => c.name(),
             Command::ZSet(c) => c.name(),
             Command::Invalid { name, .. } => name,
@@ -219,6 +227,7 @@ impl Command {
             Command::Set(c) => c.keys(),
             Command::Bits(c) => c.keys(),
             Command::Keyspace(c) => c.keys(),
+            Command::Dump(c) => c.keys(),
             Command::List(c) => c.keys(),
             Command::ZSet(c) => c.keys(),
             Command::Invalid { keys, .. } => keys.iter().map(|k| &k[..]).collect(),
@@ -255,6 +264,7 @@ impl Command {
             Command::Set(c) => c.execute(db),
             Command::Bits(c) => c.execute(db),
             Command::Keyspace(c) => c.execute(db),
+            Command::Dump(c) => c.execute(db),
             Command::List(c) => c.execute(db),
             Command::ZSet(c) => c.execute(db),
             Command::Invalid { error, .. } => Ok(error.clone()),

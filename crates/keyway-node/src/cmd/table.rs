@@ -41,6 +41,8 @@ pub enum Family {
     Bits,
     /// `cmd/keyspace.rs` (with `lcs.rs`, `sort.rs`).
     Keyspace,
+    /// `cmd/dump.rs` (with `rdb.rs`).
+    Dump,
     /// `cmd/list.rs`.
     List,
     /// `cmd/zset/`.
@@ -483,6 +485,11 @@ pub static CORE_COMMANDS: &[CommandSpec] = &[
         .complexity(SORT_COMPLEXITY),
     generic(KS, "sort_ro", -2, &["readonly", "movablekeys"], &["@read", "@set", "@sortedset", "@list", "@slow", "@dangerous"], RO_ACCESS, "7.0.0", "Sort the elements in a list, set or sorted set. Read-only variant of SORT.")
         .complexity(SORT_COMPLEXITY),
+    generic(Family::Dump, "dump", 2, &["readonly"], &["@keyspace", "@read", "@slow"], RO_ACCESS, "2.6.0", "Return a serialized version of the value stored at the specified key.")
+        .tips(&["nondeterministic_output"])
+        .complexity("O(1) to access the key and additional O(N*M) to serialize it, where N is the number of Redis objects composing the value and M their average size. For small string values the time complexity is thus O(1)+O(1*M) where M is small, so simply O(1)."),
+    generic(Family::Dump, "restore", -4, W_DENY, &["@keyspace", "@write", "@slow", "@dangerous"], OW_UPDATE, "2.6.0", "Create a key using the provided serialized value, previously obtained using DUMP.")
+        .complexity("O(1) to create the new key and additional O(N*M) to reconstruct the serialized value, where N is the number of Redis objects composing the value and M their average size. For small string values the time complexity is thus O(1)+O(1*M) where M is small, so simply O(1). However for sorted set values the complexity is O(N*M*log(N)) because inserting values into sorted sets is O(log(N))."),
     nokey("generic", "object", -2, &[], &["@slow"], "2.2.3", "A container for object introspection commands")
         .complexity("Depends on subcommand.").family(KS),
     nokey("generic", "keys", 2, &["readonly"], &["@keyspace", "@read", "@slow", "@dangerous"], "1.0.0", "Find all keys matching the given pattern")
