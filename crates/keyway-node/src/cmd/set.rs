@@ -201,7 +201,10 @@ impl SetCmd {
                 for m in members {
                     added += i64::from(add(db, key, &mut meta, m)?);
                 }
-                db.put_meta(key, &meta)?;
+                // Nothing added: the key is not touched (a WATCH of it holds).
+                if added > 0 {
+                    db.put_meta(key, &meta)?;
+                }
                 Ok(Frame::Integer(added))
             }
             SetCmd::Rem { key, members } => {
