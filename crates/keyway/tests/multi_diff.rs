@@ -244,7 +244,10 @@ fn watched_keys_touched_exactly_when_redis_touches_them() {
         (&["HSET", "{w}k", "f", "1"], &["HINCRBY", "{w}k", "f", "0"]),
         (&["ZADD", "{w}k", "1", "m"], &["ZADD", "{w}k", "1", "m"]),
         (&["ZADD", "{w}k", "1", "m"], &["ZADD", "{w}k", "2", "m"]),
-        (&["ZADD", "{w}k", "1", "m"], &["ZADD", "{w}k", "NX", "2", "m"]),
+        (
+            &["ZADD", "{w}k", "1", "m"],
+            &["ZADD", "{w}k", "NX", "2", "m"],
+        ),
         (&["ZADD", "{w}k", "1", "m"], &["ZINCRBY", "{w}k", "0", "m"]),
         (&["ZADD", "{w}k", "1", "m"], &["ZREM", "{w}k", "zz"]),
         (&["RPUSH", "{w}k", "a"], &["LREM", "{w}k", "0", "zz"]),
