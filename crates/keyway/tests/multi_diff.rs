@@ -86,7 +86,8 @@ fn random_op(rng: &mut StdRng) -> (bool, Vec<String>) {
         };
         return (true, op);
     }
-    let op = match rng.random_range(0..34) {
+    let op = match rng.random_range(0..35) {
+        34 => s(&["SINTERCARD", "0", &k]),
         22 => s(&["HSET", HASH, &n, &n]),
         23 => s(&["HINCRBY", HASH, &n, "2"]),
         24 => s(&["HGET", HASH, &n]),
