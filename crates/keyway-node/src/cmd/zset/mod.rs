@@ -298,7 +298,10 @@ impl ZSetCmd {
                         }
                     }
                 }
-                db.put_meta(key, &meta)?;
+                // Nothing removed: the key is not touched (a WATCH of it holds).
+                if deleted > 0 {
+                    db.put_meta(key, &meta)?;
+                }
                 Ok(Frame::Integer(deleted))
             }
             ZSetCmd::Card { key } => Ok(Frame::Integer(
@@ -396,7 +399,11 @@ fn add(db: &mut Db<'_>, key: &[u8], flags: AddFlags, pairs: &[(f64, Bytes)]) -> 
             None => {}
         }
     }
-    db.put_meta(key, &meta)?;
+    // Neither added nor changed: the key is not touched, as Redis signals
+    // a modification only then (a WATCH of it holds).
+    if added > 0 || updated > 0 {
+        db.put_meta(key, &meta)?;
+    }
     Ok(if flags.incr {
         if processed > 0 {
             score_frame(last)
