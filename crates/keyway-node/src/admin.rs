@@ -152,6 +152,8 @@ pub struct Status {
     pub copies: Vec<crate::copies::CopyReport>,
     /// Clients blocked by BLPOP and the like.
     pub blocking: crate::blocking::BlockingStatus,
+    /// KEYS and RANDOMKEY answered, and the entries they walked.
+    pub key_walks: crate::node_keys::KeyWalksStatus,
 }
 
 /// The `replica_reads` field of `/status` (`keyway_replica_reads`).
@@ -233,6 +235,7 @@ async fn status(State(shared): State<Arc<Shared>>) -> impl IntoResponse {
         },
         copies: shared.copies.list(),
         blocking: shared.blocking.status(),
+        key_walks: shared.key_walks.status(),
     })
 }
 
