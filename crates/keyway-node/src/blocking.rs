@@ -455,29 +455,31 @@ pub fn block(
 }
 
 /// Redis's `getTimeoutFromObjectOrReply` in seconds: the timeout in
-/// milliseconds, 0 = forever (a float; negative is refused, and so is
-/// anything whose milliseconds overflow a signed 64-bit integer, as
-/// Redis's cast makes it negative; a value that truncates to 0 ms is 0).
+/// milliseconds, rounded up (`ceill`), 0 = forever (a float; negative is
+/// refused, and so is anything whose milliseconds overflow a signed 64-bit
+/// integer, as Redis's cast makes it negative).
 pub fn parse_timeout(arg: &[u8]) -> Result<u64, Frame> {
     use crate::cmd::long_double::{self, LongDouble};
     let err = |m: &str| Frame::Error(format!("ERR {m}"));
     let Some(v) = long_double::parse(arg) else {
         return Err(err("timeout is not a float or out of range"));
     };
-    // `(long long)(ftval * 1000.0)`, exactly (an f64 product would round
-    // values near 2^63 over it); out of range is LLONG_MIN on x86-64.
+    // `(long long) ceill(ftval * 1000.0)`: the x87 product (rounded to a
+    // 64-bit mantissa), rounded up (towards zero when negative: a tiny
+    // negative timeout is 0, forever); out of range is LLONG_MIN on x86-64.
     let tval: i64 = match v {
         LongDouble::Finite { neg, m, e } => {
-            let product = u128::from(m) * 1000;
+            let product = round_to_64_bits(u128::from(m) * 1000);
             let magnitude = if e >= 0 {
                 (e < 64)
                     .then(|| product.checked_shl(e as u32))
                     .flatten()
                     .filter(|p| p >> e == product)
-            } else if e > -128 {
-                Some(product >> (-e) as u32)
             } else {
-                Some(0)
+                let shift = (-e) as u32;
+                let whole = product.checked_shr(shift).unwrap_or(0);
+                let exact = shift < 128 && whole << shift == product;
+                Some(whole + u128::from(!neg && !exact && product != 0))
             };
             match magnitude.and_then(|m| i64::try_from(m).ok()) {
                 Some(m) if neg => -m,
@@ -492,6 +494,23 @@ pub fn parse_timeout(arg: &[u8]) -> Result<u64, Frame> {
     }
     // Redis 7.0 has no upper bound (7.2 added `timeout is out of range`).
     Ok(tval as u64)
+}
+
+/// `x` rounded (half to even) to its 64 most significant bits, as an x87
+/// extended-precision result is.
+fn round_to_64_bits(x: u128) -> u128 {
+    let bits = 128 - x.leading_zeros();
+    if bits <= 64 {
+        return x;
+    }
+    let drop = bits - 64;
+    let rest = x & ((1u128 << drop) - 1);
+    let half = 1u128 << (drop - 1);
+    let mut kept = x >> drop;
+    if rest > half || (rest == half && kept & 1 == 1) {
+        kept += 1;
+    }
+    kept << drop
 }
 
 /// Whether `args` is a blocking command (flag `blocking` in the table):

@@ -5,7 +5,12 @@ fn timeouts_parse_like_redis() {
     assert_eq!(parse_timeout(b"0"), Ok(0));
     assert_eq!(parse_timeout(b"1"), Ok(1000));
     assert_eq!(parse_timeout(b"0.5"), Ok(500));
-    assert_eq!(parse_timeout(b"0.0001"), Ok(0));
+    // ceill: a positive timeout under a millisecond is 1 ms, not forever
+    // (list.tcl: "with 0.001 timeout should not block indefinitely").
+    assert_eq!(parse_timeout(b"0.0001"), Ok(1));
+    assert_eq!(parse_timeout(b"0.001"), Ok(1));
+    assert_eq!(parse_timeout(b"0.0015"), Ok(2));
+    assert_eq!(parse_timeout(b"0.007"), Ok(7));
     assert_eq!(parse_timeout(b"-0.0001"), Ok(0));
     let neg = Err(Frame::Error("ERR timeout is negative".into()));
     assert_eq!(parse_timeout(b"-1"), neg);
@@ -22,6 +27,6 @@ fn timeouts_parse_like_redis() {
         Ok(9_223_372_036_854_775_000)
     );
     assert_eq!(parse_timeout(b"1e20"), neg);
-    assert_eq!(parse_timeout(b"1e-400"), Ok(0));
+    assert_eq!(parse_timeout(b"1e-400"), Ok(1));
     assert_eq!(parse_timeout(b"0x10"), Ok(16_000));
 }
