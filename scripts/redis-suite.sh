@@ -180,8 +180,11 @@ for f in "${files[@]}"; do
     continue
   fi
   kill -0 "$node_pid" 2>/dev/null || start_node "$bin" || exit 2
+  # A random --baseport: runtest's own test-server port (baseport - 32)
+  # would otherwise clash with another run of this script on the machine.
+  baseport=$((30000 + RANDOM % 20000))
   (cd "$suite" && timeout "$per_file_timeout_s" ./runtest --host 127.0.0.1 --port "$port" \
-    --cluster-mode --ignore-encoding --ignore-digest \
+    --baseport "$baseport" --cluster-mode --ignore-encoding --ignore-digest \
     --tags "-needs:debug -needs:repl -needs:config-maxmemory -needs:other-db" \
     --single "$unit" ${KEYWAY_REDIS_SUITE_ARGS:-}) >"$flog" 2>&1
   rc=$?

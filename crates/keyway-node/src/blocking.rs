@@ -73,6 +73,17 @@ pub struct Blocking {
     registered: AtomicUsize,
     next_id: AtomicU64,
     metrics: BlockingMetrics,
+    /// CLIENT UNBLOCK's way in: the blocked client's id -> its unblocker.
+    unblockers: Mutex<HashMap<u64, oneshot::Sender<Unblock>>>,
+}
+
+/// How CLIENT UNBLOCK ends a blocked command.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Unblock {
+    /// As if its timeout expired (the default).
+    Timeout,
+    /// With `-UNBLOCKED client unblocked via CLIENT UNBLOCK`.
+    Error,
 }
 
 #[derive(Default)]
@@ -152,7 +163,19 @@ impl Blocking {
             registered: AtomicUsize::new(0),
             next_id: AtomicU64::new(1),
             metrics: BlockingMetrics::register(metrics),
+            unblockers: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// CLIENT UNBLOCK: ends client `client`'s blocked command `how`;
+    /// `false` if that client is not blocked.
+    pub fn unblock(&self, client: u64, how: Unblock) -> bool {
+        let sender = self
+            .unblockers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&client);
+        sender.is_some_and(|s| s.send(how).is_ok())
     }
 
     /// The metrics.
@@ -380,6 +403,37 @@ impl Drop for Registration {
     }
 }
 
+/// A blocked client's entry in [`Blocking`]'s CLIENT UNBLOCK table, removed
+/// when its command ends.
+struct Unblocker {
+    blocking: Arc<Blocking>,
+    client: u64,
+}
+
+impl Unblocker {
+    fn register(blocking: &Arc<Blocking>, client: u64, tx: oneshot::Sender<Unblock>) -> Self {
+        blocking
+            .unblockers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(client, tx);
+        Unblocker {
+            blocking: blocking.clone(),
+            client,
+        }
+    }
+}
+
+impl Drop for Unblocker {
+    fn drop(&mut self) {
+        self.blocking
+            .unblockers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&self.client);
+    }
+}
+
 /// Builds one attempt: the storage task of the command, with `gate`
 /// deciding between its execute and its apply.
 pub type AttemptFn = dyn Fn(Arc<Gate>) -> crate::executor::Task + Send + Sync;
@@ -393,6 +447,7 @@ pub fn block(
     slot: u16,
     user_keys: Vec<Bytes>,
     timeout_ms: u64,
+    client: u64,
     attempt: Box<AttemptFn>,
 ) -> oneshot::Receiver<Frame> {
     let (tx, rx) = oneshot::channel();
@@ -403,6 +458,8 @@ pub fn block(
             blocking: blocking.clone(),
             id,
         };
+        let (unblock_tx, mut unblocked) = oneshot::channel();
+        let _unblocker = Unblocker::register(&blocking, client, unblock_tx);
         let wake = Arc::new(Notify::new());
         // Beyond what the clock can count: forever.
         let deadline = (timeout_ms > 0)
@@ -445,6 +502,16 @@ pub fn block(
                     blocking.metrics.timeouts.inc();
                     blocking.remove(id);
                     let _ = tx.send(Frame::NullArray);
+                    return;
+                }
+                how = &mut unblocked => {
+                    blocking.remove(id);
+                    let _ = tx.send(match how {
+                        Ok(Unblock::Error) => {
+                            Frame::Error("UNBLOCKED client unblocked via CLIENT UNBLOCK".into())
+                        }
+                        _ => Frame::NullArray,
+                    });
                     return;
                 }
                 _ = tx.closed() => return,
