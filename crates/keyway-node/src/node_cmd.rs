@@ -373,7 +373,7 @@ async fn info(shared: &Arc<Shared>, replica_endpoint: bool) -> Frame {
     });
     let text = format!(
         "# Server\r\nredis_version:{REDIS_COMPAT_VERSION}\r\nkeyway_version:{}\r\nredis_mode:cluster\r\nprocess_id:{}\r\ntcp_port:{}\r\nuptime_in_seconds:{}\r\nrun_id:{}\r\n\r\n\
-         # Clients\r\nconnected_clients:{}\r\nmaxclients:{}\r\n\r\n\
+         # Clients\r\nconnected_clients:{}\r\nmaxclients:{}\r\nblocked_clients:{}\r\n\r\n\
          # Persistence\r\nkeyway_durability:{:?}\r\n\r\n\
          # Stats\r\ntotal_commands_processed:{}\r\nkeyway_replica_reads:{}\r\nkeyway_replica_reads_moved:{}\r\n\r\n\
          {replication}\
@@ -390,6 +390,7 @@ async fn info(shared: &Arc<Shared>, replica_endpoint: bool) -> Frame {
         shared.me,
         shared.clients.load(std::sync::atomic::Ordering::SeqCst),
         shared.config.max_clients,
+        shared.blocking.status().blocked_clients,
         shared.config.durability,
         shared.metrics.commands.get(),
         shared.metrics.replica_reads_count(true),

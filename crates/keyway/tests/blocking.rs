@@ -75,6 +75,12 @@ fn blocked_clients_are_woken_by_pushes_in_order_and_time_out() {
     let mut a = Resp::connect(port);
     send(&mut a, &["BLPOP", "{b}none", "{b}k", "0"]);
     wait_blocked(admin, 1);
+    // What Redis's own tests wait on (`wait_for_blocked_client`).
+    let info = match pusher.cmd(&["INFO"]) {
+        Frame::Bulk(b) => String::from_utf8_lossy(&b).into_owned(),
+        other => panic!("INFO: {other:?}"),
+    };
+    assert!(info.contains("\r\nblocked_clients:1\r\n"), "{info}");
     assert_eq!(pusher.cmd(&["RPUSH", "{b}k", "x"]), Frame::Integer(1));
     assert_eq!(a.read_reply().unwrap(), pair("{b}k", "x"));
     wait_blocked(admin, 0);
