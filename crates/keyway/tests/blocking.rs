@@ -280,3 +280,74 @@ fn a_blocked_client_gets_moved_when_its_slot_moves_and_does_not_hold_up_the_move
     );
     assert_eq!(again.read_reply().unwrap(), pair("{m}k", "after"));
 }
+
+/// Many blocked consumers and concurrent producers: every pushed element is
+/// popped exactly once and no consumer is left waiting while elements
+/// remain (no lost wake-up between an empty attempt and its registration).
+#[test]
+fn concurrent_consumers_pop_every_pushed_element_exactly_once() {
+    const CONSUMERS: usize = 6;
+    const PRODUCERS: usize = 2;
+    const PER_PRODUCER: usize = 400;
+    let dir = tempfile::tempdir().unwrap();
+    let log = log_level();
+    let cluster = DevCluster::start(1, &dir.path().join("data"), &["--log", &log]);
+    let port = cluster.ports()[0];
+    let consumers: Vec<_> = (0..CONSUMERS)
+        .map(|_| {
+            std::thread::spawn(move || {
+                let mut c = Resp::connect(port);
+                let mut got = Vec::new();
+                loop {
+                    // Two keys, so wake-ups come from either.
+                    match c.cmd(&["BLPOP", "{q}a", "{q}b", "10"]) {
+                        Frame::Array(kv) => match &kv[1] {
+                            Frame::Bulk(v) if &v[..] == b"stop" => return got,
+                            Frame::Bulk(v) => got.push(String::from_utf8_lossy(v).into_owned()),
+                            other => panic!("BLPOP value {other:?}"),
+                        },
+                        other => panic!("a consumer waited 10 s with elements pending: {other:?}"),
+                    }
+                }
+            })
+        })
+        .collect();
+    let producers: Vec<_> = (0..PRODUCERS)
+        .map(|p| {
+            std::thread::spawn(move || {
+                let mut c = Resp::connect(port);
+                for i in 0..PER_PRODUCER {
+                    let key = if i % 3 == 0 { "{q}b" } else { "{q}a" };
+                    let v = format!("{p}:{i}");
+                    assert!(matches!(c.cmd(&["RPUSH", key, &v]), Frame::Integer(_)));
+                }
+            })
+        })
+        .collect();
+    for p in producers {
+        p.join().unwrap();
+    }
+    let mut c = Resp::connect(port);
+    for _ in 0..CONSUMERS {
+        c.cmd(&["RPUSH", "{q}b", "stop"]);
+    }
+    let mut all: Vec<String> = consumers
+        .into_iter()
+        .flat_map(|c| c.join().unwrap())
+        .collect();
+    all.sort();
+    let mut want: Vec<String> = (0..PRODUCERS)
+        .flat_map(|p| (0..PER_PRODUCER).map(move |i| format!("{p}:{i}")))
+        .collect();
+    want.sort();
+    assert_eq!(
+        all.len(),
+        want.len(),
+        "popped {} of {}",
+        all.len(),
+        want.len()
+    );
+    assert_eq!(all, want, "every element popped exactly once");
+    assert_eq!(c.cmd(&["EXISTS", "{q}a", "{q}b"]), Frame::Integer(0));
+    wait_blocked(cluster.admin_port, 0);
+}
