@@ -260,7 +260,7 @@ impl Clients {
                 None => Frame::Error("ERR No such client".into()),
             };
         }
-        if args.len() % 2 != 0 {
+        if !args.len().is_multiple_of(2) {
             return Frame::Error("ERR syntax error".into());
         }
         let mut id = None;

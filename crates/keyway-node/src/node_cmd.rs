@@ -77,7 +77,7 @@ pub async fn dispatch(shared: &Arc<Shared>, session: &mut Session, args: Vec<Byt
         "SELECT" => select(&args),
         "CLIENT" => client(shared, session, &args),
         "COMMAND" => cmd::table::command_reply(&args[1..]).into(),
-        "INFO" => info(shared, session.replica_endpoint).await.into(),
+        "INFO" => crate::info::reply(shared, &args, session.replica_endpoint).await,
         "CONFIG" => config(shared, &args),
         "TIME" => match args.len() {
             1 => crate::server_cmd::time(shared).into(),
@@ -99,9 +99,14 @@ pub async fn dispatch(shared: &Arc<Shared>, session: &mut Session, args: Vec<Byt
             1 => arity_error("latency").into(),
             _ => crate::server_cmd::latency(&args).into(),
         },
+        "MEMORY" => match args.len() {
+            1 => arity_error("memory").into(),
+            _ => crate::memory::memory(shared, session, &args).await,
+        },
         "FLUSHALL" | "FLUSHDB" => {
             crate::flush::flush(shared, &args, session.replica_endpoint).await
         }
+        "SAVE" | "BGSAVE" => crate::server_cmd::save(shared, &args).await.into(),
         "SHUTDOWN" => match crate::server_cmd::shutdown(shared, &args) {
             Ok(()) => {
                 // Redis closes the connection without a reply.
@@ -111,6 +116,7 @@ pub async fn dispatch(shared: &Arc<Shared>, session: &mut Session, args: Vec<Byt
             }
             Err(frame) => frame.into(),
         },
+        "FUNCTION" => function(&args),
         "READONLY" | "READWRITE" | "ASKING" => match args.len() {
             1 => {
                 match name.as_str() {
@@ -125,6 +131,8 @@ pub async fn dispatch(shared: &Arc<Shared>, session: &mut Session, args: Vec<Byt
         "CLUSTER" => cluster_cmd::cluster(shared, &args, session).await,
         "DBSIZE" => crate::scan::dbsize(shared).await,
         "SCAN" => crate::scan::scan(shared, &args).await,
+        "KEYS" => crate::node_keys::keys(shared, &args).await,
+        "RANDOMKEY" => crate::node_keys::randomkey(shared, &args).await,
         "KW.AT" | "KW.GET" | "KW.SET" | "KW.DEL" | "KW.SCAN" if session.replica_endpoint => {
             err("ERR this is the replica endpoint: send KW.* requests to the node's main address")
         }
@@ -145,7 +153,8 @@ pub async fn dispatch(shared: &Arc<Shared>, session: &mut Session, args: Vec<Byt
     }
 }
 
-/// Whether `args` is a node-wide read (`SCAN`, `DBSIZE`, `INFO`, `KW.SCAN`):
+/// Whether `args` is a node-wide read (`SCAN`, `DBSIZE`, `INFO`, `KW.SCAN`,
+/// `KEYS`, `RANDOMKEY`):
 /// it reads keys of many slots, so no one storage thread orders it with the
 /// connection's other requests. The connection orders it instead: it queues
 /// it only once every earlier reply of its pipeline was released, and waits
@@ -159,6 +168,8 @@ pub fn is_node_wide(args: &[Bytes]) -> bool {
             b"KW.SCAN",
             b"FLUSHALL",
             b"FLUSHDB",
+            b"KEYS",
+            b"RANDOMKEY",
         ]
         .iter()
         .any(|n| name.eq_ignore_ascii_case(n))
@@ -298,6 +309,27 @@ fn client(shared: &Shared, session: &mut Session, args: &[Bytes]) -> Reply {
     }
 }
 
+/// `FUNCTION FLUSH [ASYNC|SYNC]`: Keyway runs no functions (nor scripts),
+/// so there is never a library to delete; the reply is Redis's. Other
+/// FUNCTION subcommands are unknown.
+fn function(args: &[Bytes]) -> Reply {
+    let Some(sub) = args.get(1) else {
+        return arity_error("function").into();
+    };
+    match upper(sub).as_str() {
+        "FLUSH" => match args.get(2..).unwrap_or_default() {
+            [] => Frame::ok().into(),
+            [mode] if matches!(upper(mode).as_str(), "ASYNC" | "SYNC") => Frame::ok().into(),
+            [_] => err("ERR FUNCTION FLUSH only supports SYNC|ASYNC option"),
+            _ => arity_error("function|flush").into(),
+        },
+        _ => err(format!(
+            "ERR unknown subcommand '{}'. Try FUNCTION HELP.",
+            String::from_utf8_lossy(sub)
+        )),
+    }
+}
+
 fn client_info_line(session: &Session) -> String {
     let text = |b: &Option<Bytes>| {
         b.as_ref()
@@ -351,61 +383,6 @@ pub(crate) fn durability_name(d: crate::Durability) -> &'static str {
     }
 }
 
-/// `replica_endpoint`: asked on the replica endpoint, whose `# Replication`
-/// speaks for the node's replica role (`role:slave`).
-async fn info(shared: &Arc<Shared>, replica_endpoint: bool) -> Frame {
-    // The key count is admitted like any read: without a lease (or past a
-    // fence held too long) INFO says why instead of counting.
-    let keyspace = match crate::scan::count_owned_keys(shared).await {
-        Ok(keys) => format!("db0:keys={keys},expires=0,avg_ttl=0\r\n"),
-        Err(why) => format!("keyway_keys_unavailable:{why}\r\n"),
-    };
-    let map = shared.routing.map();
-    let routing = &shared.routing;
-    let replication = crate::replication_info::section(&crate::replication_info::ReplicationView {
-        map: &map,
-        me: shared.me,
-        replica_endpoint,
-        last_seq: shared.engine.last_seq(),
-        read_lease: &|pid, epoch| routing.replica_read_valid(pid, epoch),
-        // The replication streams' acknowledged seqs are not known here yet.
-        replica_offset: &|_| None,
-    });
-    let text = format!(
-        "# Server\r\nredis_version:{REDIS_COMPAT_VERSION}\r\nkeyway_version:{}\r\nredis_mode:cluster\r\nprocess_id:{}\r\ntcp_port:{}\r\nuptime_in_seconds:{}\r\nrun_id:{}\r\n\r\n\
-         # Clients\r\nconnected_clients:{}\r\nmaxclients:{}\r\nblocked_clients:{}\r\n\r\n\
-         # Persistence\r\nkeyway_durability:{:?}\r\n\r\n\
-         # Stats\r\ntotal_commands_processed:{}\r\nkeyway_replica_reads:{}\r\nkeyway_replica_reads_moved:{}\r\n\r\n\
-         {replication}\
-         # Cluster\r\ncluster_enabled:1\r\nkeyway_node_id:{}\r\nkeyway_map_version:{}\r\nkeyway_partitions_owned:{}\r\nkeyway_lease_remaining_ms:{}\r\n\r\n\
-         # Keyspace\r\n{keyspace}",
-        env!("CARGO_PKG_VERSION"),
-        std::process::id(),
-        shared
-            .resp_addr
-            .rsplit_once(':')
-            .map(|(_, p)| p)
-            .unwrap_or("0"),
-        shared.started.elapsed().as_secs(),
-        shared.me,
-        shared.clients.load(std::sync::atomic::Ordering::SeqCst),
-        shared.config.max_clients,
-        shared.blocking.status().blocked_clients,
-        shared.config.durability,
-        shared.metrics.commands.get(),
-        shared.metrics.replica_reads_count(true),
-        shared.metrics.replica_reads_count(false),
-        shared.me,
-        map.version,
-        map.owned_by(shared.me).count(),
-        shared.routing.lease_remaining_ms(),
-    );
-    Frame::Verbatim {
-        format: *b"txt",
-        text: Bytes::from(text),
-    }
-}
-
 /// `KW.MAP`: the whole map ([`keyway_map::encode_map`]).
 /// `KW.MAP SINCE <version>`: what changed after `version`, encoded by
 /// [`keyway_map::encode_since`]: a delta (first byte `D`; empty when
@@ -454,6 +431,10 @@ async fn kw_at(shared: &Arc<Shared>, args: Vec<Bytes>, readonly: bool) -> Reply 
     if crate::kw::is_kw_command(&String::from_utf8_lossy(&args[3])) {
         return crate::kw::dispatch_at(shared, &args[3..], expected).await;
     }
+    // The proxy's transaction forms (see `crate::multi::at`).
+    if args[3].eq_ignore_ascii_case(b"WATCH") || args[3].eq_ignore_ascii_case(b"EXEC") {
+        return crate::multi::at(shared, &args[3..], (PartitionId(pid), Epoch(epoch))).await;
+    }
     match cmd::parse(&args[3..]) {
         Some(Ok(command)) => {
             let mut plain = Session::new(0, false, String::new());
@@ -478,8 +459,8 @@ async fn data_command(
     let slot = {
         let keys = command.keys();
         let Some(first) = keys.first() else {
-            // A keyless argument error (SINTERCARD 0 ...): Redis Cluster
-            // runs it wherever it lands, and it replies its error.
+            // A keyless argument error (SINTERCARD 0 ..., ZUNION 0 k): Redis
+            // Cluster runs it wherever it lands, and it replies its error.
             if let Command::Invalid { error, .. } = &command {
                 return error.clone().into();
             }
