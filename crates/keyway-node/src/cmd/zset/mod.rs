@@ -132,7 +132,7 @@ fn parse_add(name: &'static str, args: &[Bytes]) -> Result<ZSetCmd, Frame> {
             "ERR XX and NX options at the same time are not compatible",
         ));
     }
-    if (flags.gt && flags.nx) || (flags.lt && flags.nx) || (flags.gt && flags.lt) {
+    if ((flags.gt || flags.lt) && flags.nx) || (flags.gt && flags.lt) {
         return Err(err(
             "ERR GT, LT, and/or NX options at the same time are not compatible",
         ));
