@@ -150,6 +150,8 @@ pub struct Status {
     /// catch-ups) with their cost: running first, then the last
     /// `FINISHED_COPIES_KEPT` finished (see [`crate::copies`]).
     pub copies: Vec<crate::copies::CopyReport>,
+    /// Clients blocked by BLPOP and the like.
+    pub blocking: crate::blocking::BlockingStatus,
 }
 
 /// The `replica_reads` field of `/status` (`keyway_replica_reads`).
@@ -230,6 +232,7 @@ async fn status(State(shared): State<Arc<Shared>>) -> impl IntoResponse {
             served_reads_from: shared.metrics.reads_from_served_count(),
         },
         copies: shared.copies.list(),
+        blocking: shared.blocking.status(),
     })
 }
 

@@ -81,6 +81,9 @@ pub struct Db<'a> {
     order: Vec<Bytes>,
     /// Pending sub-entry writes of collections (`None` = delete), by storage key.
     subs: BTreeMap<Bytes, Option<Bytes>>,
+    /// Where HSCAN/SSCAN/ZSCAN park positions a cursor cannot carry (the
+    /// node's SCAN cursor table); `None` = cursors carry what they can.
+    cursors: Option<&'a std::sync::Mutex<crate::scan::ScanCursors>>,
 }
 
 impl<'a> Db<'a> {
@@ -99,7 +102,19 @@ impl<'a> Db<'a> {
             slots: HashMap::new(),
             order: Vec::new(),
             subs: BTreeMap::new(),
+            cursors: None,
         }
+    }
+
+    /// Lets collection scans keep positions in the node's cursor table.
+    pub fn with_cursors(mut self, cursors: &'a std::sync::Mutex<crate::scan::ScanCursors>) -> Self {
+        self.cursors = Some(cursors);
+        self
+    }
+
+    /// The cursor table, if any ([`Db::with_cursors`]).
+    pub(crate) fn cursors(&self) -> Option<&'a std::sync::Mutex<crate::scan::ScanCursors>> {
+        self.cursors
     }
 
     /// The command's clock: unix milliseconds, fixed for the whole command
@@ -111,6 +126,11 @@ impl<'a> Db<'a> {
     /// The limits the commands enforce.
     pub fn limits(&self) -> &DbLimits {
         self.limits
+    }
+
+    /// The engine under the overlay (reads that bypass it: the change log).
+    pub fn engine(&self) -> &'a dyn Engine {
+        self.engine
     }
 
     /// The keyspace the user keys belong to.

@@ -13,191 +13,11 @@
 //! Replies that depend on the exact millisecond a command ran in (PTTL, TTL
 //! of a whole-second deadline, short expiries) are avoided.
 
-use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+mod diff;
 
-use bytes::{Bytes, BytesMut};
-use keyway_map::{DEFAULT_KEYSPACE, Keyspace, Routing};
-use keyway_node::cmd;
-use keyway_node::db::{Db, DbLimits};
-use keyway_resp::{Frame, Limits, Protocol, ResponseParser, encode, encode_command};
-use keyway_storage::{Engine, MemEngine};
-
-struct Redis {
-    child: Child,
-    conn: TcpStream,
-    buf: BytesMut,
-    parser: ResponseParser,
-}
-
-impl Drop for Redis {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Redis {
-    fn start() -> Option<Redis> {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .ok()?
-            .local_addr()
-            .ok()?
-            .port();
-        let child = Command::new("redis-server")
-            .args([
-                "--port",
-                &port.to_string(),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-            ])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .ok()?;
-        let deadline = Instant::now() + Duration::from_secs(10);
-        let mut child = Some(child);
-        loop {
-            if let Ok(conn) = TcpStream::connect(("127.0.0.1", port)) {
-                conn.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
-                return Some(Redis {
-                    child: child.take()?,
-                    conn,
-                    buf: BytesMut::new(),
-                    parser: ResponseParser::new(Limits::default()),
-                });
-            }
-            if Instant::now() > deadline {
-                let mut c = child.take()?;
-                let _ = c.kill();
-                let _ = c.wait();
-                return None;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    fn call(&mut self, args: &[Bytes]) -> Frame {
-        let mut out = BytesMut::new();
-        encode_command(args, &mut out);
-        self.conn.write_all(&out).expect("write to redis");
-        loop {
-            if let Some(frame) = self.parser.parse(&mut self.buf).expect("redis reply") {
-                return frame;
-            }
-            let mut chunk = [0u8; 16384];
-            let n = self.conn.read(&mut chunk).expect("read from redis");
-            assert!(n > 0, "redis closed the connection");
-            self.buf.extend_from_slice(&chunk[..n]);
-        }
-    }
-}
-
-struct Keyway {
-    engine: MemEngine,
-    ks: Keyspace,
-    limits: DbLimits,
-}
-
-impl Keyway {
-    fn new() -> Self {
-        Keyway {
-            engine: MemEngine::new(),
-            ks: Keyspace {
-                id: DEFAULT_KEYSPACE,
-                name: "default".into(),
-                routing: Routing::Hash,
-                replication_factor: 1,
-                min_in_sync: 1,
-            },
-            limits: DbLimits::default(),
-        }
-    }
-
-    fn call(&self, args: &[Bytes], proto: Protocol) -> Frame {
-        let frame = if args
-            .first()
-            .is_some_and(|a| a.eq_ignore_ascii_case(b"command"))
-        {
-            cmd::table::command_reply(&args[1..])
-        } else {
-            match cmd::parse(args) {
-                None => panic!("not a data command: {args:?}"),
-                Some(Err(f)) => f,
-                Some(Ok(c)) => {
-                    let mut db = Db::new(&self.engine, &self.ks, now_ms(), &self.limits);
-                    let reply = c.execute(&mut db).expect("storage");
-                    self.engine.apply(&db.into_mutations()).expect("apply");
-                    reply
-                }
-            }
-        };
-        // Round-trip through the wire format, as a client would see it.
-        let mut wire = BytesMut::new();
-        encode(&frame, proto, &mut wire);
-        ResponseParser::new(Limits::default())
-            .parse(&mut wire)
-            .expect("own reply parses")
-            .expect("complete")
-    }
-}
-
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
-}
-
-fn tokenize(line: &str) -> Vec<Bytes> {
-    let mut out = Vec::new();
-    let mut chars = line.chars().peekable();
-    while let Some(&c) = chars.peek() {
-        if c == ' ' {
-            chars.next();
-            continue;
-        }
-        let mut tok = String::new();
-        if c == '"' {
-            chars.next();
-            for c in chars.by_ref() {
-                if c == '"' {
-                    break;
-                }
-                tok.push(c);
-            }
-        } else {
-            while let Some(&c) = chars.peek() {
-                if c == ' ' {
-                    break;
-                }
-                tok.push(c);
-                chars.next();
-            }
-        }
-        out.push(Bytes::from(substitute(&tok)));
-    }
-    out
-}
-
-fn substitute(tok: &str) -> String {
-    for (prefix, base) in [("$NOWMS", now_ms()), ("$NOWS", now_ms() / 1000)] {
-        if let Some(rest) = tok.strip_prefix(prefix) {
-            let delta: i64 = if rest.is_empty() {
-                0
-            } else {
-                rest.parse().expect("offset")
-            };
-            return (base as i64 + delta).to_string();
-        }
-    }
-    tok.to_owned()
-}
+use bytes::Bytes;
+use diff::{Keyway, Redis, substitute, tokenize};
+use keyway_resp::{Frame, Protocol};
 
 const SCRIPTS: &[&str] = &[
     // GET / SET and its options
@@ -288,6 +108,34 @@ const INFO_NAMES: &[&str] = &[
     "asking",
     "scan",
     "dbsize",
+    "hset",
+    "hsetnx",
+    "hget",
+    "hmget",
+    "hmset",
+    "hdel",
+    "hlen",
+    "hstrlen",
+    "hexists",
+    "hkeys",
+    "hvals",
+    "hgetall",
+    "hincrby",
+    "hincrbyfloat",
+    "hrandfield",
+    "hscan",
+    "sadd",
+    "srem",
+    "scard",
+    "sismember",
+    "smismember",
+    "smembers",
+    "srandmember",
+    "spop",
+    "sinter",
+    "sunion",
+    "sdiff",
+    "sscan",
 ];
 
 #[test]

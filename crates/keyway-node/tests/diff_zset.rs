@@ -1,4 +1,5 @@
-//! Differential test of the sorted-set commands against a real Redis 7.
+//! Differential test of the sorted-set commands against a real Redis 7, on
+//! the shared harness (`tests/diff/`).
 //!
 //! proptest generates random sequences of sorted-set commands over a handful
 //! of keys in one hash tag (small member alphabet; scores from a small set
@@ -7,173 +8,21 @@
 //! `redis-server` and on `keyway_node::cmd` over a `MemEngine`, and requires
 //! identical replies (after a RESP2 round trip) and identical final state
 //! (`TYPE` and `ZRANGE k 0 -1 WITHSCORES` of every key). ZRANDMEMBER's
-//! replies are random: only their shape and membership are compared. On a
-//! mismatch proptest shrinks the sequence and the test prints the smallest
-//! failing one.
+//! replies are random: only their shape is compared. On a mismatch proptest
+//! shrinks the sequence and the test prints the smallest failing one.
 //!
-//! Default: 300 cases of 1 to 80 operations (about 12,000 operations,
-//! counted and printed); `KEYWAY_DIFF_LONG=1` runs 4,000 cases of up to 100. `KEYWAY_DIFF_SEED=<n>`
-//! changes the seed. Skipped, with a note on stderr, when `redis-server` is
-//! not installed.
+//! Default: 300 cases of 1 to 80 commands (about 12,000, counted, at least
+//! 10,000 required); `KEYWAY_DIFF_LONG=1` runs ten times as many cases.
+//! Also: the sorted-set rows of the command table (`COMMAND INFO` in RESP3,
+//! `COMMAND DOCS`, `COMMAND GETKEYS`) against Redis's.
 
-use std::cell::RefCell;
-use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+mod diff;
 
-use bytes::{Bytes, BytesMut};
-use keyway_map::{DEFAULT_KEYSPACE, Keyspace, Routing};
+use bytes::Bytes;
+use diff::{Compare, Family, Keyway, Redis, args, cases, run_family};
 use keyway_node::cmd;
-use keyway_node::db::{Db, DbLimits};
-use keyway_resp::{Frame, Limits, Protocol, ResponseParser, encode, encode_command};
-use keyway_storage::{Engine, MemEngine};
+use keyway_resp::{Frame, Protocol};
 use proptest::prelude::*;
-use proptest::test_runner::{Config, RngAlgorithm, TestCaseError, TestError, TestRng, TestRunner};
-
-struct Redis {
-    child: Child,
-    conn: TcpStream,
-    buf: BytesMut,
-    parser: ResponseParser,
-}
-
-impl Drop for Redis {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Redis {
-    fn start() -> Option<Redis> {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .ok()?
-            .local_addr()
-            .ok()?
-            .port();
-        let child = Command::new("redis-server")
-            .args([
-                "--port",
-                &port.to_string(),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-            ])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .ok()?;
-        let deadline = Instant::now() + Duration::from_secs(10);
-        let mut child = Some(child);
-        loop {
-            if let Ok(conn) = TcpStream::connect(("127.0.0.1", port)) {
-                conn.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
-                return Some(Redis {
-                    child: child.take()?,
-                    conn,
-                    buf: BytesMut::new(),
-                    parser: ResponseParser::new(Limits::default()),
-                });
-            }
-            if Instant::now() > deadline {
-                let mut c = child.take()?;
-                let _ = c.kill();
-                let _ = c.wait();
-                return None;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    fn call(&mut self, args: &[Bytes]) -> Frame {
-        let mut out = BytesMut::new();
-        encode_command(args, &mut out);
-        self.conn.write_all(&out).expect("write to redis");
-        loop {
-            if let Some(frame) = self.parser.parse(&mut self.buf).expect("redis reply") {
-                return frame;
-            }
-            let mut chunk = [0u8; 16384];
-            let n = self.conn.read(&mut chunk).expect("read from redis");
-            assert!(n > 0, "redis closed the connection");
-            self.buf.extend_from_slice(&chunk[..n]);
-        }
-    }
-}
-
-struct Keyway {
-    engine: MemEngine,
-    ks: Keyspace,
-    limits: DbLimits,
-}
-
-impl Keyway {
-    fn new() -> Self {
-        Keyway {
-            engine: MemEngine::new(),
-            ks: Keyspace {
-                id: DEFAULT_KEYSPACE,
-                name: "default".into(),
-                routing: Routing::Hash,
-                replication_factor: 1,
-                min_in_sync: 1,
-            },
-            limits: DbLimits::default(),
-        }
-    }
-
-    fn call(&self, args: &[Bytes]) -> Frame {
-        self.call_proto(args, Protocol::Resp2)
-    }
-
-    fn call_proto(&self, args: &[Bytes], proto: Protocol) -> Frame {
-        if args
-            .first()
-            .is_some_and(|a| a.eq_ignore_ascii_case(b"command"))
-        {
-            return round_trip(&cmd::table::command_reply(&args[1..]), proto);
-        }
-        let frame = match cmd::parse(args) {
-            None => panic!("not a data command: {args:?}"),
-            Some(Err(f)) => f,
-            Some(Ok(c)) => {
-                let keys = c.keys();
-                if let Some(first) = keys.first() {
-                    let slot = keyway_map::key_hash_slot(first);
-                    assert!(
-                        keys.iter().all(|k| keyway_map::key_hash_slot(k) == slot),
-                        "keys of {args:?} span slots"
-                    );
-                }
-                let mut db = Db::new(&self.engine, &self.ks, now_ms(), &self.limits);
-                let reply = c.execute(&mut db).expect("storage");
-                self.engine.apply(&db.into_mutations()).expect("apply");
-                reply
-            }
-        };
-        round_trip(&frame, proto)
-    }
-}
-
-/// `frame` as a client reading `proto` sees it.
-fn round_trip(frame: &Frame, proto: Protocol) -> Frame {
-    let mut wire = BytesMut::new();
-    encode(frame, proto, &mut wire);
-    ResponseParser::new(Limits::default())
-        .parse(&mut wire)
-        .expect("own reply parses")
-        .expect("complete")
-}
-
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
-}
 
 /// The last one also gets members of score 0 only (for lex ranges).
 const KEYS: &[&str] = &["{z}a", "{z}b", "{z}c", "{z}l"];
@@ -443,131 +292,35 @@ fn ends(lo: String, hi: String, rev: bool) -> [String; 2] {
     if rev { [hi, lo] } else { [lo, hi] }
 }
 
-fn to_args(parts: &[String]) -> Vec<Bytes> {
-    parts
-        .iter()
-        .map(|s| Bytes::copy_from_slice(s.as_bytes()))
-        .collect()
-}
-
-/// ZRANDMEMBER: equal shapes (null, bulk, array length) only.
-fn same_shape(a: &Frame, b: &Frame) -> bool {
-    match (a, b) {
-        (Frame::Array(x), Frame::Array(y)) => x.len() == y.len(),
-        (Frame::Bulk(_), Frame::Bulk(_)) => true,
-        (x, y) => x == y,
-    }
-}
-
-/// ZRANDMEMBER's members all exist in the key on Keyway (scores match when given).
-fn members_exist(ours: &Keyway, key: &str, reply: &Frame, withscores: bool) -> bool {
-    let check = |m: &Frame, s: Option<&Frame>| {
-        let Frame::Bulk(m) = m else { return false };
-        let score = ours.call(&[
-            Bytes::from_static(b"ZSCORE"),
-            Bytes::copy_from_slice(key.as_bytes()),
-            m.clone(),
-        ]);
-        score != Frame::Null && s.is_none_or(|s| *s == score)
-    };
-    match reply {
-        Frame::Array(items) if withscores => items.chunks(2).all(|p| check(&p[0], p.get(1))),
-        Frame::Array(items) => items.iter().all(|m| check(m, None)),
-        Frame::Bulk(_) => check(reply, None),
-        _ => true,
-    }
-}
-
-fn run_case(redis: &mut Redis, ops: &[Vec<String>]) -> Result<(), TestCaseError> {
-    redis.call(&[Bytes::from_static(b"FLUSHALL")]);
-    let ours = Keyway::new();
-    for (i, op) in ops.iter().enumerate() {
-        let args = to_args(op);
-        let expected = redis.call(&args);
-        let got = ours.call(&args);
-        let random = op[0] == "ZRANDMEMBER";
-        let ok = if random {
-            same_shape(&expected, &got)
-                && members_exist(
-                    &ours,
-                    &op[1],
-                    &got,
-                    op.last().is_some_and(|o| o == "WITHSCORES"),
-                )
-        } else {
-            expected == got
-        };
-        if !ok {
-            return Err(TestCaseError::fail(format!(
-                "op {i}: {}\n  redis:  {expected:?}\n  keyway: {got:?}",
-                op.join(" ")
-            )));
-        }
-    }
-    for key in KEYS.iter().chain([&STRING_KEY]) {
-        for probe in [
-            vec!["TYPE", key],
-            vec!["ZRANGE", key, "0", "-1", "WITHSCORES"],
-        ] {
-            let args: Vec<Bytes> = probe
-                .iter()
-                .map(|s| Bytes::copy_from_slice(s.as_bytes()))
-                .collect();
-            let (expected, got) = (redis.call(&args), ours.call(&args));
-            if expected != got {
-                return Err(TestCaseError::fail(format!(
-                    "final state: {}\n  redis:  {expected:?}\n  keyway: {got:?}",
-                    probe.join(" ")
-                )));
-            }
-        }
-    }
-    Ok(())
-}
-
 #[test]
 fn random_zset_commands_match_redis_7() {
-    let Some(redis) = Redis::start() else {
-        eprintln!("diff_zset: redis-server not available, skipped");
-        return;
+    let mut keys: Vec<&str> = KEYS.to_vec();
+    keys.push(STRING_KEY);
+    let family = Family {
+        name: "diff_zset",
+        keys: &keys,
+        compare: &|cmd: &[Bytes]| {
+            if cmd[0].eq_ignore_ascii_case(b"zrandmember") {
+                Compare::Shape
+            } else {
+                Compare::Exact
+            }
+        },
+        state: &|key: &str| vec![args(&["ZRANGE", key, "0", "-1", "WITHSCORES"])],
     };
-    let long = std::env::var("KEYWAY_DIFF_LONG").is_ok_and(|v| v == "1");
-    let (cases, ops_per_case) = if long { (4000, 100) } else { (300, 80) };
-    let seed: u64 = std::env::var("KEYWAY_DIFF_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0x5eed_2a5e_7000_0014);
-    let mut seed_bytes = [0u8; 32];
-    for (i, chunk) in seed_bytes.chunks_mut(8).enumerate() {
-        chunk.copy_from_slice(&(seed.wrapping_add(i as u64)).to_le_bytes());
-    }
-    let config = Config {
-        cases,
-        failure_persistence: None,
-        max_shrink_iters: 2000,
-        ..Config::default()
-    };
-    let mut runner = TestRunner::new_with_rng(
-        config,
-        TestRng::from_seed(RngAlgorithm::ChaCha, &seed_bytes),
+    let strategy = prop::collection::vec(
+        op().prop_map(|parts| {
+            parts
+                .into_iter()
+                .map(|p| Bytes::copy_from_slice(p.as_bytes()))
+                .collect::<Vec<Bytes>>()
+        }),
+        1..=80,
     );
-    let redis = RefCell::new(redis);
-    let total = RefCell::new(0usize);
-    let strategy = prop::collection::vec(op(), 1..=ops_per_case);
-    let result = runner.run(&strategy, |ops| {
-        *total.borrow_mut() += ops.len();
-        run_case(&mut redis.borrow_mut(), &ops)
-    });
-    match result {
-        Ok(()) => eprintln!("diff_zset: {} operations matched Redis", total.borrow()),
-        Err(TestError::Fail(reason, ops)) => {
-            let script: Vec<String> = ops.iter().map(|o| o.join(" ")).collect();
-            panic!(
-                "mismatch: {reason}\nsmallest failing sequence:\n{}",
-                script.join("\n")
-            );
-        }
-        Err(e) => panic!("{e}"),
+    let cases = cases(300);
+    if let Some(ops) = run_family(&family, strategy, cases) {
+        eprintln!("diff_zset: {ops} commands matched Redis in {cases} sequences");
+        assert!(ops >= 10_000 || cases < 300, "only {ops} commands ran");
     }
 }
 
@@ -579,7 +332,7 @@ fn zset_command_table_matches_redis_7() {
         eprintln!("diff_zset: redis-server not available, skipped");
         return;
     };
-    let version = redis.call(&[Bytes::from_static(b"INFO"), Bytes::from_static(b"server")]);
+    let version = redis.call(&args(&["INFO", "server"]));
     if !version
         .as_bytes()
         .is_some_and(|t| String::from_utf8_lossy(t).contains("redis_version:7.0."))
@@ -587,22 +340,40 @@ fn zset_command_table_matches_redis_7() {
         eprintln!("diff_zset: not Redis 7.0, command table not compared");
         return;
     }
-    redis.call(&[Bytes::from_static(b"HELLO"), Bytes::from_static(b"3")]);
     let ours = Keyway::new();
-    let names: Vec<&str> = cmd::table::COMMANDS
+    let mut failures = Vec::new();
+    for getkeys in [
+        "command getkeys zunionstore d 2 a b weights 1 2",
+        "command getkeysandflags zunionstore d 2 a b",
+        "command getkeysandflags zrangestore d s 0 -1",
+        "command getkeys zunion 2 a b withscores",
+        "command getkeys zmpop 2 a b min",
+        "command getkeys zintercard 3 a b",
+        "command getkeys zdiffstore d 0 a",
+        "command getkeysandflags zadd k 1 m",
+    ] {
+        let a = diff::tokenize(getkeys);
+        let (expected, got) = (redis.call(&a), ours.call(&a, Protocol::Resp2));
+        if expected != got {
+            failures.push(format!(
+                "{getkeys}\n  redis:  {expected:?}\n  keyway: {got:?}"
+            ));
+        }
+    }
+    redis.call(&args(&["HELLO", "3"]));
+    let names: Vec<&str> = cmd::table::commands()
         .iter()
         .filter(|c| c.group == "sorted-set")
         .map(|c| c.name)
         .collect();
     assert!(names.len() >= 32, "{names:?}");
-    let mut failures = Vec::new();
     for name in &names {
         let info = [
             Bytes::from_static(b"COMMAND"),
             Bytes::from_static(b"INFO"),
             Bytes::copy_from_slice(name.as_bytes()),
         ];
-        let (expected, got) = (redis.call(&info), ours.call_proto(&info, Protocol::Resp3));
+        let (expected, got) = (redis.call(&info), ours.call(&info, Protocol::Resp3));
         if expected != got {
             failures.push(format!(
                 "COMMAND INFO {name}\n  redis:  {expected:?}\n  keyway: {got:?}"
@@ -614,7 +385,7 @@ fn zset_command_table_matches_redis_7() {
             Bytes::copy_from_slice(name.as_bytes()),
         ];
         let (Frame::Map(expected), Frame::Map(got)) =
-            (redis.call(&docs), ours.call_proto(&docs, Protocol::Resp3))
+            (redis.call(&docs), ours.call(&docs, Protocol::Resp3))
         else {
             failures.push(format!("COMMAND DOCS {name}: not maps"));
             continue;

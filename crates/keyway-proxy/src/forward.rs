@@ -321,7 +321,7 @@ mod tests {
     /// the `write` flag is retry-safe, and every listed read is such a command.
     #[test]
     fn the_shared_reads_are_the_node_tables_reads() {
-        let table = keyway_node::cmd::table::COMMANDS;
+        let table = keyway_node::cmd::table::commands();
         for spec in table.iter().filter(|c| c.family.is_some() && !c.is_write()) {
             assert!(
                 keyway_resp::READ_COMMANDS.contains(&spec.name),

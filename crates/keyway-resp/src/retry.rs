@@ -27,6 +27,28 @@ pub const READ_COMMANDS: &[&str] = &[
     "pttl",
     "expiretime",
     "pexpiretime",
+    // hashes
+    "hget",
+    "hmget",
+    "hlen",
+    "hstrlen",
+    "hexists",
+    "hkeys",
+    "hvals",
+    "hgetall",
+    "hrandfield",
+    "hscan",
+    // sets
+    "scard",
+    "sismember",
+    "smismember",
+    "smembers",
+    "srandmember",
+    "sinter",
+    "sintercard",
+    "sunion",
+    "sdiff",
+    "sscan",
 ];
 
 /// Whether `args` may be sent again after a first run whose reply was

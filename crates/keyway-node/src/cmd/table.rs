@@ -33,32 +33,18 @@ pub enum Family {
     Keys,
     /// `cmd/expire.rs`.
     Expire,
+    /// `cmd/hash.rs`.
+    Hash,
+    /// `cmd/set.rs`.
+    Set,
+    /// `cmd/bits.rs`.
+    Bits,
+    /// `cmd/keyspace.rs` (with `lcs.rs`, `sort.rs`).
+    Keyspace,
+    /// `cmd/list.rs`.
+    List,
     /// `cmd/zset/`.
     ZSet,
-}
-
-/// A key spec given explicitly (commands with several specs or a key
-/// count); most commands derive their one spec from first/last/step.
-#[derive(Debug)]
-pub struct KeySpec {
-    /// Key flags (`RO`, `access`, ...).
-    pub flags: &'static [&'static str],
-    /// `begin_search` index.
-    pub index: i64,
-    pub find: FindKeys,
-}
-
-/// A key spec's `find_keys`.
-#[derive(Debug)]
-pub enum FindKeys {
-    /// `range` (`limit` 0).
-    Range { lastkey: i64, keystep: i64 },
-    /// `keynum`: the key count at `keynumidx`, keys from `firstkey`.
-    KeyNum {
-        keynumidx: i64,
-        firstkey: i64,
-        keystep: i64,
-    },
 }
 
 /// One command as Redis 7 describes it.
@@ -84,6 +70,14 @@ pub struct CommandSpec {
     pub key_spec_flags: &'static [&'static str],
     /// Notes of the key spec.
     pub key_spec_notes: Option<&'static str>,
+    /// Flags of a second key spec, for the one key at `first_key + 1`
+    /// (RENAME's and COPY's destination); empty = none. With it, the first
+    /// spec covers only the key at `first_key`.
+    pub second_key_spec: &'static [&'static str],
+    /// For commands whose keys follow a `numkeys` argument (LMPOP, BLMPOP):
+    /// the index of `numkeys` (the key spec's `begin_search` index, with a
+    /// `keynum` `find_keys`); 0 = keys by first/last/step.
+    pub keynum_index: i64,
     /// `COMMAND DOCS` group.
     pub group: &'static str,
     /// Redis version that introduced the command.
@@ -96,11 +90,9 @@ pub struct CommandSpec {
     pub deprecated: Option<(&'static str, &'static str)>,
     /// The data-command family, `None` for connection, server and cluster commands.
     pub family: Option<Family>,
-    /// Explicit key specs; empty = the one derived from first/last/step.
-    pub key_specs: &'static [KeySpec],
 }
 
-type Strs = &'static [&'static str];
+pub(super) type Strs = &'static [&'static str];
 
 const R_FAST: Strs = &["readonly", "fast"];
 const W_DENY: Strs = &["write", "denyoom"];
@@ -130,10 +122,13 @@ const RW_UPDATE: Strs = &["RW", "update"];
 const OW_UPDATE: Strs = &["OW", "update"];
 const OW_INSERT: Strs = &["OW", "insert"];
 const RM_DELETE: Strs = &["RM", "delete"];
+const RW_ACCESS_DELETE: Strs = &["RW", "access", "delete"];
+const KS_WRITE_SLOW: Strs = &["@keyspace", "@write", "@slow"];
+const SORT_COMPLEXITY: &str = "O(N+M*log(M)) where N is the number of elements in the list or set to sort, and M the number of returned elements. When the elements are not sorted, complexity is O(N).";
 
 /// A one-key data command of `group`.
 #[allow(clippy::too_many_arguments)] // one table column per argument
-const fn data(
+pub(super) const fn data(
     group: &'static str,
     family: Family,
     name: &'static str,
@@ -155,18 +150,19 @@ const fn data(
         tips: &[],
         key_spec_flags: key_spec,
         key_spec_notes: None,
+        second_key_spec: &[],
+        keynum_index: 0,
         group,
         since,
         summary,
         complexity: "O(1)",
         deprecated: None,
         family: Some(family),
-        key_specs: &[],
     }
 }
 
 /// A command without keys (connection, server, cluster).
-const fn nokey(
+pub(super) const fn nokey(
     group: &'static str,
     name: &'static str,
     arity: i64,
@@ -186,13 +182,14 @@ const fn nokey(
         tips: &[],
         key_spec_flags: &[],
         key_spec_notes: None,
+        second_key_spec: &[],
+        keynum_index: 0,
         group,
         since,
         summary,
         complexity: "O(1)",
         deprecated: None,
         family: None,
-        key_specs: &[],
     }
 }
 
@@ -237,28 +234,6 @@ const fn counter(
     )
 }
 
-const fn zset(
-    name: &'static str,
-    arity: i64,
-    flags: Strs,
-    acl: Strs,
-    ks: Strs,
-    since: &'static str,
-    summary: &'static str,
-) -> CommandSpec {
-    data(
-        "sorted-set",
-        Family::ZSet,
-        name,
-        arity,
-        flags,
-        acl,
-        ks,
-        since,
-        summary,
-    )
-}
-
 #[allow(clippy::too_many_arguments)] // one table column per argument
 const fn generic(
     family: Family,
@@ -277,51 +252,116 @@ const fn generic(
 
 impl CommandSpec {
     /// Keys from `first_key` to the end, every `step` arguments.
-    const fn keys_to_end(mut self, step: i64) -> Self {
+    pub(super) const fn keys_to_end(mut self, step: i64) -> Self {
         self.last_key = -1;
         self.step = step;
         self
     }
 
-    const fn tips(mut self, tips: Strs) -> Self {
-        self.tips = tips;
-        self
-    }
-
-    const fn complexity(mut self, complexity: &'static str) -> Self {
-        self.complexity = complexity;
-        self
-    }
-
-    const fn notes(mut self, notes: &'static str) -> Self {
-        self.key_spec_notes = Some(notes);
-        self
-    }
-
-    const fn deprecated(mut self, since: &'static str, replaced_by: &'static str) -> Self {
-        self.deprecated = Some((since, replaced_by));
-        self
-    }
-
-    /// The legacy first/last/step key range.
-    const fn key_range(mut self, first: i64, last: i64, step: i64) -> Self {
+    /// Keys at `first..=last` (negative `last` = from the end) every `step`.
+    pub(super) const fn key_range(mut self, first: i64, last: i64, step: i64) -> Self {
         self.first_key = first;
         self.last_key = last;
         self.step = step;
         self
     }
 
-    const fn key_specs(mut self, specs: &'static [KeySpec]) -> Self {
-        self.key_specs = specs;
+    pub(super) const fn tips(mut self, tips: Strs) -> Self {
+        self.tips = tips;
+        self
+    }
+
+    pub(super) const fn complexity(mut self, complexity: &'static str) -> Self {
+        self.complexity = complexity;
+        self
+    }
+
+    pub(super) const fn notes(mut self, notes: &'static str) -> Self {
+        self.key_spec_notes = Some(notes);
+        self
+    }
+
+    /// Keys at `first..=last` every `step` (`last` negative = from the end),
+    /// with the key spec `flags`, on a command without a data family
+    /// (`WATCH`, `MEMORY USAGE`).
+    pub(super) const fn with_keys(mut self, first: i64, last: i64, step: i64, flags: Strs) -> Self {
+        self.first_key = first;
+        self.last_key = last;
+        self.step = step;
+        self.key_spec_flags = flags;
+        self
+    }
+
+    /// A second key spec with `flags` for the key after `first_key`.
+    pub(super) const fn second_key(mut self, flags: Strs) -> Self {
+        self.last_key = self.first_key + 1;
+        self.second_key_spec = flags;
+        self
+    }
+
+    /// A data command whose keys `COMMAND INFO` does not list (a container:
+    /// OBJECT's key follows its subcommand).
+    pub(super) const fn family(mut self, family: Family) -> Self {
+        self.family = Some(family);
+        self
+    }
+
+    /// The last key at `last` (a fixed number of keys).
+    pub(super) const fn last_key_at(mut self, last: i64) -> Self {
+        self.last_key = last;
+        self
+    }
+
+    /// A destination key at `first_key` (the first key spec) and then keys
+    /// after a `numkeys` argument at `index`, with the key spec `flags`
+    /// (ZUNIONSTORE and its kind: Redis's legacy range covers the destination only).
+    pub(super) const fn dest_then_keynum(mut self, index: i64, flags: Strs) -> Self {
+        self.keynum_index = index;
+        self.second_key_spec = flags;
+        self
+    }
+
+    /// Keys after a `numkeys` argument at `index` (movable keys).
+    pub(super) const fn keynum(mut self, index: i64) -> Self {
+        self.first_key = 0;
+        self.last_key = 0;
+        self.step = 0;
+        self.keynum_index = index;
+        self
+    }
+
+    pub(super) const fn deprecated(
+        mut self,
+        since: &'static str,
+        replaced_by: &'static str,
+    ) -> Self {
+        self.deprecated = Some((since, replaced_by));
         self
     }
 }
 
-use Family::{Expire as E, Keys as K};
+use Family::{Expire as E, Keys as K, Keyspace as KS};
 
-/// Every command a Keyway node answers.
+/// The tables of every family: one static slice per `cmd/` family file
+/// (a family adds its table here, nowhere else).
+static TABLES: &[&[CommandSpec]] = &[
+    CORE_COMMANDS,
+    super::hash_table::HASH_COMMANDS,
+    super::set_table::SET_COMMANDS,
+    super::list_table::LIST_COMMANDS,
+    super::zset_table::ZSET_COMMANDS,
+    super::server_table::SERVER_COMMANDS,
+];
+
+/// Every command a Keyway node answers, in table order.
+pub fn commands() -> &'static [&'static CommandSpec] {
+    static ALL: std::sync::OnceLock<Vec<&'static CommandSpec>> = std::sync::OnceLock::new();
+    ALL.get_or_init(|| TABLES.iter().flat_map(|t| t.iter()).collect())
+}
+
+/// The connection, server, cluster, string, counter, key and expire commands.
 #[rustfmt::skip]
-pub static COMMANDS: &[CommandSpec] = &[
+pub static CORE_COMMANDS: &[CommandSpec] = &[
     // --- strings ---
     string("get", 2, R_FAST, READ_STR_FAST, RO_ACCESS, "1.0.0", "Get the value of a key"),
     string("set", -3, W_DENY, WRITE_STR_SLOW, &["RW", "access", "update", "variable_flags"], "1.0.0", "Set the string value of a key")
@@ -377,69 +417,34 @@ pub static COMMANDS: &[CommandSpec] = &[
     generic(E, "expiretime", 2, R_FAST, KS_READ_FAST, RO_ACCESS, "7.0.0", "Get the expiration Unix timestamp for a key"),
     generic(E, "pexpiretime", 2, R_FAST, KS_READ_FAST, RO_ACCESS, "7.0.0", "Get the expiration Unix timestamp for a key in milliseconds"),
     generic(E, "persist", 2, W_FAST, KS_WRITE_FAST, RW_UPDATE, "2.2.0", "Remove the expiration from a key"),
-    // --- sorted sets ---
-    zset("zadd", -4, &["write", "denyoom", "fast"], &["@write", "@sortedset", "@fast"], &["RW", "update"], "1.2.0", "Add one or more members to a sorted set, or update its score if it already exists")
-        .complexity("O(log(N)) for each item added, where N is the number of elements in the sorted set."),
-    zset("zincrby", 4, &["write", "denyoom", "fast"], &["@write", "@sortedset", "@fast"], &["RW", "access", "update"], "1.2.0", "Increment the score of a member in a sorted set")
-        .complexity("O(log(N)) where N is the number of elements in the sorted set."),
-    zset("zrem", -3, &["write", "fast"], &["@write", "@sortedset", "@fast"], &["RW", "delete"], "1.2.0", "Remove one or more members from a sorted set")
-        .complexity("O(M*log(N)) with N being the number of elements in the sorted set and M the number of elements to be removed."),
-    zset("zcard", 2, &["readonly", "fast"], &["@read", "@sortedset", "@fast"], &["RO"], "1.2.0", "Get the number of members in a sorted set"),
-    zset("zcount", 4, &["readonly", "fast"], &["@read", "@sortedset", "@fast"], &["RO", "access"], "2.0.0", "Count the members in a sorted set with scores within the given values")
-        .complexity("O(log(N)) with N being the number of elements in the sorted set."),
-    zset("zlexcount", 4, &["readonly", "fast"], &["@read", "@sortedset", "@fast"], &["RO", "access"], "2.8.9", "Count the number of members in a sorted set between a given lexicographical range")
-        .complexity("O(log(N)) with N being the number of elements in the sorted set."),
-    zset("zscore", 3, &["readonly", "fast"], &["@read", "@sortedset", "@fast"], &["RO", "access"], "1.2.0", "Get the score associated with the given member in a sorted set"),
-    zset("zmscore", -3, &["readonly", "fast"], &["@read", "@sortedset", "@fast"], &["RO", "access"], "6.2.0", "Get the score associated with the given members in a sorted set")
-        .complexity("O(N) where N is the number of members being requested."),
-    zset("zrank", 3, &["readonly", "fast"], &["@read", "@sortedset", "@fast"], &["RO", "access"], "2.0.0", "Determine the index of a member in a sorted set")
-        .complexity("O(log(N))"),
-    zset("zrevrank", 3, &["readonly", "fast"], &["@read", "@sortedset", "@fast"], &["RO", "access"], "2.0.0", "Determine the index of a member in a sorted set, with scores ordered from high to low")
-        .complexity("O(log(N))"),
-    zset("zrange", -4, &["readonly"], &["@read", "@sortedset", "@slow"], &["RO", "access"], "1.2.0", "Return a range of members in a sorted set")
-        .complexity("O(log(N)+M) with N being the number of elements in the sorted set and M the number of elements returned."),
-    zset("zrangebyscore", -4, &["readonly"], &["@read", "@sortedset", "@slow"], &["RO", "access"], "1.0.5", "Return a range of members in a sorted set, by score")
-        .complexity("O(log(N)+M) with N being the number of elements in the sorted set and M the number of elements being returned. If M is constant (e.g. always asking for the first 10 elements with LIMIT), you can consider it O(log(N)).").deprecated("6.2.0", "`ZRANGE` with the `BYSCORE` argument"),
-    zset("zrevrangebyscore", -4, &["readonly"], &["@read", "@sortedset", "@slow"], &["RO", "access"], "2.2.0", "Return a range of members in a sorted set, by score, with scores ordered from high to low")
-        .complexity("O(log(N)+M) with N being the number of elements in the sorted set and M the number of elements being returned. If M is constant (e.g. always asking for the first 10 elements with LIMIT), you can consider it O(log(N)).").deprecated("6.2.0", "`ZRANGE` with the `REV` and `BYSCORE` arguments"),
-    zset("zrangebylex", -4, &["readonly"], &["@read", "@sortedset", "@slow"], &["RO", "access"], "2.8.9", "Return a range of members in a sorted set, by lexicographical range")
-        .complexity("O(log(N)+M) with N being the number of elements in the sorted set and M the number of elements being returned. If M is constant (e.g. always asking for the first 10 elements with LIMIT), you can consider it O(log(N)).").deprecated("6.2.0", "`ZRANGE` with the `BYLEX` argument"),
-    zset("zrevrangebylex", -4, &["readonly"], &["@read", "@sortedset", "@slow"], &["RO", "access"], "2.8.9", "Return a range of members in a sorted set, by lexicographical range, ordered from higher to lower strings.")
-        .complexity("O(log(N)+M) with N being the number of elements in the sorted set and M the number of elements being returned. If M is constant (e.g. always asking for the first 10 elements with LIMIT), you can consider it O(log(N)).").deprecated("6.2.0", "`ZRANGE` with the `REV` and `BYLEX` arguments"),
-    zset("zrevrange", -4, &["readonly"], &["@read", "@sortedset", "@slow"], &["RO", "access"], "1.2.0", "Return a range of members in a sorted set, by index, with scores ordered from high to low")
-        .complexity("O(log(N)+M) with N being the number of elements in the sorted set and M the number of elements returned.").deprecated("6.2.0", "`ZRANGE` with the `REV` argument"),
-    zset("zrangestore", -5, &["write", "denyoom"], &["@write", "@sortedset", "@slow"], &["OW", "update"], "6.2.0", "Store a range of members from sorted set into another key")
-        .complexity("O(log(N)+M) with N being the number of elements in the sorted set and M the number of elements stored into the destination key.").key_range(1, 2, 1).key_specs(&[KeySpec { flags: &["OW", "update"], index: 1, find: FindKeys::Range { lastkey: 0, keystep: 1 } }, KeySpec { flags: &["RO", "access"], index: 2, find: FindKeys::Range { lastkey: 0, keystep: 1 } }]),
-    zset("zremrangebyrank", 4, &["write"], &["@write", "@sortedset", "@slow"], &["RW", "delete"], "2.0.0", "Remove all members in a sorted set within the given indexes")
-        .complexity("O(log(N)+M) with N being the number of elements in the sorted set and M the number of elements removed by the operation."),
-    zset("zremrangebyscore", 4, &["write"], &["@write", "@sortedset", "@slow"], &["RW", "delete"], "1.2.0", "Remove all members in a sorted set within the given scores")
-        .complexity("O(log(N)+M) with N being the number of elements in the sorted set and M the number of elements removed by the operation."),
-    zset("zremrangebylex", 4, &["write"], &["@write", "@sortedset", "@slow"], &["RW", "delete"], "2.8.9", "Remove all members in a sorted set between the given lexicographical range")
-        .complexity("O(log(N)+M) with N being the number of elements in the sorted set and M the number of elements removed by the operation."),
-    zset("zpopmin", -2, &["write", "fast"], &["@write", "@sortedset", "@fast"], &["RW", "access", "delete"], "5.0.0", "Remove and return members with the lowest scores in a sorted set")
-        .complexity("O(log(N)*M) with N being the number of elements in the sorted set, and M being the number of elements popped."),
-    zset("zpopmax", -2, &["write", "fast"], &["@write", "@sortedset", "@fast"], &["RW", "access", "delete"], "5.0.0", "Remove and return members with the highest scores in a sorted set")
-        .complexity("O(log(N)*M) with N being the number of elements in the sorted set, and M being the number of elements popped."),
-    zset("zmpop", -4, &["write", "movablekeys"], &["@write", "@sortedset", "@slow"], &["RW", "access", "delete"], "7.0.0", "Remove and return members with scores in a sorted set")
-        .complexity("O(K) + O(M*log(N)) where K is the number of provided keys, N being the number of elements in the sorted set, and M being the number of elements popped.").key_range(0, 0, 0).key_specs(&[KeySpec { flags: &["RW", "access", "delete"], index: 1, find: FindKeys::KeyNum { keynumidx: 0, firstkey: 1, keystep: 1 } }]),
-    zset("zrandmember", -2, &["readonly"], &["@read", "@sortedset", "@slow"], &["RO", "access"], "6.2.0", "Get one or multiple random elements from a sorted set")
-        .complexity("O(N) where N is the number of elements returned").tips(&["nondeterministic_output"]),
-    zset("zunion", -3, &["readonly", "movablekeys"], &["@read", "@sortedset", "@slow"], &["RO", "access"], "6.2.0", "Add multiple sorted sets")
-        .complexity("O(N)+O(M*log(M)) with N being the sum of the sizes of the input sorted sets, and M being the number of elements in the resulting sorted set.").key_range(0, 0, 0).key_specs(&[KeySpec { flags: &["RO", "access"], index: 1, find: FindKeys::KeyNum { keynumidx: 0, firstkey: 1, keystep: 1 } }]),
-    zset("zinter", -3, &["readonly", "movablekeys"], &["@read", "@sortedset", "@slow"], &["RO", "access"], "6.2.0", "Intersect multiple sorted sets")
-        .complexity("O(N*K)+O(M*log(M)) worst case with N being the smallest input sorted set, K being the number of input sorted sets and M being the number of elements in the resulting sorted set.").key_range(0, 0, 0).key_specs(&[KeySpec { flags: &["RO", "access"], index: 1, find: FindKeys::KeyNum { keynumidx: 0, firstkey: 1, keystep: 1 } }]),
-    zset("zdiff", -3, &["readonly", "movablekeys"], &["@read", "@sortedset", "@slow"], &["RO", "access"], "6.2.0", "Subtract multiple sorted sets")
-        .complexity("O(L + (N-K)log(N)) worst case where L is the total number of elements in all the sets, N is the size of the first set, and K is the size of the result set.").key_range(0, 0, 0).key_specs(&[KeySpec { flags: &["RO", "access"], index: 1, find: FindKeys::KeyNum { keynumidx: 0, firstkey: 1, keystep: 1 } }]),
-    zset("zunionstore", -4, &["write", "denyoom", "movablekeys"], &["@write", "@sortedset", "@slow"], &["OW", "update"], "2.0.0", "Add multiple sorted sets and store the resulting sorted set in a new key")
-        .complexity("O(N)+O(M log(M)) with N being the sum of the sizes of the input sorted sets, and M being the number of elements in the resulting sorted set.").key_range(1, 1, 1).key_specs(&[KeySpec { flags: &["OW", "update"], index: 1, find: FindKeys::Range { lastkey: 0, keystep: 1 } }, KeySpec { flags: &["RO", "access"], index: 2, find: FindKeys::KeyNum { keynumidx: 0, firstkey: 1, keystep: 1 } }]),
-    zset("zinterstore", -4, &["write", "denyoom", "movablekeys"], &["@write", "@sortedset", "@slow"], &["OW", "update"], "2.0.0", "Intersect multiple sorted sets and store the resulting sorted set in a new key")
-        .complexity("O(N*K)+O(M*log(M)) worst case with N being the smallest input sorted set, K being the number of input sorted sets and M being the number of elements in the resulting sorted set.").key_range(1, 1, 1).key_specs(&[KeySpec { flags: &["OW", "update"], index: 1, find: FindKeys::Range { lastkey: 0, keystep: 1 } }, KeySpec { flags: &["RO", "access"], index: 2, find: FindKeys::KeyNum { keynumidx: 0, firstkey: 1, keystep: 1 } }]),
-    zset("zdiffstore", -4, &["write", "denyoom", "movablekeys"], &["@write", "@sortedset", "@slow"], &["OW", "update"], "6.2.0", "Subtract multiple sorted sets and store the resulting sorted set in a new key")
-        .complexity("O(L + (N-K)log(N)) worst case where L is the total number of elements in all the sets, N is the size of the first set, and K is the size of the result set.").key_range(1, 1, 1).key_specs(&[KeySpec { flags: &["OW", "update"], index: 1, find: FindKeys::Range { lastkey: 0, keystep: 1 } }, KeySpec { flags: &["RO", "access"], index: 2, find: FindKeys::KeyNum { keynumidx: 0, firstkey: 1, keystep: 1 } }]),
-    zset("zintercard", -3, &["readonly", "movablekeys"], &["@read", "@sortedset", "@slow"], &["RO", "access"], "7.0.0", "Intersect multiple sorted sets and return the cardinality of the result")
-        .complexity("O(N*K) worst case with N being the smallest input sorted set, K being the number of input sorted sets.").key_range(0, 0, 0).key_specs(&[KeySpec { flags: &["RO", "access"], index: 1, find: FindKeys::KeyNum { keynumidx: 0, firstkey: 1, keystep: 1 } }]),
-    zset("zscan", -3, &["readonly"], &["@read", "@sortedset", "@slow"], &["RO", "access"], "2.8.0", "Incrementally iterate sorted sets elements and associated scores")
-        .complexity("O(1) for every call. O(N) for a complete iteration, including enough command calls for the cursor to return back to 0. N is the number of elements inside the collection..").tips(&["nondeterministic_output"]),
+    // --- bitmaps (cmd/bits.rs) ---
+    data("bitmap", Family::Bits, "setbit", 4, W_DENY, &["@write", "@bitmap", "@slow"], RW_ACCESS_UPDATE, "2.2.0", "Sets or clears the bit at offset in the string value stored at key"),
+    data("bitmap", Family::Bits, "getbit", 3, R_FAST, &["@read", "@bitmap", "@fast"], RO_ACCESS, "2.2.0", "Returns the bit value at offset in the string value stored at key"),
+    // --- keyspace (cmd/keyspace.rs) ---
+    generic(KS, "rename", 3, &["write"], KS_WRITE_SLOW, RW_ACCESS_DELETE, "1.0.0", "Rename a key")
+        .second_key(OW_UPDATE),
+    generic(KS, "renamenx", 3, W_FAST, KS_WRITE_FAST, RW_ACCESS_DELETE, "1.0.0", "Rename a key, only if the new key does not exist")
+        .second_key(OW_INSERT),
+    generic(KS, "copy", -3, W_DENY, KS_WRITE_SLOW, RO_ACCESS, "6.2.0", "Copy a key")
+        .second_key(OW_UPDATE).complexity("O(N) worst case for collections, where N is the number of nested items. O(1) for string values."),
+    generic(KS, "touch", -2, R_FAST, KS_READ_FAST, RO, "3.2.1", "Alters the last access time of a key(s). Returns the number of existing keys specified.")
+        .keys_to_end(1).tips(MULTI_SUM).complexity("O(N) where N is the number of keys that will be touched."),
+    data("string", KS, "lcs", -3, &["readonly"], &["@read", "@string", "@slow"], RO_ACCESS, "7.0.0", "Find longest common substring")
+        .last_key_at(2).complexity("O(N*M) where N and M are the lengths of s1 and s2, respectively"),
+    data("string", KS, "substr", 4, &["readonly"], &["@read", "@string", "@slow"], RO_ACCESS, "1.0.0", "Get a substring of the string stored at a key")
+        .deprecated("2.0.0", "`GETRANGE`")
+        .complexity("O(N) where N is the length of the returned string. The complexity is ultimately determined by the returned length, but because creating a substring from an existing string is very cheap, it can be considered O(1) for small strings."),
+    generic(KS, "sort", -2, &["write", "denyoom", "movablekeys"], &["@write", "@set", "@sortedset", "@list", "@slow", "@dangerous"], RO_ACCESS, "1.0.0", "Sort the elements in a list, set or sorted set")
+        .complexity(SORT_COMPLEXITY),
+    generic(KS, "sort_ro", -2, &["readonly", "movablekeys"], &["@read", "@set", "@sortedset", "@list", "@slow", "@dangerous"], RO_ACCESS, "7.0.0", "Sort the elements in a list, set or sorted set. Read-only variant of SORT.")
+        .complexity(SORT_COMPLEXITY),
+    nokey("generic", "object", -2, &[], &["@slow"], "2.2.3", "A container for object introspection commands")
+        .complexity("Depends on subcommand.").family(KS),
+    nokey("generic", "keys", 2, &["readonly"], &["@keyspace", "@read", "@slow", "@dangerous"], "1.0.0", "Find all keys matching the given pattern")
+        .tips(&["request_policy:all_shards", "nondeterministic_output_order"])
+        .complexity("O(N) with N being the number of keys in the database, under the assumption that the key names in the database and the given pattern have limited length."),
+    nokey("generic", "randomkey", 1, &["readonly"], &["@keyspace", "@read", "@slow"], "1.0.0", "Return a random key from the keyspace")
+        .tips(&["request_policy:all_shards", "nondeterministic_output"]),
     // --- connection, server and cluster commands (implemented by the node) ---
     nokey("connection", "ping", -1, &["fast"], FAST_CONN, "1.0.0", "Ping the server")
         .tips(&["request_policy:all_shards", "response_policy:all_succeeded"]),
@@ -459,6 +464,8 @@ pub static COMMANDS: &[CommandSpec] = &[
         .complexity("Depends on subcommand."),
     nokey("cluster", "readonly", 1, LOAD_STALE_FAST, FAST_CONN, "3.0.0", "Enables read queries for a connection to a cluster replica node"),
     nokey("cluster", "readwrite", 1, LOAD_STALE_FAST, FAST_CONN, "3.0.0", "Disables read queries for a connection to a cluster replica node"),
+    nokey("scripting", "function", -2, &[], &["@slow"], "7.0.0", "A container for function commands")
+        .complexity("Depends on subcommand."),
     nokey("cluster", "asking", 1, &["fast"], FAST_CONN, "3.0.0", "Sent by cluster clients after an -ASK redirect"),
     nokey("generic", "scan", -2, &["readonly"], &["@keyspace", "@read", "@slow"], "2.8.0", "Incrementally iterate the keys space")
         .tips(&["nondeterministic_output", "request_policy:special"])
@@ -469,8 +476,9 @@ pub static COMMANDS: &[CommandSpec] = &[
 
 /// The spec of `name` (any case), if the node knows the command.
 pub fn lookup(name: &[u8]) -> Option<&'static CommandSpec> {
-    COMMANDS
+    commands()
         .iter()
+        .copied()
         .find(|c| c.name.len() == name.len() && c.name.as_bytes().eq_ignore_ascii_case(name))
 }
 
@@ -486,7 +494,7 @@ impl CommandSpec {
     }
 
     /// Positions of the keys in a command of `argc` arguments, from
-    /// first/last/step (Redis's legacy key range).
+    /// first/last/step (Redis's legacy key range; empty for movable keys).
     pub fn key_positions(&self, argc: usize) -> Vec<usize> {
         let argc = argc as i64;
         if self.first_key <= 0 || self.step <= 0 {
@@ -504,15 +512,62 @@ impl CommandSpec {
             .collect()
     }
 
+    /// Positions of the keys in `args` (the name included), movable keys
+    /// too: after a `numkeys` argument, none if it is not a positive integer
+    /// or names more keys than there are arguments (as Redis's key
+    /// extraction gives up, and the command then replies its error).
+    pub fn key_positions_in(&self, args: &[Bytes]) -> Vec<usize> {
+        if self.keynum_index <= 0 {
+            return self.key_positions(args.len());
+        }
+        let at = self.keynum_index as usize;
+        let Some(n) = args.get(at).and_then(|a| super::parse_i64(a)) else {
+            return Vec::new();
+        };
+        if n <= 0 || n as u64 >= (args.len() - at) as u64 {
+            return Vec::new();
+        }
+        let dest = (self.first_key > 0).then_some(self.first_key as usize);
+        dest.into_iter().chain(at + 1..=at + n as usize).collect()
+    }
+
+    /// Whether the command has key arguments (a key spec).
+    pub fn has_keys(&self) -> bool {
+        !self.key_spec_flags.is_empty()
+    }
+
     /// This command's `COMMAND INFO` entry.
     pub fn info_frame(&self) -> Frame {
-        let key_specs = if !self.key_specs.is_empty() {
-            self.key_specs.iter().map(KeySpec::frame).collect()
-        } else if self.key_spec_flags.is_empty() {
-            Vec::new()
-        } else {
-            vec![self.key_spec_frame()]
-        };
+        let mut key_specs = Vec::new();
+        if self.keynum_index > 0 && self.first_key > 0 {
+            key_specs.push(range_spec_frame(
+                None,
+                self.key_spec_flags,
+                self.first_key,
+                0,
+                self.step,
+            ));
+            key_specs.push(self.keynum_spec_frame(self.second_key_spec));
+        } else if self.keynum_index > 0 {
+            key_specs.push(self.keynum_spec_frame(self.key_spec_flags));
+        } else if !self.second_key_spec.is_empty() {
+            key_specs.push(range_spec_frame(
+                None,
+                self.key_spec_flags,
+                self.first_key,
+                0,
+                self.step,
+            ));
+            key_specs.push(range_spec_frame(
+                None,
+                self.second_key_spec,
+                self.first_key + 1,
+                0,
+                self.step,
+            ));
+        } else if !self.key_spec_flags.is_empty() {
+            key_specs.push(self.key_spec_frame());
+        }
         Frame::Array(vec![
             Frame::bulk(self.name),
             Frame::Integer(self.arity),
@@ -528,41 +583,39 @@ impl CommandSpec {
     }
 
     fn key_spec_frame(&self) -> Frame {
-        let mut map = Vec::new();
-        if let Some(notes) = self.key_spec_notes {
-            map.push((Frame::bulk("notes"), Frame::bulk(notes)));
-        }
         let lastkey = if self.last_key < 0 {
             self.last_key
         } else {
             self.last_key - self.first_key
         };
-        map.push((Frame::bulk("flags"), simple_set(self.key_spec_flags)));
-        map.push((
-            Frame::bulk("begin_search"),
-            Frame::Map(vec![
-                (Frame::bulk("type"), Frame::bulk("index")),
-                (
-                    Frame::bulk("spec"),
-                    Frame::Map(vec![(Frame::bulk("index"), Frame::Integer(self.first_key))]),
-                ),
-            ]),
-        ));
-        map.push((
-            Frame::bulk("find_keys"),
-            Frame::Map(vec![
-                (Frame::bulk("type"), Frame::bulk("range")),
-                (
-                    Frame::bulk("spec"),
-                    Frame::Map(vec![
-                        (Frame::bulk("lastkey"), Frame::Integer(lastkey)),
-                        (Frame::bulk("keystep"), Frame::Integer(self.step)),
-                        (Frame::bulk("limit"), Frame::Integer(0)),
-                    ]),
-                ),
-            ]),
-        ));
-        Frame::Map(map)
+        range_spec_frame(
+            self.key_spec_notes,
+            self.key_spec_flags,
+            self.first_key,
+            lastkey,
+            self.step,
+        )
+    }
+
+    fn keynum_spec_frame(&self, flags: Strs) -> Frame {
+        Frame::Map(vec![
+            (Frame::bulk("flags"), simple_set(flags)),
+            begin_search(self.keynum_index),
+            (
+                Frame::bulk("find_keys"),
+                Frame::Map(vec![
+                    (Frame::bulk("type"), Frame::bulk("keynum")),
+                    (
+                        Frame::bulk("spec"),
+                        Frame::Map(vec![
+                            (Frame::bulk("keynumidx"), Frame::Integer(0)),
+                            (Frame::bulk("firstkey"), Frame::Integer(1)),
+                            (Frame::bulk("keystep"), Frame::Integer(1)),
+                        ]),
+                    ),
+                ]),
+            ),
+        ])
     }
 
     /// This command's `COMMAND DOCS` value (the map without the name).
@@ -583,7 +636,18 @@ impl CommandSpec {
 
     /// The key flags `COMMAND GETKEYSANDFLAGS` reports for `args` (SET
     /// resolves its variable flags like Redis's `setGetKeys`).
-    pub(super) fn key_flags(&self, args: &[Bytes]) -> &'static [&'static str] {
+    pub(super) fn key_flags(&self, args: &[Bytes], position: usize) -> &'static [&'static str] {
+        if self.keynum_index > 0 && self.first_key > 0 {
+            // A destination, then the keys after numkeys.
+            return if position as i64 == self.first_key {
+                self.key_spec_flags
+            } else {
+                self.second_key_spec
+            };
+        }
+        if position as i64 == self.first_key + 1 && !self.second_key_spec.is_empty() {
+            return self.second_key_spec;
+        }
         if self.name == "set" {
             if args.iter().skip(3).any(|a| a.eq_ignore_ascii_case(b"get")) {
                 return RW_ACCESS_UPDATE;
@@ -594,52 +658,48 @@ impl CommandSpec {
     }
 }
 
-impl KeySpec {
-    /// This spec's `COMMAND INFO` map.
-    fn frame(&self) -> Frame {
-        let (kind, spec) = match self.find {
-            FindKeys::Range { lastkey, keystep } => (
-                "range",
-                vec![
-                    (Frame::bulk("lastkey"), Frame::Integer(lastkey)),
-                    (Frame::bulk("keystep"), Frame::Integer(keystep)),
-                    (Frame::bulk("limit"), Frame::Integer(0)),
-                ],
-            ),
-            FindKeys::KeyNum {
-                keynumidx,
-                firstkey,
-                keystep,
-            } => (
-                "keynum",
-                vec![
-                    (Frame::bulk("keynumidx"), Frame::Integer(keynumidx)),
-                    (Frame::bulk("firstkey"), Frame::Integer(firstkey)),
-                    (Frame::bulk("keystep"), Frame::Integer(keystep)),
-                ],
-            ),
-        };
+fn begin_search(index: i64) -> (Frame, Frame) {
+    (
+        Frame::bulk("begin_search"),
         Frame::Map(vec![
-            (Frame::bulk("flags"), simple_set(self.flags)),
+            (Frame::bulk("type"), Frame::bulk("index")),
             (
-                Frame::bulk("begin_search"),
-                Frame::Map(vec![
-                    (Frame::bulk("type"), Frame::bulk("index")),
-                    (
-                        Frame::bulk("spec"),
-                        Frame::Map(vec![(Frame::bulk("index"), Frame::Integer(self.index))]),
-                    ),
-                ]),
+                Frame::bulk("spec"),
+                Frame::Map(vec![(Frame::bulk("index"), Frame::Integer(index))]),
             ),
-            (
-                Frame::bulk("find_keys"),
-                Frame::Map(vec![
-                    (Frame::bulk("type"), Frame::bulk(kind)),
-                    (Frame::bulk("spec"), Frame::Map(spec)),
-                ]),
-            ),
-        ])
+        ]),
+    )
+}
+
+/// A key spec with an `index` begin search and a `range` find-keys.
+fn range_spec_frame(
+    notes: Option<&'static str>,
+    flags: &[&str],
+    index: i64,
+    lastkey: i64,
+    step: i64,
+) -> Frame {
+    let mut map = Vec::new();
+    if let Some(notes) = notes {
+        map.push((Frame::bulk("notes"), Frame::bulk(notes)));
     }
+    map.push((Frame::bulk("flags"), simple_set(flags)));
+    map.push(begin_search(index));
+    map.push((
+        Frame::bulk("find_keys"),
+        Frame::Map(vec![
+            (Frame::bulk("type"), Frame::bulk("range")),
+            (
+                Frame::bulk("spec"),
+                Frame::Map(vec![
+                    (Frame::bulk("lastkey"), Frame::Integer(lastkey)),
+                    (Frame::bulk("keystep"), Frame::Integer(step)),
+                    (Frame::bulk("limit"), Frame::Integer(0)),
+                ]),
+            ),
+        ]),
+    ));
+    Frame::Map(map)
 }
 
 pub(super) fn arity_ok(arity: i64, argc: usize) -> bool {

@@ -17,6 +17,8 @@ pub struct TestDb {
     pub ks: Keyspace,
     pub limits: DbLimits,
     pub now: u64,
+    /// The collection scans' cursor table (`None`: cursors carry what they can).
+    pub cursors: Option<std::sync::Mutex<crate::scan::ScanCursors>>,
 }
 
 impl TestDb {
@@ -32,6 +34,7 @@ impl TestDb {
             },
             limits: DbLimits::default(),
             now: T0,
+            cursors: Some(std::sync::Mutex::new(crate::scan::ScanCursors::new(100))),
         }
     }
 
@@ -47,6 +50,9 @@ impl TestDb {
             Some(Ok(cmd)) => cmd,
         };
         let mut db = Db::new(&self.engine, &self.ks, self.now, &self.limits);
+        if let Some(c) = &self.cursors {
+            db = db.with_cursors(c);
+        }
         let reply = cmd.execute(&mut db).expect("storage");
         let muts = db.into_mutations();
         self.engine.apply(&muts).expect("apply");

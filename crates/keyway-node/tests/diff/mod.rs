@@ -1,0 +1,371 @@
+//! The differential-test harness shared by `cmd_redis_diff.rs` and the
+//! per-family `diff_*.rs` tests: a private `redis-server` (free loopback
+//! port, `--save ""`), Keyway's data commands in-process over a
+//! `MemEngine`, reply normalisation for commands whose order or choice Redis
+//! leaves open, and a proptest runner that replays random command sequences
+//! on both, compares every reply and the final state of every key, and
+//! prints the shrunk counterexample on a mismatch.
+#![allow(dead_code)]
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use bytes::{Bytes, BytesMut};
+use keyway_map::{DEFAULT_KEYSPACE, Keyspace, Routing};
+use keyway_node::cmd;
+use keyway_node::db::{Db, DbLimits};
+use keyway_resp::{Frame, Limits, Protocol, ResponseParser, encode, encode_command};
+use keyway_storage::{Engine, MemEngine};
+use proptest::strategy::Strategy;
+use proptest::test_runner::{Config, TestCaseError, TestError, TestRunner};
+
+pub struct Redis {
+    child: Child,
+    conn: TcpStream,
+    buf: BytesMut,
+    parser: ResponseParser,
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Redis {
+    pub fn start() -> Option<Redis> {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .ok()?
+            .local_addr()
+            .ok()?
+            .port();
+        let child = Command::new("redis-server")
+            .args([
+                "--port",
+                &port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .ok()?;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let mut child = Some(child);
+        loop {
+            if let Ok(conn) = TcpStream::connect(("127.0.0.1", port)) {
+                conn.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
+                return Some(Redis {
+                    child: child.take()?,
+                    conn,
+                    buf: BytesMut::new(),
+                    parser: ResponseParser::new(Limits::default()),
+                });
+            }
+            if Instant::now() > deadline {
+                let mut c = child.take()?;
+                let _ = c.kill();
+                let _ = c.wait();
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub fn call(&mut self, args: &[Bytes]) -> Frame {
+        let mut out = BytesMut::new();
+        encode_command(args, &mut out);
+        self.conn.write_all(&out).expect("write to redis");
+        loop {
+            if let Some(frame) = self.parser.parse(&mut self.buf).expect("redis reply") {
+                return frame;
+            }
+            let mut chunk = [0u8; 16384];
+            let n = self.conn.read(&mut chunk).expect("read from redis");
+            assert!(n > 0, "redis closed the connection");
+            self.buf.extend_from_slice(&chunk[..n]);
+        }
+    }
+}
+
+pub struct Keyway {
+    engine: MemEngine,
+    ks: Keyspace,
+    limits: DbLimits,
+}
+
+impl Keyway {
+    pub fn new() -> Self {
+        Keyway {
+            engine: MemEngine::new(),
+            ks: Keyspace {
+                id: DEFAULT_KEYSPACE,
+                name: "default".into(),
+                routing: Routing::Hash,
+                replication_factor: 1,
+                min_in_sync: 1,
+            },
+            limits: DbLimits::default(),
+        }
+    }
+
+    pub fn call(&self, args: &[Bytes], proto: Protocol) -> Frame {
+        let frame = if args
+            .first()
+            .is_some_and(|a| a.eq_ignore_ascii_case(b"command"))
+        {
+            cmd::table::command_reply(&args[1..])
+        } else {
+            match cmd::parse(args) {
+                None => panic!("not a data command: {args:?}"),
+                Some(Err(f)) => f,
+                Some(Ok(c)) => {
+                    let mut db = Db::new(&self.engine, &self.ks, now_ms(), &self.limits);
+                    let reply = c.execute(&mut db).expect("storage");
+                    self.engine.apply(&db.into_mutations()).expect("apply");
+                    reply
+                }
+            }
+        };
+        // Round-trip through the wire format, as a client would see it.
+        let mut wire = BytesMut::new();
+        encode(&frame, proto, &mut wire);
+        ResponseParser::new(Limits::default())
+            .parse(&mut wire)
+            .expect("own reply parses")
+            .expect("complete")
+    }
+}
+
+pub fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+pub fn tokenize(line: &str) -> Vec<Bytes> {
+    let mut out = Vec::new();
+    let mut chars = line.chars().peekable();
+    while let Some(&c) = chars.peek() {
+        if c == ' ' {
+            chars.next();
+            continue;
+        }
+        let mut tok = String::new();
+        if c == '"' {
+            chars.next();
+            for c in chars.by_ref() {
+                if c == '"' {
+                    break;
+                }
+                tok.push(c);
+            }
+        } else {
+            while let Some(&c) = chars.peek() {
+                if c == ' ' {
+                    break;
+                }
+                tok.push(c);
+                chars.next();
+            }
+        }
+        out.push(Bytes::from(substitute(&tok)));
+    }
+    out
+}
+
+pub fn substitute(tok: &str) -> String {
+    for (prefix, base) in [("$NOWMS", now_ms()), ("$NOWS", now_ms() / 1000)] {
+        if let Some(rest) = tok.strip_prefix(prefix) {
+            let delta: i64 = if rest.is_empty() {
+                0
+            } else {
+                rest.parse().expect("offset")
+            };
+            return (base as i64 + delta).to_string();
+        }
+    }
+    tok.to_owned()
+}
+
+impl Default for Keyway {
+    fn default() -> Self {
+        Keyway::new()
+    }
+}
+
+/// How a reply is compared.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Compare {
+    /// Byte for byte.
+    Exact,
+    /// An array whose order Redis leaves to its encoding (HKEYS, SMEMBERS):
+    /// compared sorted.
+    Unordered,
+    /// A flat array of pairs (HGETALL): compared as a sorted list of pairs.
+    UnorderedPairs,
+    /// A random choice (SRANDMEMBER, SPOP): only the reply's shape (kind,
+    /// array length) is compared.
+    Shape,
+    /// A `[cursor, [field, value, ...]]` scan reply: the pairs compared sorted.
+    ScanPairs,
+    /// A `[cursor, [member, ...]]` scan reply: the members compared sorted.
+    ScanMembers,
+}
+
+fn sort_key(f: &Frame) -> String {
+    format!("{f:?}")
+}
+
+/// `frame` in a form that compares equal exactly when Redis and Keyway agree under `how`.
+pub fn normalize(frame: Frame, how: Compare) -> Frame {
+    match (how, frame) {
+        (Compare::Exact, f) => f,
+        (Compare::Unordered, Frame::Array(mut items)) => {
+            items.sort_by_key(sort_key);
+            Frame::Array(items)
+        }
+        (Compare::UnorderedPairs, Frame::Array(items)) => {
+            let mut pairs: Vec<Frame> = items.chunks(2).map(|c| Frame::Array(c.to_vec())).collect();
+            pairs.sort_by_key(sort_key);
+            Frame::Array(pairs)
+        }
+        (Compare::Shape, Frame::Array(items)) => {
+            Frame::Array(items.iter().map(|_| Frame::Null).collect())
+        }
+        (Compare::Shape, Frame::Bulk(_)) => Frame::Bulk(Bytes::new()),
+        (Compare::ScanPairs | Compare::ScanMembers, Frame::Array(mut parts))
+            if parts.len() == 2 =>
+        {
+            let items = parts.pop().expect("two parts");
+            let inner = match how {
+                Compare::ScanPairs => Compare::UnorderedPairs,
+                _ => Compare::Unordered,
+            };
+            parts.push(normalize(items, inner));
+            Frame::Array(parts)
+        }
+        (_, f) => f,
+    }
+}
+
+/// What a family's differential test provides.
+pub struct Family<'a> {
+    /// For the report.
+    pub name: &'a str,
+    /// The keys the generated commands use (compared at the end of each case).
+    pub keys: &'a [&'a str],
+    /// How to compare the reply to `args`.
+    pub compare: &'a dyn Fn(&[Bytes]) -> Compare,
+    /// Read commands whose replies make up a key's final state (after `TYPE`).
+    pub state: &'a dyn Fn(&str) -> Vec<Vec<Bytes>>,
+}
+
+/// Arguments from string parts.
+pub fn args(parts: &[&str]) -> Vec<Bytes> {
+    parts
+        .iter()
+        .map(|p| Bytes::copy_from_slice(p.as_bytes()))
+        .collect()
+}
+
+/// Cases to run: `default_cases`, or ten times as many with `KEYWAY_DIFF_LONG=1`,
+/// or exactly `KEYWAY_DIFF_CASES`.
+pub fn cases(default_cases: u32) -> u32 {
+    if let Some(n) = std::env::var("KEYWAY_DIFF_CASES")
+        .ok()
+        .and_then(|s| s.parse().ok())
+    {
+        return n;
+    }
+    match std::env::var("KEYWAY_DIFF_LONG").as_deref() {
+        Ok("1") => default_cases * 10,
+        _ => default_cases,
+    }
+}
+
+/// Replays one sequence on a flushed Redis and a fresh Keyway; `Err` names
+/// the first differing reply or key state.
+pub fn check_sequence(
+    redis: &mut Redis,
+    family: &Family<'_>,
+    seq: &[Vec<Bytes>],
+) -> Result<(), String> {
+    redis.call(&args(&["FLUSHALL"]));
+    let ours = Keyway::new();
+    for (i, cmd) in seq.iter().enumerate() {
+        let how = (family.compare)(cmd);
+        let expected = normalize(redis.call(cmd), how);
+        let got = normalize(ours.call(cmd, Protocol::Resp2), how);
+        if expected != got {
+            return Err(format!(
+                "command {i} {}\n  redis:  {expected:?}\n  keyway: {got:?}",
+                show(cmd)
+            ));
+        }
+    }
+    for key in family.keys {
+        let mut reads = vec![args(&["TYPE", key])];
+        reads.extend((family.state)(key));
+        for read in reads {
+            let how = (family.compare)(&read);
+            let expected = normalize(redis.call(&read), how);
+            let got = normalize(ours.call(&read, Protocol::Resp2), how);
+            if expected != got {
+                return Err(format!(
+                    "final state {}\n  redis:  {expected:?}\n  keyway: {got:?}",
+                    show(&read)
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A command as a readable line.
+pub fn show(cmd: &[Bytes]) -> String {
+    cmd.iter()
+        .map(|a| format!("{:?}", String::from_utf8_lossy(a)))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Runs `cases` random sequences from `strategy` on Redis and Keyway; panics
+/// with the shrunk counterexample (one command per line) on a mismatch.
+/// Returns the number of commands run, or `None` if redis-server is missing.
+pub fn run_family<S>(family: &Family<'_>, strategy: S, cases: u32) -> Option<u64>
+where
+    S: Strategy<Value = Vec<Vec<Bytes>>>,
+{
+    let Some(redis) = Redis::start() else {
+        eprintln!("{}: redis-server not available, skipped", family.name);
+        return None;
+    };
+    let redis = std::cell::RefCell::new(redis);
+    let ops = std::cell::Cell::new(0u64);
+    let mut runner = TestRunner::new(Config {
+        cases,
+        failure_persistence: None,
+        ..Config::default()
+    });
+    let result = runner.run(&strategy, |seq| {
+        ops.set(ops.get() + seq.len() as u64);
+        check_sequence(&mut redis.borrow_mut(), family, &seq).map_err(TestCaseError::fail)
+    });
+    match result {
+        Ok(()) => Some(ops.get()),
+        Err(TestError::Fail(why, seq)) => panic!(
+            "{}: Keyway differs from Redis on this (shrunk) sequence:\n{}\n{why}",
+            family.name,
+            seq.iter().map(|c| show(c)).collect::<Vec<_>>().join("\n")
+        ),
+        Err(e) => panic!("{}: {e}", family.name),
+    }
+}
