@@ -28,6 +28,8 @@ use proptest::prelude::*;
 const KEYS: &[&str] = &["{z}a", "{z}b", "{z}c", "{z}l"];
 const LEX_KEY: &str = "{z}l";
 const STRING_KEY: &str = "{z}s";
+/// A Redis set: the set-algebra commands read its members with score 1.
+const SET_KEY: &str = "{z}set";
 const MEMBERS: &[&str] = &["a", "b", "c", "d", "e", "aa", "ab", ""];
 const SCORES: &[&str] = &[
     "0", "-0", "1", "-1", "2", "1.5", "-2.5", "0.1", "0.2", "3", "inf", "-inf", "+inf", "1e3",
@@ -119,7 +121,7 @@ fn zadd_options() -> impl Strategy<Value = Vec<String>> {
 }
 
 fn sources() -> impl Strategy<Value = Vec<String>> {
-    prop::collection::vec(pick(KEYS), 1..4)
+    prop::collection::vec(prop_oneof![4 => pick(KEYS), 1 => Just(SET_KEY.to_owned())], 1..4)
 }
 
 /// The algebra options after the keys.
@@ -225,6 +227,8 @@ fn op() -> impl Strategy<Value = Vec<String>> {
         1 => key().prop_map(|k| vec!["DEL".into(), k]),
         1 => Just(vec!["SET".to_owned(), STRING_KEY.to_owned(), "v".to_owned()]),
         1 => Just(vec!["DEL".to_owned(), STRING_KEY.to_owned()]),
+        3 => prop::collection::vec(member(), 1..4).prop_map(|ms| join(vec!["SADD".into(), SET_KEY.into()], ms)),
+        1 => member().prop_map(|m| vec!["SREM".into(), SET_KEY.into(), m]),
     ];
     let reads = prop_oneof![
         2 => (key(), member()).prop_map(|(k, m)| vec!["ZSCORE".into(), k, m]),
@@ -296,17 +300,26 @@ fn ends(lo: String, hi: String, rev: bool) -> [String; 2] {
 fn random_zset_commands_match_redis_7() {
     let mut keys: Vec<&str> = KEYS.to_vec();
     keys.push(STRING_KEY);
+    keys.push(SET_KEY);
     let family = Family {
         name: "diff_zset",
         keys: &keys,
         compare: &|cmd: &[Bytes]| {
             if cmd[0].eq_ignore_ascii_case(b"zrandmember") {
                 Compare::Shape
+            } else if cmd[0].eq_ignore_ascii_case(b"smembers") {
+                Compare::Unordered
             } else {
                 Compare::Exact
             }
         },
-        state: &|key: &str| vec![args(&["ZRANGE", key, "0", "-1", "WITHSCORES"])],
+        state: &|key: &str| {
+            if key == SET_KEY {
+                vec![args(&["SMEMBERS", key])]
+            } else {
+                vec![args(&["ZRANGE", key, "0", "-1", "WITHSCORES"])]
+            }
+        },
     };
     let strategy = prop::collection::vec(
         op().prop_map(|parts| {
