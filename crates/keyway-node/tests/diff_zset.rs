@@ -13,16 +13,21 @@
 //!
 //! Default: 300 cases of 1 to 80 commands (about 12,000, counted, at least
 //! 10,000 required); `KEYWAY_DIFF_LONG=1` runs ten times as many cases.
+//! The blocking pops (BZPOPMIN BZPOPMAX BZMPOP) are compared in their
+//! non-blocking form: Redis runs them inside `MULTI`/`EXEC` (where they never
+//! block), Keyway runs `Command::execute` (what its MULTI and a blocking
+//! attempt run).
 //! Also: the sorted-set rows of the command table (`COMMAND INFO` in RESP3,
 //! `COMMAND DOCS`, `COMMAND GETKEYS`) against Redis's.
 
 mod diff;
 
 use bytes::Bytes;
-use diff::{Compare, Family, Keyway, Redis, args, cases, run_family};
+use diff::{Compare, Family, Keyway, Redis, args, cases, run_family, show};
 use keyway_node::cmd;
 use keyway_resp::{Frame, Protocol};
 use proptest::prelude::*;
+use proptest::test_runner::{Config, TestCaseError, TestError, TestRunner};
 
 /// The last one also gets members of score 0 only (for lex ranges).
 const KEYS: &[&str] = &["{z}a", "{z}b", "{z}c", "{z}l"];
@@ -121,7 +126,10 @@ fn zadd_options() -> impl Strategy<Value = Vec<String>> {
 }
 
 fn sources() -> impl Strategy<Value = Vec<String>> {
-    prop::collection::vec(prop_oneof![4 => pick(KEYS), 1 => Just(SET_KEY.to_owned())], 1..4)
+    prop::collection::vec(
+        prop_oneof![4 => pick(KEYS), 1 => Just(SET_KEY.to_owned())],
+        1..4,
+    )
 }
 
 /// The algebra options after the keys.
@@ -364,6 +372,8 @@ fn zset_command_table_matches_redis_7() {
         "command getkeys zintercard 3 a b",
         "command getkeys zdiffstore d 0 a",
         "command getkeysandflags zadd k 1 m",
+        "command getkeys bzpopmin a b 0",
+        "command getkeysandflags bzmpop 0 2 a b max",
     ] {
         let a = diff::tokenize(getkeys);
         let (expected, got) = (redis.call(&a), ours.call(&a, Protocol::Resp2));
@@ -421,4 +431,109 @@ fn zset_command_table_matches_redis_7() {
         failures.len(),
         failures.join("\n")
     );
+}
+
+/// A blocking pop, or a write that feeds one.
+fn blocking_op() -> impl Strategy<Value = Vec<String>> {
+    let timeout = || pick(&["0", "0.5", "1", "-1", "x", "0.001"]);
+    prop_oneof![
+        4 => (key(), prop::collection::vec((pick(SCORES), member()), 1..4)).prop_map(|(k, pairs)| {
+            let mut a = vec!["ZADD".to_owned(), k];
+            for (sc, m) in pairs {
+                a.push(sc);
+                a.push(m);
+            }
+            a
+        }),
+        1 => (key(), member()).prop_map(|(k, m)| vec!["ZREM".into(), k, m]),
+        3 => (pick(&["BZPOPMIN", "BZPOPMAX"]), sources(), timeout()).prop_map(|(c, keys, t)| {
+            let mut a = vec![c];
+            a.extend(keys);
+            a.push(t);
+            a
+        }),
+        3 => (timeout(), sources(), pick(&["MIN", "MAX", "mid"]), prop_oneof![Just(vec![]), pick(&["1", "2", "10", "0"]).prop_map(|n| vec!["COUNT".into(), n])])
+            .prop_map(|(t, keys, w, count)| {
+                let mut a = vec!["BZMPOP".to_owned(), t, keys.len().to_string()];
+                a.extend(keys);
+                a.push(w);
+                a.extend(count);
+                a
+            }),
+        1 => Just(vec!["SET".to_owned(), STRING_KEY.to_owned(), "v".to_owned()]),
+        1 => Just(vec!["DEL".to_owned(), STRING_KEY.to_owned()]),
+    ]
+}
+
+/// Redis's reply to `cmd`; a blocking pop runs inside MULTI/EXEC, where it
+/// never blocks (its queueing error, if any, is the reply).
+fn redis_reply(redis: &mut Redis, cmd: &[Bytes]) -> Frame {
+    if !cmd[0].starts_with(b"BZ") {
+        return redis.call(cmd);
+    }
+    assert_eq!(redis.call(&args(&["MULTI"])), Frame::ok());
+    let queued = redis.call(cmd);
+    let exec = redis.call(&args(&["EXEC"]));
+    match (queued, exec) {
+        (Frame::Simple(q), Frame::Array(mut items)) if q == "QUEUED" && items.len() == 1 => {
+            items.remove(0)
+        }
+        (err @ Frame::Error(_), _) => err,
+        (q, e) => panic!("MULTI {}: queued {q:?}, exec {e:?}", show(cmd)),
+    }
+}
+
+fn check_blocking(redis: &mut Redis, seq: &[Vec<Bytes>]) -> Result<(), String> {
+    redis.call(&args(&["FLUSHALL"]));
+    let ours = Keyway::new();
+    for (i, cmd) in seq.iter().enumerate() {
+        let expected = redis_reply(redis, cmd);
+        let got = ours.call(cmd, Protocol::Resp2);
+        if expected != got {
+            return Err(format!(
+                "command {i} {}\n  redis:  {expected:?}\n  keyway: {got:?}",
+                show(cmd)
+            ));
+        }
+    }
+    for key in KEYS {
+        let read = args(&["ZRANGE", key, "0", "-1", "WITHSCORES"]);
+        let (expected, got) = (redis.call(&read), ours.call(&read, Protocol::Resp2));
+        if expected != got {
+            return Err(format!(
+                "final state {}\n  redis:  {expected:?}\n  keyway: {got:?}",
+                show(&read)
+            ));
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn blocking_pops_match_redis_7_in_multi() {
+    let Some(redis) = Redis::start() else {
+        eprintln!("diff_zset: redis-server not available, skipped");
+        return;
+    };
+    let redis = std::cell::RefCell::new(redis);
+    let mut runner = TestRunner::new(Config {
+        cases: cases(100),
+        failure_persistence: None,
+        ..Config::default()
+    });
+    let strategy = prop::collection::vec(
+        blocking_op().prop_map(|parts| parts.into_iter().map(Bytes::from).collect::<Vec<Bytes>>()),
+        1..40,
+    );
+    let result = runner.run(&strategy, |seq| {
+        check_blocking(&mut redis.borrow_mut(), &seq).map_err(TestCaseError::fail)
+    });
+    match result {
+        Ok(()) => {}
+        Err(TestError::Fail(why, seq)) => panic!(
+            "diff_zset: Keyway differs from Redis on this (shrunk) sequence:\n{}\n{why}",
+            seq.iter().map(|c| show(c)).collect::<Vec<_>>().join("\n")
+        ),
+        Err(e) => panic!("diff_zset: {e}"),
+    }
 }

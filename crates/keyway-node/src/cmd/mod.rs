@@ -232,6 +232,7 @@ impl Command {
     pub fn blocking_timeout_ms(&self) -> Option<u64> {
         match self {
             Command::List(c) => c.blocking_timeout_ms(),
+            Command::ZSet(c) => c.blocking_timeout_ms(),
             _ => None,
         }
     }

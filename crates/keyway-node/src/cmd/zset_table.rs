@@ -92,6 +92,12 @@ pub static ZSET_COMMANDS: &[CommandSpec] = &[
         .complexity("O(log(N)*M) with N being the number of elements in the sorted set, and M being the number of elements popped."),
     zset("zpopmax", -2, W_FAST, WRITE_FAST, RW_ACCESS_DELETE, "5.0.0", "Remove and return members with the highest scores in a sorted set")
         .complexity("O(log(N)*M) with N being the number of elements in the sorted set, and M being the number of elements popped."),
+    zset("bzpopmin", -3, &["write", "noscript", "blocking", "fast"], &["@write", "@sortedset", "@fast", "@blocking"], RW_ACCESS_DELETE, "5.0.0", "Remove and return the member with the lowest score from one or more sorted sets, or block until one is available")
+        .key_range(1, -2, 1).complexity("O(log(N)) with N being the number of elements in the sorted set."),
+    zset("bzpopmax", -3, &["write", "noscript", "blocking", "fast"], &["@write", "@sortedset", "@fast", "@blocking"], RW_ACCESS_DELETE, "5.0.0", "Remove and return the member with the highest score from one or more sorted sets, or block until one is available")
+        .key_range(1, -2, 1).complexity("O(log(N)) with N being the number of elements in the sorted set."),
+    zset("bzmpop", -5, &["write", "blocking", "movablekeys"], &["@write", "@sortedset", "@slow", "@blocking"], RW_ACCESS_DELETE, "7.0.0", "Remove and return members with scores in a sorted set or block until one is available")
+        .keynum(2).complexity("O(K) + O(M*log(N)) where K is the number of provided keys, N being the number of elements in the sorted set, and M being the number of elements popped."),
     zset("zmpop", -4, &["write", "movablekeys"], WRITE_SLOW, RW_ACCESS_DELETE, "7.0.0", "Remove and return members with scores in a sorted set")
         .complexity("O(K) + O(M*log(N)) where K is the number of provided keys, N being the number of elements in the sorted set, and M being the number of elements popped.")
         .keynum(1),

@@ -80,7 +80,9 @@ pub enum ZSetCmd {
         key: Bytes,
         selector: Selector,
     },
-    /// ZPOPMIN ZPOPMAX ZMPOP ZRANDMEMBER.
+    /// ZPOPMIN ZPOPMAX ZMPOP ZRANDMEMBER, and BZPOPMIN BZPOPMAX BZMPOP (the
+    /// caller blocks them on [`crate::blocking`] when their non-blocking
+    /// form replies nil).
     Pop(pop::PopCmd),
     /// ZUNION ZINTER ZDIFF ZUNIONSTORE ZINTERSTORE ZDIFFSTORE ZINTERCARD.
     Algebra(AlgebraCmd),
@@ -219,9 +221,8 @@ impl ZSetCmd {
                         .ok_or_else(|| err("ERR min or max not valid string range item"))?,
                 ),
             },
-            "zpopmin" | "zpopmax" | "zmpop" | "zrandmember" => {
-                ZSetCmd::Pop(pop::PopCmd::parse(name, args)?)
-            }
+            "zpopmin" | "zpopmax" | "zmpop" | "zrandmember" | "bzpopmin" | "bzpopmax"
+            | "bzmpop" => ZSetCmd::Pop(pop::PopCmd::parse(name, args)?),
             "zscan" => ZSetCmd::Scan(scan::ScanCmd::parse(args)?),
             _ => ZSetCmd::Algebra(AlgebraCmd::parse(name, args)?),
         })
@@ -275,6 +276,14 @@ impl ZSetCmd {
             ZSetCmd::Range(c) => c.dest.is_some(),
             ZSetCmd::Algebra(c) => c.stores(),
             _ => false,
+        }
+    }
+
+    /// A blocking command's timeout (BZPOPMIN BZPOPMAX BZMPOP; ms, 0 = forever).
+    pub fn blocking_timeout_ms(&self) -> Option<u64> {
+        match self {
+            ZSetCmd::Pop(c) => c.blocking_timeout_ms(),
+            _ => None,
         }
     }
 

@@ -309,3 +309,57 @@ fn zscan_small_and_chunked() {
     assert_eq!(seen, want, "each member exactly once, in member order");
     assert!(calls > 40, "chunked, not whole: {calls} calls");
 }
+
+#[test]
+fn blocking_pops_in_their_non_blocking_form() {
+    let mut t = TestDb::new();
+    // Nothing to pop: nil, which blocks the client (crate::blocking).
+    assert_eq!(t.run(&["bzpopmin", "a", "b", "0"]), Frame::NullArray);
+    assert_eq!(
+        t.run(&["bzmpop", "1.5", "2", "a", "b", "max"]),
+        Frame::NullArray
+    );
+    t.run(&["zadd", "b", "1", "x", "2", "y"]);
+    assert_eq!(t.run(&["bzpopmax", "a", "b", "0"]), arr(&["b", "y", "2"]));
+    assert_eq!(
+        t.run(&["bzmpop", "0", "2", "a", "b", "min", "count", "5"]),
+        Frame::Array(vec![bulk("b"), Frame::Array(vec![arr(&["x", "1"])]),])
+    );
+    assert_eq!(t.run(&["exists", "b"]), int(0));
+    t.run(&["set", "s", "v"]);
+    assert_eq!(
+        t.run(&["bzpopmin", "none", "s", "0"]),
+        err("WRONGTYPE Operation against a key holding the wrong kind of value")
+    );
+    assert_eq!(
+        t.run(&["bzpopmin", "a", "-1"]),
+        err("ERR timeout is negative")
+    );
+    assert_eq!(
+        t.run(&["bzpopmin", "a", "x"]),
+        err("ERR timeout is not a float or out of range")
+    );
+    // BZMPOP checks numkeys, MIN|MAX and COUNT before the timeout.
+    assert_eq!(
+        t.run(&["bzmpop", "x", "1", "a", "foo"]),
+        err("ERR syntax error")
+    );
+    assert_eq!(
+        t.run(&["bzmpop", "x", "1", "a", "min"]),
+        err("ERR timeout is not a float or out of range")
+    );
+    let cmd = crate::cmd::parse(&args(&["bzpopmin", "a", "b", "2.5"]))
+        .unwrap()
+        .unwrap();
+    assert_eq!(cmd.blocking_timeout_ms(), Some(2500));
+    assert_eq!(cmd.keys(), vec![&b"a"[..], &b"b"[..]]);
+    let cmd = crate::cmd::parse(&args(&["bzmpop", "0", "2", "a", "b", "min"]))
+        .unwrap()
+        .unwrap();
+    assert_eq!(cmd.blocking_timeout_ms(), Some(0));
+    assert_eq!(cmd.keys(), vec![&b"a"[..], &b"b"[..]]);
+    let cmd = crate::cmd::parse(&args(&["zmpop", "1", "a", "min"]))
+        .unwrap()
+        .unwrap();
+    assert_eq!(cmd.blocking_timeout_ms(), None);
+}
