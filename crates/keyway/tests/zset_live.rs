@@ -48,16 +48,21 @@ fn blocking_pops_wake_and_big_sorted_sets_read_from_both_ends() {
         let mut b = Resp::connect(port);
         b.cmd(&["BZPOPMIN", "{q}none", "{q}k", "10"])
     });
-    wait_until("the BZPOPMIN client blocks", Duration::from_secs(10), || {
-        (gauge(&cluster, "blocked_clients") >= 1).then_some(())
-    })
+    wait_until(
+        "the BZPOPMIN client blocks",
+        Duration::from_secs(10),
+        || (gauge(&cluster, "blocked_clients") >= 1).then_some(()),
+    )
     .expect("blocked");
     assert_eq!(int(c.cmd(&["ZADD", "{q}k", "5", "m", "7", "n"])), 2);
     assert_eq!(
         waiter.join().unwrap(),
         Frame::Array(vec![bulk("{q}k"), bulk("m"), bulk("5")])
     );
-    assert_eq!(c.cmd(&["ZRANGE", "{q}k", "0", "-1"]), Frame::Array(vec![bulk("n")]));
+    assert_eq!(
+        c.cmd(&["ZRANGE", "{q}k", "0", "-1"]),
+        Frame::Array(vec![bulk("n")])
+    );
     // BZMPOP on nothing times out with nil.
     let start = Instant::now();
     assert_eq!(
@@ -98,7 +103,9 @@ fn blocking_pops_wake_and_big_sorted_sets_read_from_both_ends() {
     assert_eq!(int(c.cmd(&["ZREVRANK", "big", &top])), 0);
     assert_eq!(int(c.cmd(&["ZRANK", "big", "m12345"])), 12345);
     assert_eq!(
-        c.cmd(&["ZRANGE", "big", "+inf", "(19997", "BYSCORE", "REV", "LIMIT", "0", "5"]),
+        c.cmd(&[
+            "ZRANGE", "big", "+inf", "(19997", "BYSCORE", "REV", "LIMIT", "0", "5"
+        ]),
         Frame::Array(vec![bulk(&top), bulk(&format!("m{:05}", MEMBERS - 2))])
     );
     assert_eq!(int(c.cmd(&["ZCOUNT", "big", "100", "(200"])), 100);

@@ -160,7 +160,11 @@ impl PopCmd {
                     return Ok(Frame::Array(Vec::new()));
                 }
                 let popped = pop(db, key, *max, count.unwrap_or(1))?;
-                Ok(super::range::entries_reply(popped, true))
+                // RESP3 nests the pairs only when a count is given.
+                Ok(match count {
+                    Some(_) => super::range::entries_reply(popped, true),
+                    None => Frame::Array(super::range::flat_reply(popped)),
+                })
             }
             PopCmd::MPop {
                 keys, max, count, ..
@@ -280,10 +284,7 @@ fn bpop(db: &mut Db<'_>, keys: &[Bytes], max: bool) -> CmdResult {
             continue;
         }
         let mut out = vec![Frame::Bulk(key.clone())];
-        for e in pop(db, key, max, 1)? {
-            out.push(Frame::Bulk(e.member));
-            out.push(score_frame(e.score));
-        }
+        out.extend(super::range::flat_reply(pop(db, key, max, 1)?));
         return Ok(Frame::Array(out));
     }
     Ok(Frame::NullArray)
