@@ -15,6 +15,11 @@ use super::score::score_frame;
 use crate::cmd::{CmdResult, errors, parse_i64};
 use crate::db::Db;
 
+/// What one reply element costs at least (a frame in memory, its RESP
+/// bytes): ZRANDMEMBER with a negative count may reply at most
+/// `max_value_bytes / REPLY_ELEMENT_MIN_BYTES` elements.
+const REPLY_ELEMENT_MIN_BYTES: u64 = 16;
+
 /// A parsed pop or random-read command.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum PopCmd {
@@ -315,6 +320,20 @@ fn rand_member(db: &mut Db<'_>, key: &[u8], count: Option<i64>, withscores: bool
     };
     if count == 0 {
         return Ok(Frame::Array(Vec::new()));
+    }
+    // A negative count repeats members without bound (Redis streams such a
+    // reply until memory runs out): refuse one whose elements alone would
+    // exceed the node's largest value.
+    let elements = count
+        .unsigned_abs()
+        .saturating_mul(if withscores { 2 } else { 1 });
+    if count < 0
+        && elements.saturating_mul(REPLY_ELEMENT_MIN_BYTES) > db.limits().max_value_bytes as u64
+    {
+        return Ok(Frame::Error(format!(
+            "ERR reply of {elements} elements exceeds the maximum allowed size ({} bytes)",
+            db.limits().max_value_bytes
+        )));
     }
     let all = read_all(db, key, &meta)?;
     let mut rng = rand::rng();

@@ -450,3 +450,56 @@ fn resp3_nests_withscores_pairs_like_redis() {
         Frame::Pairs(vec![pair("b", "2")])
     );
 }
+
+#[test]
+fn zrandmember_shapes_and_the_negative_count_bound() {
+    let mut t = TestDb::new();
+    assert_eq!(r2(&mut t, &["zrandmember", "z"]), Frame::Null);
+    assert_eq!(r2(&mut t, &["zrandmember", "z", "3"]), arr(&[]));
+    t.run(&["zadd", "z", "1", "a", "2", "b", "3", "c"]);
+    assert_eq!(
+        r2(&mut t, &["zrandmember", "z", "5", "withscores"]),
+        arr(&["a", "1", "b", "2", "c", "3"])
+    );
+    let Frame::Array(picked) = r2(&mut t, &["zrandmember", "z", "-7"]) else {
+        panic!()
+    };
+    assert_eq!(picked.len(), 7);
+    let Frame::Array(picked) = r2(&mut t, &["zrandmember", "z", "2"]) else {
+        panic!()
+    };
+    assert_eq!(picked.len(), 2);
+    assert_ne!(picked[0], picked[1], "distinct with a positive count");
+    assert_eq!(
+        r2(&mut t, &["zrandmember", "z", "1", "x"]),
+        err("ERR syntax error")
+    );
+    assert_eq!(
+        r2(&mut t, &["zrandmember", "z", "-9223372036854775808"]),
+        err(
+            "ERR value is out of range, value must between -9223372036854775807 and 9223372036854775807"
+        )
+    );
+    assert_eq!(
+        r2(
+            &mut t,
+            &["zrandmember", "z", "-4611686018427387904", "withscores"]
+        ),
+        err("ERR value is out of range")
+    );
+    t.limits.max_value_bytes = 160;
+    let Frame::Array(picked) = r2(&mut t, &["zrandmember", "z", "-10"]) else {
+        panic!()
+    };
+    assert_eq!(picked.len(), 10, "at the bound");
+    assert_eq!(
+        r2(&mut t, &["zrandmember", "z", "-11"]),
+        err("ERR reply of 11 elements exceeds the maximum allowed size (160 bytes)")
+    );
+    assert_eq!(
+        r2(&mut t, &["zrandmember", "z", "-9223372036854775807"]),
+        err(
+            "ERR reply of 9223372036854775807 elements exceeds the maximum allowed size (160 bytes)"
+        )
+    );
+}
