@@ -193,6 +193,20 @@ pub struct NodeConfig {
     pub active_expire_scan_keys: usize,
     /// Active expiry: longest one cycle may run (at most the interval).
     pub active_expire_cycle_budget_ms: u64,
+    /// FLUSHALL/FLUSHDB: most entries one storage task of a slot deletes
+    /// (one batch; a slot with more takes several tasks, other commands
+    /// of the slot run between them).
+    pub flush_chunk_keys: usize,
+    /// SLOWLOG: the starting `slowlog-log-slower-than`, microseconds
+    /// (negative = off, 0 = every command); `CONFIG SET` changes it.
+    pub slowlog_log_slower_than_us: i64,
+    /// SLOWLOG: the starting `slowlog-max-len` (entries kept); `CONFIG SET`
+    /// changes it.
+    pub slowlog_max_len: usize,
+    /// WATCH: most change-log records an `EXEC` reads to tell whether a key
+    /// absent at `WATCH` and at `EXEC` was created meanwhile (beyond it the
+    /// key counts as unchanged).
+    pub watch_log_scan_records: usize,
     /// Replication: a reply waiting this long on an in-sync replica makes
     /// the primary remove it from the in-sync set (one CAS); writes wait at
     /// most about this long for a slow or dead replica.
@@ -272,6 +286,10 @@ impl Default for NodeConfig {
             active_expire_interval_ms: 100,
             active_expire_scan_keys: 200,
             active_expire_cycle_budget_ms: 25,
+            flush_chunk_keys: 1_000,
+            slowlog_log_slower_than_us: 10_000,
+            slowlog_max_len: 128,
+            watch_log_scan_records: 10_000,
             replica_lag_timeout_ms: 2_000,
             replica_read_lease_ms: 1_000,
             replica_heartbeat_ms: 200,
@@ -382,6 +400,18 @@ impl NodeConfig {
             return Err(format!(
                 "active_expire_cycle_budget_ms ({}) must be at most active_expire_interval_ms ({})",
                 self.active_expire_cycle_budget_ms, self.active_expire_interval_ms
+            ));
+        }
+        if self.flush_chunk_keys == 0 || self.flush_chunk_keys > 100_000 {
+            return Err("flush_chunk_keys must be between 1 and 100000".into());
+        }
+        if self.watch_log_scan_records > 10_000_000 {
+            return Err("watch_log_scan_records must be at most 10000000".into());
+        }
+        if self.slowlog_max_len > crate::slowlog::MAX_SLOWLOG_LEN {
+            return Err(format!(
+                "slowlog_max_len must be at most {}",
+                crate::slowlog::MAX_SLOWLOG_LEN
             ));
         }
         if self.active_expire_scan_keys > 100_000 {

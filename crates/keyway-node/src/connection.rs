@@ -30,6 +30,9 @@ const READ_BUFFER_BYTES: usize = 16 * 1024;
 enum Pending {
     Ready(Frame, Protocol),
     Waiting(oneshot::Receiver<Frame>, Protocol),
+    /// No reply is written (`CLIENT REPLY OFF|SKIP`, `SHUTDOWN`); a queued
+    /// request still runs.
+    Silent,
 }
 
 /// Serves one client until it quits, errs, or the node shuts down.
@@ -48,6 +51,13 @@ pub async fn serve(
     let mut session = Session::new(id, shared.config.requirepass.is_some(), peer.to_string());
     session.replica_endpoint = replica_endpoint;
     session.readonly = replica_endpoint;
+    let local = stream
+        .local_addr()
+        .map(|a| a.to_string())
+        .unwrap_or_default();
+    let registration = shared.server.clients.register(id, peer.to_string(), local);
+    let handle = registration.handle.clone();
+    session.handle = Some(handle.clone());
     if replica_endpoint {
         shared.metrics.replica_endpoint_connections.inc();
     }
@@ -58,6 +68,7 @@ pub async fn serve(
         let read = tokio::select! {
             r = stream.read_buf(&mut inbuf) => r,
             _ = shutdown.changed() => break 'conn,
+            _ = handle.killed() => break 'conn,
         };
         match read {
             Ok(0) | Err(_) => break,
@@ -94,6 +105,7 @@ pub async fn serve(
                     Pending::Waiting(rx, proto) => {
                         (rx.await.unwrap_or_else(|_| shutting_down()), proto)
                     }
+                    Pending::Silent => continue,
                 };
                 encode(&frame, proto, &mut outbuf);
             }
@@ -104,7 +116,7 @@ pub async fn serve(
                 break 'conn;
             }
             outbuf.clear();
-            if fatal.is_some() || session.closing {
+            if fatal.is_some() || session.closing || handle.is_killed() {
                 break 'conn;
             }
             if !more {
@@ -116,6 +128,7 @@ pub async fn serve(
         }
     }
     let _ = stream.shutdown().await;
+    drop(registration);
     shared.clients.fetch_sub(1, Ordering::SeqCst);
     shared.metrics.connections.dec();
     if replica_endpoint {
@@ -125,7 +138,27 @@ pub async fn serve(
 
 async fn dispatch(shared: &Arc<Shared>, session: &mut Session, args: Vec<bytes::Bytes>) -> Pending {
     let proto_before = session.protocol;
-    match node_cmd::dispatch(shared, session, args).await {
+    if let (Some(h), Some(name)) = (&session.handle, args.first()) {
+        h.touch(&String::from_utf8_lossy(name).to_ascii_lowercase());
+    }
+    let reply = node_cmd::dispatch(shared, session, args).await;
+    if let Some(h) = &session.handle {
+        h.set_multi(session.tx.queued());
+        h.set_resp(if session.protocol == Protocol::Resp3 {
+            3
+        } else {
+            2
+        });
+    }
+    // CLIENT REPLY OFF|SKIP (as Redis: SKIP hides its own reply and the next).
+    let silent = session.reply_off || std::mem::take(&mut session.skip_this);
+    if std::mem::take(&mut session.skip_next) {
+        session.skip_this = true;
+    }
+    if silent {
+        return Pending::Silent;
+    }
+    match reply {
         // HELLO switches protocol: its own reply is already in the new one.
         Reply::Frame(frame) => Pending::Ready(frame, session.protocol),
         Reply::Waiting(rx) => Pending::Waiting(rx, proto_before),

@@ -127,6 +127,11 @@ impl<'a> Db<'a> {
         self.limits
     }
 
+    /// The engine under the overlay (reads that bypass it: the change log).
+    pub fn engine(&self) -> &'a dyn Engine {
+        self.engine
+    }
+
     /// The keyspace the user keys belong to.
     pub fn keyspace(&self) -> &Keyspace {
         self.keyspace

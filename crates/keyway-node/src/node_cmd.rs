@@ -51,6 +51,9 @@ pub async fn dispatch(shared: &Arc<Shared>, session: &mut Session, args: Vec<Byt
     if !session.authenticated && !matches!(name.as_str(), "AUTH" | "HELLO" | "QUIT") {
         return err("NOAUTH Authentication required.");
     }
+    if let Some(reply) = crate::multi::intercept(shared, session, &name, &args).await {
+        return reply;
+    }
     match name.as_str() {
         "PING" => ping(&args),
         "ECHO" => match args.len() {
@@ -72,10 +75,43 @@ pub async fn dispatch(shared: &Arc<Shared>, session: &mut Session, args: Vec<Byt
         }
         "AUTH" => session::auth(session, shared.config.requirepass.as_deref(), &args).into(),
         "SELECT" => select(&args),
-        "CLIENT" => client(session, &args),
+        "CLIENT" => client(shared, session, &args),
         "COMMAND" => cmd::table::command_reply(&args[1..]).into(),
         "INFO" => info(shared, session.replica_endpoint).await.into(),
         "CONFIG" => config(shared, &args),
+        "TIME" => match args.len() {
+            1 => crate::server_cmd::time(shared).into(),
+            _ => arity_error("time").into(),
+        },
+        "ROLE" => match args.len() {
+            1 => crate::server_cmd::role(shared, session.replica_endpoint).into(),
+            _ => arity_error("role").into(),
+        },
+        "LASTSAVE" => match args.len() {
+            1 => Frame::Integer(shared.server.started_unix_s as i64).into(),
+            _ => arity_error("lastsave").into(),
+        },
+        "SLOWLOG" => match args.len() {
+            1 => arity_error("slowlog").into(),
+            _ => shared.server.slowlog.command(&args).into(),
+        },
+        "LATENCY" => match args.len() {
+            1 => arity_error("latency").into(),
+            _ => crate::server_cmd::latency(&args).into(),
+        },
+        "FLUSHALL" | "FLUSHDB" => {
+            crate::flush::flush(shared, &args, session.replica_endpoint).await
+        }
+        "SHUTDOWN" => match crate::server_cmd::shutdown(shared, &args) {
+            Ok(()) => {
+                // Redis closes the connection without a reply.
+                session.closing = true;
+                session.skip_this = true;
+                Frame::Null.into()
+            }
+            Err(frame) => frame.into(),
+        },
+        "FUNCTION" => function(&args),
         "READONLY" | "READWRITE" | "ASKING" => match args.len() {
             1 => {
                 match name.as_str() {
@@ -90,6 +126,8 @@ pub async fn dispatch(shared: &Arc<Shared>, session: &mut Session, args: Vec<Byt
         "CLUSTER" => cluster_cmd::cluster(shared, &args, session).await,
         "DBSIZE" => crate::scan::dbsize(shared).await,
         "SCAN" => crate::scan::scan(shared, &args).await,
+        "KEYS" => crate::node_keys::keys(shared, &args).await,
+        "RANDOMKEY" => crate::node_keys::randomkey(shared, &args).await,
         "KW.AT" | "KW.GET" | "KW.SET" | "KW.DEL" | "KW.SCAN" if session.replica_endpoint => {
             err("ERR this is the replica endpoint: send KW.* requests to the node's main address")
         }
@@ -97,23 +135,39 @@ pub async fn dispatch(shared: &Arc<Shared>, session: &mut Session, args: Vec<Byt
         "KW.MAP" => kw_map(shared, &args),
         "KW.GET" | "KW.SET" | "KW.DEL" | "KW.SCAN" => crate::kw::dispatch(shared, &args).await,
         _ => match cmd::parse(&args) {
-            Some(Ok(command)) => data_command(shared, command, None, session).await,
+            Some(Ok(command)) => {
+                let slow = Some(SlowCtx {
+                    args,
+                    client: session.id,
+                });
+                data_command(shared, command, None, session, slow).await
+            }
             Some(Err(frame)) => frame.into(),
             None => unknown_command(&args).into(),
         },
     }
 }
 
-/// Whether `args` is a node-wide read (`SCAN`, `DBSIZE`, `INFO`, `KW.SCAN`):
+/// Whether `args` is a node-wide read (`SCAN`, `DBSIZE`, `INFO`, `KW.SCAN`,
+/// `KEYS`, `RANDOMKEY`):
 /// it reads keys of many slots, so no one storage thread orders it with the
 /// connection's other requests. The connection orders it instead: it queues
 /// it only once every earlier reply of its pipeline was released, and waits
 /// for its reply before dispatching the next request.
 pub fn is_node_wide(args: &[Bytes]) -> bool {
     args.first().is_some_and(|name| {
-        [&b"SCAN"[..], b"DBSIZE", b"INFO", b"KW.SCAN"]
-            .iter()
-            .any(|n| name.eq_ignore_ascii_case(n))
+        [
+            &b"SCAN"[..],
+            b"DBSIZE",
+            b"INFO",
+            b"KW.SCAN",
+            b"FLUSHALL",
+            b"FLUSHDB",
+            b"KEYS",
+            b"RANDOMKEY",
+        ]
+        .iter()
+        .any(|n| name.eq_ignore_ascii_case(n))
     })
 }
 
@@ -160,7 +214,7 @@ fn select(args: &[Bytes]) -> Reply {
     }
 }
 
-fn client(session: &mut Session, args: &[Bytes]) -> Reply {
+fn client(shared: &Shared, session: &mut Session, args: &[Bytes]) -> Reply {
     let Some(sub) = args.get(1) else {
         return arity_error("client").into();
     };
@@ -180,8 +234,47 @@ fn client(session: &mut Session, args: &[Bytes]) -> Reply {
                 );
             }
             session.name = (!args[2].is_empty()).then(|| args[2].clone());
+            if let Some(h) = &session.handle {
+                h.set_name(session.name.clone());
+            }
             Frame::ok().into()
         }
+        ("LIST", _) => shared.server.clients.list(&args[2..]).into(),
+        ("KILL", n) if n >= 3 => shared.server.clients.kill(session.id, &args[2..]).into(),
+        ("NO-EVICT" | "NO-TOUCH", 3) => {
+            let on = match upper(&args[2]).as_str() {
+                "ON" => true,
+                "OFF" => false,
+                _ => return err("ERR syntax error"),
+            };
+            if let Some(h) = &session.handle {
+                let flag = match sub.as_str() {
+                    "NO-EVICT" => &h.no_evict,
+                    _ => &h.no_touch,
+                };
+                flag.store(on, std::sync::atomic::Ordering::Relaxed);
+            }
+            Frame::ok().into()
+        }
+        ("REPLY", 3) => match upper(&args[2]).as_str() {
+            "ON" => {
+                session.reply_off = false;
+                session.skip_next = false;
+                Frame::ok().into()
+            }
+            "OFF" => {
+                session.reply_off = true;
+                Frame::ok().into()
+            }
+            "SKIP" => {
+                if !session.reply_off {
+                    session.skip_this = true;
+                    session.skip_next = true;
+                }
+                Frame::ok().into()
+            }
+            _ => err("ERR syntax error"),
+        },
         ("SETINFO", 4) => {
             let value = args[3].clone();
             match upper(&args[2]).as_str() {
@@ -196,13 +289,38 @@ fn client(session: &mut Session, args: &[Bytes]) -> Reply {
             text: Bytes::from(client_info_line(session)),
         }
         .into(),
-        ("ID" | "GETNAME" | "SETNAME" | "SETINFO" | "INFO", _) => err(format!(
+        (
+            "ID" | "GETNAME" | "SETNAME" | "SETINFO" | "INFO" | "KILL" | "NO-EVICT" | "NO-TOUCH"
+            | "REPLY",
+            _,
+        ) => err(format!(
             "ERR wrong number of arguments for 'client|{}' command",
             sub.to_lowercase()
         )),
         _ => err(format!(
             "ERR unknown subcommand '{}'. Try CLIENT HELP.",
             String::from_utf8_lossy(&args[1])
+        )),
+    }
+}
+
+/// `FUNCTION FLUSH [ASYNC|SYNC]`: Keyway runs no functions (nor scripts),
+/// so there is never a library to delete; the reply is Redis's. Other
+/// FUNCTION subcommands are unknown.
+fn function(args: &[Bytes]) -> Reply {
+    let Some(sub) = args.get(1) else {
+        return arity_error("function").into();
+    };
+    match upper(sub).as_str() {
+        "FLUSH" => match args.get(2..).unwrap_or_default() {
+            [] => Frame::ok().into(),
+            [mode] if matches!(upper(mode).as_str(), "ASYNC" | "SYNC") => Frame::ok().into(),
+            [_] => err("ERR FUNCTION FLUSH only supports SYNC|ASYNC option"),
+            _ => arity_error("function|flush").into(),
+        },
+        _ => err(format!(
+            "ERR unknown subcommand '{}'. Try FUNCTION HELP.",
+            String::from_utf8_lossy(sub)
         )),
     }
 }
@@ -233,29 +351,12 @@ fn config(shared: &Shared, args: &[Bytes]) -> Reply {
         return arity_error("config").into();
     };
     match upper(sub).as_str() {
-        "GET" if args.len() >= 3 => {
-            let c = &shared.config;
-            let known: [(&str, String); 6] = [
-                ("maxclients", c.max_clients.to_string()),
-                ("proto-max-bulk-len", c.max_bulk_len_bytes.to_string()),
-                ("appendonly", "yes".into()),
-                ("appendfsync", durability_name(c.durability).into()),
-                ("save", String::new()),
-                ("cluster-enabled", "yes".into()),
-            ];
-            let mut out = Vec::new();
-            for pattern in &args[2..] {
-                for (name, value) in &known {
-                    if cmd::table::glob_match(pattern, name.as_bytes()) {
-                        out.push((Frame::bulk(*name), Frame::bulk(value.clone())));
-                    }
-                }
-            }
-            Frame::Map(out).into()
-        }
+        "GET" if args.len() >= 3 => shared.server.config_get(&args[2..]).into(),
         "GET" => arity_error("config|get").into(),
+        "SET" if args.len() >= 4 => shared.server.config_set(&args[2..]).into(),
+        "SET" => arity_error("config|set").into(),
         _ => err(format!(
-            "ERR unknown subcommand '{}'. Keyway is configured at start (see `keyway server --help`).",
+            "ERR unknown subcommand '{}'. Try CONFIG HELP.",
             String::from_utf8_lossy(sub)
         )),
     }
@@ -268,7 +369,7 @@ fn config(shared: &Shared, args: &[Bytes]) -> Reply {
 /// batch to the OS before replying (`flush_journal_each_batch`), as Redis
 /// write(2)s its AOF buffer before replying: a process crash loses nothing
 /// acknowledged, a machine crash what was not fsynced.
-fn durability_name(d: crate::Durability) -> &'static str {
+pub(crate) fn durability_name(d: crate::Durability) -> &'static str {
     match d {
         crate::Durability::Always => "always",
         crate::Durability::Group => "always",
@@ -383,7 +484,7 @@ async fn kw_at(shared: &Arc<Shared>, args: Vec<Bytes>, readonly: bool) -> Reply 
         Some(Ok(command)) => {
             let mut plain = Session::new(0, false, String::new());
             plain.readonly = readonly;
-            data_command(shared, command, expected, &plain).await
+            data_command(shared, command, expected, &plain, None).await
         }
         Some(Err(frame)) => frame.into(),
         None => unknown_command(&args[3..]).into(),
@@ -398,11 +499,8 @@ async fn data_command(
     command: Command,
     expected: Option<(PartitionId, Epoch)>,
     session: &Session,
+    slow: Option<SlowCtx>,
 ) -> Reply {
-    let on = Connection {
-        readonly: session.readonly,
-        replica_endpoint: session.replica_endpoint,
-    };
     let slot = {
         let keys = command.keys();
         let Some(first) = keys.first() else {
@@ -420,7 +518,88 @@ async fn data_command(
         }
         slot
     };
-    let task = storage_task(shared.clone(), command, slot, expected, on);
+    let slow = slow.filter(|_| shared.server.slowlog.slower_than_us() >= 0);
+    submit_with(shared, command, slot, expected, session, slow).await
+}
+
+/// What the slow log records of a data command: its arguments and client.
+pub(crate) struct SlowCtx {
+    args: Vec<Bytes>,
+    client: u64,
+}
+
+impl SlowCtx {
+    /// Logs the command if `took` reaches `slowlog-log-slower-than`.
+    fn record(&self, shared: &Shared, took: std::time::Duration) {
+        let us = took.as_micros().min(u64::MAX as u128) as u64;
+        if !shared.server.slowlog.wants(us) {
+            return;
+        }
+        let (peer, name) = shared.server.clients.describe(self.client);
+        shared
+            .server
+            .slowlog
+            .push(shared.clock.unix_ms() / 1000, us, &self.args, peer, name);
+    }
+}
+
+/// What one storage task runs once admitted for its slot: a data command,
+/// a transaction's `EXEC`, a `WATCH` (see [`crate::multi`]).
+pub(crate) trait SlotWork: Send + 'static {
+    /// Whether it may write (admitted as a write: never on a replica,
+    /// refused without enough in-sync replicas).
+    fn is_write(&self) -> bool;
+    /// Admitted by the slot's owner only, never as a replica read.
+    fn owner_only(&self) -> bool {
+        false
+    }
+    /// The key load statistics count it under.
+    fn first_key(&self) -> Option<&[u8]>;
+    /// Runs against the task's one overlay (its mutations are applied in
+    /// one batch afterwards); `Err` discards them.
+    fn execute(&self, db: &mut Db<'_>) -> Result<Frame, keyway_storage::StorageError>;
+    /// The reply for a refusal by the server's state before it ran.
+    fn refused(&self, frame: Frame) -> Frame {
+        frame
+    }
+}
+
+impl SlotWork for Command {
+    fn is_write(&self) -> bool {
+        Command::is_write(self)
+    }
+    fn first_key(&self) -> Option<&[u8]> {
+        self.keys().first().copied()
+    }
+    fn execute(&self, db: &mut Db<'_>) -> Result<Frame, keyway_storage::StorageError> {
+        Command::execute(self, db)
+    }
+}
+
+/// Queues `work` on the storage thread of `slot` (see [`storage_task`]).
+pub(crate) async fn submit_work<W: SlotWork>(
+    shared: &Arc<Shared>,
+    work: W,
+    slot: u16,
+    expected: Option<(PartitionId, Epoch)>,
+    session: &Session,
+) -> Reply {
+    submit_with(shared, work, slot, expected, session, None).await
+}
+
+async fn submit_with<W: SlotWork>(
+    shared: &Arc<Shared>,
+    work: W,
+    slot: u16,
+    expected: Option<(PartitionId, Epoch)>,
+    session: &Session,
+    slow: Option<SlowCtx>,
+) -> Reply {
+    let on = Connection {
+        readonly: session.readonly,
+        replica_endpoint: session.replica_endpoint,
+    };
+    let task = storage_task(shared.clone(), work, slot, expected, on, slow);
     match shared.executor.submit(slot, task).await {
         Ok(rx) => Reply::Waiting(rx),
         Err(frame) => frame.into(),
@@ -441,20 +620,23 @@ async fn data_command(
 /// connection to a replica is `-MOVED` to the primary, as in Redis. On the
 /// replica endpoint every write is `-MOVED` to the primary's main address,
 /// even when this node is the primary.
-fn storage_task(
+fn storage_task<W: SlotWork>(
     shared: Arc<Shared>,
-    command: Command,
+    command: W,
     slot: u16,
     expected: Option<(PartitionId, Epoch)>,
     on: Connection,
+    slow: Option<SlowCtx>,
 ) -> Task {
     Box::new(move |engine| {
+        let began = std::time::Instant::now();
         let guard = shared.routing.read();
         // An epoch-carrying read on a READONLY connection of a partition
         // whose reads_from is this node at exactly that epoch (the smart
         // client, the proxy): admitted as a replica read.
         let reads_from_read = on.readonly
             && !command.is_write()
+            && !command.owner_only()
             && expected.is_some_and(|(pid, epoch)| {
                 guard
                     .map()
@@ -463,8 +645,10 @@ fn storage_task(
                         p.id == pid && p.epoch == epoch && p.reads_from == Some(shared.me)
                     })
             });
-        let replica_read =
-            on.readonly && !command.is_write() && (expected.is_none() || reads_from_read);
+        let replica_read = on.readonly
+            && !command.is_write()
+            && !command.owner_only()
+            && (expected.is_none() || reads_from_read);
         let admitted = if on.replica_endpoint && command.is_write() {
             Err(guard.redirect_to_owner(shared.keyspace.id, slot))
         } else if replica_read {
@@ -474,7 +658,10 @@ fn storage_task(
         };
         let (partition, as_replica) = match admitted {
             Ok(p) if command.is_write() => match norepl(&shared, guard.map(), p) {
-                Some(refused) => return refused,
+                Some(mut refused) => {
+                    refused.reply = command.refused(refused.reply);
+                    return refused;
+                }
                 None => (p.id, false),
             },
             // Reads switched ahead of writes: an epoch-carrying read (the
@@ -493,7 +680,7 @@ fn storage_task(
                 return TaskOutput {
                     reply: Frame::Null,
                     wrote: false,
-                    follow: Follow::Park(storage_task(shared, command, slot, expected, on)),
+                    follow: Follow::Park(storage_task(shared, command, slot, expected, on, slow)),
                 };
             }
             Err(rejection) => {
@@ -531,7 +718,7 @@ fn storage_task(
             };
         }
         // Load statistics: one request, by its first key.
-        if let Some(key) = command.keys().first() {
+        if let Some(key) = command.first_key() {
             let write = command.is_write();
             shared
                 .stats
@@ -543,14 +730,18 @@ fn storage_task(
             Ok(reply) => reply,
             Err(e) => return storage_failure(e),
         };
-        apply_and_reply(
+        let out = apply_and_reply(
             &shared,
             engine,
             &guard,
             partition,
             db.into_mutations(),
             reply,
-        )
+        );
+        if let Some(slow) = &slow {
+            slow.record(&shared, began.elapsed());
+        }
+        out
     })
 }
 

@@ -123,7 +123,7 @@ fn parse_args(args: &[Bytes]) -> Result<ScanArgs, Frame> {
 }
 
 /// The storage range of the whole default keyspace.
-fn default_keyspace_range() -> KeyRange {
+pub(crate) fn default_keyspace_range() -> KeyRange {
     let ks = DEFAULT_KEYSPACE.0;
     KeyRange {
         start: Bytes::copy_from_slice(&ks.to_be_bytes()),
@@ -154,7 +154,7 @@ pub async fn scan(shared: &Arc<Shared>, args: &[Bytes]) -> Reply {
 }
 
 /// Queues a node-wide read; its reply comes after group commit.
-async fn submit_node_wide(shared: &Arc<Shared>, task: Task) -> Reply {
+pub(crate) async fn submit_node_wide(shared: &Arc<Shared>, task: Task) -> Reply {
     match shared.executor.submit_node_wide(task).await {
         Ok(rx) => Reply::Waiting(rx),
         Err(frame) => frame.into(),
@@ -163,7 +163,7 @@ async fn submit_node_wide(shared: &Arc<Shared>, task: Task) -> Reply {
 
 /// What a node-wide read does with one slot's keys, judged under the
 /// routing read guard by the same admission as data commands.
-enum SlotVerdict {
+pub(crate) enum SlotVerdict {
     /// Owned and served now: its keys are read.
     Serve,
     /// Not this node's (moved, unserved, or being received): skipped.
@@ -174,7 +174,11 @@ enum SlotVerdict {
 
 /// A node-wide read's verdict on `slot`, or the rejection that refuses the
 /// whole read (a lapsed lease).
-fn verdict(guard: &RoutingGuard<'_>, me: NodeId, slot: u16) -> Result<SlotVerdict, Rejection> {
+pub(crate) fn verdict(
+    guard: &RoutingGuard<'_>,
+    me: NodeId,
+    slot: u16,
+) -> Result<SlotVerdict, Rejection> {
     match guard.admit_slot(DEFAULT_KEYSPACE, slot, None) {
         Ok(_) => Ok(SlotVerdict::Serve),
         Err(Rejection::LeaseLapsed) => Err(Rejection::LeaseLapsed),
@@ -192,11 +196,11 @@ fn verdict(guard: &RoutingGuard<'_>, me: NodeId, slot: u16) -> Result<SlotVerdic
 
 /// A node-wide read's reply: it waits for an fsync (it may have read other
 /// threads' writes that are not durable yet).
-fn node_wide(reply: Frame) -> TaskOutput {
+pub(crate) fn node_wide(reply: Frame) -> TaskOutput {
     TaskOutput::reply(reply, true)
 }
 
-fn park(task: Task) -> TaskOutput {
+pub(crate) fn park(task: Task) -> TaskOutput {
     TaskOutput {
         reply: Frame::Null,
         wrote: false,

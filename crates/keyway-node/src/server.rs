@@ -76,6 +76,12 @@ pub struct Shared {
     pub log_gc: crate::log_gc::GcMetrics,
     /// The active expiry cycle's metrics.
     pub active_expiry: crate::active_expire::ExpiryMetrics,
+    /// MULTI/EXEC outcomes ([`crate::multi`]).
+    pub tx_metrics: crate::multi::TxMetrics,
+    /// FLUSHALL/FLUSHDB counters ([`crate::flush`]).
+    pub flush_metrics: crate::flush::FlushMetrics,
+    /// Run-time settings, slow log, clients, SHUTDOWN ([`crate::server_cmd`]).
+    pub server: crate::server_cmd::ServerState,
     /// Per-partition load statistics (rates, hot keys, sizes, split keys).
     pub stats: Arc<crate::stats::Stats>,
     /// The copies this node sends, with their cost (`crate::copies`).
@@ -259,6 +265,9 @@ impl Node {
         replication.gate_migrations();
         let log_gc = crate::log_gc::GcMetrics::register(&metrics);
         let active_expiry = crate::active_expire::ExpiryMetrics::register(&metrics);
+        let tx_metrics = crate::multi::TxMetrics::register(&metrics);
+        let flush_metrics = crate::flush::FlushMetrics::register(&metrics);
+        let server = crate::server_cmd::ServerState::new(&config, clock.unix_ms() / 1000);
         let shared = Arc::new(Shared {
             stats,
             copies,
@@ -282,6 +291,9 @@ impl Node {
             metrics,
             log_gc,
             active_expiry,
+            tx_metrics,
+            flush_metrics,
+            server,
             clock,
             meta,
             keyspace: Keyspace {
@@ -395,6 +407,12 @@ impl Node {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
         false
+    }
+
+    /// Resolves once a client sent `SHUTDOWN` ([`crate::server_cmd::shutdown`]):
+    /// the caller then stops the node with [`Node::shutdown`].
+    pub async fn shutdown_requested(&self) {
+        self.shared.server.shutdown_requested().await
     }
 
     /// Graceful shutdown: stop accepting, let connections finish the

@@ -35,6 +35,17 @@ pub struct Session {
     /// ([`crate::replica_endpoint`]): writes are `-MOVED` to the primary,
     /// `CLUSTER MYID`/`NODES`/INFO speak for the node's replica role.
     pub replica_endpoint: bool,
+    /// `MULTI`'s queue and the `WATCH`ed keys ([`crate::multi`]).
+    pub tx: crate::multi::TxState,
+    /// The connection's entry in `CLIENT LIST` (none for internal sessions).
+    pub handle: Option<std::sync::Arc<crate::clients::ClientHandle>>,
+    /// `CLIENT REPLY OFF`: no reply is written until `CLIENT REPLY ON`.
+    pub reply_off: bool,
+    /// The reply of the request being answered is not written
+    /// (`CLIENT REPLY SKIP` itself, the request after it, `SHUTDOWN`).
+    pub skip_this: bool,
+    /// `CLIENT REPLY SKIP`: the next request's reply is not written.
+    pub skip_next: bool,
 }
 
 impl Session {
@@ -50,6 +61,11 @@ impl Session {
             peer,
             readonly: false,
             replica_endpoint: false,
+            tx: crate::multi::TxState::default(),
+            handle: None,
+            reply_off: false,
+            skip_this: false,
+            skip_next: false,
         }
     }
 }

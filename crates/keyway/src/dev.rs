@@ -111,7 +111,20 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         );
     }
     println!("Ctrl-C stops the cluster; starting it again with the same --data finds the data.");
-    crate::shutdown_signal().await;
+    // A client's SHUTDOWN to any node stops the whole dev cluster (it is
+    // one process).
+    let (requested, mut shutdown_rx) = tokio::sync::mpsc::channel::<()>(1);
+    for shared in (0..cluster.len()).filter_map(|i| cluster.node(i).map(|n| n.shared().clone())) {
+        let requested = requested.clone();
+        tokio::spawn(async move {
+            shared.server.shutdown_requested().await;
+            let _ = requested.send(()).await;
+        });
+    }
+    tokio::select! {
+        _ = crate::shutdown_signal() => {}
+        Some(()) = shutdown_rx.recv() => println!("SHUTDOWN requested by a client"),
+    }
     println!("stopping...");
     cluster.shutdown().await;
     println!("stopped");

@@ -82,6 +82,24 @@ pub struct NodeFlags {
     /// Active expiry: run a cycle this often, Redis `hz` (default 100 = hz 10).
     #[arg(long)]
     active_expire_interval_ms: Option<u64>,
+    /// FLUSHALL/FLUSHDB: most entries one storage task of a slot deletes in
+    /// one batch, 1..=100000 (default 1000).
+    #[arg(long)]
+    flush_chunk_keys: Option<usize>,
+    /// SLOWLOG: log commands slower than this many microseconds; negative
+    /// turns the log off, 0 logs every command; CONFIG SET
+    /// slowlog-log-slower-than changes it at run time (default 10000).
+    #[arg(long, allow_hyphen_values = true)]
+    slowlog_log_slower_than_us: Option<i64>,
+    /// SLOWLOG: entries kept, at most 1000000; CONFIG SET slowlog-max-len
+    /// changes it at run time (default 128).
+    #[arg(long)]
+    slowlog_max_len: Option<usize>,
+    /// WATCH: most change-log records an EXEC reads to tell whether a key
+    /// absent at WATCH and at EXEC was created (and deleted) meanwhile,
+    /// at most 10000000 (default 10000).
+    #[arg(long)]
+    watch_log_scan_records: Option<usize>,
     /// Replication: a write waiting this long on an in-sync replica makes
     /// the primary drop it from the in-sync set, by one CAS (default 2000).
     #[arg(long)]
@@ -146,6 +164,10 @@ impl NodeFlags {
             storage_max_memtable_bytes,
             storage_journal_rotation_bytes,
             active_expire_interval_ms,
+            flush_chunk_keys,
+            slowlog_log_slower_than_us,
+            slowlog_max_len,
+            watch_log_scan_records,
             replica_lag_timeout_ms,
             replica_read_lease_ms,
             replica_heartbeat_ms,
@@ -254,7 +276,10 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
         node.resp_addr(),
         node.admin_addr()
     );
-    crate::shutdown_signal().await;
+    tokio::select! {
+        _ = crate::shutdown_signal() => {}
+        _ = node.shutdown_requested() => println!("SHUTDOWN requested by a client"),
+    }
     if let Some(task) = bootstrap {
         task.abort();
     }

@@ -176,17 +176,30 @@ pub fn command_getkeys_reply(full: &[Bytes], with_flags: bool) -> Frame {
     )
 }
 
-/// Redis's `stringmatchlen` glob (`*`, `?`, `[...]` with ranges and `^`, `\` escapes), case-sensitive.
+/// Redis's `stringmatchlen` glob (`*`, `?`, `[...]` with ranges and `^`, `\\`
+/// escapes), case-sensitive; a pattern of exactly `*` matches every key
+/// (KEYS's and SCAN's shortcut), the empty one included.
 pub fn glob_match(pattern: &[u8], text: &[u8]) -> bool {
-    glob_rec(pattern, text, 0)
+    if pattern == b"*" {
+        return true;
+    }
+    let mut skip_longer = false;
+    glob_rec(pattern, text, &mut skip_longer, 0)
 }
 
-fn glob_rec(mut p: &[u8], mut s: &[u8], depth: usize) -> bool {
-    if depth > 32 {
+/// Deepest `*` nesting Redis follows before it calls a pattern a non-match
+/// (its protection against abusive patterns).
+const GLOB_MAX_NESTING: usize = 1000;
+
+/// A port of Redis 7.0's `stringmatchlen_impl`, including its
+/// `skipLongerMatches` cut: once the rest of the pattern after a `*` matches
+/// nowhere in the rest of the string, no earlier `*` can help either.
+fn glob_rec(mut p: &[u8], mut s: &[u8], skip_longer: &mut bool, nesting: usize) -> bool {
+    if nesting > GLOB_MAX_NESTING {
         return false;
     }
-    while let Some(&c) = p.first() {
-        match c {
+    while !p.is_empty() && !s.is_empty() {
+        match p[0] {
             b'*' => {
                 while p.len() > 1 && p[1] == b'*' {
                     p = &p[1..];
@@ -194,67 +207,80 @@ fn glob_rec(mut p: &[u8], mut s: &[u8], depth: usize) -> bool {
                 if p.len() == 1 {
                     return true;
                 }
-                for i in 0..=s.len() {
-                    if glob_rec(&p[1..], &s[i..], depth + 1) {
+                while !s.is_empty() {
+                    if glob_rec(&p[1..], s, skip_longer, nesting + 1) {
                         return true;
                     }
+                    if *skip_longer {
+                        return false;
+                    }
+                    s = &s[1..];
                 }
+                *skip_longer = true;
                 return false;
             }
-            b'?' => {
-                if s.is_empty() {
-                    return false;
-                }
-                s = &s[1..];
-            }
+            b'?' => s = &s[1..],
             b'[' => {
-                let Some(&ch) = s.first() else { return false };
-                let mut i = 1;
-                let negate = p.get(i) == Some(&b'^');
-                if negate {
-                    i += 1;
+                p = &p[1..];
+                let not = p.first() == Some(&b'^');
+                if not {
+                    p = &p[1..];
                 }
                 let mut matched = false;
-                while i < p.len() && p[i] != b']' {
-                    if p[i] == b'\\' && i + 1 < p.len() {
-                        i += 1;
-                        matched |= p[i] == ch;
-                    } else if i + 2 < p.len() && p[i + 1] == b'-' {
-                        let (lo, hi) = (p[i].min(p[i + 2]), p[i].max(p[i + 2]));
-                        matched |= lo <= ch && ch <= hi;
-                        i += 2;
-                    } else {
-                        matched |= p[i] == ch;
+                loop {
+                    if p.first() == Some(&b'\\') && p.len() >= 2 {
+                        p = &p[1..];
+                        if p[0] == s[0] {
+                            matched = true;
+                        }
+                    } else if p.first() == Some(&b']') {
+                        break;
+                    } else if p.is_empty() {
+                        // An unterminated class: Redis steps back onto its
+                        // last byte, which the common step below consumes.
+                        break;
+                    } else if p.len() >= 3 && p[1] == b'-' {
+                        let (lo, hi) = (p[0].min(p[2]), p[0].max(p[2]));
+                        p = &p[2..];
+                        if (lo..=hi).contains(&s[0]) {
+                            matched = true;
+                        }
+                    } else if p[0] == s[0] {
+                        matched = true;
                     }
-                    i += 1;
+                    p = &p[1..];
                 }
-                if matched == negate {
+                if matched == not {
                     return false;
                 }
-                p = if i < p.len() {
-                    &p[i..]
+                s = &s[1..];
+                if p.is_empty() {
+                    // The stepped-back byte of an unterminated class.
+                    return s.is_empty();
+                }
+            }
+            c => {
+                let c = if c == b'\\' && p.len() >= 2 {
+                    p = &p[1..];
+                    p[0]
                 } else {
-                    &p[p.len() - 1..]
+                    c
                 };
-                s = &s[1..];
-            }
-            b'\\' if p.len() >= 2 => {
-                p = &p[1..];
-                if s.first() != p.first() {
-                    return false;
-                }
-                s = &s[1..];
-            }
-            _ => {
-                if s.first() != Some(&c) {
+                if c != s[0] {
                     return false;
                 }
                 s = &s[1..];
             }
         }
         p = &p[1..];
+        if s.is_empty() {
+            while p.first() == Some(&b'*') {
+                p = &p[1..];
+            }
+            break;
+        }
     }
-    s.is_empty()
+    p.is_empty() && s.is_empty()
 }
 
 #[cfg(test)]
@@ -278,14 +304,13 @@ mod tests {
                 "{}",
                 c.name
             );
-            // Data commands have keys from position 1, or movable keys.
+            // Data commands have keys from position 1, or movable keys, or
+            // are OBJECT (a container whose key follows the subcommand);
+            // WATCH and MEMORY USAGE have keys but no data family.
             let movable = c.flags.contains(&"movablekeys");
-            assert_eq!(
-                c.family.is_some(),
-                c.first_key == 1 || movable,
-                "{}",
-                c.name
-            );
+            let keyed = c.first_key == 1 || movable || c.name == "object";
+            let keyed_server = matches!(c.name, "watch" | "memory");
+            assert_eq!(c.family.is_some(), keyed && !keyed_server, "{}", c.name);
         }
         assert_eq!(lookup(b"GeT").map(|c| c.name), Some("get"));
         assert!(lookup(b"nosuch").is_none());
@@ -420,7 +445,7 @@ mod tests {
         else {
             panic!()
         };
-        assert_eq!(strings.len(), 20);
+        assert_eq!(strings.len(), 22);
         assert_eq!(
             command_reply(&args(&["list", "filterby", "module", "x"])),
             Frame::Array(vec![])
@@ -445,5 +470,22 @@ mod tests {
         assert!(glob_match(b"a\\*", b"a*"));
         assert!(!glob_match(b"a", b"ab"));
         assert!(!glob_match(b"[abc", b"d"));
+        assert!(glob_match(b"[abc", b"c"));
+        assert!(glob_match(b"a*", b"a"));
+        assert!(!glob_match(b"a?", b"a"));
+        assert!(!glob_match(b"", b"a"));
+        assert!(glob_match(b"", b""));
+        assert!(!glob_match(b"?*", b""));
+        assert!(glob_match(b"h[^e]llo", b"hallo"));
+        assert!(glob_match(b"*\\?", b"x?"));
+        assert!(!glob_match(b"*\\?", b"xa"));
+        // Redis's abusive-pattern regressions (keyspace.tcl) end at once.
+        let a40 = vec![b'a'; 40];
+        assert!(!glob_match(
+            b"a*a*a*a*a*a*a*a*a*a*a*a*a*a*a*a*a*a*a*a*b",
+            &a40
+        ));
+        let a = vec![b'a'; 50_000];
+        assert!(!glob_match(&b"*?".repeat(50_000), &a));
     }
 }

@@ -25,6 +25,7 @@
 
 pub mod table;
 
+mod bits;
 mod coll_scan;
 mod command;
 mod counter;
@@ -32,9 +33,13 @@ mod expire;
 mod hash;
 mod hash_table;
 mod keys;
+pub mod keyspace;
+mod lcs;
 mod long_double;
+mod server_table;
 mod set;
 mod set_table;
+mod sort;
 mod string;
 #[cfg(test)]
 mod testing;
@@ -44,10 +49,12 @@ use keyway_resp::Frame;
 use keyway_storage::{StorageError, Value, ValueKind};
 
 use crate::db::Db;
+pub use bits::BitsCmd;
 pub use counter::CounterCmd;
 pub use expire::ExpireCmd;
 pub use hash::HashCmd;
 pub use keys::{KeysCmd, type_name};
+pub use keyspace::{KeyspaceCmd, object_without_key};
 pub use set::SetCmd;
 pub use string::StringCmd;
 use table::Family;
@@ -67,6 +74,10 @@ pub enum Command {
     Hash(HashCmd),
     /// The set commands (`cmd/set.rs`).
     Set(SetCmd),
+    /// SETBIT GETBIT.
+    Bits(BitsCmd),
+    /// RENAME RENAMENX COPY TOUCH OBJECT SUBSTR LCS SORT SORT_RO.
+    Keyspace(KeyspaceCmd),
     /// A command with the right arity whose arguments Redis would reject when
     /// executing it (syntax error, non-integer, ...): routed by its keys like
     /// any other, `execute` replies `error`.
@@ -85,12 +96,20 @@ pub enum Command {
 /// `None` if it is not a data command (the caller answers connection and
 /// cluster commands, and the unknown-command error); `Some(Err(frame))` for
 /// a wrong argument count (`ERR wrong number of arguments for 'get'
-/// command`); otherwise the command, possibly [`Command::Invalid`].
+/// command`) and the few errors Redis replies before it knows a key (`OBJECT
+/// HELP`, an unknown OBJECT subcommand); otherwise the command, possibly
+/// [`Command::Invalid`].
 pub fn parse(args: &[Bytes]) -> Option<Result<Command, Frame>> {
     let spec = table::lookup(args.first()?)?;
     let family = spec.family?;
     if !spec.arity_ok(args.len()) {
         return Some(Err(table::arity_error(spec.name)));
+    }
+    // OBJECT HELP and OBJECT's argument errors name no key: replied unrouted.
+    if spec.name == "object"
+        && let Some(reply) = object_without_key(args)
+    {
+        return Some(Err(reply));
     }
     let parsed = match family {
         Family::String => StringCmd::parse(spec.name, args).map(Command::String),
@@ -99,6 +118,8 @@ pub fn parse(args: &[Bytes]) -> Option<Result<Command, Frame>> {
         Family::Expire => ExpireCmd::parse(spec.name, args).map(Command::Expire),
         Family::Hash => HashCmd::parse(spec.name, args).map(Command::Hash),
         Family::Set => SetCmd::parse(spec.name, args).map(Command::Set),
+        Family::Bits => BitsCmd::parse(spec.name, args).map(Command::Bits),
+        Family::Keyspace => KeyspaceCmd::parse(spec.name, args).map(Command::Keyspace),
     };
     let parsed = parsed.and_then(|cmd| {
         if cmd.creates_keys() && cmd.keys().iter().any(|k| k.len() > MAX_KEY_BYTES) {
@@ -147,6 +168,8 @@ impl Command {
                     | HashCmd::IncrBy { .. }
                     | HashCmd::IncrByFloat { .. }
             ),
+            Command::Bits(c) => matches!(c, BitsCmd::SetBit { .. }),
+            Command::Keyspace(c) => c.creates_keys(),
             Command::Keys(_) | Command::Expire(_) | Command::Invalid { .. } => false,
         }
     }
@@ -160,6 +183,8 @@ impl Command {
             Command::Expire(c) => c.name(),
             Command::Hash(c) => c.name(),
             Command::Set(c) => c.name(),
+            Command::Bits(c) => c.name(),
+            Command::Keyspace(c) => c.name(),
             Command::Invalid { name, .. } => name,
         }
     }
@@ -174,6 +199,8 @@ impl Command {
             Command::Expire(c) => c.keys(),
             Command::Hash(c) => c.keys(),
             Command::Set(c) => c.keys(),
+            Command::Bits(c) => c.keys(),
+            Command::Keyspace(c) => c.keys(),
             Command::Invalid { keys, .. } => keys.iter().map(|k| &k[..]).collect(),
         }
     }
@@ -195,6 +222,8 @@ impl Command {
             Command::Expire(c) => c.execute(db),
             Command::Hash(c) => c.execute(db),
             Command::Set(c) => c.execute(db),
+            Command::Bits(c) => c.execute(db),
+            Command::Keyspace(c) => c.execute(db),
             Command::Invalid { error, .. } => Ok(error.clone()),
         };
         match result {
@@ -398,7 +427,11 @@ mod tests {
 
     #[test]
     fn every_data_command_in_the_table_parses() {
-        for spec in table::commands().iter().filter(|c| c.family.is_some()) {
+        // OBJECT's subcommand is its first argument (see object_without_key).
+        for spec in table::commands()
+            .iter()
+            .filter(|c| c.family.is_some() && c.name != "object")
+        {
             let argc = spec.arity.unsigned_abs() as usize;
             let mut a = vec![Bytes::from_static(spec.name.as_bytes())];
             a.extend((1..argc).map(|i| Bytes::from(format!("{i}"))));

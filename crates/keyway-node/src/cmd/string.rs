@@ -498,7 +498,7 @@ fn getex(db: &mut Db<'_>, key: &[u8], action: &GetExAction) -> CmdResult {
 }
 
 /// GETRANGE's index rules (Redis 7.0 `getrangeCommand`).
-fn get_range(data: &Bytes, start: i64, end: i64) -> Bytes {
+pub(super) fn get_range(data: &Bytes, start: i64, end: i64) -> Bytes {
     let len = data.len() as i128;
     let (mut start, mut end) = (i128::from(start), i128::from(end));
     if start < 0 && end < 0 && start > end {

@@ -37,6 +37,10 @@ pub enum Family {
     Hash,
     /// `cmd/set.rs`.
     Set,
+    /// `cmd/bits.rs`.
+    Bits,
+    /// `cmd/keyspace.rs` (with `lcs.rs`, `sort.rs`).
+    Keyspace,
 }
 
 /// One command as Redis 7 describes it.
@@ -62,6 +66,10 @@ pub struct CommandSpec {
     pub key_spec_flags: &'static [&'static str],
     /// Notes of the key spec.
     pub key_spec_notes: Option<&'static str>,
+    /// Flags of a second key spec, for the one key at `first_key + 1`
+    /// (RENAME's and COPY's destination); empty = none. With it, the first
+    /// spec covers only the key at `first_key`.
+    pub second_key_spec: &'static [&'static str],
     /// `COMMAND DOCS` group.
     pub group: &'static str,
     /// Redis version that introduced the command.
@@ -106,6 +114,9 @@ const RW_UPDATE: Strs = &["RW", "update"];
 const OW_UPDATE: Strs = &["OW", "update"];
 const OW_INSERT: Strs = &["OW", "insert"];
 const RM_DELETE: Strs = &["RM", "delete"];
+const RW_ACCESS_DELETE: Strs = &["RW", "access", "delete"];
+const KS_WRITE_SLOW: Strs = &["@keyspace", "@write", "@slow"];
+const SORT_COMPLEXITY: &str = "O(N+M*log(M)) where N is the number of elements in the list or set to sort, and M the number of returned elements. When the elements are not sorted, complexity is O(N).";
 
 /// A one-key data command of `group`.
 #[allow(clippy::too_many_arguments)] // one table column per argument
@@ -131,6 +142,7 @@ pub(super) const fn data(
         tips: &[],
         key_spec_flags: key_spec,
         key_spec_notes: None,
+        second_key_spec: &[],
         group,
         since,
         summary,
@@ -141,7 +153,7 @@ pub(super) const fn data(
 }
 
 /// A command without keys (connection, server, cluster).
-const fn nokey(
+pub(super) const fn nokey(
     group: &'static str,
     name: &'static str,
     arity: i64,
@@ -161,6 +173,7 @@ const fn nokey(
         tips: &[],
         key_spec_flags: &[],
         key_spec_notes: None,
+        second_key_spec: &[],
         group,
         since,
         summary,
@@ -258,6 +271,37 @@ impl CommandSpec {
         self
     }
 
+    /// Keys at `first..=last` every `step` (`last` negative = from the end),
+    /// with the key spec `flags`, on a command without a data family
+    /// (`WATCH`, `MEMORY USAGE`).
+    pub(super) const fn with_keys(mut self, first: i64, last: i64, step: i64, flags: Strs) -> Self {
+        self.first_key = first;
+        self.last_key = last;
+        self.step = step;
+        self.key_spec_flags = flags;
+        self
+    }
+
+    /// A second key spec with `flags` for the key after `first_key`.
+    pub(super) const fn second_key(mut self, flags: Strs) -> Self {
+        self.last_key = self.first_key + 1;
+        self.second_key_spec = flags;
+        self
+    }
+
+    /// A data command whose keys `COMMAND INFO` does not list (a container:
+    /// OBJECT's key follows its subcommand).
+    pub(super) const fn family(mut self, family: Family) -> Self {
+        self.family = Some(family);
+        self
+    }
+
+    /// The last key at `last` (a fixed number of keys).
+    pub(super) const fn last_key_at(mut self, last: i64) -> Self {
+        self.last_key = last;
+        self
+    }
+
     pub(super) const fn deprecated(
         mut self,
         since: &'static str,
@@ -268,7 +312,7 @@ impl CommandSpec {
     }
 }
 
-use Family::{Expire as E, Keys as K};
+use Family::{Expire as E, Keys as K, Keyspace as KS};
 
 /// The tables of every family: one static slice per `cmd/` family file
 /// (a family adds its table here, nowhere else).
@@ -276,6 +320,7 @@ static TABLES: &[&[CommandSpec]] = &[
     CORE_COMMANDS,
     super::hash_table::HASH_COMMANDS,
     super::set_table::SET_COMMANDS,
+    super::server_table::SERVER_COMMANDS,
 ];
 
 /// Every command a Keyway node answers, in table order.
@@ -342,6 +387,34 @@ pub static CORE_COMMANDS: &[CommandSpec] = &[
     generic(E, "expiretime", 2, R_FAST, KS_READ_FAST, RO_ACCESS, "7.0.0", "Get the expiration Unix timestamp for a key"),
     generic(E, "pexpiretime", 2, R_FAST, KS_READ_FAST, RO_ACCESS, "7.0.0", "Get the expiration Unix timestamp for a key in milliseconds"),
     generic(E, "persist", 2, W_FAST, KS_WRITE_FAST, RW_UPDATE, "2.2.0", "Remove the expiration from a key"),
+    // --- bitmaps (cmd/bits.rs) ---
+    data("bitmap", Family::Bits, "setbit", 4, W_DENY, &["@write", "@bitmap", "@slow"], RW_ACCESS_UPDATE, "2.2.0", "Sets or clears the bit at offset in the string value stored at key"),
+    data("bitmap", Family::Bits, "getbit", 3, R_FAST, &["@read", "@bitmap", "@fast"], RO_ACCESS, "2.2.0", "Returns the bit value at offset in the string value stored at key"),
+    // --- keyspace (cmd/keyspace.rs) ---
+    generic(KS, "rename", 3, &["write"], KS_WRITE_SLOW, RW_ACCESS_DELETE, "1.0.0", "Rename a key")
+        .second_key(OW_UPDATE),
+    generic(KS, "renamenx", 3, W_FAST, KS_WRITE_FAST, RW_ACCESS_DELETE, "1.0.0", "Rename a key, only if the new key does not exist")
+        .second_key(OW_INSERT),
+    generic(KS, "copy", -3, W_DENY, KS_WRITE_SLOW, RO_ACCESS, "6.2.0", "Copy a key")
+        .second_key(OW_UPDATE).complexity("O(N) worst case for collections, where N is the number of nested items. O(1) for string values."),
+    generic(KS, "touch", -2, R_FAST, KS_READ_FAST, RO, "3.2.1", "Alters the last access time of a key(s). Returns the number of existing keys specified.")
+        .keys_to_end(1).tips(MULTI_SUM).complexity("O(N) where N is the number of keys that will be touched."),
+    data("string", KS, "lcs", -3, &["readonly"], &["@read", "@string", "@slow"], RO_ACCESS, "7.0.0", "Find longest common substring")
+        .last_key_at(2).complexity("O(N*M) where N and M are the lengths of s1 and s2, respectively"),
+    data("string", KS, "substr", 4, &["readonly"], &["@read", "@string", "@slow"], RO_ACCESS, "1.0.0", "Get a substring of the string stored at a key")
+        .deprecated("2.0.0", "`GETRANGE`")
+        .complexity("O(N) where N is the length of the returned string. The complexity is ultimately determined by the returned length, but because creating a substring from an existing string is very cheap, it can be considered O(1) for small strings."),
+    generic(KS, "sort", -2, &["write", "denyoom", "movablekeys"], &["@write", "@set", "@sortedset", "@list", "@slow", "@dangerous"], RO_ACCESS, "1.0.0", "Sort the elements in a list, set or sorted set")
+        .complexity(SORT_COMPLEXITY),
+    generic(KS, "sort_ro", -2, &["readonly", "movablekeys"], &["@read", "@set", "@sortedset", "@list", "@slow", "@dangerous"], RO_ACCESS, "7.0.0", "Sort the elements in a list, set or sorted set. Read-only variant of SORT.")
+        .complexity(SORT_COMPLEXITY),
+    nokey("generic", "object", -2, &[], &["@slow"], "2.2.3", "A container for object introspection commands")
+        .complexity("Depends on subcommand.").family(KS),
+    nokey("generic", "keys", 2, &["readonly"], &["@keyspace", "@read", "@slow", "@dangerous"], "1.0.0", "Find all keys matching the given pattern")
+        .tips(&["request_policy:all_shards", "nondeterministic_output_order"])
+        .complexity("O(N) with N being the number of keys in the database, under the assumption that the key names in the database and the given pattern have limited length."),
+    nokey("generic", "randomkey", 1, &["readonly"], &["@keyspace", "@read", "@slow"], "1.0.0", "Return a random key from the keyspace")
+        .tips(&["request_policy:all_shards", "nondeterministic_output"]),
     // --- connection, server and cluster commands (implemented by the node) ---
     nokey("connection", "ping", -1, &["fast"], FAST_CONN, "1.0.0", "Ping the server")
         .tips(&["request_policy:all_shards", "response_policy:all_succeeded"]),
@@ -361,6 +434,8 @@ pub static CORE_COMMANDS: &[CommandSpec] = &[
         .complexity("Depends on subcommand."),
     nokey("cluster", "readonly", 1, LOAD_STALE_FAST, FAST_CONN, "3.0.0", "Enables read queries for a connection to a cluster replica node"),
     nokey("cluster", "readwrite", 1, LOAD_STALE_FAST, FAST_CONN, "3.0.0", "Disables read queries for a connection to a cluster replica node"),
+    nokey("scripting", "function", -2, &[], &["@slow"], "7.0.0", "A container for function commands")
+        .complexity("Depends on subcommand."),
     nokey("cluster", "asking", 1, &["fast"], FAST_CONN, "3.0.0", "Sent by cluster clients after an -ASK redirect"),
     nokey("generic", "scan", -2, &["readonly"], &["@keyspace", "@read", "@slow"], "2.8.0", "Incrementally iterate the keys space")
         .tips(&["nondeterministic_output", "request_policy:special"])
@@ -411,8 +486,13 @@ impl CommandSpec {
     pub fn info_frame(&self) -> Frame {
         let key_specs = if self.key_spec_flags.is_empty() {
             Vec::new()
-        } else {
+        } else if self.second_key_spec.is_empty() {
             vec![self.key_spec_frame()]
+        } else {
+            vec![
+                key_spec_frame(None, self.key_spec_flags, self.first_key, 0, self.step),
+                key_spec_frame(None, self.second_key_spec, self.first_key + 1, 0, self.step),
+            ]
         };
         Frame::Array(vec![
             Frame::bulk(self.name),
@@ -429,41 +509,18 @@ impl CommandSpec {
     }
 
     fn key_spec_frame(&self) -> Frame {
-        let mut map = Vec::new();
-        if let Some(notes) = self.key_spec_notes {
-            map.push((Frame::bulk("notes"), Frame::bulk(notes)));
-        }
         let lastkey = if self.last_key < 0 {
             self.last_key
         } else {
             self.last_key - self.first_key
         };
-        map.push((Frame::bulk("flags"), simple_set(self.key_spec_flags)));
-        map.push((
-            Frame::bulk("begin_search"),
-            Frame::Map(vec![
-                (Frame::bulk("type"), Frame::bulk("index")),
-                (
-                    Frame::bulk("spec"),
-                    Frame::Map(vec![(Frame::bulk("index"), Frame::Integer(self.first_key))]),
-                ),
-            ]),
-        ));
-        map.push((
-            Frame::bulk("find_keys"),
-            Frame::Map(vec![
-                (Frame::bulk("type"), Frame::bulk("range")),
-                (
-                    Frame::bulk("spec"),
-                    Frame::Map(vec![
-                        (Frame::bulk("lastkey"), Frame::Integer(lastkey)),
-                        (Frame::bulk("keystep"), Frame::Integer(self.step)),
-                        (Frame::bulk("limit"), Frame::Integer(0)),
-                    ]),
-                ),
-            ]),
-        ));
-        Frame::Map(map)
+        key_spec_frame(
+            self.key_spec_notes,
+            self.key_spec_flags,
+            self.first_key,
+            lastkey,
+            self.step,
+        )
     }
 
     /// This command's `COMMAND DOCS` value (the map without the name).
@@ -493,6 +550,47 @@ impl CommandSpec {
         }
         self.key_spec_flags
     }
+}
+
+/// One key spec of `COMMAND INFO`: an index search at `index`, then a range
+/// of `lastkey` (relative; negative = from the end) every `keystep`.
+fn key_spec_frame(
+    notes: Option<&'static str>,
+    flags: &[&str],
+    index: i64,
+    lastkey: i64,
+    keystep: i64,
+) -> Frame {
+    let mut map = Vec::new();
+    if let Some(notes) = notes {
+        map.push((Frame::bulk("notes"), Frame::bulk(notes)));
+    }
+    map.push((Frame::bulk("flags"), simple_set(flags)));
+    map.push((
+        Frame::bulk("begin_search"),
+        Frame::Map(vec![
+            (Frame::bulk("type"), Frame::bulk("index")),
+            (
+                Frame::bulk("spec"),
+                Frame::Map(vec![(Frame::bulk("index"), Frame::Integer(index))]),
+            ),
+        ]),
+    ));
+    map.push((
+        Frame::bulk("find_keys"),
+        Frame::Map(vec![
+            (Frame::bulk("type"), Frame::bulk("range")),
+            (
+                Frame::bulk("spec"),
+                Frame::Map(vec![
+                    (Frame::bulk("lastkey"), Frame::Integer(lastkey)),
+                    (Frame::bulk("keystep"), Frame::Integer(keystep)),
+                    (Frame::bulk("limit"), Frame::Integer(0)),
+                ]),
+            ),
+        ]),
+    ));
+    Frame::Map(map)
 }
 
 pub(super) fn arity_ok(arity: i64, argc: usize) -> bool {

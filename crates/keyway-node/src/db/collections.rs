@@ -258,7 +258,6 @@ impl<'a> Db<'a> {
 
     /// Replaces whatever `key` holds with `whole` (an empty collection
     /// deletes the key). O(size): every sub-entry is written.
-    #[allow(dead_code)] // first callers: RENAME, COPY, RESTORE (cmd/keyspace.rs, in progress)
     pub(crate) fn write_whole(&mut self, key: &[u8], whole: Whole) -> Result<(), CmdError> {
         self.delete(key)?;
         let kind = whole.contents.kind();

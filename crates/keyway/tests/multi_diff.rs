@@ -1,0 +1,169 @@
+//! Differential test of transactions against a real `redis-server`:
+//! random sequences of `MULTI EXEC DISCARD WATCH UNWATCH`, data commands
+//! (some with runtime errors, some with queue-time errors: unknown command,
+//! wrong arity) from a transaction client, interleaved with writes from a
+//! second client on the same keys (so `WATCH` aborts happen), run on Redis
+//! 7 and on a one-node `keyway dev`; every reply must be identical. The
+//! keys share one hash tag (one slot), so Redis's standalone answers are
+//! what Redis Cluster answers. On a mismatch the seed and the history up
+//! to it are printed; `KEYWAY_TEST_SEED=N` replays one seed.
+//! Skipped (with a note) when `redis-server` is not installed.
+
+mod common;
+
+use common::{DevCluster, Resp};
+use keyway_resp::Frame;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use std::net::TcpListener;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const OPS_PER_SEED: usize = 2500;
+const SEEDS: u64 = 4;
+
+struct RedisServer(Child);
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn start_redis() -> Option<(RedisServer, u16)> {
+    let port = TcpListener::bind("127.0.0.1:0")
+        .ok()?
+        .local_addr()
+        .ok()?
+        .port();
+    let child = Command::new("redis-server")
+        .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+        .args(["--save", "", "--appendonly", "no"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .ok()?;
+    let server = RedisServer(child);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline {
+        if Resp::try_connect(port, Duration::from_secs(1)).is_ok() {
+            return Some((server, port));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    None
+}
+
+const KEYS: [&str; 3] = ["{t}a", "{t}b", "{t}c"];
+
+/// One random request: `(from the second client?, args)`.
+fn random_op(rng: &mut StdRng) -> (bool, Vec<String>) {
+    fn key(rng: &mut StdRng) -> String {
+        KEYS[rng.random_range(0..KEYS.len())].to_string()
+    }
+    let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+    let k = key(rng);
+    let other = rng.random_bool(0.15);
+    if other {
+        let op = match rng.random_range(0..5) {
+            0 => s(&["SET", &k, "x"]),
+            1 => s(&["DEL", &k]),
+            2 => s(&["INCR", &k]),
+            3 => s(&["EXPIRE", &k, "1000"]),
+            _ => s(&["GET", &k]),
+        };
+        return (true, op);
+    }
+    let n = rng.random_range(1..=3).to_string();
+    let op = match rng.random_range(0..22) {
+        0..=2 => s(&["MULTI"]),
+        3..=4 => s(&["EXEC"]),
+        5 => s(&["DISCARD"]),
+        6..=7 => {
+            let mut w = s(&["WATCH"]);
+            for _ in 0..rng.random_range(1..=2) {
+                w.push(key(rng));
+            }
+            w
+        }
+        8 => s(&["UNWATCH"]),
+        9 => s(&["SET", &k, &n]),
+        10 => s(&["INCR", &k]),
+        11 => s(&["INCRBY", &k, &n]),
+        12 => s(&["GET", &k]),
+        13 => s(&["DEL", &k]),
+        14 => s(&["APPEND", &k, "z"]),
+        15 => s(&["EXPIRE", &k, "1000"]),
+        16 => s(&["PERSIST", &k]),
+        17 => s(&["PING"]),
+        18 => s(&["NOSUCHCMD", &k]),
+        19 => s(&["GET"]),
+        20 => s(&["SET", &k, "v", "NX", "XX"]),
+        _ => s(&["MGET", KEYS[0], KEYS[1], KEYS[2]]),
+    };
+    (false, op)
+}
+
+#[test]
+fn transactions_reply_as_redis_does() {
+    let Some((_redis, redis_port)) = start_redis() else {
+        eprintln!("redis-server not installed: multi_diff skipped");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = DevCluster::start(1, &dir.path().join("data"), &[]);
+    let kw_port = cluster.ports()[0];
+    let seeds: Vec<u64> = match std::env::var("KEYWAY_TEST_SEED") {
+        Ok(s) => vec![s.parse().expect("KEYWAY_TEST_SEED must be a number")],
+        Err(_) => (0..SEEDS).map(|_| rand::random()).collect(),
+    };
+    let mut total = 0;
+    let (mut watch_aborts, mut execaborts, mut execs) = (0, 0, 0);
+    for seed in seeds {
+        let mut rng = StdRng::seed_from_u64(seed);
+        let (mut r1, mut r2) = (Resp::connect(redis_port), Resp::connect(redis_port));
+        let (mut k1, mut k2) = (Resp::connect(kw_port), Resp::connect(kw_port));
+        for c in [&mut r1, &mut k1] {
+            let mut del = vec!["DEL"];
+            del.extend(KEYS);
+            c.cmd(&del);
+        }
+        let mut history = Vec::new();
+        for _ in 0..OPS_PER_SEED {
+            let (other, op) = random_op(&mut rng);
+            let args: Vec<&str> = op.iter().map(|s| s.as_str()).collect();
+            let (expected, got): (Frame, Frame) = if other {
+                (r2.cmd(&args), k2.cmd(&args))
+            } else {
+                (r1.cmd(&args), k1.cmd(&args))
+            };
+            history.push(format!(
+                "{} {}  -> {expected:?}",
+                if other { "other:" } else { "tx:   " },
+                op.join(" ")
+            ));
+            assert_eq!(
+                got,
+                expected,
+                "seed {seed} (KEYWAY_TEST_SEED={seed} replays): reply differs from Redis at step {}; history:\n{}",
+                history.len(),
+                history[history.len().saturating_sub(40)..].join("\n")
+            );
+            total += 1;
+            match (&op[0][..], &expected) {
+                ("EXEC", Frame::NullArray) => watch_aborts += 1,
+                ("EXEC", Frame::Error(e)) if e.starts_with("EXECABORT") => execaborts += 1,
+                ("EXEC", Frame::Array(_)) => execs += 1,
+                _ => {}
+            }
+        }
+    }
+    println!(
+        "{total} requests replied as Redis does: {execs} EXECs ran, {watch_aborts} aborted by WATCH, {execaborts} EXECABORT"
+    );
+    assert!(
+        execs > 0 && watch_aborts > 0 && execaborts > 0,
+        "the random sequences missed an EXEC outcome"
+    );
+}
