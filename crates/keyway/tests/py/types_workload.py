@@ -400,7 +400,8 @@ class Worker:
                 return
             self.applied[g.tag] = new
             self.writes["multi"] += 1
-            if replies[0] is not True:
+            # A cluster transaction applies no response callbacks: SET's "OK".
+            if replies[0] not in (True, "OK"):
                 self.stale_read("multi", "exec (reply)", g.tag, replies, "first reply True")
             return
         self.error("multi %s" % g.tag, RuntimeError("still redirected after %d tries" % REDIRECTED_TX_RETRIES))
@@ -440,7 +441,7 @@ class Worker:
         self.reads["multi"] += 1
         got = {"string": replies[0]}
         for t, r in zip([t for t in g.types if t != "string"], replies[1:]):
-            got[t] = r
+            got[t] = _tx_reply(t, r)
         self.check_tx(g, got, "multi read")
 
     def check_tx(self, g, got, op):
@@ -473,6 +474,19 @@ class Worker:
             except Exception as e:  # noqa: BLE001 - a read that raised
                 self.error("read %s" % t, e)
         rc.close()
+
+
+def _tx_reply(t, r):
+    """A reply from inside EXEC in the form the plain command returns: redis-py's
+    cluster transactions apply no response callbacks (HGETALL's flat list,
+    ZRANGE WITHSCORES's flat list of strings)."""
+    if t == "hash" and isinstance(r, list):
+        return dict(zip(r[0::2], r[1::2]))
+    if t == "set" and isinstance(r, list):
+        return set(r)
+    if t == "zset" and r and not isinstance(r[0], (list, tuple)):
+        return [(m, float(s)) for m, s in zip(r[0::2], r[1::2])]
+    return r
 
 
 def _copy(v):
