@@ -27,9 +27,17 @@ pub struct DevCluster {
 
 /// The `keyway` binary the clusters run: `KEYWAY_TEST_BIN` if set (e.g. a
 /// release build for a long measured run), else the one cargo built for
-/// this test.
+/// this test. A relative path is taken from the workspace root (cargo runs
+/// the tests in the crate's directory).
 pub fn keyway_bin() -> String {
-    std::env::var("KEYWAY_TEST_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_keyway").to_string())
+    match std::env::var("KEYWAY_TEST_BIN") {
+        Ok(bin) => Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../..")
+            .join(bin)
+            .display()
+            .to_string(),
+        Err(_) => env!("CARGO_BIN_EXE_keyway").to_string(),
+    }
 }
 
 /// `nodes + 1` consecutive free ports for RESP and as many for admin, plus one for meta.
