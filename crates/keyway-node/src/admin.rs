@@ -150,6 +150,17 @@ pub struct Status {
     /// catch-ups) with their cost: running first, then the last
     /// `FINISHED_COPIES_KEPT` finished (see [`crate::copies`]).
     pub copies: Vec<crate::copies::CopyReport>,
+    /// MULTI/EXEC outcomes since start ([`crate::multi`]): `executed`,
+    /// `watch_aborted`, `execabort`, `crossslot`, `discarded`.
+    pub transactions: std::collections::BTreeMap<String, u64>,
+    /// FLUSHALL/FLUSHDB requests completed, and the entries they deleted.
+    pub flushes: u64,
+    pub flush_deleted_entries: u64,
+    /// Entries in the slow log and its `slowlog-log-slower-than` (µs).
+    pub slowlog_len: usize,
+    pub slowlog_log_slower_than_us: i64,
+    /// Clients blocked by BLPOP and the like.
+    pub blocking: crate::blocking::BlockingStatus,
 }
 
 /// The `replica_reads` field of `/status` (`keyway_replica_reads`).
@@ -230,6 +241,12 @@ async fn status(State(shared): State<Arc<Shared>>) -> impl IntoResponse {
             served_reads_from: shared.metrics.reads_from_served_count(),
         },
         copies: shared.copies.list(),
+        transactions: shared.tx_metrics.snapshot().into_iter().collect(),
+        flushes: shared.flush_metrics.flushes.get(),
+        flush_deleted_entries: shared.flush_metrics.deleted.get(),
+        slowlog_len: shared.server.slowlog.len(),
+        slowlog_log_slower_than_us: shared.server.slowlog.slower_than_us(),
+        blocking: shared.blocking.status(),
     })
 }
 

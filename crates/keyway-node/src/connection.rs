@@ -86,6 +86,16 @@ pub async fn serve(
                         pending.push(dispatch(&shared, &mut session, args).await);
                         settle(&mut pending).await;
                     }
+                    Ok(Some(args)) if crate::blocking::is_blocking(&args) => {
+                        // A blocked client runs nothing else until its
+                        // reply (as in Redis); its waiter goes when it
+                        // disconnects (the reply's receiver is dropped).
+                        settle(&mut pending).await;
+                        pending.push(dispatch(&shared, &mut session, args).await);
+                        if !settle_watching(&mut pending, &stream, &mut shutdown).await {
+                            break 'conn;
+                        }
+                    }
                     Ok(Some(args)) => pending.push(dispatch(&shared, &mut session, args).await),
                     Ok(None) => break,
                     Err(err) => {
@@ -174,6 +184,35 @@ async fn settle(pending: &mut [Pending]) {
             *p = Pending::Ready(frame, *proto);
         }
     }
+}
+
+/// [`settle`] for a blocking command: also ends (`false`) when the client
+/// closes the connection or the node shuts down while it waits. Once the
+/// client sent more requests, only the reply is awaited (the requests wait
+/// in the socket; the close is seen after the reply).
+async fn settle_watching(
+    pending: &mut [Pending],
+    stream: &TcpStream,
+    shutdown: &mut watch::Receiver<bool>,
+) -> bool {
+    let mut watch_close = true;
+    for p in pending.iter_mut() {
+        if let Pending::Waiting(rx, proto) = p {
+            let frame = loop {
+                let mut probe = [0u8; 1];
+                tokio::select! {
+                    r = &mut *rx => break r.unwrap_or_else(|_| shutting_down()),
+                    n = stream.peek(&mut probe), if watch_close => match n {
+                        Ok(0) | Err(_) => return false,
+                        Ok(_) => watch_close = false,
+                    },
+                    _ = shutdown.changed() => return false,
+                }
+            };
+            *p = Pending::Ready(frame, *proto);
+        }
+    }
+    true
 }
 
 fn shutting_down() -> Frame {

@@ -20,6 +20,7 @@
 //! [`Db::limits`].
 
 mod collections;
+mod collections_rev;
 
 use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, HashMap};

@@ -51,6 +51,7 @@
 
 pub mod active_expire;
 pub mod admin;
+pub mod blocking;
 pub mod clients;
 pub mod clock;
 pub mod cluster_cmd;
@@ -62,10 +63,12 @@ pub mod copies;
 pub mod db;
 pub mod executor;
 pub mod flush;
+pub mod info;
 pub mod kw;
 pub mod lease;
 pub mod log_gc;
 pub mod map_history;
+pub mod memory;
 pub mod metrics;
 pub mod migrate;
 pub mod multi;

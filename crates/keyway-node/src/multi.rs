@@ -608,3 +608,143 @@ impl SlotWork for WatchWork {
         Ok(Frame::ok())
     }
 }
+
+/// The proxy's stateless forms (`keyway proxy` keeps the client's queue and
+/// watched versions itself and sends each as one request, see
+/// `keyway_proxy::transaction`), both admitted only at exactly partition
+/// epoch `expected`:
+/// - `KW.AT <p> <e> WATCH key [key ...]`: each key's `[version, seq]` as
+///   a `WATCH` task records them (bulk strings);
+/// - `KW.AT <p> <e> EXEC <n> [key version seq]*n [<argc> arg*argc]*`: the
+///   commands run as one transaction (one storage task, one batch), nil if
+///   a watched key changed since its versions were read; `-EXECABORT` if a
+///   command does not parse (the proxy checks them at queue time).
+pub async fn at(shared: &Arc<Shared>, args: &[Bytes], expected: (PartitionId, Epoch)) -> Reply {
+    let plain = Session::new(0, false, String::new());
+    let is_watch = args[0].eq_ignore_ascii_case(b"WATCH");
+    if is_watch {
+        let keys = &args[1..];
+        let Some(first) = keys.first() else {
+            return arity_error("watch").into();
+        };
+        let slot = key_hash_slot(first);
+        if keys.iter().any(|k| key_hash_slot(k) != slot) {
+            return err(CROSSSLOT);
+        }
+        let work = VersionsWork {
+            keys: keys.to_vec(),
+        };
+        return node_cmd::submit_work(shared, work, slot, Some(expected), &plain).await;
+    }
+    let (watched, commands) = match parse_exec_at(&args[1..]) {
+        Ok(parsed) => parsed,
+        Err(frame) => return frame.into(),
+    };
+    let mut slot = watched.first().map(|(k, _)| key_hash_slot(k));
+    let mut items = Vec::with_capacity(commands.len());
+    for command in commands {
+        match cmd::parse(&command) {
+            Some(Ok(c)) => {
+                for k in c.keys() {
+                    let s = key_hash_slot(k);
+                    if slot.is_some_and(|x| x != s) {
+                        return err(CROSSSLOT);
+                    }
+                    slot = Some(s);
+                }
+                items.push(Item::Data(c));
+            }
+            _ => {
+                shared.tx_metrics.count("execabort");
+                return err(EXECABORT);
+            }
+        }
+    }
+    let Some(slot) = slot else {
+        shared.tx_metrics.count("executed");
+        return Frame::Array(Vec::new()).into();
+    };
+    let watch = (!watched.is_empty()).then(|| {
+        Arc::new(Watch {
+            slot,
+            keys: Mutex::new(watched.into_iter().map(|(k, r)| (k, Some(r))).collect()),
+        })
+    });
+    let work = TxWork {
+        items,
+        watch,
+        metrics: shared.tx_metrics.clone(),
+        max_log_records: shared.config.watch_log_scan_records,
+    };
+    node_cmd::submit_work(shared, work, slot, Some(expected), &plain).await
+}
+
+type ParsedExec = (Vec<(Bytes, Recorded)>, Vec<Vec<Bytes>>);
+
+fn parse_exec_at(args: &[Bytes]) -> Result<ParsedExec, Frame> {
+    let bad = || Frame::Error("ERR syntax error in KW.AT ... EXEC".into());
+    let num = |b: &Bytes| {
+        std::str::from_utf8(b)
+            .ok()
+            .and_then(|s| s.parse::<u64>().ok())
+            .ok_or_else(bad)
+    };
+    let n = num(args.first().ok_or_else(bad)?)? as usize;
+    let mut rest = &args[1..];
+    if rest.len() < n.saturating_mul(3) {
+        return Err(bad());
+    }
+    let mut watched = Vec::with_capacity(n);
+    for w in rest[..3 * n].chunks(3) {
+        watched.push((
+            w[0].clone(),
+            Recorded {
+                version: num(&w[1])?,
+                seq: num(&w[2])?,
+            },
+        ));
+    }
+    rest = &rest[3 * n..];
+    let mut commands = Vec::new();
+    while let Some(argc) = rest.first() {
+        let argc = num(argc)? as usize;
+        if argc == 0 || rest.len() < 1 + argc {
+            return Err(bad());
+        }
+        commands.push(rest[1..1 + argc].to_vec());
+        rest = &rest[1 + argc..];
+    }
+    Ok((watched, commands))
+}
+
+/// `KW.AT <p> <e> WATCH ...`'s work: the keys' versions, read on the slot's thread.
+struct VersionsWork {
+    keys: Vec<Bytes>,
+}
+
+impl SlotWork for VersionsWork {
+    fn is_write(&self) -> bool {
+        false
+    }
+
+    fn owner_only(&self) -> bool {
+        true
+    }
+
+    fn first_key(&self) -> Option<&[u8]> {
+        None
+    }
+
+    fn execute(&self, db: &mut Db<'_>) -> Result<Frame, StorageError> {
+        let seq = db.engine().last_seq();
+        let mut out = Vec::with_capacity(self.keys.len());
+        for key in &self.keys {
+            let version = db.get(key)?.map_or(0, |v| v.version);
+            out.push(Frame::Array(vec![
+                Frame::bulk(version.to_string()),
+                Frame::bulk(seq.to_string()),
+            ]));
+        }
+        Ok(Frame::Array(out))
+    }
+}

@@ -77,7 +77,7 @@ pub async fn dispatch(shared: &Arc<Shared>, session: &mut Session, args: Vec<Byt
         "SELECT" => select(&args),
         "CLIENT" => client(shared, session, &args),
         "COMMAND" => cmd::table::command_reply(&args[1..]).into(),
-        "INFO" => info(shared, session.replica_endpoint).await.into(),
+        "INFO" => crate::info::reply(shared, &args, session.replica_endpoint).await,
         "CONFIG" => config(shared, &args),
         "TIME" => match args.len() {
             1 => crate::server_cmd::time(shared).into(),
@@ -99,9 +99,14 @@ pub async fn dispatch(shared: &Arc<Shared>, session: &mut Session, args: Vec<Byt
             1 => arity_error("latency").into(),
             _ => crate::server_cmd::latency(&args).into(),
         },
+        "MEMORY" => match args.len() {
+            1 => arity_error("memory").into(),
+            _ => crate::memory::memory(shared, session, &args).await,
+        },
         "FLUSHALL" | "FLUSHDB" => {
             crate::flush::flush(shared, &args, session.replica_endpoint).await
         }
+        "SAVE" | "BGSAVE" => crate::server_cmd::save(shared, &args).await.into(),
         "SHUTDOWN" => match crate::server_cmd::shutdown(shared, &args) {
             Ok(()) => {
                 // Redis closes the connection without a reply.
@@ -378,60 +383,6 @@ pub(crate) fn durability_name(d: crate::Durability) -> &'static str {
     }
 }
 
-/// `replica_endpoint`: asked on the replica endpoint, whose `# Replication`
-/// speaks for the node's replica role (`role:slave`).
-async fn info(shared: &Arc<Shared>, replica_endpoint: bool) -> Frame {
-    // The key count is admitted like any read: without a lease (or past a
-    // fence held too long) INFO says why instead of counting.
-    let keyspace = match crate::scan::count_owned_keys(shared).await {
-        Ok(keys) => format!("db0:keys={keys},expires=0,avg_ttl=0\r\n"),
-        Err(why) => format!("keyway_keys_unavailable:{why}\r\n"),
-    };
-    let map = shared.routing.map();
-    let routing = &shared.routing;
-    let replication = crate::replication_info::section(&crate::replication_info::ReplicationView {
-        map: &map,
-        me: shared.me,
-        replica_endpoint,
-        last_seq: shared.engine.last_seq(),
-        read_lease: &|pid, epoch| routing.replica_read_valid(pid, epoch),
-        // The replication streams' acknowledged seqs are not known here yet.
-        replica_offset: &|_| None,
-    });
-    let text = format!(
-        "# Server\r\nredis_version:{REDIS_COMPAT_VERSION}\r\nkeyway_version:{}\r\nredis_mode:cluster\r\nprocess_id:{}\r\ntcp_port:{}\r\nuptime_in_seconds:{}\r\nrun_id:{}\r\n\r\n\
-         # Clients\r\nconnected_clients:{}\r\nmaxclients:{}\r\n\r\n\
-         # Persistence\r\nkeyway_durability:{:?}\r\n\r\n\
-         # Stats\r\ntotal_commands_processed:{}\r\nkeyway_replica_reads:{}\r\nkeyway_replica_reads_moved:{}\r\n\r\n\
-         {replication}\
-         # Cluster\r\ncluster_enabled:1\r\nkeyway_node_id:{}\r\nkeyway_map_version:{}\r\nkeyway_partitions_owned:{}\r\nkeyway_lease_remaining_ms:{}\r\n\r\n\
-         # Keyspace\r\n{keyspace}",
-        env!("CARGO_PKG_VERSION"),
-        std::process::id(),
-        shared
-            .resp_addr
-            .rsplit_once(':')
-            .map(|(_, p)| p)
-            .unwrap_or("0"),
-        shared.started.elapsed().as_secs(),
-        shared.me,
-        shared.clients.load(std::sync::atomic::Ordering::SeqCst),
-        shared.config.max_clients,
-        shared.config.durability,
-        shared.metrics.commands.get(),
-        shared.metrics.replica_reads_count(true),
-        shared.metrics.replica_reads_count(false),
-        shared.me,
-        map.version,
-        map.owned_by(shared.me).count(),
-        shared.routing.lease_remaining_ms(),
-    );
-    Frame::Verbatim {
-        format: *b"txt",
-        text: Bytes::from(text),
-    }
-}
-
 /// `KW.MAP`: the whole map ([`keyway_map::encode_map`]).
 /// `KW.MAP SINCE <version>`: what changed after `version`, encoded by
 /// [`keyway_map::encode_since`]: a delta (first byte `D`; empty when
@@ -480,6 +431,10 @@ async fn kw_at(shared: &Arc<Shared>, args: Vec<Bytes>, readonly: bool) -> Reply 
     if crate::kw::is_kw_command(&String::from_utf8_lossy(&args[3])) {
         return crate::kw::dispatch_at(shared, &args[3..], expected).await;
     }
+    // The proxy's transaction forms (see `crate::multi::at`).
+    if args[3].eq_ignore_ascii_case(b"WATCH") || args[3].eq_ignore_ascii_case(b"EXEC") {
+        return crate::multi::at(shared, &args[3..], (PartitionId(pid), Epoch(epoch))).await;
+    }
     match cmd::parse(&args[3..]) {
         Some(Ok(command)) => {
             let mut plain = Session::new(0, false, String::new());
@@ -504,8 +459,8 @@ async fn data_command(
     let slot = {
         let keys = command.keys();
         let Some(first) = keys.first() else {
-            // A keyless argument error (SINTERCARD 0 ...): Redis Cluster
-            // runs it wherever it lands, and it replies its error.
+            // A keyless argument error (SINTERCARD 0 ..., ZUNION 0 k): Redis
+            // Cluster runs it wherever it lands, and it replies its error.
             if let Command::Invalid { error, .. } = &command {
                 return error.clone().into();
             }
@@ -518,8 +473,44 @@ async fn data_command(
         }
         slot
     };
+    if let Some(timeout_ms) = command.blocking_timeout_ms() {
+        return blocking_command(shared, command, slot, expected, session, timeout_ms);
+    }
     let slow = slow.filter(|_| shared.server.slowlog.slower_than_us() >= 0);
     submit_with(shared, command, slot, expected, session, slow).await
+}
+
+/// A blocking command (BLPOP, ...): attempts until one replies, waiting in
+/// between (see [`crate::blocking`]).
+fn blocking_command(
+    shared: &Arc<Shared>,
+    command: Command,
+    slot: u16,
+    expected: Option<(PartitionId, Epoch)>,
+    session: &Session,
+    timeout_ms: u64,
+) -> Reply {
+    let on = Connection {
+        readonly: session.readonly,
+        replica_endpoint: session.replica_endpoint,
+    };
+    let keys = command
+        .keys()
+        .iter()
+        .map(|k| Bytes::copy_from_slice(k))
+        .collect();
+    let task_shared = shared.clone();
+    let attempt = Box::new(move |gate: Arc<crate::blocking::Gate>| {
+        let work = crate::blocking::Attempt::new(command.clone(), gate);
+        storage_task(task_shared.clone(), work, slot, expected, on, None)
+    });
+    Reply::Waiting(crate::blocking::block(
+        shared.clone(),
+        slot,
+        keys,
+        timeout_ms,
+        attempt,
+    ))
 }
 
 /// What the slow log records of a data command: its arguments and client.
@@ -561,6 +552,12 @@ pub(crate) trait SlotWork: Send + 'static {
     /// The reply for a refusal by the server's state before it ran.
     fn refused(&self, frame: Frame) -> Frame {
         frame
+    }
+    /// Whether its writes are applied and `reply` sent: `false` drops both
+    /// (a blocking command's attempt whose client waits, see
+    /// [`crate::blocking`]).
+    fn keep(&self, _reply: &Frame) -> bool {
+        true
     }
 }
 
@@ -730,6 +727,9 @@ fn storage_task<W: SlotWork>(
             Ok(reply) => reply,
             Err(e) => return storage_failure(e),
         };
+        if !command.keep(&reply) {
+            return TaskOutput::reply(Frame::Null, false);
+        }
         let out = apply_and_reply(
             &shared,
             engine,
@@ -815,7 +815,10 @@ pub(crate) fn apply_and_reply(
         // A read shows every write applied so far.
         true => (engine.last_seq(), false),
         false => match engine.apply(&mutations) {
-            Ok(seq) => (seq, true),
+            Ok(seq) => {
+                shared.blocking.notify(&mutations);
+                (seq, true)
+            }
             Err(e) => return storage_failure(e),
         },
     };

@@ -67,6 +67,8 @@ pub struct Shared {
     /// The fault injector, with `fault_injection` on (testing only).
     pub faults: Option<Arc<FaultyEngine>>,
     pub executor: Executor,
+    /// Clients blocked by BLPOP and the like (see [`crate::blocking`]).
+    pub blocking: Arc<crate::blocking::Blocking>,
     /// The migrations this node is the source of.
     pub migrations: Arc<Migrations>,
     /// Replication: this node's streams as a primary, its replica side.
@@ -286,6 +288,7 @@ impl Node {
             storage_health,
             faults,
             executor,
+            blocking: Arc::new(crate::blocking::Blocking::new(&metrics)),
             migrations,
             replication,
             metrics,

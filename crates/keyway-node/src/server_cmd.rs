@@ -247,6 +247,7 @@ pub struct ServerState {
     /// Unix seconds at start (`LASTSAVE`: every acknowledged write is in
     /// the engine's journal, there is no separate save).
     pub started_unix_s: u64,
+    memory_peak: std::sync::atomic::AtomicU64,
 }
 
 impl ServerState {
@@ -273,7 +274,24 @@ impl ServerState {
             shutdown: Notify::new(),
             shutdown_requested: false.into(),
             started_unix_s,
+            memory_peak: 0.into(),
         }
+    }
+
+    /// The current value of setting `name` (canonical name).
+    pub fn config_value(&self, name: &str) -> Option<String> {
+        self.values
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(name)
+            .cloned()
+    }
+
+    /// Records a memory reading; the peak so far (`used_memory_peak`).
+    pub fn note_memory(&self, bytes: u64) -> u64 {
+        self.memory_peak
+            .fetch_max(bytes, std::sync::atomic::Ordering::Relaxed)
+            .max(bytes)
     }
 
     /// A client sent `SHUTDOWN`: whoever runs the node stops it.
@@ -563,6 +581,27 @@ pub fn latency(args: &[Bytes]) -> Frame {
             "ERR unknown subcommand '{}'. Try LATENCY HELP.",
             String::from_utf8_lossy(&args[1])
         )),
+    }
+}
+
+/// `SAVE` / `BGSAVE [SCHEDULE]`: Keyway's data is its storage engine, with
+/// no separate snapshot; both fsync the engine (every write applied so far
+/// is then on disk, whatever the durability mode) and answer as Redis does
+/// (`BGSAVE` after the fsync too, so its answer is never premature).
+pub async fn save(shared: &Shared, args: &[Bytes]) -> Frame {
+    let bg = args[0].eq_ignore_ascii_case(b"bgsave");
+    match (bg, args.len()) {
+        (false, 1) | (true, 1) => {}
+        (true, 2) if args[1].eq_ignore_ascii_case(b"schedule") => {}
+        (false, _) => return crate::cmd::table::arity_error("save"),
+        (true, _) => return Frame::Error("ERR syntax error".into()),
+    }
+    let engine = shared.engine.clone();
+    match tokio::task::spawn_blocking(move || engine.sync()).await {
+        Ok(Ok(())) if bg => Frame::Simple("Background saving started".into()),
+        Ok(Ok(())) => Frame::ok(),
+        Ok(Err(e)) => Frame::Error(format!("ERR {e}")),
+        Err(e) => Frame::Error(format!("ERR save failed: {e}")),
     }
 }
 

@@ -133,6 +133,16 @@ impl Engine for FailStopEngine {
         self.inner.scan(range, after, limit)
     }
 
+    fn scan_rev(
+        &self,
+        range: &KeyRange,
+        before: Option<&[u8]>,
+        limit: usize,
+    ) -> Result<ScanChunk, StorageError> {
+        self.health.check()?;
+        self.inner.scan_rev(range, before, limit)
+    }
+
     fn changes_since(&self, after: Seq, limit: usize) -> Result<Vec<ChangeRecord>, StorageError> {
         self.health.check()?;
         self.inner.changes_since(after, limit)

@@ -61,6 +61,11 @@ pub enum Op {
     Split { merge: Merge, retry_safe: bool },
     /// `DBSIZE`: to every node, summed.
     DbSize,
+    /// `FLUSHALL`/`FLUSHDB`: to every node owning a partition, `+OK` once
+    /// every one answered `+OK` (each empties what it owns).
+    Broadcast,
+    /// `WATCH` or `EXEC` of a transaction ([`crate::transaction`]).
+    Tx(Box<crate::transaction::TxOp>),
 }
 
 /// Ordering within one client connection: a request starts only after
@@ -90,7 +95,12 @@ pub const CLUSTER_DISABLED: &str = "ERR This instance has cluster support disabl
 
 /// Decides what to do with one request (in arrival order: it may change
 /// the session).
-pub fn plan(core: &Core, session: &mut Session, args: Vec<Bytes>) -> Plan {
+pub fn plan(
+    core: &Core,
+    session: &mut Session,
+    tx: &mut crate::transaction::ProxyTx,
+    args: Vec<Bytes>,
+) -> Plan {
     let Some(first) = args.first() else {
         return err("ERR empty command");
     };
@@ -99,6 +109,13 @@ pub fn plan(core: &Core, session: &mut Session, args: Vec<Bytes>) -> Plan {
         return err("NOAUTH Authentication required.");
     }
     let deadline = Instant::now() + Duration::from_millis(core.config.request_timeout_ms);
+    if let Some(planned) = crate::transaction::intercept(tx, &name, &args, deadline) {
+        core.metrics.request(match &planned {
+            Plan::Reply(_) => "local",
+            Plan::Forward(_) => "forwarded",
+        });
+        return planned;
+    }
     let planned = match name.as_str() {
         "PING" => match args.len() {
             1 => reply(Frame::Simple("PONG".into())),
@@ -136,6 +153,37 @@ pub fn plan(core: &Core, session: &mut Session, args: Vec<Bytes>) -> Plan {
         "KW.AT" => err(
             "ERR KW.AT is for clients that talk to the nodes themselves; through keyway proxy send the command alone",
         ),
+        "FLUSHALL" | "FLUSHDB" => Plan::Forward(Forwarded {
+            op: Op::Broadcast,
+            args,
+            barrier: Barrier::All,
+            deadline,
+        }),
+        "TIME" => match args.len() {
+            1 => {
+                let now = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .unwrap_or_default();
+                reply(Frame::Array(vec![
+                    Frame::bulk(now.as_secs().to_string()),
+                    Frame::bulk(now.subsec_micros().to_string()),
+                ]))
+            }
+            _ => reply(arity_error("time")),
+        },
+        "MEMORY" if args.len() >= 3 && args[1].eq_ignore_ascii_case(b"usage") => {
+            let slot = key_hash_slot(&args[2]);
+            let keys = vec![args[2].clone()];
+            Plan::Forward(Forwarded {
+                op: Op::Single {
+                    target: Target::Slot(slot),
+                    retry_safe: true,
+                },
+                args,
+                barrier: Barrier::Keys(keys),
+                deadline,
+            })
+        }
         "DBSIZE" => match args.len() {
             1 => Plan::Forward(Forwarded {
                 op: Op::DbSize,
@@ -261,11 +309,51 @@ pub async fn run(core: &Core, request: Forwarded) -> Frame {
             multikey::run(core, merge, &request.args, retry_safe, request.deadline).await
         }
         Op::DbSize => dbsize(core, request.deadline).await,
+        Op::Broadcast => broadcast(core, &request.args, request.deadline).await,
+        Op::Tx(op) => crate::transaction::run(core, *op, request.deadline).await,
     };
     core.metrics
         .request_seconds
         .observe(started.elapsed().as_secs_f64());
     reply
+}
+
+/// Every node that owns a partition, by RESP address.
+fn owner_addrs(core: &Core) -> Vec<String> {
+    let view = core.router.view();
+    let mut addrs: Vec<String> = view
+        .partitions
+        .values()
+        .filter_map(|p| view.nodes.get(&p.owner).map(|n| n.resp_addr.clone()))
+        .collect();
+    addrs.sort();
+    addrs.dedup();
+    addrs
+}
+
+/// `FLUSHALL`/`FLUSHDB` (see [`Op::Broadcast`]). Not retried: a node that
+/// did not answer may or may not have flushed; the client sees its error.
+async fn broadcast(core: &Core, args: &[Bytes], deadline: Instant) -> Frame {
+    let addrs = owner_addrs(core);
+    let calls = addrs.iter().map(|addr| async move {
+        let call = core.upstreams.call(addr, args.to_vec());
+        match tokio::time::timeout_at(deadline, call).await {
+            Ok(Ok(Frame::Simple(s))) if s == "OK" => Ok(()),
+            Ok(Ok(other)) => Err(format!("node {addr} answered {other:?}")),
+            Ok(Err(e)) => Err(e.to_string()),
+            Err(_) => Err(format!("no reply from node {addr} in time")),
+        }
+    });
+    for result in futures::future::join_all(calls).await {
+        if let Err(e) = result {
+            return Frame::Error(format!("ERR keyway proxy: {}: {e}", name_of(args)));
+        }
+    }
+    Frame::ok()
+}
+
+fn name_of(args: &[Bytes]) -> String {
+    String::from_utf8_lossy(&args[0]).to_ascii_uppercase()
 }
 
 /// `DBSIZE`: the keys every node serves, summed.

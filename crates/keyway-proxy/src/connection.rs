@@ -158,6 +158,7 @@ pub async fn serve(
     let (mut rd, mut wr) = stream.into_split();
     let id = core.next_client_id.fetch_add(1, Ordering::SeqCst);
     let mut session = Session::new(id, core.config.requirepass.is_some(), peer.to_string());
+    let mut tx = crate::transaction::ProxyTx::default();
     let mut parser = RequestParser::new(core.config.resp_limits());
     let mut inbuf = BytesMut::with_capacity(READ_BUFFER_BYTES);
     let mut outbuf = BytesMut::with_capacity(READ_BUFFER_BYTES);
@@ -175,7 +176,7 @@ pub async fn serve(
             match parser.parse(&mut inbuf) {
                 Ok(Some(args)) => {
                     let proto_before = session.protocol;
-                    let entry = match command::plan(&core, &mut session, args) {
+                    let entry = match command::plan(&core, &mut session, &mut tx, args) {
                         // HELLO switches protocol: its own reply is already in the new one.
                         Plan::Reply(frame) => Entry {
                             state: State::Ready(frame),

@@ -42,7 +42,7 @@ use tokio::time::Instant;
 /// Shortest and longest pause between retries when nothing tells the proxy
 /// when to retry (a node catching up with the map, renewing its lease, a
 /// connection coming back); a map change ends the pause at once.
-const FIRST_BACKOFF: Duration = Duration::from_millis(5);
+pub(crate) const FIRST_BACKOFF: Duration = Duration::from_millis(5);
 const MAX_BACKOFF: Duration = Duration::from_millis(200);
 
 /// Where a forwarded request goes.
@@ -154,7 +154,7 @@ pub async fn send(
 /// Classifies a node's error reply: `None` if it is the command's answer,
 /// `Some(true)` for a rejection that patched the map (retry at once),
 /// `Some(false)` for one to retry after the map moves on.
-fn rejection(core: &Core, target: &Target, msg: &str) -> Option<bool> {
+pub(crate) fn rejection(core: &Core, target: &Target, msg: &str) -> Option<bool> {
     let code = msg.split(' ').next().unwrap_or("");
     match code {
         "KWMOVED" => {
@@ -192,7 +192,7 @@ fn rejection(core: &Core, target: &Target, msg: &str) -> Option<bool> {
 
 /// Waits for a map change, at most `backoff` (doubling it) and never past
 /// `deadline`. False once the deadline has passed.
-async fn wait(
+pub(crate) async fn wait(
     changes: &mut watch::Receiver<u64>,
     backoff: &mut Duration,
     deadline: Instant,

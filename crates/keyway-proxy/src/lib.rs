@@ -45,6 +45,7 @@ pub mod metrics;
 pub mod multikey;
 pub mod router;
 pub mod server;
+pub mod transaction;
 pub mod upstream;
 
 pub use config::ProxyConfig;

@@ -15,7 +15,7 @@ const CRLF: &[u8] = b"\r\n";
 
 /// Appends `frame` to `out` as `proto` bytes.
 ///
-/// RESP2 downgrades: `Map` becomes a flat array `k1 v1 k2 v2 ...`; `Set` and
+/// RESP2 downgrades: `Map` and `Pairs` become a flat array `k1 v1 k2 v2 ...`; `Set` and
 /// `Push` become arrays; `Double` becomes a bulk string (see
 /// [`format_double`]); `Boolean` becomes `:1`/`:0`; `Verbatim` becomes a bulk
 /// string of its text; `BigNumber` becomes a bulk string. `Null` is `$-1` and
@@ -45,6 +45,19 @@ pub fn encode(frame: &Frame, proto: Protocol, out: &mut BytesMut) {
             for (key, value) in pairs {
                 encode(key, proto, out);
                 encode(value, proto, out);
+            }
+        }
+        Frame::Pairs(pairs) => {
+            match proto {
+                Protocol::Resp2 => put_len_line(b'*', pairs.len() * 2, out),
+                Protocol::Resp3 => put_len_line(b'*', pairs.len(), out),
+            }
+            for (a, b) in pairs {
+                if proto == Protocol::Resp3 {
+                    put_len_line(b'*', 2, out);
+                }
+                encode(a, proto, out);
+                encode(b, proto, out);
             }
         }
         Frame::Set(items) => {
@@ -356,6 +369,13 @@ mod tests {
             both(&set),
             (b"*1\r\n:1\r\n".to_vec(), b"~1\r\n#t\r\n".to_vec())
         );
+        let pairs = Frame::Pairs(vec![(Frame::bulk("a"), Frame::Integer(1))]);
+        let mut two = BytesMut::new();
+        encode(&pairs, Protocol::Resp2, &mut two);
+        assert_eq!(&two[..], b"*2\r\n$1\r\na\r\n:1\r\n");
+        let mut three = BytesMut::new();
+        encode(&pairs, Protocol::Resp3, &mut three);
+        assert_eq!(&three[..], b"*1\r\n*2\r\n$1\r\na\r\n:1\r\n");
         let push = Frame::Push(vec![Frame::Boolean(false)]);
         assert_eq!(
             both(&push),

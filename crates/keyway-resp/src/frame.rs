@@ -37,6 +37,10 @@ pub enum Frame {
     Map(Vec<(Frame, Frame)>),
     /// RESP3 `~`. RESP2: an array.
     Set(Vec<Frame>),
+    /// Pairs: RESP3 an array of two-element arrays, RESP2 a flat array
+    /// `a1 b1 a2 b2 ...` (HRANDFIELD ... WITHVALUES, ZRANGE ... WITHSCORES).
+    /// Only replies use it: parsers yield arrays.
+    Pairs(Vec<(Frame, Frame)>),
     /// RESP3 `,`. RESP2: a bulk string formatted like Redis (`1.5`, `inf`).
     Double(f64),
     /// RESP3 `#t` / `#f`. RESP2: integer 1 / 0.

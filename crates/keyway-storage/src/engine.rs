@@ -67,6 +67,63 @@ pub trait Engine: Send + Sync + 'static {
         limit: usize,
     ) -> Result<ScanChunk, StorageError>;
 
+    /// [`Engine::scan`] backwards: up to `limit` live entries of `range`
+    /// with key `< before` (or below `range.end` if `before` is `None`), in
+    /// **descending** key order, from one consistent snapshot; `next` is the
+    /// last (smallest) key returned, to pass as `before`. Sorted-set reads
+    /// from the top (ZPOPMAX, ZREVRANGE) use it. The provided implementation
+    /// pages forward through the whole range (O(range)); engines override it.
+    fn scan_rev(
+        &self,
+        range: &KeyRange,
+        before: Option<&[u8]>,
+        limit: usize,
+    ) -> Result<ScanChunk, StorageError> {
+        if limit == 0 {
+            return Err(StorageError::InvalidArgument("scan limit must be > 0"));
+        }
+        let end = match (before, &range.end) {
+            (Some(b), Some(e)) if b < &e[..] => Some(Bytes::copy_from_slice(b)),
+            (Some(b), None) => Some(Bytes::copy_from_slice(b)),
+            (_, e) => e.clone(),
+        };
+        let bounded = KeyRange {
+            start: range.start.clone(),
+            end,
+        };
+        let mut tail: std::collections::VecDeque<(Bytes, Value)> =
+            std::collections::VecDeque::new();
+        let mut more = false;
+        let mut after: Option<Bytes> = None;
+        let mut seq = None;
+        loop {
+            let chunk = self.scan(&bounded, after.as_deref(), limit)?;
+            seq.get_or_insert(chunk.seq);
+            for entry in chunk.entries {
+                tail.push_back(entry);
+                if tail.len() > limit {
+                    tail.pop_front();
+                    more = true;
+                }
+            }
+            match chunk.next {
+                Some(n) => after = Some(n),
+                None => break,
+            }
+        }
+        let entries: Vec<(Bytes, Value)> = tail.into_iter().rev().collect();
+        let next = if more {
+            entries.last().map(|(k, _)| k.clone())
+        } else {
+            None
+        };
+        Ok(ScanChunk {
+            entries,
+            next,
+            seq: seq.unwrap_or_else(|| self.last_seq()),
+        })
+    }
+
     /// Change records with `seq > after`, in order, at most `limit`
     /// (empty if `after >= last_seq`). Fails with [`StorageError::LogTruncated`]
     /// if records after `after` were already truncated (`after + 1 < log_start`).

@@ -298,6 +298,16 @@ impl Engine for FaultyEngine {
         self.live.scan(range, after, limit)
     }
 
+    fn scan_rev(
+        &self,
+        range: &KeyRange,
+        before: Option<&[u8]>,
+        limit: usize,
+    ) -> Result<ScanChunk, StorageError> {
+        self.check_up()?;
+        self.live.scan_rev(range, before, limit)
+    }
+
     fn changes_since(&self, after: Seq, limit: usize) -> Result<Vec<ChangeRecord>, StorageError> {
         self.check_up()?;
         self.live.changes_since(after, limit)

@@ -552,6 +552,45 @@ impl Engine for FjallEngine {
         Ok(ScanChunk { entries, next, seq })
     }
 
+    fn scan_rev(
+        &self,
+        range: &KeyRange,
+        before: Option<&[u8]>,
+        limit: usize,
+    ) -> Result<ScanChunk, StorageError> {
+        if limit == 0 {
+            return Err(StorageError::InvalidArgument("scan limit must be > 0"));
+        }
+        let snap = self.db.snapshot();
+        let seq = self.snapshot_seq(&snap)?;
+        let Some(bounds) = range.bounds_before(before) else {
+            return Ok(ScanChunk {
+                entries: Vec::new(),
+                next: None,
+                seq,
+            });
+        };
+        let mut it = snap.range::<&[u8], _>(&self.data, bounds).rev();
+        let mut entries = Vec::with_capacity(limit.min(1024));
+        for g in it.by_ref().take(limit) {
+            let (k, v) = g.into_inner()?;
+            entries.push((to_bytes(&k), StoredValue::decode(&to_bytes(&v))?.value));
+        }
+        let more = match it.next() {
+            Some(g) => {
+                g.key()?;
+                true
+            }
+            None => false,
+        };
+        let next = if more {
+            entries.last().map(|(k, _)| k.clone())
+        } else {
+            None
+        };
+        Ok(ScanChunk { entries, next, seq })
+    }
+
     fn changes_since(&self, after: Seq, limit: usize) -> Result<Vec<ChangeRecord>, StorageError> {
         // Snapshot first, then read log_start from it: a truncation commits
         // `meta/log_start` before deleting records, so this never misses records

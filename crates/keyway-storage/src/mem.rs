@@ -179,6 +179,37 @@ impl Engine for MemEngine {
         })
     }
 
+    fn scan_rev(
+        &self,
+        range: &KeyRange,
+        before: Option<&[u8]>,
+        limit: usize,
+    ) -> Result<ScanChunk, StorageError> {
+        if limit == 0 {
+            return Err(StorageError::InvalidArgument("scan limit must be > 0"));
+        }
+        let st = self.lock();
+        let mut it = range
+            .bounds_before(before)
+            .into_iter()
+            .flat_map(|b| st.data.range::<[u8], _>(b).rev());
+        let entries: Vec<(Bytes, Value)> = it
+            .by_ref()
+            .take(limit)
+            .map(|(k, sv)| (k.clone(), sv.value.clone()))
+            .collect();
+        let next = if entries.len() == limit && it.next().is_some() {
+            entries.last().map(|(k, _)| k.clone())
+        } else {
+            None
+        };
+        Ok(ScanChunk {
+            entries,
+            next,
+            seq: st.last_seq,
+        })
+    }
+
     fn changes_since(&self, after: Seq, limit: usize) -> Result<Vec<ChangeRecord>, StorageError> {
         let st = self.lock();
         if after.saturating_add(1) < st.log_start {

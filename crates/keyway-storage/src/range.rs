@@ -84,6 +84,26 @@ impl KeyRange {
     }
 }
 
+impl KeyRange {
+    /// Bounds of the keys of this range that are `< before` (or `< end` when
+    /// `before` is `None` or beyond `end`); `None` if that set is empty.
+    /// The mirror of [`KeyRange::bounds_after`], for reverse scans.
+    pub(crate) fn bounds_before<'a>(&'a self, before: Option<&'a [u8]>) -> Option<Bounds<'a>> {
+        let upper: &[u8] = match (before, &self.end) {
+            (Some(b), Some(end)) if b < &end[..] => b,
+            (Some(b), None) => b,
+            (_, Some(end)) => end,
+            (None, None) => {
+                return Some((Bound::Included(&self.start[..]), Bound::Unbounded));
+            }
+        };
+        if upper <= &self.start[..] {
+            return None;
+        }
+        Some((Bound::Included(&self.start[..]), Bound::Excluded(upper)))
+    }
+}
+
 /// The smallest key greater than every key starting with `prefix`, or `None`
 /// if there is none (prefix empty or all `0xff`).
 pub fn prefix_successor(prefix: &[u8]) -> Option<Bytes> {

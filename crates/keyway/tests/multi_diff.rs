@@ -113,7 +113,38 @@ fn transactions_reply_as_redis_does() {
     };
     let dir = tempfile::tempdir().unwrap();
     let cluster = DevCluster::start(1, &dir.path().join("data"), &[]);
-    let kw_port = cluster.ports()[0];
+    compare(redis_port, cluster.ports()[0]);
+}
+
+/// The same through `keyway proxy` (which queues the transaction itself and
+/// sends it to the owner as one request) in front of two nodes.
+#[test]
+fn transactions_through_the_proxy_reply_as_redis_does() {
+    let Some((_redis, redis_port)) = start_redis() else {
+        eprintln!("redis-server not installed: multi_diff skipped");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = DevCluster::start(2, &dir.path().join("data"), &[]);
+    let base = common::free_port_block(2);
+    let meta = format!("keyway://127.0.0.1:{}", cluster.base());
+    let args: Vec<String> = [
+        "proxy",
+        "--meta",
+        &meta,
+        "--listen",
+        &format!("127.0.0.1:{base}"),
+        "--admin-listen",
+        &format!("127.0.0.1:{}", base + 1),
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let _proxy = common::Proc::spawn(&args, "serving");
+    compare(redis_port, base);
+}
+
+fn compare(redis_port: u16, kw_port: u16) {
     let seeds: Vec<u64> = match std::env::var("KEYWAY_TEST_SEED") {
         Ok(s) => vec![s.parse().expect("KEYWAY_TEST_SEED must be a number")],
         Err(_) => (0..SEEDS).map(|_| rand::random()).collect(),

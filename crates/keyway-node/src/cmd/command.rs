@@ -154,20 +154,26 @@ pub fn command_getkeys_reply(full: &[Bytes], with_flags: bool) -> Frame {
     let Some(spec) = full.first().and_then(|n| lookup(n)) else {
         return err("ERR Invalid command specified");
     };
-    if spec.first_key <= 0 {
+    if !spec.has_keys() {
         return err("ERR The command has no key arguments");
     }
     if !spec.arity_ok(full.len()) {
         return err("ERR Invalid number of arguments specified for command");
     }
-    let flags = spec.key_flags(full);
+    let positions = spec.key_positions_in(full);
+    if positions.is_empty() {
+        return err("ERR Invalid arguments specified for command");
+    }
     Frame::Array(
-        spec.key_positions(full.len())
+        positions
             .into_iter()
-            .filter_map(|i| full.get(i))
-            .map(|k| {
+            .filter_map(|i| full.get(i).map(|k| (i, k)))
+            .map(|(i, k)| {
                 if with_flags {
-                    Frame::Array(vec![Frame::Bulk(k.clone()), simple_set(flags)])
+                    Frame::Array(vec![
+                        Frame::Bulk(k.clone()),
+                        simple_set(spec.key_flags(full, i)),
+                    ])
                 } else {
                     Frame::Bulk(k.clone())
                 }

@@ -401,14 +401,20 @@ fn rand_field(
             .map(|i| &all[i])
             .collect()
     };
-    let mut out = Vec::with_capacity(picked.len() * 2);
-    for (f, v) in picked {
-        out.push(Frame::Bulk(f.clone()));
-        if with_values {
-            out.push(Frame::Bulk(v.clone()));
-        }
+    if with_values {
+        return Ok(Frame::Pairs(
+            picked
+                .into_iter()
+                .map(|(f, v)| (Frame::Bulk(f.clone()), Frame::Bulk(v.clone())))
+                .collect(),
+        ));
     }
-    Ok(Frame::Array(out))
+    Ok(Frame::Array(
+        picked
+            .into_iter()
+            .map(|(f, _)| Frame::Bulk(f.clone()))
+            .collect(),
+    ))
 }
 
 #[cfg(test)]

@@ -234,10 +234,10 @@ fn hrandfield_counts() {
         panic!()
     };
     assert_eq!(v.len(), 3);
-    let Frame::Array(v) = t.run(&["hrandfield", "h", "-10", "withvalues"]) else {
+    let Frame::Pairs(v) = t.run(&["hrandfield", "h", "-10", "withvalues"]) else {
         panic!()
     };
-    assert_eq!(v.len(), 20);
+    assert_eq!(v.len(), 10);
     assert_eq!(
         t.run(&["hrandfield", "h", "1", "x"]),
         err("ERR syntax error")

@@ -9,6 +9,7 @@ const LOAD_STALE_FAST: Strs = &["loading", "stale", "fast"];
 const TX_FAST: Strs = &["noscript", "loading", "stale", "fast", "allow_busy"];
 const TX_FAST_ACL: Strs = &["@fast", "@transaction"];
 const FLUSH_ACL: Strs = &["@keyspace", "@write", "@slow", "@dangerous"];
+const ADMIN_SLOW: Strs = &["@admin", "@slow", "@dangerous"];
 const ALL_SHARDS_OK: Strs = &["request_policy:all_shards", "response_policy:all_succeeded"];
 
 #[rustfmt::skip]
@@ -40,6 +41,10 @@ pub(super) static SERVER_COMMANDS: &[CommandSpec] = &[
         .complexity("Depends on subcommand."),
     nokey("server", "lastsave", 1, &["loading", "stale", "fast"], &["@admin", "@fast", "@dangerous"], "1.0.0", "Get the UNIX time stamp of the last successful save to disk")
         .tips(&["nondeterministic_output"]),
+    nokey("server", "save", 1, &["admin", "noscript", "no_async_loading", "no_multi"], ADMIN_SLOW, "1.0.0", "Synchronously save the dataset to disk")
+        .complexity("O(N) where N is the total number of keys in all databases"),
+    nokey("server", "bgsave", -1, &["admin", "noscript", "no_async_loading"], ADMIN_SLOW, "1.0.0", "Asynchronously save the dataset to disk")
+        .complexity("O(N) where N is the total number of keys in all databases"),
     nokey("server", "shutdown", -1, &["admin", "noscript", "loading", "stale", "no_multi", "allow_busy"], &["@admin", "@slow", "@dangerous"], "1.0.0", "Synchronously save the dataset to disk and then shut down the server")
         .complexity("O(N) when saving, where N is the total number of keys in all databases when saving data, otherwise O(1)"),
 ];

@@ -37,7 +37,7 @@ macro_rules! conformance_tests {
     ($make:expr, cases = $cases:expr) => {
         $crate::conformance_tests!(@tests $make, $cases;
             empty_engine, put_get_delete, batch_semantics, set_expiry, invalid_input,
-            scan_paging, change_log, delete_range_chunk, digest_and_stats, foreign_basics,
+            scan_paging, scan_rev_paging, change_log, delete_range_chunk, digest_and_stats, foreign_basics,
             foreign_pending_expiry, foreign_effects_logged, concurrent_apply,
             concurrent_scan_consistency;
             prop_model, prop_foreign_permutation, prop_replica_follow);
@@ -67,6 +67,7 @@ pub fn run_all<E: Engine>(make: impl Fn() -> E, cases: u32) {
     set_expiry(make);
     invalid_input(make);
     scan_paging(make);
+    scan_rev_paging(make);
     change_log(make);
     delete_range_chunk(make);
     digest_and_stats(make);
@@ -233,4 +234,4 @@ pub use concurrent::{concurrent_apply, concurrent_scan_consistency};
 pub use foreign::{foreign_basics, foreign_effects_logged, foreign_pending_expiry};
 pub use log::change_log;
 pub use props::{prop_foreign_permutation, prop_model, prop_replica_follow};
-pub use range::{delete_range_chunk, digest_and_stats, scan_paging};
+pub use range::{delete_range_chunk, digest_and_stats, scan_paging, scan_rev_paging};

@@ -88,6 +88,64 @@ pub fn scan_paging<E: Engine>(make: &dyn Fn() -> E) {
     assert_eq!(c2.entries.last().unwrap().1, val("new", None, 43));
 }
 
+/// Reverse scans: descending order, `before` cursors, bounds, exhaustion.
+pub fn scan_rev_paging<E: Engine>(make: &dyn Fn() -> E) {
+    let e = make();
+    let mut muts = Vec::new();
+    for slot in [0u16, 1, 2] {
+        for i in 0..10 {
+            muts.push(put(&rk(slot, &format!("k{i:02}")), &format!("{slot}-{i}")));
+        }
+    }
+    ok(e.apply(&muts));
+    ok(e.apply(&[del(&rk(1, "k03"))]));
+    let forward = scan_all(&e, &slot_range(1), 100);
+    for chunk in [1, 2, 3, 8, 9, 10] {
+        let mut back = Vec::new();
+        let mut before: Option<bytes::Bytes> = None;
+        loop {
+            let c = ok(e.scan_rev(&slot_range(1), before.as_deref(), chunk));
+            assert!(c.entries.len() <= chunk);
+            assert!(c.entries.windows(2).all(|w| w[0].0 > w[1].0), "descending");
+            back.extend(c.entries);
+            match c.next {
+                Some(n) => before = Some(n),
+                None => break,
+            }
+        }
+        back.reverse();
+        assert_eq!(back, forward, "chunk {chunk}");
+    }
+    let c = ok(e.scan_rev(&slot_range(2), None, 10));
+    assert_eq!(c.entries.len(), 10);
+    assert_eq!(c.next, None, "range exhausted exactly at the limit");
+    let c = ok(e.scan_rev(&slot_range(2), Some(&rk(2, "k04x")), 2));
+    assert_eq!(
+        c.entries.iter().map(|(k, _)| k.clone()).collect::<Vec<_>>(),
+        vec![rk(2, "k04"), rk(2, "k03")]
+    );
+    assert_eq!(c.next, Some(rk(2, "k03")));
+    let c = ok(e.scan_rev(&slot_range(2), Some(&rk(9, "")), 1));
+    assert_eq!(c.entries[0].0, rk(2, "k09"), "cursor past the range end");
+    let c = ok(e.scan_rev(&slot_range(2), Some(&rk(2, "k00")), 5));
+    assert!(
+        c.entries.is_empty() && c.next.is_none(),
+        "cursor at the start"
+    );
+    let r = KeyRange::new(rk(0, "k03"), Some(rk(0, "k05")));
+    let c = ok(e.scan_rev(&r, None, 5));
+    assert_eq!(
+        c.entries.iter().map(|(k, _)| k.clone()).collect::<Vec<_>>(),
+        vec![rk(0, "k04"), rk(0, "k03")]
+    );
+    assert!(
+        ok(e.scan_rev(&KeyRange::new(rk(0, "k05"), Some(rk(0, "k05"))), None, 3))
+            .entries
+            .is_empty()
+    );
+    assert!(e.scan_rev(&slot_range(0), None, 0).is_err());
+}
+
 /// Chunked local range deletion: no log records, no seqs, markers too.
 pub fn delete_range_chunk<E: Engine>(make: &dyn Fn() -> E) {
     let e = make();

@@ -1,0 +1,508 @@
+//! Blocking commands (BLPOP BRPOP BLMOVE BRPOPLPUSH BLMPOP, and any other
+//! command whose [`crate::cmd::Command::blocking_timeout_ms`] is set): key waiters woken
+//! by a push.
+//!
+//! # How a client blocks
+//! A blocking command runs as an **attempt**: an ordinary storage task
+//! (admission, execute, apply, on the slot's executor thread) of the
+//! command's non-blocking form, with a [`Gate`] between execute and apply:
+//! - a nil reply (nothing to pop) means *block*: still on the executor
+//!   thread, the gate registers the client as a **waiter** on the storage
+//!   keys of its command (idempotent), the overlay is dropped, and the
+//!   attempt tells its client to wait;
+//! - a reply that serves from a key on which an *earlier* waiter waits
+//!   *yields* (dropped as well, the client waits): first blocked, first
+//!   served, per key;
+//! - anything else (served, an error, a redirect) is the command's reply:
+//!   the waiter is removed.
+//!
+//! Checking and registering happen in one task on the slot's thread, and
+//! every write of that slot runs on that thread too, so a push can never
+//! fall between an attempt that found nothing and its registration. After
+//! every applied batch that puts a List or ZSet top-level entry,
+//! [`crate::node_cmd::apply_and_reply`] calls [`Blocking::notify`], which
+//! wakes every waiter of those keys; a woken client sends a new attempt.
+//! When a waiter leaves (served, timed out, disconnected, redirected), the
+//! waiters that yielded to it on its keys are woken again.
+//!
+//! A waiting client holds nothing on the executor: it is a [`Notify`] and
+//! an entry in [`Blocking`]'s table. So it never keeps a partition from
+//! migrating, and since every attempt goes through admission, a client whose
+//! slot moved away meanwhile gets `-MOVED` (a waiter also re-attempts on
+//! every routing change, so it learns of the move without a push).
+//!
+//! The timeout is Redis's (float seconds, `0` = forever, nil on expiry:
+//! the RESP2 null array). Inside MULTI a blocking command is run by
+//! [`crate::cmd::Command::execute`] alone: its non-blocking form.
+//!
+//! Differences from Redis: the woken client's attempt is a new task, so a
+//! command of another client queued meanwhile on the slot may take the
+//! pushed element first (Redis serves blocked clients before the next
+//! command); and a client waiting on several keys pops from the first
+//! non-empty key in argument order (Redis 7.2's rule; 7.0 pops from the key
+//! that was pushed to).
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use bytes::Bytes;
+use keyway_resp::Frame;
+use keyway_storage::{Mutation, ValueKind};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::gauge::Gauge;
+use tokio::sync::{Notify, oneshot};
+
+use crate::metrics::Metrics;
+
+/// What a [`Gate`] decided for an attempt's reply.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Decision {
+    /// Apply the command's writes and send its reply.
+    Reply,
+    /// Drop the command's writes: the client waits (it is registered).
+    Wait,
+}
+
+/// The waiters of one node, by storage key.
+pub struct Blocking {
+    state: Mutex<State>,
+    /// Waiters registered (the cheap check [`Blocking::notify`] starts with).
+    registered: AtomicUsize,
+    next_id: AtomicU64,
+    metrics: BlockingMetrics,
+}
+
+#[derive(Default)]
+struct State {
+    /// Waiter ids per storage key, first blocked first.
+    queues: HashMap<Bytes, VecDeque<u64>>,
+    waiters: HashMap<u64, Waiter>,
+}
+
+struct Waiter {
+    keys: Vec<Bytes>,
+    wake: Arc<Notify>,
+    /// Its last attempt yielded to an earlier waiter.
+    yielded: bool,
+}
+
+/// The blocking metrics (registered with the node's [`Metrics`]).
+#[derive(Clone, Default)]
+pub struct BlockingMetrics {
+    /// Clients blocked now.
+    pub blocked_clients: Gauge,
+    /// Attempts that found nothing and made their client wait.
+    pub blocks: Counter,
+    /// Waiters woken by a push (each waiter counted once per push).
+    pub wakeups: Counter,
+    /// Attempts that yielded to an earlier waiter of their key.
+    pub yields: Counter,
+    /// Blocked clients answered nil at their timeout.
+    pub timeouts: Counter,
+}
+
+impl BlockingMetrics {
+    fn register(metrics: &Metrics) -> Self {
+        let m = BlockingMetrics::default();
+        metrics.register(
+            "blocked_clients",
+            "Clients blocked by BLPOP, BLMOVE, ... now",
+            m.blocked_clients.clone(),
+        );
+        metrics.register(
+            "blocking_blocks",
+            "Blocking-command attempts that found nothing and made their client wait",
+            m.blocks.clone(),
+        );
+        metrics.register(
+            "blocking_wakeups",
+            "Blocked clients woken by a write to a key they wait on",
+            m.wakeups.clone(),
+        );
+        metrics.register(
+            "blocking_yields",
+            "Blocking-command attempts that yielded to an earlier waiter of their key",
+            m.yields.clone(),
+        );
+        metrics.register(
+            "blocking_timeouts",
+            "Blocked clients answered nil at their timeout",
+            m.timeouts.clone(),
+        );
+        m
+    }
+}
+
+/// The JSON `/status` view.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct BlockingStatus {
+    pub blocked_clients: usize,
+    pub keys_waited_on: usize,
+    pub timeouts: u64,
+}
+
+impl Blocking {
+    /// An empty table whose metrics are registered with `metrics`.
+    pub fn new(metrics: &Metrics) -> Self {
+        Blocking {
+            state: Mutex::new(State::default()),
+            registered: AtomicUsize::new(0),
+            next_id: AtomicU64::new(1),
+            metrics: BlockingMetrics::register(metrics),
+        }
+    }
+
+    /// The metrics.
+    pub fn metrics(&self) -> &BlockingMetrics {
+        &self.metrics
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// For `/status`.
+    pub fn status(&self) -> BlockingStatus {
+        let state = self.lock();
+        BlockingStatus {
+            blocked_clients: state.waiters.len(),
+            keys_waited_on: state.queues.len(),
+            timeouts: self.metrics.timeouts.get(),
+        }
+    }
+
+    /// Wakes the waiters of every List or ZSet top-level entry `mutations`
+    /// put (call after they were applied).
+    pub fn notify(&self, mutations: &[Mutation]) {
+        if self.registered.load(Ordering::Acquire) == 0 {
+            return;
+        }
+        let state = self.lock();
+        for m in mutations {
+            if let Mutation::Put {
+                key,
+                kind: ValueKind::List | ValueKind::ZSet,
+                ..
+            } = m
+                && let Some(queue) = state.queues.get(key)
+            {
+                for id in queue {
+                    if let Some(w) = state.waiters.get(id) {
+                        self.metrics.wakeups.inc();
+                        w.wake.notify_one();
+                    }
+                }
+            }
+        }
+    }
+
+    /// Registers waiter `id` on `keys` (no-op if it is registered).
+    fn register(&self, id: u64, keys: &[Bytes], wake: &Arc<Notify>) {
+        let mut state = self.lock();
+        if state.waiters.contains_key(&id) {
+            return;
+        }
+        let mut distinct: Vec<Bytes> = Vec::with_capacity(keys.len());
+        for k in keys {
+            if !distinct.contains(k) {
+                distinct.push(k.clone());
+            }
+        }
+        for k in &distinct {
+            state.queues.entry(k.clone()).or_default().push_back(id);
+        }
+        state.waiters.insert(
+            id,
+            Waiter {
+                keys: distinct,
+                wake: wake.clone(),
+                yielded: false,
+            },
+        );
+        self.registered.fetch_add(1, Ordering::AcqRel);
+        self.metrics.blocked_clients.inc();
+    }
+
+    /// Removes waiter `id` (no-op if absent) and wakes the waiters that
+    /// yielded to it.
+    fn remove(&self, id: u64) {
+        let mut state = self.lock();
+        let Some(w) = state.waiters.remove(&id) else {
+            return;
+        };
+        self.registered.fetch_sub(1, Ordering::AcqRel);
+        self.metrics.blocked_clients.dec();
+        for k in &w.keys {
+            let Some(queue) = state.queues.get_mut(k) else {
+                continue;
+            };
+            queue.retain(|&other| other != id);
+            if queue.is_empty() {
+                state.queues.remove(k);
+                continue;
+            }
+            let queue = state.queues.get(k).cloned().unwrap_or_default();
+            for other in queue {
+                if let Some(o) = state.waiters.get_mut(&other)
+                    && o.yielded
+                {
+                    o.yielded = false;
+                    o.wake.notify_one();
+                }
+            }
+        }
+    }
+
+    /// Whether waiter `id` (registered or not) must yield `key` to an
+    /// earlier waiter; if so it is registered and marked yielded.
+    fn must_yield(&self, id: u64, keys: &[Bytes], key: &Bytes, wake: &Arc<Notify>) -> bool {
+        {
+            let mut state = self.lock();
+            let earlier = match state.queues.get(key) {
+                None => false,
+                Some(q) => q.front().is_some_and(|&first| first != id),
+            };
+            if !earlier {
+                return false;
+            }
+            if let Some(w) = state.waiters.get_mut(&id) {
+                w.yielded = true;
+                self.metrics.yields.inc();
+                return true;
+            }
+        }
+        self.register(id, keys, wake);
+        if let Some(w) = self.lock().waiters.get_mut(&id) {
+            w.yielded = true;
+        }
+        self.metrics.yields.inc();
+        true
+    }
+
+    fn next_id(&self) -> u64 {
+        self.next_id.fetch_add(1, Ordering::Relaxed)
+    }
+}
+
+/// One attempt's link to its waiter: decides, on the executor thread,
+/// whether the command's reply is sent or its client waits.
+pub struct Gate {
+    blocking: Arc<Blocking>,
+    id: u64,
+    /// The command's storage keys, in argument order.
+    keys: Vec<Bytes>,
+    /// The same keys as the client sent them.
+    user_keys: Vec<Bytes>,
+    wake: Arc<Notify>,
+    waiting: AtomicBool,
+}
+
+impl Gate {
+    /// Decides for `reply`, the command's reply in its non-blocking form.
+    pub fn decide(&self, reply: &Frame) -> Decision {
+        let served_from = match reply {
+            Frame::Null | Frame::NullArray => {
+                self.blocking.register(self.id, &self.keys, &self.wake);
+                if let Some(w) = self.blocking.lock().waiters.get_mut(&self.id) {
+                    w.yielded = false;
+                }
+                self.blocking.metrics.blocks.inc();
+                self.waiting.store(true, Ordering::Release);
+                return Decision::Wait;
+            }
+            Frame::Error(_) => None,
+            // `[key, ...]` (BLPOP, BLMPOP, BZPOPMIN, ...): served from `key`.
+            Frame::Array(items) => match items.first() {
+                Some(Frame::Bulk(k)) => self
+                    .user_keys
+                    .iter()
+                    .position(|u| u == k)
+                    .map(|i| self.keys[i].clone()),
+                _ => None,
+            },
+            // BLMOVE and the like: served from the first key.
+            _ => self.keys.first().cloned(),
+        };
+        if let Some(key) = served_from
+            && self
+                .blocking
+                .must_yield(self.id, &self.keys, &key, &self.wake)
+        {
+            self.waiting.store(true, Ordering::Release);
+            return Decision::Wait;
+        }
+        self.waiting.store(false, Ordering::Release);
+        self.blocking.remove(self.id);
+        Decision::Reply
+    }
+}
+
+/// A blocking command's attempt as a storage task's work: the command in its
+/// non-blocking form, with its [`Gate`] deciding whether the reply is kept.
+pub struct Attempt {
+    command: crate::cmd::Command,
+    gate: Arc<Gate>,
+}
+
+impl Attempt {
+    pub fn new(command: crate::cmd::Command, gate: Arc<Gate>) -> Self {
+        Attempt { command, gate }
+    }
+}
+
+impl crate::node_cmd::SlotWork for Attempt {
+    fn is_write(&self) -> bool {
+        self.command.is_write()
+    }
+    fn first_key(&self) -> Option<&[u8]> {
+        self.command.keys().first().copied()
+    }
+    fn execute(&self, db: &mut crate::db::Db<'_>) -> Result<Frame, keyway_storage::StorageError> {
+        self.command.execute(db)
+    }
+    fn keep(&self, reply: &Frame) -> bool {
+        self.gate.decide(reply) == Decision::Reply
+    }
+}
+
+/// Removes its waiter when the blocked client is done or gone.
+struct Registration {
+    blocking: Arc<Blocking>,
+    id: u64,
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        self.blocking.remove(self.id);
+    }
+}
+
+/// Builds one attempt: the storage task of the command, with `gate`
+/// deciding between its execute and its apply.
+pub type AttemptFn = dyn Fn(Arc<Gate>) -> crate::executor::Task + Send + Sync;
+
+/// Runs a blocking command for one client: attempts until one replies,
+/// waiting in between for a push to one of `storage_keys`, a routing change
+/// or the timeout (`timeout_ms`, 0 = forever). The returned receiver gets
+/// the reply; dropping it (the client disconnected) removes the waiter.
+pub fn block(
+    shared: Arc<crate::server::Shared>,
+    slot: u16,
+    user_keys: Vec<Bytes>,
+    timeout_ms: u64,
+    attempt: Box<AttemptFn>,
+) -> oneshot::Receiver<Frame> {
+    let (tx, rx) = oneshot::channel();
+    tokio::spawn(async move {
+        let blocking = shared.blocking.clone();
+        let id = blocking.next_id();
+        let _registration = Registration {
+            blocking: blocking.clone(),
+            id,
+        };
+        let wake = Arc::new(Notify::new());
+        // Beyond what the clock can count: forever.
+        let deadline = (timeout_ms > 0)
+            .then(|| tokio::time::Instant::now().checked_add(Duration::from_millis(timeout_ms)))
+            .flatten();
+        let storage_keys: Vec<Bytes> = user_keys
+            .iter()
+            .map(|k| shared.keyspace.storage_key(k))
+            .collect();
+        let mut routing = shared.routing.subscribe();
+        let mut tx = tx;
+        loop {
+            let gate = Arc::new(Gate {
+                blocking: blocking.clone(),
+                id,
+                keys: storage_keys.clone(),
+                user_keys: user_keys.clone(),
+                wake: wake.clone(),
+                waiting: AtomicBool::new(false),
+            });
+            routing.mark_unchanged();
+            let reply = tokio::select! {
+                r = shared.executor.run(slot, attempt(gate.clone())) => r,
+                _ = tx.closed() => return,
+            };
+            if !gate.waiting.load(Ordering::Acquire) {
+                let _ = tx.send(reply);
+                return;
+            }
+            let timed_out = async {
+                match deadline {
+                    Some(d) => tokio::time::sleep_until(d).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                _ = wake.notified() => {}
+                r = routing.changed() => if r.is_err() { return },
+                _ = timed_out => {
+                    blocking.metrics.timeouts.inc();
+                    blocking.remove(id);
+                    let _ = tx.send(Frame::NullArray);
+                    return;
+                }
+                _ = tx.closed() => return,
+            }
+        }
+    });
+    rx
+}
+
+/// Redis's `getTimeoutFromObjectOrReply` in seconds: the timeout in
+/// milliseconds, 0 = forever (a float; negative is refused, and so is
+/// anything whose milliseconds overflow a signed 64-bit integer, as
+/// Redis's cast makes it negative; a value that truncates to 0 ms is 0).
+pub fn parse_timeout(arg: &[u8]) -> Result<u64, Frame> {
+    use crate::cmd::long_double::{self, LongDouble};
+    let err = |m: &str| Frame::Error(format!("ERR {m}"));
+    let Some(v) = long_double::parse(arg) else {
+        return Err(err("timeout is not a float or out of range"));
+    };
+    // `(long long)(ftval * 1000.0)`, exactly (an f64 product would round
+    // values near 2^63 over it); out of range is LLONG_MIN on x86-64.
+    let tval: i64 = match v {
+        LongDouble::Finite { neg, m, e } => {
+            let product = u128::from(m) * 1000;
+            let magnitude = if e >= 0 {
+                (e < 64)
+                    .then(|| product.checked_shl(e as u32))
+                    .flatten()
+                    .filter(|p| p >> e == product)
+            } else if e > -128 {
+                Some(product >> (-e) as u32)
+            } else {
+                Some(0)
+            };
+            match magnitude.and_then(|m| i64::try_from(m).ok()) {
+                Some(m) if neg => -m,
+                Some(m) => m,
+                None => i64::MIN,
+            }
+        }
+        LongDouble::Inf { .. } | LongDouble::Nan => i64::MIN,
+    };
+    if tval < 0 {
+        return Err(err("timeout is negative"));
+    }
+    // Redis 7.0 has no upper bound (7.2 added `timeout is out of range`).
+    Ok(tval as u64)
+}
+
+/// Whether `args` is a blocking command (flag `blocking` in the table):
+/// the connection orders it like a node-wide read and watches for the
+/// client's disconnection while it waits.
+pub fn is_blocking(args: &[Bytes]) -> bool {
+    args.first()
+        .and_then(|n| crate::cmd::table::lookup(n))
+        .is_some_and(|spec| spec.flags.contains(&"blocking"))
+}
+
+#[cfg(test)]
+#[path = "blocking_tests.rs"]
+mod tests;
