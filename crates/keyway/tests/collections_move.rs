@@ -1,7 +1,8 @@
 //! Collections through a move and back: content, TTLs, versions and garbage.
 //!
-//! One partition (hash tag `{cm}`) holds a hash with a TTL, a set, a hash
-//! deleted just before the move (its sub-entries garbage), a hash deleted
+//! One partition (hash tag `{cm}`) holds a hash with a TTL, a set, a list
+//! whose head was popped, a sorted set, a hash, a list and a sorted set
+//! deleted just before the move (their sub-entries garbage), a hash deleted
 //! and created again (a new version over the old one's garbage), and a hash
 //! that expires once it has moved. The partition moves to the other node
 //! and back. At each owner: every live key holds exactly its content, the
@@ -26,6 +27,14 @@ const REBORN_OLD_FIELDS: usize = 1_000;
 const SOON_FIELDS: usize = 300;
 const LIVE_FIELDS: usize = 500;
 const SET_MEMBERS: usize = 700;
+const LIST_ELEMENTS: usize = 600;
+/// Popped from the list's head before the move (its head index moves on).
+const LIST_POPPED: usize = 100;
+const ZSET_MEMBERS: usize = 400;
+/// A deleted list's elements, and a deleted sorted set's members (two
+/// sub-entries each: the member and its score index entry).
+const LIST_DEAD: usize = 200;
+const ZSET_DEAD: usize = 300;
 const TTL_MS: i64 = 600_000;
 /// Long enough to be still alive when the first move has copied it.
 const SOON_TTL_MS: &str = "1500";
@@ -42,13 +51,21 @@ fn fill(c: &mut Resp, cmd: &str, key: &str, n: usize, tag: &str) {
     for chunk in items.chunks(500) {
         let mut args = vec![cmd.to_string(), key.to_string()];
         for i in chunk {
+            if cmd == "ZADD" {
+                args.push(i.to_string());
+            }
             args.push(format!("{tag}{i}"));
             if cmd == "HSET" {
                 args.push(format!("{tag}value{i}"));
             }
         }
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        assert_eq!(int(c.cmd(&args)), chunk.len() as i64, "{cmd} {key}");
+        let want = if cmd == "RPUSH" {
+            chunk[chunk.len() - 1] + 1
+        } else {
+            chunk.len()
+        };
+        assert_eq!(int(c.cmd(&args)), want as i64, "{cmd} {key}");
     }
 }
 
@@ -80,25 +97,81 @@ fn sorted_pairs(f: Frame) -> Vec<(String, String)> {
 }
 
 fn check_content(c: &mut Resp, moved: &str) {
-    assert_eq!(int(c.cmd(&["HLEN", "{cm}live"])), LIVE_FIELDS as i64, "{moved}");
+    assert_eq!(
+        int(c.cmd(&["HLEN", "{cm}live"])),
+        LIVE_FIELDS as i64,
+        "{moved}"
+    );
     assert_eq!(
         c.cmd(&["HGET", "{cm}live", "l123"]),
         Frame::bulk("lvalue123"),
         "{moved}"
     );
     let pttl = int(c.cmd(&["PTTL", "{cm}live"]));
-    assert!(pttl > 0 && pttl <= TTL_MS, "{moved}: the hash's TTL is {pttl}");
-    assert_eq!(int(c.cmd(&["SCARD", "{cm}set"])), SET_MEMBERS as i64, "{moved}");
+    assert!(
+        pttl > 0 && pttl <= TTL_MS,
+        "{moved}: the hash's TTL is {pttl}"
+    );
+    assert_eq!(
+        int(c.cmd(&["SCARD", "{cm}set"])),
+        SET_MEMBERS as i64,
+        "{moved}"
+    );
     assert_eq!(int(c.cmd(&["SISMEMBER", "{cm}set", "s699"])), 1, "{moved}");
     assert_eq!(int(c.cmd(&["PTTL", "{cm}set"])), -1, "{moved}");
     assert_eq!(int(c.cmd(&["EXISTS", "{cm}dead"])), 0, "{moved}");
     assert_eq!(int(c.cmd(&["HLEN", "{cm}dead"])), 0, "{moved}");
     assert_eq!(
         sorted_pairs(c.cmd(&["HGETALL", "{cm}reborn"])),
-        vec![("new".to_string(), "1".to_string()), ("newer".to_string(), "2".to_string())],
+        vec![
+            ("new".to_string(), "1".to_string()),
+            ("newer".to_string(), "2".to_string())
+        ],
         "{moved}: the re-created hash shows an old version's fields"
     );
-    assert_eq!(c.cmd(&["TYPE", "{cm}set"]), Frame::Simple("set".into()), "{moved}");
+    assert_eq!(
+        c.cmd(&["TYPE", "{cm}set"]),
+        Frame::Simple("set".into()),
+        "{moved}"
+    );
+    let left = (LIST_ELEMENTS - LIST_POPPED) as i64;
+    assert_eq!(int(c.cmd(&["LLEN", "{cm}list"])), left, "{moved}");
+    assert_eq!(
+        c.cmd(&["LINDEX", "{cm}list", "0"]),
+        Frame::bulk("e100"),
+        "{moved}"
+    );
+    assert_eq!(
+        c.cmd(&["LINDEX", "{cm}list", "-1"]),
+        Frame::bulk("e599"),
+        "{moved}"
+    );
+    assert_eq!(
+        c.cmd(&["LRANGE", "{cm}list", "250", "251"]),
+        Frame::Array(vec![Frame::bulk("e350"), Frame::bulk("e351")]),
+        "{moved}"
+    );
+    assert_eq!(
+        int(c.cmd(&["ZCARD", "{cm}zset"])),
+        ZSET_MEMBERS as i64,
+        "{moved}"
+    );
+    assert_eq!(int(c.cmd(&["ZRANK", "{cm}zset", "z200"])), 200, "{moved}");
+    assert_eq!(
+        c.cmd(&["ZSCORE", "{cm}zset", "z399"]),
+        Frame::bulk("399"),
+        "{moved}"
+    );
+    assert_eq!(
+        c.cmd(&["ZRANGEBYSCORE", "{cm}zset", "(10", "12"]),
+        Frame::Array(vec![Frame::bulk("z11"), Frame::bulk("z12")]),
+        "{moved}"
+    );
+    assert_eq!(
+        int(c.cmd(&["EXISTS", "{cm}ldead", "{cm}zdead"])),
+        0,
+        "{moved}"
+    );
 }
 
 fn move_to(meta: &str, partition: u64, to: &str) {
@@ -168,12 +241,27 @@ fn collections_keep_content_ttl_and_versions_through_a_move_and_back_and_their_g
     fill(&mut c, "HSET", "{cm}reborn", REBORN_OLD_FIELDS, "r");
     fill(&mut c, "HSET", "{cm}soon", SOON_FIELDS, "x");
     assert_eq!(int(c.cmd(&["PEXPIRE", "{cm}soon", SOON_TTL_MS])), 1);
+    fill(&mut c, "RPUSH", "{cm}list", LIST_ELEMENTS, "e");
+    let popped = c.cmd(&["LPOP", "{cm}list", &LIST_POPPED.to_string()]);
+    assert!(
+        matches!(&popped, Frame::Array(v) if v.len() == LIST_POPPED),
+        "{popped:?}"
+    );
+    fill(&mut c, "ZADD", "{cm}zset", ZSET_MEMBERS, "z");
+    fill(&mut c, "RPUSH", "{cm}ldead", LIST_DEAD, "x");
+    fill(&mut c, "ZADD", "{cm}zdead", ZSET_DEAD, "y");
     fill(&mut c, "HSET", "{cm}dead", DEAD_FIELDS, "d");
     // Garbage right before the move: the source's walk may or may not have
     // reclaimed it when the copy reads it.
-    assert_eq!(int(c.cmd(&["DEL", "{cm}dead"])), 1);
+    assert_eq!(
+        int(c.cmd(&["DEL", "{cm}dead", "{cm}ldead", "{cm}zdead"])),
+        3
+    );
     assert_eq!(int(c.cmd(&["DEL", "{cm}reborn"])), 1);
-    assert_eq!(int(c.cmd(&["HSET", "{cm}reborn", "new", "1", "newer", "2"])), 2);
+    assert_eq!(
+        int(c.cmd(&["HSET", "{cm}reborn", "new", "1", "newer", "2"])),
+        2
+    );
 
     move_to(&meta, partition, &target);
     let mut t = Resp::connect(port_of(&target));
@@ -184,23 +272,34 @@ fn collections_keep_content_ttl_and_versions_through_a_move_and_back_and_their_g
     check_content(&mut t, "after the move");
 
     // The hash with the short TTL expires at its new owner.
-    wait_until("the short-lived hash expires", Duration::from_secs(30), || {
-        (int(t.cmd(&["EXISTS", "{cm}soon"])) == 0).then_some(())
-    })
+    wait_until(
+        "the short-lived hash expires",
+        Duration::from_secs(30),
+        || (int(t.cmd(&["EXISTS", "{cm}soon"])) == 0).then_some(()),
+    )
     .unwrap();
-    assert_eq!(int(t.cmd(&["DBSIZE"])), 3, "live, set, reborn: keys, not entries");
+    assert_eq!(
+        int(t.cmd(&["DBSIZE"])),
+        5,
+        "live, set, reborn, list, zset: keys, not entries"
+    );
 
     move_to(&meta, partition, &source);
     let mut c = Resp::connect(port_of(&source));
     check_content(&mut c, "after the move back");
-    assert_eq!(int(c.cmd(&["DBSIZE"])), 3);
+    assert_eq!(int(c.cmd(&["DBSIZE"])), 5);
 
     // Every dead sub-entry reclaimed exactly once, by whichever owner.
-    let dead = (DEAD_FIELDS + REBORN_OLD_FIELDS + SOON_FIELDS) as u64;
-    let reclaimed = wait_until("every dead sub-entry reclaimed", Duration::from_secs(60), || {
-        let n = counter_sum(&cluster, "collection_garbage_reclaimed_entries") - reclaimed_before;
-        (n >= dead).then_some(n)
-    })
+    let dead = (DEAD_FIELDS + REBORN_OLD_FIELDS + SOON_FIELDS + LIST_DEAD + 2 * ZSET_DEAD) as u64;
+    let reclaimed = wait_until(
+        "every dead sub-entry reclaimed",
+        Duration::from_secs(60),
+        || {
+            let n =
+                counter_sum(&cluster, "collection_garbage_reclaimed_entries") - reclaimed_before;
+            (n >= dead).then_some(n)
+        },
+    )
     .unwrap();
     assert_eq!(reclaimed, dead, "sub-entries reclaimed more than once");
 }
