@@ -507,6 +507,20 @@ fn a_huge_hash_and_sorted_set_move_live_without_holding_clients_up() {
         .find(|m| m["partition"].as_u64() == Some(partition) && m["state"] == "DONE")
         .unwrap_or_else(|| panic!("no DONE migration of partition {partition}: {migrations:#}"))
         .clone();
+    let mut slowest: Vec<(Duration, Duration)> = results
+        .iter()
+        .flat_map(|f| &f.samples)
+        .filter(|(at, _)| *at >= move_began && *at <= move_ended)
+        .map(|(at, latency)| (*latency, *at - move_began))
+        .collect();
+    slowest.sort();
+    let slowest: Vec<String> = slowest
+        .iter()
+        .rev()
+        .take(5)
+        .map(|(latency, at)| format!("{latency:.0?} at +{at:.1?}"))
+        .collect();
+    println!("slowest foreground requests (latency at time since the move began): {slowest:?}");
     let pause_ms = record["pause_ms"].as_u64().expect("pause_ms");
     let copy_ms = record["copy_duration_ms"].as_u64().unwrap_or(0);
     let max = *during.last().unwrap();
