@@ -206,6 +206,8 @@ fn int(conn: &mut Resp, args: &[&str]) -> i64 {
 struct Foreground {
     samples: Vec<(Duration, Duration)>,
     moved: u64,
+    /// When the first MOVED came (since `epoch`): the flip, as clients see it.
+    first_moved: Option<Duration>,
     failures: Vec<String>,
     own_fields: BTreeMap<String, String>,
     own_members: BTreeMap<String, String>,
@@ -223,6 +225,7 @@ fn foreground(
     let mut fg = Foreground {
         samples: Vec::new(),
         moved: 0,
+        first_moved: None,
         failures: Vec::new(),
         own_fields: BTreeMap::new(),
         own_members: BTreeMap::new(),
@@ -268,6 +271,7 @@ fn foreground(
                 match conn.try_cmd(&argv) {
                     Ok(Frame::Error(e)) if e.starts_with("MOVED ") => {
                         fg.moved += 1;
+                        fg.first_moved.get_or_insert_with(|| epoch.elapsed());
                         let to = e.split_whitespace().nth(2).unwrap_or_default().to_string();
                         match Resp::try_connect(port_of(&to), REQUEST_TIMEOUT) {
                             Ok(c) => conn = c,
@@ -317,6 +321,7 @@ fn foreground(
             match conn.try_cmd(&argv) {
                 Ok(Frame::Error(e)) if e.starts_with("MOVED ") => {
                     fg.moved += 1;
+                    fg.first_moved.get_or_insert_with(|| epoch.elapsed());
                     let to = e.split_whitespace().nth(2).unwrap_or_default().to_string();
                     conn = Resp::try_connect(port_of(&to), REQUEST_TIMEOUT).expect("connect");
                 }
@@ -520,6 +525,11 @@ fn a_huge_hash_and_sorted_set_move_live_without_holding_clients_up() {
         .take(5)
         .map(|(latency, at)| format!("{latency:.0?} at +{at:.1?}"))
         .collect();
+    let redirected = results.iter().filter_map(|f| f.first_moved).min().unwrap() - move_began;
+    println!(
+        "the clients were first redirected {redirected:.1?} after the move began (the flip; \
+         the rest of the move is the old copy's drop)"
+    );
     println!("slowest foreground requests (latency at time since the move began): {slowest:?}");
     let pause_ms = record["pause_ms"].as_u64().expect("pause_ms");
     let copy_ms = record["copy_duration_ms"].as_u64().unwrap_or(0);
