@@ -75,7 +75,7 @@ pub fn encode(frame: &Frame, proto: Protocol, out: &mut BytesMut) {
             put_aggregate(prefix, items, proto, out);
         }
         Frame::Double(d) => {
-            let text = format_double(*d);
+            let text = format_double_g17(*d);
             match proto {
                 Protocol::Resp2 => put_bulk(text.as_str().as_bytes(), out),
                 Protocol::Resp3 => put_line(b',', text.as_str().as_bytes(), out),
@@ -243,6 +243,66 @@ pub fn format_double(d: f64) -> DoubleText {
         write_fpconv(d, &mut text)
     };
     text
+}
+
+/// Redis 7.0's `addReplyDouble` text (RESP2 and RESP3 alike): `%.17g`,
+/// with `inf`/`-inf`: what [`Frame::Double`] is encoded as.
+pub fn format_double_g17(d: f64) -> String {
+    if d.is_infinite() {
+        return if d > 0.0 { "inf".into() } else { "-inf".into() };
+    }
+    if d.is_nan() {
+        return "nan".into();
+    }
+    // 17 significant digits, correctly rounded (ties to even on the exact value).
+    let sci = format!("{:.16e}", d);
+    let (mantissa, exp) = sci.split_once('e').unwrap_or((&sci, "0"));
+    let exp: i32 = exp.parse().unwrap_or(0);
+    let (neg, mantissa) = match mantissa.strip_prefix('-') {
+        Some(m) => (true, m),
+        None => (false, mantissa),
+    };
+    let digits: Vec<u8> = mantissa.bytes().filter(u8::is_ascii_digit).collect();
+    debug_assert_eq!(digits.len(), 17);
+    let mut out = String::with_capacity(24);
+    if neg {
+        out.push('-');
+    }
+    let trim = |s: &[u8]| -> usize { s.iter().rposition(|&b| b != b'0').map_or(0, |p| p + 1) };
+    if (-4..17).contains(&exp) {
+        if exp >= 0 {
+            let int_len = exp as usize + 1;
+            out.push_str(std::str::from_utf8(&digits[..int_len]).unwrap_or(""));
+            let frac = &digits[int_len..];
+            let n = trim(frac);
+            if n > 0 {
+                out.push('.');
+                out.push_str(std::str::from_utf8(&frac[..n]).unwrap_or(""));
+            }
+        } else {
+            out.push_str("0.");
+            for _ in 0..(-exp - 1) {
+                out.push('0');
+            }
+            let n = trim(&digits);
+            out.push_str(std::str::from_utf8(&digits[..n]).unwrap_or(""));
+        }
+    } else {
+        out.push(digits[0] as char);
+        let n = trim(&digits[1..]);
+        if n > 0 {
+            out.push('.');
+            out.push_str(std::str::from_utf8(&digits[1..1 + n]).unwrap_or(""));
+        }
+        out.push('e');
+        out.push(if exp < 0 { '-' } else { '+' });
+        let e = exp.unsigned_abs();
+        if e < 10 {
+            out.push('0');
+        }
+        out.push_str(&e.to_string());
+    }
+    out
 }
 
 /// Lays out the shortest digits of finite, non-zero `d` like `fpconv_dtoa`'s

@@ -65,7 +65,7 @@ mod parse;
 mod response;
 mod retry;
 
-pub use encode::{DoubleText, encode, encode_command, format_double};
+pub use encode::{DoubleText, encode, encode_command, format_double, format_double_g17};
 pub use error::ProtocolError;
 pub use frame::{Frame, Protocol};
 pub use limits::{

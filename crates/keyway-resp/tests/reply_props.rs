@@ -99,7 +99,7 @@ fn expected_resp2(frame: &Frame) -> Frame {
                 .flat_map(|(k, v)| [expected_resp2(k), expected_resp2(v)])
                 .collect(),
         ),
-        Frame::Double(d) => Frame::bulk(format_double(*d).to_string()),
+        Frame::Double(d) => Frame::bulk(keyway_resp::format_double_g17(*d)),
         Frame::Boolean(b) => Frame::Integer(i64::from(*b)),
         Frame::Verbatim { text, .. } => Frame::Bulk(text.clone()),
         Frame::BigNumber(n) => Frame::bulk(n.clone()),

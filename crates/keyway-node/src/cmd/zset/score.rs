@@ -9,7 +9,7 @@
 //! - [`ScoreRange::parse`]: `zslParseRange` (`(` for exclusive, plain
 //!   `strtod` otherwise, so `""` is 0 and `1e999` is inf);
 //! - [`LexRange::parse`]: `zslParseLexRange` (`[`, `(`, `-`, `+`);
-//! - [`format_score`]: `addReplyDouble` in 7.0, i.e. `%.17g` (`inf`, `-inf`,
+//! - [`keyway_resp::format_double_g17`]: `addReplyDouble` in 7.0, i.e. `%.17g` (`inf`, `-inf`,
 //!   `-0`, `1.1000000000000001`, `1e+20`).
 
 use std::cmp::Ordering;
@@ -266,68 +266,10 @@ pub(crate) fn parse_score(s: &[u8]) -> Option<f64> {
     Some(r.value)
 }
 
-/// Redis 7.0's `addReplyDouble` text: `%.17g`, with `inf`/`-inf`.
-pub(crate) fn format_score(d: f64) -> String {
-    if d.is_infinite() {
-        return if d > 0.0 { "inf".into() } else { "-inf".into() };
-    }
-    if d.is_nan() {
-        return "nan".into();
-    }
-    // 17 significant digits, correctly rounded (ties to even on the exact value).
-    let sci = format!("{:.16e}", d);
-    let (mantissa, exp) = sci.split_once('e').unwrap_or((&sci, "0"));
-    let exp: i32 = exp.parse().unwrap_or(0);
-    let (neg, mantissa) = match mantissa.strip_prefix('-') {
-        Some(m) => (true, m),
-        None => (false, mantissa),
-    };
-    let digits: Vec<u8> = mantissa.bytes().filter(u8::is_ascii_digit).collect();
-    debug_assert_eq!(digits.len(), 17);
-    let mut out = String::with_capacity(24);
-    if neg {
-        out.push('-');
-    }
-    let trim = |s: &[u8]| -> usize { s.iter().rposition(|&b| b != b'0').map_or(0, |p| p + 1) };
-    if (-4..17).contains(&exp) {
-        if exp >= 0 {
-            let int_len = exp as usize + 1;
-            out.push_str(std::str::from_utf8(&digits[..int_len]).unwrap_or(""));
-            let frac = &digits[int_len..];
-            let n = trim(frac);
-            if n > 0 {
-                out.push('.');
-                out.push_str(std::str::from_utf8(&frac[..n]).unwrap_or(""));
-            }
-        } else {
-            out.push_str("0.");
-            for _ in 0..(-exp - 1) {
-                out.push('0');
-            }
-            let n = trim(&digits);
-            out.push_str(std::str::from_utf8(&digits[..n]).unwrap_or(""));
-        }
-    } else {
-        out.push(digits[0] as char);
-        let n = trim(&digits[1..]);
-        if n > 0 {
-            out.push('.');
-            out.push_str(std::str::from_utf8(&digits[1..1 + n]).unwrap_or(""));
-        }
-        out.push('e');
-        out.push(if exp < 0 { '-' } else { '+' });
-        let e = exp.unsigned_abs();
-        if e < 10 {
-            out.push('0');
-        }
-        out.push_str(&e.to_string());
-    }
-    out
-}
-
-/// A score as a reply element (a bulk string in RESP2, as Redis 7.0 sends it).
+/// A score as a reply element: a RESP3 double, a bulk string in RESP2,
+/// both `%.17g` as Redis 7.0's `addReplyDouble`.
 pub(crate) fn score_frame(d: f64) -> keyway_resp::Frame {
-    keyway_resp::Frame::Bulk(Bytes::from(format_score(d)))
+    keyway_resp::Frame::Double(d)
 }
 
 /// `zrangespec`: a score interval with optionally exclusive ends.
@@ -520,7 +462,7 @@ mod tests {
             (f64::NEG_INFINITY, "-inf"),
             (4.5e15 + 0.5, "4500000000000000.5"),
         ] {
-            assert_eq!(format_score(v), want, "{v:e}");
+            assert_eq!(keyway_resp::format_double_g17(v), want, "{v:e}");
         }
     }
 
