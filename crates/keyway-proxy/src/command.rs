@@ -225,7 +225,7 @@ fn data(args: Vec<Bytes>, deadline: Instant) -> Plan {
         .filter_map(|i| args.get(i).cloned())
         .collect();
     let Some(first) = keys.first() else {
-        return reply(unknown_command(&args));
+        return reply(keyless_error(&args).unwrap_or_else(|| unknown_command(&args)));
     };
     let slot = key_hash_slot(first);
     let retry_safe = forward::retry_safe(&args);
@@ -248,6 +248,17 @@ fn data(args: Vec<Bytes>, deadline: Instant) -> Plan {
         barrier: Barrier::Keys(keys),
         deadline,
     })
+}
+
+/// The argument error of a data command without keys (`SINTERCARD 0 ...`,
+/// `ZUNIONSTORE d 0 ...`), as the node replies it.
+pub fn keyless_error(args: &[Bytes]) -> Option<Frame> {
+    match keyway_node::cmd::parse(args) {
+        Some(Ok(keyway_node::cmd::Command::Invalid { error, keys, .. })) if keys.is_empty() => {
+            Some(error)
+        }
+        _ => None,
+    }
 }
 
 /// `KW.GET`/`KW.SET`/`KW.DEL` to the owner of the (first) key; `KW.SCAN`

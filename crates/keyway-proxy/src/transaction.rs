@@ -208,7 +208,12 @@ fn queue(tx: &mut ProxyTx, name: &str, args: &[Bytes]) -> Plan {
         .filter_map(|i| args.get(i))
         .collect();
     let Some(first) = keys.first() else {
-        return refuse(unknown_command(args));
+        // A keyless argument error: its error is its reply inside EXEC.
+        let Some(error) = crate::command::keyless_error(args) else {
+            return refuse(unknown_command(args));
+        };
+        q.items.push(Item::Local(error));
+        return Plan::Reply(Frame::Simple("QUEUED".into()));
     };
     let slot = key_hash_slot(first);
     if keys.iter().any(|k| key_hash_slot(k) != slot) {
