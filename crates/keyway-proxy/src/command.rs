@@ -10,6 +10,11 @@
 //! proxy: a client must not use cluster support through it), `SCAN` (no
 //! cursor across nodes yet; `KW.SCAN` walks a range keyspace) and `KW.AT`.
 //!
+//! Transactions (`MULTI`, `EXEC`, `DISCARD`, `WATCH`, `UNWATCH`) are queued
+//! here and sent to the slot's owner as one request
+//! ([`crate::transaction`]); `FLUSHALL`/`FLUSHDB` go to every owner,
+//! `MEMORY USAGE` to its key's owner, `TIME` is answered here.
+//!
 //! Forwarded: every Redis data command a node serves (the node's command
 //! table: strings, counters, `DEL`/`UNLINK`/`EXISTS`/`TYPE`, expiry), as
 //! `KW.AT` to the owner of its slot ([`crate::forward`]), split by slot
