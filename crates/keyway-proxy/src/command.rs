@@ -318,9 +318,10 @@ fn kw(core: &Core, args: Vec<Bytes>, deadline: Instant) -> Plan {
 pub async fn run(core: &Core, request: Forwarded) -> Frame {
     let started = std::time::Instant::now();
     let reply = match request.op {
-        Op::Single { target, retry_safe } => {
-            forward::send(core, &target, &request.args, retry_safe, request.deadline).await
-        }
+        Op::Single { target, retry_safe } => restore_pairs(
+            &request.args,
+            forward::send(core, &target, &request.args, retry_safe, request.deadline).await,
+        ),
         Op::Split { merge, retry_safe } => {
             multikey::run(core, merge, &request.args, retry_safe, request.deadline).await
         }
@@ -332,6 +333,43 @@ pub async fn run(core: &Core, request: Forwarded) -> Frame {
         .request_seconds
         .observe(started.elapsed().as_secs_f64());
     reply
+}
+
+/// A node answers `WITHSCORES`/`WITHVALUES` replies as pairs (RESP3 an
+/// array of two-element arrays, RESP2 one flat array, as Redis). The node
+/// connections speak RESP3, so the pairs arrive nested: turned back into
+/// [`Frame::Pairs`] here, a RESP2 client gets them flat. Only replies of
+/// requests carrying such an option, and only arrays made wholly of
+/// two-element arrays, are turned back.
+pub fn restore_pairs(args: &[Bytes], reply: Frame) -> Frame {
+    let paired = args
+        .iter()
+        .skip(1)
+        .any(|a| a.eq_ignore_ascii_case(b"withscores") || a.eq_ignore_ascii_case(b"withvalues"));
+    match reply {
+        Frame::Array(items)
+            if paired
+                && !items.is_empty()
+                && items
+                    .iter()
+                    .all(|i| matches!(i, Frame::Array(p) if p.len() == 2)) =>
+        {
+            Frame::Pairs(
+                items
+                    .into_iter()
+                    .map(|i| match i {
+                        Frame::Array(mut p) => {
+                            let second = p.pop().expect("two elements");
+                            let first = p.pop().expect("two elements");
+                            (first, second)
+                        }
+                        _ => unreachable!("checked above"),
+                    })
+                    .collect(),
+            )
+        }
+        other => other,
+    }
 }
 
 /// Every node that owns a partition, by RESP address.

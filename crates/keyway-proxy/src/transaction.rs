@@ -403,8 +403,24 @@ async fn exec_remote(
         }
         None => forward::send(core, &Target::Slot(slot), &args, false, deadline).await,
     };
+    let data_args: Vec<&Vec<Bytes>> = items
+        .iter()
+        .filter_map(|i| match i {
+            Item::Data { args, .. } => Some(args),
+            Item::Local(_) => None,
+        })
+        .collect();
     match reply {
-        Frame::Array(mut replies) => {
+        Frame::Array(replies) => {
+            let mut replies: Vec<Frame> = if replies.len() == data_args.len() {
+                replies
+                    .into_iter()
+                    .zip(&data_args)
+                    .map(|(r, a)| crate::command::restore_pairs(a, r))
+                    .collect()
+            } else {
+                replies
+            };
             for (i, f) in locals {
                 replies.insert(i.min(replies.len()), f);
             }
