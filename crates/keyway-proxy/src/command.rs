@@ -10,6 +10,11 @@
 //! proxy: a client must not use cluster support through it), `SCAN` (no
 //! cursor across nodes yet; `KW.SCAN` walks a range keyspace) and `KW.AT`.
 //!
+//! Transactions (`MULTI`, `EXEC`, `DISCARD`, `WATCH`, `UNWATCH`) are queued
+//! here and sent to the slot's owner as one request
+//! ([`crate::transaction`]); `FLUSHALL`/`FLUSHDB` go to every owner,
+//! `MEMORY USAGE` to its key's owner, `TIME` is answered here.
+//!
 //! Forwarded: every Redis data command a node serves (the node's command
 //! table: strings, counters, `DEL`/`UNLINK`/`EXISTS`/`TYPE`, expiry), as
 //! `KW.AT` to the owner of its slot ([`crate::forward`]), split by slot
@@ -225,7 +230,7 @@ fn data(args: Vec<Bytes>, deadline: Instant) -> Plan {
         .filter_map(|i| args.get(i).cloned())
         .collect();
     let Some(first) = keys.first() else {
-        return reply(unknown_command(&args));
+        return reply(keyless_error(&args).unwrap_or_else(|| unknown_command(&args)));
     };
     let slot = key_hash_slot(first);
     let retry_safe = forward::retry_safe(&args);
@@ -248,6 +253,17 @@ fn data(args: Vec<Bytes>, deadline: Instant) -> Plan {
         barrier: Barrier::Keys(keys),
         deadline,
     })
+}
+
+/// The argument error of a data command without keys (`SINTERCARD 0 ...`,
+/// `ZUNIONSTORE d 0 ...`), as the node replies it.
+pub fn keyless_error(args: &[Bytes]) -> Option<Frame> {
+    match keyway_node::cmd::parse(args) {
+        Some(Ok(keyway_node::cmd::Command::Invalid { error, keys, .. })) if keys.is_empty() => {
+            Some(error)
+        }
+        _ => None,
+    }
 }
 
 /// `KW.GET`/`KW.SET`/`KW.DEL` to the owner of the (first) key; `KW.SCAN`
@@ -302,9 +318,10 @@ fn kw(core: &Core, args: Vec<Bytes>, deadline: Instant) -> Plan {
 pub async fn run(core: &Core, request: Forwarded) -> Frame {
     let started = std::time::Instant::now();
     let reply = match request.op {
-        Op::Single { target, retry_safe } => {
-            forward::send(core, &target, &request.args, retry_safe, request.deadline).await
-        }
+        Op::Single { target, retry_safe } => restore_pairs(
+            &request.args,
+            forward::send(core, &target, &request.args, retry_safe, request.deadline).await,
+        ),
         Op::Split { merge, retry_safe } => {
             multikey::run(core, merge, &request.args, retry_safe, request.deadline).await
         }
@@ -316,6 +333,43 @@ pub async fn run(core: &Core, request: Forwarded) -> Frame {
         .request_seconds
         .observe(started.elapsed().as_secs_f64());
     reply
+}
+
+/// A node answers `WITHSCORES`/`WITHVALUES` replies as pairs (RESP3 an
+/// array of two-element arrays, RESP2 one flat array, as Redis). The node
+/// connections speak RESP3, so the pairs arrive nested: turned back into
+/// [`Frame::Pairs`] here, a RESP2 client gets them flat. Only replies of
+/// requests carrying such an option, and only arrays made wholly of
+/// two-element arrays, are turned back.
+pub fn restore_pairs(args: &[Bytes], reply: Frame) -> Frame {
+    let paired = args
+        .iter()
+        .skip(1)
+        .any(|a| a.eq_ignore_ascii_case(b"withscores") || a.eq_ignore_ascii_case(b"withvalues"));
+    match reply {
+        Frame::Array(items)
+            if paired
+                && !items.is_empty()
+                && items
+                    .iter()
+                    .all(|i| matches!(i, Frame::Array(p) if p.len() == 2)) =>
+        {
+            Frame::Pairs(
+                items
+                    .into_iter()
+                    .map(|i| match i {
+                        Frame::Array(mut p) => {
+                            let second = p.pop().expect("two elements");
+                            let first = p.pop().expect("two elements");
+                            (first, second)
+                        }
+                        _ => unreachable!("checked above"),
+                    })
+                    .collect(),
+            )
+        }
+        other => other,
+    }
 }
 
 /// Every node that owns a partition, by RESP address.

@@ -208,7 +208,12 @@ fn queue(tx: &mut ProxyTx, name: &str, args: &[Bytes]) -> Plan {
         .filter_map(|i| args.get(i))
         .collect();
     let Some(first) = keys.first() else {
-        return refuse(unknown_command(args));
+        // A keyless argument error: its error is its reply inside EXEC.
+        let Some(error) = crate::command::keyless_error(args) else {
+            return refuse(unknown_command(args));
+        };
+        q.items.push(Item::Local(error));
+        return Plan::Reply(Frame::Simple("QUEUED".into()));
     };
     let slot = key_hash_slot(first);
     if keys.iter().any(|k| key_hash_slot(k) != slot) {
@@ -398,8 +403,24 @@ async fn exec_remote(
         }
         None => forward::send(core, &Target::Slot(slot), &args, false, deadline).await,
     };
+    let data_args: Vec<&Vec<Bytes>> = items
+        .iter()
+        .filter_map(|i| match i {
+            Item::Data { args, .. } => Some(args),
+            Item::Local(_) => None,
+        })
+        .collect();
     match reply {
-        Frame::Array(mut replies) => {
+        Frame::Array(replies) => {
+            let mut replies: Vec<Frame> = if replies.len() == data_args.len() {
+                replies
+                    .into_iter()
+                    .zip(&data_args)
+                    .map(|(r, a)| crate::command::restore_pairs(a, r))
+                    .collect()
+            } else {
+                replies
+            };
             for (i, f) in locals {
                 replies.insert(i.min(replies.len()), f);
             }
