@@ -80,6 +80,11 @@ struct State {
     /// Waiter ids per storage key, first blocked first.
     queues: HashMap<Bytes, VecDeque<u64>>,
     waiters: HashMap<u64, Waiter>,
+    /// Blocked clients whose [`block`] task runs: only these may register,
+    /// so an attempt that runs after its client left (it was queued when
+    /// the client disconnected) cannot leave a ghost waiter at the front of
+    /// a key's queue, which every later waiter would yield to.
+    live: std::collections::HashSet<u64>,
 }
 
 struct Waiter {
@@ -202,7 +207,7 @@ impl Blocking {
     /// Registers waiter `id` on `keys` (no-op if it is registered).
     fn register(&self, id: u64, keys: &[Bytes], wake: &Arc<Notify>) {
         let mut state = self.lock();
-        if state.waiters.contains_key(&id) {
+        if state.waiters.contains_key(&id) || !state.live.contains(&id) {
             return;
         }
         let mut distinct: Vec<Bytes> = Vec::with_capacity(keys.len());
@@ -230,6 +235,22 @@ impl Blocking {
     /// yielded to it.
     fn remove(&self, id: u64) {
         let mut state = self.lock();
+        self.remove_locked(&mut state, id);
+    }
+
+    /// A blocked client's task starts: it may register as a waiter.
+    fn start(&self, id: u64) {
+        self.lock().live.insert(id);
+    }
+
+    /// A blocked client's task ended: it is removed and may not register again.
+    fn end(&self, id: u64) {
+        let mut state = self.lock();
+        state.live.remove(&id);
+        self.remove_locked(&mut state, id);
+    }
+
+    fn remove_locked(&self, state: &mut State, id: u64) {
         let Some(w) = state.waiters.remove(&id) else {
             return;
         };
@@ -376,7 +397,7 @@ struct Registration {
 
 impl Drop for Registration {
     fn drop(&mut self) {
-        self.blocking.remove(self.id);
+        self.blocking.end(self.id);
     }
 }
 
@@ -399,6 +420,7 @@ pub fn block(
     tokio::spawn(async move {
         let blocking = shared.blocking.clone();
         let id = blocking.next_id();
+        blocking.start(id);
         let _registration = Registration {
             blocking: blocking.clone(),
             id,
@@ -455,33 +477,55 @@ pub fn block(
 }
 
 /// Redis's `getTimeoutFromObjectOrReply` in seconds: the timeout in
-/// milliseconds, 0 = forever (a float; negative is refused, and so is
-/// anything whose milliseconds overflow a signed 64-bit integer, as
-/// Redis's cast makes it negative; a value that truncates to 0 ms is 0).
+/// milliseconds, 0 = forever (a float, rounded up to whole milliseconds;
+/// negative is refused, and so is anything whose milliseconds overflow a
+/// signed 64-bit integer, as Redis's cast makes it negative).
 pub fn parse_timeout(arg: &[u8]) -> Result<u64, Frame> {
     use crate::cmd::long_double::{self, LongDouble};
     let err = |m: &str| Frame::Error(format!("ERR {m}"));
     let Some(v) = long_double::parse(arg) else {
         return Err(err("timeout is not a float or out of range"));
     };
-    // `(long long)(ftval * 1000.0)`, exactly (an f64 product would round
-    // values near 2^63 over it); out of range is LLONG_MIN on x86-64.
+    // `(long long)ceill(ftval * 1000.0)` in x87 arithmetic (an f64 product
+    // would round values near 2^63 over it); out of range is LLONG_MIN on
+    // x86-64, hence `timeout is negative`.
     let tval: i64 = match v {
         LongDouble::Finite { neg, m, e } => {
-            let product = u128::from(m) * 1000;
-            let magnitude = if e >= 0 {
-                (e < 64)
+            // The x87 product, rounded to a 64-bit mantissa (so 0.001 * 1000
+            // is 1, as in Redis), then truncated.
+            let (mut product, mut e) = (u128::from(m) * 1000, e);
+            let bits = 128 - product.leading_zeros();
+            if bits > 64 {
+                let shift = bits - 64;
+                let rest = product & ((1u128 << shift) - 1);
+                let half = 1u128 << (shift - 1);
+                product >>= shift;
+                if rest > half || (rest == half && product & 1 == 1) {
+                    product += 1;
+                }
+                e += i64::from(shift);
+            }
+            // `ceill`: a positive fraction rounds up (0.0001 s waits 1 ms),
+            // a negative one towards zero (-0.0001 s is 0: forever).
+            let (whole, fraction) = if e >= 0 {
+                let whole = (e < 64)
                     .then(|| product.checked_shl(e as u32))
                     .flatten()
-                    .filter(|p| p >> e == product)
+                    .filter(|p| p >> e == product);
+                (whole, false)
             } else if e > -128 {
-                Some(product >> (-e) as u32)
+                let shift = (-e) as u32;
+                (
+                    Some(product >> shift),
+                    product & ((1u128 << shift) - 1) != 0,
+                )
             } else {
-                Some(0)
+                (Some(0), product != 0)
             };
-            match magnitude.and_then(|m| i64::try_from(m).ok()) {
-                Some(m) if neg => -m,
-                Some(m) => m,
+            let whole = whole.map(|w| if fraction && !neg { w + 1 } else { w });
+            match whole.and_then(|w| i64::try_from(w).ok()) {
+                Some(w) if neg => -w,
+                Some(w) => w,
                 None => i64::MIN,
             }
         }

@@ -5,7 +5,14 @@ fn timeouts_parse_like_redis() {
     assert_eq!(parse_timeout(b"0"), Ok(0));
     assert_eq!(parse_timeout(b"1"), Ok(1000));
     assert_eq!(parse_timeout(b"0.5"), Ok(500));
-    assert_eq!(parse_timeout(b"0.0001"), Ok(0));
+    // Rounded up: 0.001 s is 1 ms, not 0 (forever).
+    assert_eq!(parse_timeout(b"0.001"), Ok(1));
+    assert_eq!(parse_timeout(b"0.01"), Ok(10));
+    assert_eq!(parse_timeout(b"0.1"), Ok(100));
+    assert_eq!(parse_timeout(b"1.005"), Ok(1005));
+    assert_eq!(parse_timeout(b"0.0001"), Ok(1));
+    assert_eq!(parse_timeout(b"1e-9"), Ok(1));
+    assert_eq!(parse_timeout(b"0.0015"), Ok(2));
     assert_eq!(parse_timeout(b"-0.0001"), Ok(0));
     let neg = Err(Frame::Error("ERR timeout is negative".into()));
     assert_eq!(parse_timeout(b"-1"), neg);
@@ -22,11 +29,12 @@ fn timeouts_parse_like_redis() {
         Ok(9_223_372_036_854_775_000)
     );
     assert_eq!(parse_timeout(b"1e20"), neg);
-    assert_eq!(parse_timeout(b"1e-400"), Ok(0));
+    assert_eq!(parse_timeout(b"1e-400"), Ok(1));
     assert_eq!(parse_timeout(b"0x10"), Ok(16_000));
 }
 
 fn gate(b: &Arc<Blocking>, id: u64, keys: &[&str]) -> Gate {
+    b.start(id);
     Gate {
         blocking: b.clone(),
         id,
@@ -137,4 +145,19 @@ fn a_waiter_serves_from_a_key_no_earlier_waiter_wants_and_leaves_on_errors() {
     b.remove(3);
     assert!(woken(&second));
     assert_eq!(second.decide(&served("k")), Decision::Reply);
+}
+
+#[test]
+fn an_attempt_that_runs_after_its_client_left_leaves_no_ghost_waiter() {
+    let b = Arc::new(Blocking::new(&Metrics::default()));
+    let ghost = gate(&b, 1, &["k"]);
+    // The client disconnected while its attempt was queued...
+    b.end(1);
+    // ...then the attempt runs and finds nothing.
+    assert_eq!(ghost.decide(&Frame::NullArray), Decision::Wait);
+    assert_eq!(b.status().blocked_clients, 0);
+    // So a later waiter is not held behind it.
+    let next = gate(&b, 2, &["k"]);
+    assert_eq!(next.decide(&Frame::NullArray), Decision::Wait);
+    assert_eq!(next.decide(&served("k")), Decision::Reply);
 }
