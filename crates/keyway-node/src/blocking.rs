@@ -88,6 +88,10 @@ struct State {
 }
 
 struct Waiter {
+    /// The connection's client id (`CLIENT UNBLOCK`).
+    client: u64,
+    /// Set by `CLIENT UNBLOCK`: the reply the client gets instead.
+    unblocked: Arc<Mutex<Option<Frame>>>,
     keys: Vec<Bytes>,
     wake: Arc<Notify>,
     /// Its last attempt yielded to an earlier waiter.
@@ -205,7 +209,7 @@ impl Blocking {
     }
 
     /// Registers waiter `id` on `keys` (no-op if it is registered).
-    fn register(&self, id: u64, keys: &[Bytes], wake: &Arc<Notify>) {
+    fn register(&self, id: u64, keys: &[Bytes], wake: &Arc<Notify>, gate: &Gate) {
         let mut state = self.lock();
         if state.waiters.contains_key(&id) || !state.live.contains(&id) {
             return;
@@ -222,6 +226,8 @@ impl Blocking {
         state.waiters.insert(
             id,
             Waiter {
+                client: gate.client,
+                unblocked: gate.unblocked.clone(),
                 keys: distinct,
                 wake: wake.clone(),
                 yielded: false,
@@ -279,7 +285,8 @@ impl Blocking {
 
     /// Whether waiter `id` (registered or not) must yield `key` to an
     /// earlier waiter; if so it is registered and marked yielded.
-    fn must_yield(&self, id: u64, keys: &[Bytes], key: &Bytes, wake: &Arc<Notify>) -> bool {
+    fn must_yield(&self, gate: &Gate, key: &Bytes) -> bool {
+        let (id, keys, wake) = (gate.id, &gate.keys, &gate.wake);
         {
             let mut state = self.lock();
             let earlier = match state.queues.get(key) {
@@ -295,11 +302,24 @@ impl Blocking {
                 return true;
             }
         }
-        self.register(id, keys, wake);
+        self.register(id, keys, wake, gate);
         if let Some(w) = self.lock().waiters.get_mut(&id) {
             w.yielded = true;
         }
         self.metrics.yields.inc();
+        true
+    }
+
+    /// `CLIENT UNBLOCK client [TIMEOUT|ERROR]`: ends the wait of `client`
+    /// if it is blocked (its reply: nil, or `error`); whether it was.
+    pub fn unblock(&self, client: u64, error: Option<Frame>) -> bool {
+        let state = self.lock();
+        let Some(w) = state.waiters.values().find(|w| w.client == client) else {
+            return false;
+        };
+        *w.unblocked.lock().unwrap_or_else(|e| e.into_inner()) =
+            Some(error.unwrap_or(Frame::NullArray));
+        w.wake.notify_one();
         true
     }
 
@@ -317,6 +337,8 @@ pub struct Gate {
     keys: Vec<Bytes>,
     /// The same keys as the client sent them.
     user_keys: Vec<Bytes>,
+    client: u64,
+    unblocked: Arc<Mutex<Option<Frame>>>,
     wake: Arc<Notify>,
     waiting: AtomicBool,
 }
@@ -326,7 +348,8 @@ impl Gate {
     pub fn decide(&self, reply: &Frame) -> Decision {
         let served_from = match reply {
             Frame::Null | Frame::NullArray => {
-                self.blocking.register(self.id, &self.keys, &self.wake);
+                self.blocking
+                    .register(self.id, &self.keys, &self.wake, self);
                 if let Some(w) = self.blocking.lock().waiters.get_mut(&self.id) {
                     w.yielded = false;
                 }
@@ -348,9 +371,7 @@ impl Gate {
             _ => self.keys.first().cloned(),
         };
         if let Some(key) = served_from
-            && self
-                .blocking
-                .must_yield(self.id, &self.keys, &key, &self.wake)
+            && self.blocking.must_yield(self, &key)
         {
             self.waiting.store(true, Ordering::Release);
             return Decision::Wait;
@@ -411,6 +432,7 @@ pub type AttemptFn = dyn Fn(Arc<Gate>) -> crate::executor::Task + Send + Sync;
 /// the reply; dropping it (the client disconnected) removes the waiter.
 pub fn block(
     shared: Arc<crate::server::Shared>,
+    client: u64,
     slot: u16,
     user_keys: Vec<Bytes>,
     timeout_ms: u64,
@@ -426,6 +448,7 @@ pub fn block(
             id,
         };
         let wake = Arc::new(Notify::new());
+        let unblocked = Arc::new(Mutex::new(None));
         // Beyond what the clock can count: forever.
         let deadline = (timeout_ms > 0)
             .then(|| tokio::time::Instant::now().checked_add(Duration::from_millis(timeout_ms)))
@@ -442,6 +465,8 @@ pub fn block(
                 id,
                 keys: storage_keys.clone(),
                 user_keys: user_keys.clone(),
+                client,
+                unblocked: unblocked.clone(),
                 wake: wake.clone(),
                 waiting: AtomicBool::new(false),
             });
@@ -461,7 +486,14 @@ pub fn block(
                 }
             };
             tokio::select! {
-                _ = wake.notified() => {}
+                _ = wake.notified() => {
+                    let by_unblock = unblocked.lock().unwrap_or_else(|e| e.into_inner()).take();
+                    if let Some(reply) = by_unblock {
+                        blocking.remove(id);
+                        let _ = tx.send(reply);
+                        return;
+                    }
+                }
                 r = routing.changed() => if r.is_err() { return },
                 _ = timed_out => {
                     blocking.metrics.timeouts.inc();

@@ -43,6 +43,8 @@ fn gate(b: &Arc<Blocking>, id: u64, keys: &[&str]) -> Gate {
             .map(|k| Bytes::from(format!("sk:{k}")))
             .collect(),
         user_keys: keys.iter().map(|k| Bytes::from(k.to_string())).collect(),
+        client: id,
+        unblocked: Arc::new(Mutex::new(None)),
         wake: Arc::new(Notify::new()),
         waiting: AtomicBool::new(false),
     }
@@ -160,4 +162,17 @@ fn an_attempt_that_runs_after_its_client_left_leaves_no_ghost_waiter() {
     let next = gate(&b, 2, &["k"]);
     assert_eq!(next.decide(&Frame::NullArray), Decision::Wait);
     assert_eq!(next.decide(&served("k")), Decision::Reply);
+}
+
+#[test]
+fn client_unblock_ends_a_registered_wait_only() {
+    let b = Arc::new(Blocking::new(&Metrics::default()));
+    let g = gate(&b, 7, &["k"]);
+    assert!(!b.unblock(7, None), "not blocked yet");
+    assert_eq!(g.decide(&Frame::NullArray), Decision::Wait);
+    assert!(!b.unblock(8, None));
+    let error = Frame::Error("UNBLOCKED client unblocked via CLIENT UNBLOCK".into());
+    assert!(b.unblock(7, Some(error.clone())));
+    assert!(woken(&g));
+    assert_eq!(*g.unblocked.lock().unwrap(), Some(error));
 }

@@ -261,6 +261,20 @@ fn client(shared: &Shared, session: &mut Session, args: &[Bytes]) -> Reply {
             }
             Frame::ok().into()
         }
+        ("UNBLOCK", 3 | 4) => {
+            let Some(id) = cmd::parse_i64(&args[2]) else {
+                return err("ERR value is not an integer or out of range");
+            };
+            let error = match args.get(3).map(|a| upper(a)).as_deref() {
+                None | Some("TIMEOUT") => None,
+                Some("ERROR") => Some(Frame::Error(
+                    "UNBLOCKED client unblocked via CLIENT UNBLOCK".into(),
+                )),
+                Some(_) => return err("ERR CLIENT UNBLOCK reason should be TIMEOUT or ERROR"),
+            };
+            let unblocked = u64::try_from(id).is_ok_and(|id| shared.blocking.unblock(id, error));
+            Frame::Integer(i64::from(unblocked)).into()
+        }
         ("REPLY", 3) => match upper(&args[2]).as_str() {
             "ON" => {
                 session.reply_off = false;
@@ -296,7 +310,7 @@ fn client(shared: &Shared, session: &mut Session, args: &[Bytes]) -> Reply {
         .into(),
         (
             "ID" | "GETNAME" | "SETNAME" | "SETINFO" | "INFO" | "KILL" | "NO-EVICT" | "NO-TOUCH"
-            | "REPLY",
+            | "REPLY" | "UNBLOCK",
             _,
         ) => err(format!(
             "ERR wrong number of arguments for 'client|{}' command",
@@ -506,6 +520,7 @@ fn blocking_command(
     });
     Reply::Waiting(crate::blocking::block(
         shared.clone(),
+        session.id,
         slot,
         keys,
         timeout_ms,
