@@ -73,6 +73,17 @@ pub struct Blocking {
     registered: AtomicUsize,
     next_id: AtomicU64,
     metrics: BlockingMetrics,
+    /// CLIENT UNBLOCK's way in: the blocked client's id -> its unblocker.
+    unblockers: Mutex<HashMap<u64, oneshot::Sender<Unblock>>>,
+}
+
+/// How CLIENT UNBLOCK ends a blocked command.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Unblock {
+    /// As if its timeout expired (the default).
+    Timeout,
+    /// With `-UNBLOCKED client unblocked via CLIENT UNBLOCK`.
+    Error,
 }
 
 #[derive(Default)]
@@ -88,10 +99,6 @@ struct State {
 }
 
 struct Waiter {
-    /// The connection's client id (`CLIENT UNBLOCK`).
-    client: u64,
-    /// Set by `CLIENT UNBLOCK`: the reply the client gets instead.
-    unblocked: Arc<Mutex<Option<Frame>>>,
     keys: Vec<Bytes>,
     wake: Arc<Notify>,
     /// Its last attempt yielded to an earlier waiter.
@@ -161,7 +168,19 @@ impl Blocking {
             registered: AtomicUsize::new(0),
             next_id: AtomicU64::new(1),
             metrics: BlockingMetrics::register(metrics),
+            unblockers: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// CLIENT UNBLOCK: ends client `client`'s blocked command `how`;
+    /// `false` if that client is not blocked.
+    pub fn unblock(&self, client: u64, how: Unblock) -> bool {
+        let sender = self
+            .unblockers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&client);
+        sender.is_some_and(|s| s.send(how).is_ok())
     }
 
     /// The metrics.
@@ -209,7 +228,7 @@ impl Blocking {
     }
 
     /// Registers waiter `id` on `keys` (no-op if it is registered).
-    fn register(&self, id: u64, keys: &[Bytes], wake: &Arc<Notify>, gate: &Gate) {
+    fn register(&self, id: u64, keys: &[Bytes], wake: &Arc<Notify>) {
         let mut state = self.lock();
         if state.waiters.contains_key(&id) || !state.live.contains(&id) {
             return;
@@ -226,8 +245,6 @@ impl Blocking {
         state.waiters.insert(
             id,
             Waiter {
-                client: gate.client,
-                unblocked: gate.unblocked.clone(),
                 keys: distinct,
                 wake: wake.clone(),
                 yielded: false,
@@ -285,8 +302,7 @@ impl Blocking {
 
     /// Whether waiter `id` (registered or not) must yield `key` to an
     /// earlier waiter; if so it is registered and marked yielded.
-    fn must_yield(&self, gate: &Gate, key: &Bytes) -> bool {
-        let (id, keys, wake) = (gate.id, &gate.keys, &gate.wake);
+    fn must_yield(&self, id: u64, keys: &[Bytes], key: &Bytes, wake: &Arc<Notify>) -> bool {
         {
             let mut state = self.lock();
             let earlier = match state.queues.get(key) {
@@ -302,24 +318,11 @@ impl Blocking {
                 return true;
             }
         }
-        self.register(id, keys, wake, gate);
+        self.register(id, keys, wake);
         if let Some(w) = self.lock().waiters.get_mut(&id) {
             w.yielded = true;
         }
         self.metrics.yields.inc();
-        true
-    }
-
-    /// `CLIENT UNBLOCK client [TIMEOUT|ERROR]`: ends the wait of `client`
-    /// if it is blocked (its reply: nil, or `error`); whether it was.
-    pub fn unblock(&self, client: u64, error: Option<Frame>) -> bool {
-        let state = self.lock();
-        let Some(w) = state.waiters.values().find(|w| w.client == client) else {
-            return false;
-        };
-        *w.unblocked.lock().unwrap_or_else(|e| e.into_inner()) =
-            Some(error.unwrap_or(Frame::NullArray));
-        w.wake.notify_one();
         true
     }
 
@@ -337,8 +340,6 @@ pub struct Gate {
     keys: Vec<Bytes>,
     /// The same keys as the client sent them.
     user_keys: Vec<Bytes>,
-    client: u64,
-    unblocked: Arc<Mutex<Option<Frame>>>,
     wake: Arc<Notify>,
     waiting: AtomicBool,
 }
@@ -348,8 +349,7 @@ impl Gate {
     pub fn decide(&self, reply: &Frame) -> Decision {
         let served_from = match reply {
             Frame::Null | Frame::NullArray => {
-                self.blocking
-                    .register(self.id, &self.keys, &self.wake, self);
+                self.blocking.register(self.id, &self.keys, &self.wake);
                 if let Some(w) = self.blocking.lock().waiters.get_mut(&self.id) {
                     w.yielded = false;
                 }
@@ -371,7 +371,9 @@ impl Gate {
             _ => self.keys.first().cloned(),
         };
         if let Some(key) = served_from
-            && self.blocking.must_yield(self, &key)
+            && self
+                .blocking
+                .must_yield(self.id, &self.keys, &key, &self.wake)
         {
             self.waiting.store(true, Ordering::Release);
             return Decision::Wait;
@@ -422,6 +424,37 @@ impl Drop for Registration {
     }
 }
 
+/// A blocked client's entry in [`Blocking`]'s CLIENT UNBLOCK table, removed
+/// when its command ends.
+struct Unblocker {
+    blocking: Arc<Blocking>,
+    client: u64,
+}
+
+impl Unblocker {
+    fn register(blocking: &Arc<Blocking>, client: u64, tx: oneshot::Sender<Unblock>) -> Self {
+        blocking
+            .unblockers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(client, tx);
+        Unblocker {
+            blocking: blocking.clone(),
+            client,
+        }
+    }
+}
+
+impl Drop for Unblocker {
+    fn drop(&mut self) {
+        self.blocking
+            .unblockers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&self.client);
+    }
+}
+
 /// Builds one attempt: the storage task of the command, with `gate`
 /// deciding between its execute and its apply.
 pub type AttemptFn = dyn Fn(Arc<Gate>) -> crate::executor::Task + Send + Sync;
@@ -432,10 +465,10 @@ pub type AttemptFn = dyn Fn(Arc<Gate>) -> crate::executor::Task + Send + Sync;
 /// the reply; dropping it (the client disconnected) removes the waiter.
 pub fn block(
     shared: Arc<crate::server::Shared>,
-    client: u64,
     slot: u16,
     user_keys: Vec<Bytes>,
     timeout_ms: u64,
+    client: u64,
     attempt: Box<AttemptFn>,
 ) -> oneshot::Receiver<Frame> {
     let (tx, rx) = oneshot::channel();
@@ -447,8 +480,9 @@ pub fn block(
             blocking: blocking.clone(),
             id,
         };
+        let (unblock_tx, mut unblocked) = oneshot::channel();
+        let _unblocker = Unblocker::register(&blocking, client, unblock_tx);
         let wake = Arc::new(Notify::new());
-        let unblocked = Arc::new(Mutex::new(None));
         // Beyond what the clock can count: forever.
         let deadline = (timeout_ms > 0)
             .then(|| tokio::time::Instant::now().checked_add(Duration::from_millis(timeout_ms)))
@@ -465,8 +499,6 @@ pub fn block(
                 id,
                 keys: storage_keys.clone(),
                 user_keys: user_keys.clone(),
-                client,
-                unblocked: unblocked.clone(),
                 wake: wake.clone(),
                 waiting: AtomicBool::new(false),
             });
@@ -486,19 +518,22 @@ pub fn block(
                 }
             };
             tokio::select! {
-                _ = wake.notified() => {
-                    let by_unblock = unblocked.lock().unwrap_or_else(|e| e.into_inner()).take();
-                    if let Some(reply) = by_unblock {
-                        blocking.remove(id);
-                        let _ = tx.send(reply);
-                        return;
-                    }
-                }
+                _ = wake.notified() => {}
                 r = routing.changed() => if r.is_err() { return },
                 _ = timed_out => {
                     blocking.metrics.timeouts.inc();
                     blocking.remove(id);
                     let _ = tx.send(Frame::NullArray);
+                    return;
+                }
+                how = &mut unblocked => {
+                    blocking.remove(id);
+                    let _ = tx.send(match how {
+                        Ok(Unblock::Error) => {
+                            Frame::Error("UNBLOCKED client unblocked via CLIENT UNBLOCK".into())
+                        }
+                        _ => Frame::NullArray,
+                    });
                     return;
                 }
                 _ = tx.closed() => return,
@@ -509,55 +544,35 @@ pub fn block(
 }
 
 /// Redis's `getTimeoutFromObjectOrReply` in seconds: the timeout in
-/// milliseconds, 0 = forever (a float, rounded up to whole milliseconds;
-/// negative is refused, and so is anything whose milliseconds overflow a
-/// signed 64-bit integer, as Redis's cast makes it negative).
+/// milliseconds, rounded up (`ceill`), 0 = forever (a float; negative is
+/// refused, and so is anything whose milliseconds overflow a signed 64-bit
+/// integer, as Redis's cast makes it negative).
 pub fn parse_timeout(arg: &[u8]) -> Result<u64, Frame> {
     use crate::cmd::long_double::{self, LongDouble};
     let err = |m: &str| Frame::Error(format!("ERR {m}"));
     let Some(v) = long_double::parse(arg) else {
         return Err(err("timeout is not a float or out of range"));
     };
-    // `(long long)ceill(ftval * 1000.0)` in x87 arithmetic (an f64 product
-    // would round values near 2^63 over it); out of range is LLONG_MIN on
-    // x86-64, hence `timeout is negative`.
+    // `(long long) ceill(ftval * 1000.0)`: the x87 product (rounded to a
+    // 64-bit mantissa), rounded up (towards zero when negative: a tiny
+    // negative timeout is 0, forever); out of range is LLONG_MIN on x86-64.
     let tval: i64 = match v {
         LongDouble::Finite { neg, m, e } => {
-            // The x87 product, rounded to a 64-bit mantissa (so 0.001 * 1000
-            // is 1, as in Redis), then truncated.
-            let (mut product, mut e) = (u128::from(m) * 1000, e);
-            let bits = 128 - product.leading_zeros();
-            if bits > 64 {
-                let shift = bits - 64;
-                let rest = product & ((1u128 << shift) - 1);
-                let half = 1u128 << (shift - 1);
-                product >>= shift;
-                if rest > half || (rest == half && product & 1 == 1) {
-                    product += 1;
-                }
-                e += i64::from(shift);
-            }
-            // `ceill`: a positive fraction rounds up (0.0001 s waits 1 ms),
-            // a negative one towards zero (-0.0001 s is 0: forever).
-            let (whole, fraction) = if e >= 0 {
-                let whole = (e < 64)
+            let product = round_to_64_bits(u128::from(m) * 1000);
+            let magnitude = if e >= 0 {
+                (e < 64)
                     .then(|| product.checked_shl(e as u32))
                     .flatten()
-                    .filter(|p| p >> e == product);
-                (whole, false)
-            } else if e > -128 {
-                let shift = (-e) as u32;
-                (
-                    Some(product >> shift),
-                    product & ((1u128 << shift) - 1) != 0,
-                )
+                    .filter(|p| p >> e == product)
             } else {
-                (Some(0), product != 0)
+                let shift = (-e) as u32;
+                let whole = product.checked_shr(shift).unwrap_or(0);
+                let exact = shift < 128 && whole << shift == product;
+                Some(whole + u128::from(!neg && !exact && product != 0))
             };
-            let whole = whole.map(|w| if fraction && !neg { w + 1 } else { w });
-            match whole.and_then(|w| i64::try_from(w).ok()) {
-                Some(w) if neg => -w,
-                Some(w) => w,
+            match magnitude.and_then(|m| i64::try_from(m).ok()) {
+                Some(m) if neg => -m,
+                Some(m) => m,
                 None => i64::MIN,
             }
         }
@@ -568,6 +583,23 @@ pub fn parse_timeout(arg: &[u8]) -> Result<u64, Frame> {
     }
     // Redis 7.0 has no upper bound (7.2 added `timeout is out of range`).
     Ok(tval as u64)
+}
+
+/// `x` rounded (half to even) to its 64 most significant bits, as an x87
+/// extended-precision result is.
+fn round_to_64_bits(x: u128) -> u128 {
+    let bits = 128 - x.leading_zeros();
+    if bits <= 64 {
+        return x;
+    }
+    let drop = bits - 64;
+    let rest = x & ((1u128 << drop) - 1);
+    let half = 1u128 << (drop - 1);
+    let mut kept = x >> drop;
+    if rest > half || (rest == half && kept & 1 == 1) {
+        kept += 1;
+    }
+    kept << drop
 }
 
 /// Whether `args` is a blocking command (flag `blocking` in the table):

@@ -5,14 +5,12 @@ fn timeouts_parse_like_redis() {
     assert_eq!(parse_timeout(b"0"), Ok(0));
     assert_eq!(parse_timeout(b"1"), Ok(1000));
     assert_eq!(parse_timeout(b"0.5"), Ok(500));
-    // Rounded up: 0.001 s is 1 ms, not 0 (forever).
-    assert_eq!(parse_timeout(b"0.001"), Ok(1));
-    assert_eq!(parse_timeout(b"0.01"), Ok(10));
-    assert_eq!(parse_timeout(b"0.1"), Ok(100));
-    assert_eq!(parse_timeout(b"1.005"), Ok(1005));
+    // ceill: a positive timeout under a millisecond is 1 ms, not forever
+    // (list.tcl: "with 0.001 timeout should not block indefinitely").
     assert_eq!(parse_timeout(b"0.0001"), Ok(1));
-    assert_eq!(parse_timeout(b"1e-9"), Ok(1));
+    assert_eq!(parse_timeout(b"0.001"), Ok(1));
     assert_eq!(parse_timeout(b"0.0015"), Ok(2));
+    assert_eq!(parse_timeout(b"0.007"), Ok(7));
     assert_eq!(parse_timeout(b"-0.0001"), Ok(0));
     let neg = Err(Frame::Error("ERR timeout is negative".into()));
     assert_eq!(parse_timeout(b"-1"), neg);
@@ -43,8 +41,6 @@ fn gate(b: &Arc<Blocking>, id: u64, keys: &[&str]) -> Gate {
             .map(|k| Bytes::from(format!("sk:{k}")))
             .collect(),
         user_keys: keys.iter().map(|k| Bytes::from(k.to_string())).collect(),
-        client: id,
-        unblocked: Arc::new(Mutex::new(None)),
         wake: Arc::new(Notify::new()),
         waiting: AtomicBool::new(false),
     }
@@ -162,17 +158,4 @@ fn an_attempt_that_runs_after_its_client_left_leaves_no_ghost_waiter() {
     let next = gate(&b, 2, &["k"]);
     assert_eq!(next.decide(&Frame::NullArray), Decision::Wait);
     assert_eq!(next.decide(&served("k")), Decision::Reply);
-}
-
-#[test]
-fn client_unblock_ends_a_registered_wait_only() {
-    let b = Arc::new(Blocking::new(&Metrics::default()));
-    let g = gate(&b, 7, &["k"]);
-    assert!(!b.unblock(7, None), "not blocked yet");
-    assert_eq!(g.decide(&Frame::NullArray), Decision::Wait);
-    assert!(!b.unblock(8, None));
-    let error = Frame::Error("UNBLOCKED client unblocked via CLIENT UNBLOCK".into());
-    assert!(b.unblock(7, Some(error.clone())));
-    assert!(woken(&g));
-    assert_eq!(*g.unblocked.lock().unwrap(), Some(error));
 }

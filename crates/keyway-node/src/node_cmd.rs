@@ -261,20 +261,6 @@ fn client(shared: &Shared, session: &mut Session, args: &[Bytes]) -> Reply {
             }
             Frame::ok().into()
         }
-        ("UNBLOCK", 3 | 4) => {
-            let Some(id) = cmd::parse_i64(&args[2]) else {
-                return err("ERR value is not an integer or out of range");
-            };
-            let error = match args.get(3).map(|a| upper(a)).as_deref() {
-                None | Some("TIMEOUT") => None,
-                Some("ERROR") => Some(Frame::Error(
-                    "UNBLOCKED client unblocked via CLIENT UNBLOCK".into(),
-                )),
-                Some(_) => return err("ERR CLIENT UNBLOCK reason should be TIMEOUT or ERROR"),
-            };
-            let unblocked = u64::try_from(id).is_ok_and(|id| shared.blocking.unblock(id, error));
-            Frame::Integer(i64::from(unblocked)).into()
-        }
         ("REPLY", 3) => match upper(&args[2]).as_str() {
             "ON" => {
                 session.reply_off = false;
@@ -302,6 +288,22 @@ fn client(shared: &Shared, session: &mut Session, args: &[Bytes]) -> Reply {
                 other => return err(format!("ERR Unrecognized option '{other}'")),
             }
             Frame::ok().into()
+        }
+        ("UNBLOCK", 3 | 4) => {
+            let how = match args.get(3).map(|a| upper(a)).as_deref() {
+                None | Some("TIMEOUT") => crate::blocking::Unblock::Timeout,
+                Some("ERROR") => crate::blocking::Unblock::Error,
+                Some(_) => {
+                    return err("ERR CLIENT UNBLOCK reason should be TIMEOUT or ERROR");
+                }
+            };
+            match crate::cmd::parse_i64(&args[2]) {
+                Some(id) => Frame::Integer(i64::from(
+                    u64::try_from(id).is_ok_and(|id| shared.blocking.unblock(id, how)),
+                ))
+                .into(),
+                None => err("ERR value is not an integer or out of range"),
+            }
         }
         ("INFO", 2) => Frame::Verbatim {
             format: *b"txt",
@@ -520,10 +522,10 @@ fn blocking_command(
     });
     Reply::Waiting(crate::blocking::block(
         shared.clone(),
-        session.id,
         slot,
         keys,
         timeout_ms,
+        session.id,
         attempt,
     ))
 }

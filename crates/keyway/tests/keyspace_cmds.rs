@@ -160,5 +160,19 @@ fn keys_randomkey_and_multi_key_commands_on_two_nodes() {
     assert_eq!(reply, Frame::ok());
     assert_eq!(conns[1].cmd(&["HGET", &target, "f"]), Frame::bulk("v"));
     assert_eq!(conns[1].cmd(&["HLEN", &target]), Frame::Integer(2));
+
+    // The walks are counted (`/metrics`, `/status`).
+    let status = common::http_get(cluster.admin_port, "/status").expect("/status");
+    let status: serde_json::Value = serde_json::from_str(&status).unwrap();
+    let walks = &status["key_walks"];
+    assert!(walks["keys_commands"].as_u64().unwrap() >= 3, "{walks}");
+    assert!(
+        walks["randomkey_commands"].as_u64().unwrap() >= 20,
+        "{walks}"
+    );
+    assert!(walks["entries_examined"].as_u64().unwrap() > 0, "{walks}");
+    let metrics = common::http_get(cluster.admin_port, "/metrics").expect("/metrics");
+    assert!(metrics.contains("keyway_keys_commands_total "), "{metrics}");
+    assert!(metrics.contains("keyway_key_walk_entries_total "));
     drop(cluster);
 }

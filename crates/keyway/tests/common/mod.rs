@@ -25,6 +25,21 @@ pub struct DevCluster {
     pub stdout: Vec<String>,
 }
 
+/// The `keyway` binary the clusters run: `KEYWAY_TEST_BIN` if set (e.g. a
+/// release build for a long measured run), else the one cargo built for
+/// this test. A relative path is taken from the workspace root (cargo runs
+/// the tests in the crate's directory).
+pub fn keyway_bin() -> String {
+    match std::env::var("KEYWAY_TEST_BIN") {
+        Ok(bin) => Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../..")
+            .join(bin)
+            .display()
+            .to_string(),
+        Err(_) => env!("CARGO_BIN_EXE_keyway").to_string(),
+    }
+}
+
 /// `nodes + 1` consecutive free ports for RESP and as many for admin, plus one for meta.
 pub fn free_port_block(count: usize) -> u16 {
     for _ in 0..200 {
@@ -56,7 +71,7 @@ impl DevCluster {
         } else {
             &["--replication-factor", "1"]
         };
-        let mut child = Command::new(env!("CARGO_BIN_EXE_keyway"))
+        let mut child = Command::new(keyway_bin())
             .args(["dev", "--nodes", &nodes.to_string()])
             .args(rf)
             .args([

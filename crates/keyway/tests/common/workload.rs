@@ -39,17 +39,25 @@ impl Workload {
         flags: &[&str],
     ) -> Workload {
         let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/py/migrate_workload.py");
-        let mut child = Command::new(python())
-            .arg(script)
+        let mut cmd = Command::new(python());
+        cmd.arg(script)
             .arg(port.to_string())
             .arg(stopfile)
             .arg(report)
             .arg(threads.to_string())
-            .args(flags)
+            .args(flags);
+        Self::spawn(cmd)
+    }
+
+    /// Any workload script speaking the same protocol (`started` and
+    /// `progress writes=N ...` lines on stdout, STOPFILE, REPORT_JSON):
+    /// spawns `cmd` and waits for `started`.
+    pub fn spawn(mut cmd: Command) -> Workload {
+        let mut child = cmd
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
-            .expect("spawn the redis-py workload");
+            .unwrap_or_else(|e| panic!("spawn the workload {cmd:?}: {e}"));
         let writes = Arc::new(AtomicU64::new(0));
         let output = Arc::new(Mutex::new(Vec::new()));
         let (started_tx, started_rx) = mpsc::channel();
