@@ -91,6 +91,11 @@ struct State {
     /// Waiter ids per storage key, first blocked first.
     queues: HashMap<Bytes, VecDeque<u64>>,
     waiters: HashMap<u64, Waiter>,
+    /// Blocked clients whose [`block`] task runs: only these may register,
+    /// so an attempt that runs after its client left (it was queued when
+    /// the client disconnected) cannot leave a ghost waiter at the front of
+    /// a key's queue, which every later waiter would yield to.
+    live: std::collections::HashSet<u64>,
 }
 
 struct Waiter {
@@ -225,7 +230,7 @@ impl Blocking {
     /// Registers waiter `id` on `keys` (no-op if it is registered).
     fn register(&self, id: u64, keys: &[Bytes], wake: &Arc<Notify>) {
         let mut state = self.lock();
-        if state.waiters.contains_key(&id) {
+        if state.waiters.contains_key(&id) || !state.live.contains(&id) {
             return;
         }
         let mut distinct: Vec<Bytes> = Vec::with_capacity(keys.len());
@@ -253,6 +258,22 @@ impl Blocking {
     /// yielded to it.
     fn remove(&self, id: u64) {
         let mut state = self.lock();
+        self.remove_locked(&mut state, id);
+    }
+
+    /// A blocked client's task starts: it may register as a waiter.
+    fn start(&self, id: u64) {
+        self.lock().live.insert(id);
+    }
+
+    /// A blocked client's task ended: it is removed and may not register again.
+    fn end(&self, id: u64) {
+        let mut state = self.lock();
+        state.live.remove(&id);
+        self.remove_locked(&mut state, id);
+    }
+
+    fn remove_locked(&self, state: &mut State, id: u64) {
         let Some(w) = state.waiters.remove(&id) else {
             return;
         };
@@ -399,7 +420,7 @@ struct Registration {
 
 impl Drop for Registration {
     fn drop(&mut self) {
-        self.blocking.remove(self.id);
+        self.blocking.end(self.id);
     }
 }
 
@@ -454,6 +475,7 @@ pub fn block(
     tokio::spawn(async move {
         let blocking = shared.blocking.clone();
         let id = blocking.next_id();
+        blocking.start(id);
         let _registration = Registration {
             blocking: blocking.clone(),
             id,

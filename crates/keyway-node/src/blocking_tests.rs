@@ -32,6 +32,7 @@ fn timeouts_parse_like_redis() {
 }
 
 fn gate(b: &Arc<Blocking>, id: u64, keys: &[&str]) -> Gate {
+    b.start(id);
     Gate {
         blocking: b.clone(),
         id,
@@ -142,4 +143,19 @@ fn a_waiter_serves_from_a_key_no_earlier_waiter_wants_and_leaves_on_errors() {
     b.remove(3);
     assert!(woken(&second));
     assert_eq!(second.decide(&served("k")), Decision::Reply);
+}
+
+#[test]
+fn an_attempt_that_runs_after_its_client_left_leaves_no_ghost_waiter() {
+    let b = Arc::new(Blocking::new(&Metrics::default()));
+    let ghost = gate(&b, 1, &["k"]);
+    // The client disconnected while its attempt was queued...
+    b.end(1);
+    // ...then the attempt runs and finds nothing.
+    assert_eq!(ghost.decide(&Frame::NullArray), Decision::Wait);
+    assert_eq!(b.status().blocked_clients, 0);
+    // So a later waiter is not held behind it.
+    let next = gate(&b, 2, &["k"]);
+    assert_eq!(next.decide(&Frame::NullArray), Decision::Wait);
+    assert_eq!(next.decide(&served("k")), Decision::Reply);
 }

@@ -171,6 +171,28 @@ fn blocked_clients_are_woken_by_pushes_in_order_and_time_out() {
     pusher.cmd(&["RPUSH", "{b}gone", "kept"]);
     assert_eq!(pusher.cmd(&["LLEN", "{b}gone"]), Frame::Integer(1));
 
+    // CLIENT UNBLOCK: nil (TIMEOUT, the default) or the UNBLOCKED error.
+    let Frame::Integer(a_id) = a.cmd(&["CLIENT", "ID"]) else {
+        panic!("client id")
+    };
+    let a_id = a_id.to_string();
+    assert_eq!(pusher.cmd(&["CLIENT", "UNBLOCK", &a_id]), Frame::Integer(0));
+    send(&mut a, &["BLPOP", "{b}u", "0"]);
+    wait_blocked(admin, 1);
+    assert_eq!(pusher.cmd(&["CLIENT", "UNBLOCK", &a_id]), Frame::Integer(1));
+    assert_eq!(a.read_reply().unwrap(), Frame::NullArray);
+    send(&mut a, &["BLMOVE", "{b}u", "{b}v", "LEFT", "LEFT", "0"]);
+    wait_blocked(admin, 1);
+    assert_eq!(
+        pusher.cmd(&["CLIENT", "UNBLOCK", &a_id, "ERROR"]),
+        Frame::Integer(1)
+    );
+    assert_eq!(
+        a.read_reply().unwrap(),
+        Frame::Error("UNBLOCKED client unblocked via CLIENT UNBLOCK".into())
+    );
+    wait_blocked(admin, 0);
+
     // CROSSSLOT as Redis Cluster.
     assert_eq!(
         a.cmd(&["BLPOP", "a", "b", "0"]),
