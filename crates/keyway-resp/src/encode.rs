@@ -77,8 +77,8 @@ pub fn encode(frame: &Frame, proto: Protocol, out: &mut BytesMut) {
         Frame::Double(d) => {
             let text = format_double_g17(*d);
             match proto {
-                Protocol::Resp2 => put_bulk(text.as_str().as_bytes(), out),
-                Protocol::Resp3 => put_line(b',', text.as_str().as_bytes(), out),
+                Protocol::Resp2 => put_bulk(text.as_bytes(), out),
+                Protocol::Resp3 => put_line(b',', text.as_bytes(), out),
             }
         }
         Frame::Boolean(b) => out.put_slice(match (proto, b) {

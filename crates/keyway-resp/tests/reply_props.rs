@@ -1,7 +1,7 @@
 //! Properties of the encoder and the reply parser together.
 
 use bytes::{Bytes, BytesMut};
-use keyway_resp::{Frame, Limits, Protocol, ProtocolError, ResponseParser, encode, format_double};
+use keyway_resp::{Frame, Limits, Protocol, ProtocolError, ResponseParser, encode};
 use proptest::collection::vec;
 use proptest::prelude::*;
 
