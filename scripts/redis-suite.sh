@@ -180,8 +180,11 @@ for f in "${files[@]}"; do
     continue
   fi
   kill -0 "$node_pid" 2>/dev/null || start_node "$bin" || exit 2
+  # A random --baseport: runtest's own test-server port (baseport - 32)
+  # would otherwise clash with another run of this script on the machine.
+  baseport=$((30000 + RANDOM % 20000))
   (cd "$suite" && timeout "$per_file_timeout_s" ./runtest --host 127.0.0.1 --port "$port" \
-    --cluster-mode --ignore-encoding --ignore-digest \
+    --baseport "$baseport" --cluster-mode --ignore-encoding --ignore-digest \
     --tags "-needs:debug -needs:repl -needs:config-maxmemory -needs:other-db" \
     --single "$unit" ${KEYWAY_REDIS_SUITE_ARGS:-}) >"$flog" 2>&1
   rc=$?
@@ -195,7 +198,13 @@ for f in "${files[@]}"; do
     at=$(grep -oE 'invoked from within\s*$|^"test \{[^}]*\}|^"test "[^"]*"' <<<"$clean" | grep -v invoked | head -n1 | sed -E 's/^"test [{"]//; s/[}"]$//')
     last=$(grep -E '^\[(ok|err)\]: ' <<<"$clean" | tail -n1 | sed -E 's/^\[(ok|err)\]: //; s/ \([0-9]+ ms\)$//')
     why=$(grep -m1 -A1 '^\[exception\]: ' <<<"$clean" | tr '\n' ' ' | cut -c1-200)
-    result="ABORTED in '${at:-?}' (after '${last:-nothing}'): $why"
+    if [ -n "$at" ]; then
+      at="in '$at'"
+    else
+      # Outside any test (a loop or setup between tests): its innermost command.
+      at="outside a test, at '$(grep -m1 -A1 'invoked from within' <<<"$clean" | tail -n1 | tr -d '"' | cut -c1-80)'"
+    fi
+    result="ABORTED $at (after '${last:-nothing}'): $why"
     failed=$((failed + 1))
   elif [ $rc -eq 124 ]; then
     result="TIMEOUT after ${per_file_timeout_s}s"

@@ -161,6 +161,8 @@ pub struct Status {
     pub slowlog_log_slower_than_us: i64,
     /// Clients blocked by BLPOP and the like.
     pub blocking: crate::blocking::BlockingStatus,
+    /// KEYS and RANDOMKEY answered, and the entries they walked.
+    pub key_walks: crate::node_keys::KeyWalksStatus,
 }
 
 /// The `replica_reads` field of `/status` (`keyway_replica_reads`).
@@ -247,6 +249,7 @@ async fn status(State(shared): State<Arc<Shared>>) -> impl IntoResponse {
         slowlog_len: shared.server.slowlog.len(),
         slowlog_log_slower_than_us: shared.server.slowlog.slower_than_us(),
         blocking: shared.blocking.status(),
+        key_walks: shared.key_walks.status(),
     })
 }
 

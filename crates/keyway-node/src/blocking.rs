@@ -73,6 +73,17 @@ pub struct Blocking {
     registered: AtomicUsize,
     next_id: AtomicU64,
     metrics: BlockingMetrics,
+    /// CLIENT UNBLOCK's way in: the blocked client's id -> its unblocker.
+    unblockers: Mutex<HashMap<u64, oneshot::Sender<Unblock>>>,
+}
+
+/// How CLIENT UNBLOCK ends a blocked command.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Unblock {
+    /// As if its timeout expired (the default).
+    Timeout,
+    /// With `-UNBLOCKED client unblocked via CLIENT UNBLOCK`.
+    Error,
 }
 
 #[derive(Default)]
@@ -152,7 +163,19 @@ impl Blocking {
             registered: AtomicUsize::new(0),
             next_id: AtomicU64::new(1),
             metrics: BlockingMetrics::register(metrics),
+            unblockers: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// CLIENT UNBLOCK: ends client `client`'s blocked command `how`;
+    /// `false` if that client is not blocked.
+    pub fn unblock(&self, client: u64, how: Unblock) -> bool {
+        let sender = self
+            .unblockers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&client);
+        sender.is_some_and(|s| s.send(how).is_ok())
     }
 
     /// The metrics.
@@ -380,6 +403,37 @@ impl Drop for Registration {
     }
 }
 
+/// A blocked client's entry in [`Blocking`]'s CLIENT UNBLOCK table, removed
+/// when its command ends.
+struct Unblocker {
+    blocking: Arc<Blocking>,
+    client: u64,
+}
+
+impl Unblocker {
+    fn register(blocking: &Arc<Blocking>, client: u64, tx: oneshot::Sender<Unblock>) -> Self {
+        blocking
+            .unblockers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(client, tx);
+        Unblocker {
+            blocking: blocking.clone(),
+            client,
+        }
+    }
+}
+
+impl Drop for Unblocker {
+    fn drop(&mut self) {
+        self.blocking
+            .unblockers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&self.client);
+    }
+}
+
 /// Builds one attempt: the storage task of the command, with `gate`
 /// deciding between its execute and its apply.
 pub type AttemptFn = dyn Fn(Arc<Gate>) -> crate::executor::Task + Send + Sync;
@@ -393,6 +447,7 @@ pub fn block(
     slot: u16,
     user_keys: Vec<Bytes>,
     timeout_ms: u64,
+    client: u64,
     attempt: Box<AttemptFn>,
 ) -> oneshot::Receiver<Frame> {
     let (tx, rx) = oneshot::channel();
@@ -403,6 +458,8 @@ pub fn block(
             blocking: blocking.clone(),
             id,
         };
+        let (unblock_tx, mut unblocked) = oneshot::channel();
+        let _unblocker = Unblocker::register(&blocking, client, unblock_tx);
         let wake = Arc::new(Notify::new());
         // Beyond what the clock can count: forever.
         let deadline = (timeout_ms > 0)
@@ -447,6 +504,16 @@ pub fn block(
                     let _ = tx.send(Frame::NullArray);
                     return;
                 }
+                how = &mut unblocked => {
+                    blocking.remove(id);
+                    let _ = tx.send(match how {
+                        Ok(Unblock::Error) => {
+                            Frame::Error("UNBLOCKED client unblocked via CLIENT UNBLOCK".into())
+                        }
+                        _ => Frame::NullArray,
+                    });
+                    return;
+                }
                 _ = tx.closed() => return,
             }
         }
@@ -455,29 +522,31 @@ pub fn block(
 }
 
 /// Redis's `getTimeoutFromObjectOrReply` in seconds: the timeout in
-/// milliseconds, 0 = forever (a float; negative is refused, and so is
-/// anything whose milliseconds overflow a signed 64-bit integer, as
-/// Redis's cast makes it negative; a value that truncates to 0 ms is 0).
+/// milliseconds, rounded up (`ceill`), 0 = forever (a float; negative is
+/// refused, and so is anything whose milliseconds overflow a signed 64-bit
+/// integer, as Redis's cast makes it negative).
 pub fn parse_timeout(arg: &[u8]) -> Result<u64, Frame> {
     use crate::cmd::long_double::{self, LongDouble};
     let err = |m: &str| Frame::Error(format!("ERR {m}"));
     let Some(v) = long_double::parse(arg) else {
         return Err(err("timeout is not a float or out of range"));
     };
-    // `(long long)(ftval * 1000.0)`, exactly (an f64 product would round
-    // values near 2^63 over it); out of range is LLONG_MIN on x86-64.
+    // `(long long) ceill(ftval * 1000.0)`: the x87 product (rounded to a
+    // 64-bit mantissa), rounded up (towards zero when negative: a tiny
+    // negative timeout is 0, forever); out of range is LLONG_MIN on x86-64.
     let tval: i64 = match v {
         LongDouble::Finite { neg, m, e } => {
-            let product = u128::from(m) * 1000;
+            let product = round_to_64_bits(u128::from(m) * 1000);
             let magnitude = if e >= 0 {
                 (e < 64)
                     .then(|| product.checked_shl(e as u32))
                     .flatten()
                     .filter(|p| p >> e == product)
-            } else if e > -128 {
-                Some(product >> (-e) as u32)
             } else {
-                Some(0)
+                let shift = (-e) as u32;
+                let whole = product.checked_shr(shift).unwrap_or(0);
+                let exact = shift < 128 && whole << shift == product;
+                Some(whole + u128::from(!neg && !exact && product != 0))
             };
             match magnitude.and_then(|m| i64::try_from(m).ok()) {
                 Some(m) if neg => -m,
@@ -492,6 +561,23 @@ pub fn parse_timeout(arg: &[u8]) -> Result<u64, Frame> {
     }
     // Redis 7.0 has no upper bound (7.2 added `timeout is out of range`).
     Ok(tval as u64)
+}
+
+/// `x` rounded (half to even) to its 64 most significant bits, as an x87
+/// extended-precision result is.
+fn round_to_64_bits(x: u128) -> u128 {
+    let bits = 128 - x.leading_zeros();
+    if bits <= 64 {
+        return x;
+    }
+    let drop = bits - 64;
+    let rest = x & ((1u128 << drop) - 1);
+    let half = 1u128 << (drop - 1);
+    let mut kept = x >> drop;
+    if rest > half || (rest == half && kept & 1 == 1) {
+        kept += 1;
+    }
+    kept << drop
 }
 
 /// Whether `args` is a blocking command (flag `blocking` in the table):

@@ -145,9 +145,10 @@ fn server(shared: &Shared, out: &mut String) {
 fn clients(shared: &Shared, out: &mut String) {
     let _ = write!(
         out,
-        "# Clients\r\nconnected_clients:{}\r\nmaxclients:{}\r\nblocked_clients:0\r\n",
+        "# Clients\r\nconnected_clients:{}\r\nmaxclients:{}\r\nblocked_clients:{}\r\n",
         shared.clients.load(Ordering::SeqCst),
         shared.config.max_clients,
+        shared.blocking.status().blocked_clients,
     );
 }
 

@@ -279,7 +279,13 @@ fn queue(shared: &Shared, session: &mut Session, name: &str, args: &[Bytes]) -> 
     match cmd::parse(inner) {
         Some(Ok(command)) => {
             let keys = command.keys();
-            let slot = key_hash_slot(keys[0]);
+            let Some(first) = keys.first() else {
+                // A keyless argument error (SINTERCARD 0 ...): its error is
+                // its reply inside EXEC, as in Redis.
+                q.items.push(Queued::Data { command, expected });
+                return Frame::Simple("QUEUED".into()).into();
+            };
+            let slot = key_hash_slot(first);
             if keys.iter().any(|k| key_hash_slot(k) != slot) {
                 q.dirty = true;
                 shared.metrics.rejected("crossslot");
@@ -416,9 +422,11 @@ async fn exec(shared: &Arc<Shared>, session: &mut Session) -> Reply {
             expected: e,
         } = queued
         {
-            let s = key_hash_slot(command.keys()[0]);
-            crossslot |= slot.is_some_and(|x| x != s);
-            slot = Some(s);
+            if let Some(first) = command.keys().first() {
+                let s = key_hash_slot(first);
+                crossslot |= slot.is_some_and(|x| x != s);
+                slot = Some(s);
+            }
             if e.is_some() {
                 crossslot |= expected.is_some_and(|x| Some(x) != *e);
                 expected = *e;
@@ -448,27 +456,54 @@ async fn exec(shared: &Arc<Shared>, session: &mut Session) -> Reply {
             Queued::Data { command, .. } => Item::Data(command),
         });
     }
-    let Some(slot) = slot else {
-        // Only connection commands: nothing to run on a storage thread.
-        shared.tx_metrics.count("executed");
-        return Frame::Array(
-            items
-                .into_iter()
-                .map(|i| match i {
-                    Item::Ready(f) => f,
-                    Item::Data(_) => unreachable!("no data command without a slot"),
-                })
-                .collect(),
-        )
-        .into();
-    };
     let work = TxWork {
         items,
         watch,
         metrics: shared.tx_metrics.clone(),
         max_log_records: shared.config.watch_log_scan_records,
     };
-    node_cmd::submit_work(shared, work, slot, expected, session).await
+    match slot {
+        Some(slot) => node_cmd::submit_work(shared, work, slot, expected, session).await,
+        None => keyless(shared, work).await,
+    }
+}
+
+/// A transaction without a key (connection commands, keyless argument
+/// errors): nothing to admit; run on a storage thread all the same (a
+/// command's `execute` may read the engine), its overlay dropped (a command
+/// without keys writes none).
+async fn keyless(shared: &Arc<Shared>, work: TxWork) -> Reply {
+    if work.items.iter().all(|i| matches!(i, Item::Ready(_))) {
+        shared.tx_metrics.count("executed");
+        return Frame::Array(
+            work.items
+                .into_iter()
+                .filter_map(|i| match i {
+                    Item::Ready(f) => Some(f),
+                    Item::Data(_) => None,
+                })
+                .collect(),
+        )
+        .into();
+    }
+    let shared2 = shared.clone();
+    let task: crate::executor::Task = Box::new(move |engine| {
+        let limits = crate::db::DbLimits {
+            max_value_bytes: shared2.config.max_value_bytes,
+        };
+        let mut db = Db::new(engine, &shared2.keyspace, shared2.clock.unix_ms(), &limits);
+        match work.execute(&mut db) {
+            Ok(frame) => {
+                debug_assert!(db.into_mutations().is_empty(), "a keyless command wrote");
+                crate::executor::TaskOutput::reply(frame, false)
+            }
+            Err(e) => node_cmd::storage_failure(e),
+        }
+    });
+    match shared.executor.submit_node_wide(task).await {
+        Ok(rx) => Reply::Waiting(rx),
+        Err(frame) => frame.into(),
+    }
 }
 
 enum Item {

@@ -289,6 +289,22 @@ fn client(shared: &Shared, session: &mut Session, args: &[Bytes]) -> Reply {
             }
             Frame::ok().into()
         }
+        ("UNBLOCK", 3 | 4) => {
+            let how = match args.get(3).map(|a| upper(a)).as_deref() {
+                None | Some("TIMEOUT") => crate::blocking::Unblock::Timeout,
+                Some("ERROR") => crate::blocking::Unblock::Error,
+                Some(_) => {
+                    return err("ERR CLIENT UNBLOCK reason should be TIMEOUT or ERROR");
+                }
+            };
+            match crate::cmd::parse_i64(&args[2]) {
+                Some(id) => Frame::Integer(i64::from(
+                    u64::try_from(id).is_ok_and(|id| shared.blocking.unblock(id, how)),
+                ))
+                .into(),
+                None => err("ERR value is not an integer or out of range"),
+            }
+        }
         ("INFO", 2) => Frame::Verbatim {
             format: *b"txt",
             text: Bytes::from(client_info_line(session)),
@@ -296,7 +312,7 @@ fn client(shared: &Shared, session: &mut Session, args: &[Bytes]) -> Reply {
         .into(),
         (
             "ID" | "GETNAME" | "SETNAME" | "SETINFO" | "INFO" | "KILL" | "NO-EVICT" | "NO-TOUCH"
-            | "REPLY",
+            | "REPLY" | "UNBLOCK",
             _,
         ) => err(format!(
             "ERR wrong number of arguments for 'client|{}' command",
@@ -509,6 +525,7 @@ fn blocking_command(
         slot,
         keys,
         timeout_ms,
+        session.id,
         attempt,
     ))
 }

@@ -6,7 +6,8 @@
 //! owns at that moment (in Redis Cluster the client sends KEYS to every
 //! primary), parks while a partition it would read is fenced, and its reply
 //! waits for an fsync. Expired keys not yet removed are left out, as Redis
-//! leaves them out.
+//! leaves them out, and so are the sub-entries of collections (fields,
+//! members, elements: `ValueKind::Sub`), which are not keys.
 //!
 //! KEYS walks the whole default keyspace in chunks of [`KEYS_CHUNK`] entries
 //! and replies every live key whose name matches the glob, in key order
@@ -28,7 +29,60 @@ use bytes::{BufMut, Bytes, BytesMut};
 use keyway_map::DEFAULT_KEYSPACE;
 use keyway_resp::Frame;
 use keyway_storage::{Engine, KeyRange, StorageError, Value};
+use prometheus_client::metrics::counter::Counter;
 use std::sync::Arc;
+
+/// What KEYS and RANDOMKEY cost the node (`/metrics`, `/status`): KEYS walks
+/// every entry the node stores, which an operator wants to see.
+#[derive(Clone, Default)]
+pub struct KeyWalks {
+    /// `keyway_keys_commands`: KEYS walks finished.
+    pub keys: Counter,
+    /// `keyway_randomkey_commands`: RANDOMKEY walks finished.
+    pub randomkeys: Counter,
+    /// `keyway_key_walk_entries`: stored entries they examined.
+    pub entries: Counter,
+}
+
+/// The `key_walks` field of `/status`.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct KeyWalksStatus {
+    pub keys_commands: u64,
+    pub randomkey_commands: u64,
+    pub entries_examined: u64,
+}
+
+impl KeyWalks {
+    /// Counters registered with `metrics`.
+    pub fn new(metrics: &crate::metrics::Metrics) -> Self {
+        let w = KeyWalks::default();
+        metrics.register(
+            "keys_commands",
+            "KEYS commands answered (each walks every stored entry)",
+            w.keys.clone(),
+        );
+        metrics.register(
+            "randomkey_commands",
+            "RANDOMKEY commands answered",
+            w.randomkeys.clone(),
+        );
+        metrics.register(
+            "key_walk_entries",
+            "Stored entries examined by KEYS and RANDOMKEY",
+            w.entries.clone(),
+        );
+        w
+    }
+
+    /// For `/status`.
+    pub fn status(&self) -> KeyWalksStatus {
+        KeyWalksStatus {
+            keys_commands: self.keys.get(),
+            randomkey_commands: self.randomkeys.get(),
+            entries_examined: self.entries.get(),
+        }
+    }
+}
 
 /// Entries one engine read of KEYS or RANDOMKEY takes.
 pub const KEYS_CHUNK: usize = 1_000;
@@ -70,6 +124,7 @@ fn walk(
         let chunk = engine
             .scan(range, after.as_deref(), KEYS_CHUNK)
             .map_err(Stopped::Storage)?;
+        shared.key_walks.entries.inc_by(chunk.entries.len() as u64);
         for (k, v) in &chunk.entries {
             let Some(slot) = k.get(4..6).map(|s| u16::from_be_bytes([s[0], s[1]])) else {
                 continue;
@@ -99,9 +154,10 @@ fn walk(
     }
 }
 
-/// Whether a stored entry is a user key that is live at `now_ms`.
+/// Whether a stored entry is a user key (not a collection's sub-entry)
+/// that is live at `now_ms`.
 fn is_live_user_key(v: &Value, now_ms: u64) -> bool {
-    v.expire_at_ms.is_none_or(|at| at > now_ms)
+    v.kind.is_user_key() && v.expire_at_ms.is_none_or(|at| at > now_ms)
 }
 
 fn finish(
@@ -127,6 +183,9 @@ fn keys_task(shared: Arc<Shared>, pattern: Bytes) -> Task {
             }
             Step::More
         });
+        if result.is_ok() {
+            shared.key_walks.keys.inc();
+        }
         let retry = || keys_task(shared.clone(), pattern.clone());
         finish(result, retry, Frame::Array(keys))
     })
@@ -168,6 +227,9 @@ fn randomkey_task(shared: Arc<Shared>, from: Bytes) -> Task {
         let mut result = walk(&shared, engine, &tail, |u| pick(&mut found, u));
         if result.is_ok() && found.is_none() {
             result = walk(&shared, engine, &head, |u| pick(&mut found, u));
+        }
+        if result.is_ok() {
+            shared.key_walks.randomkeys.inc();
         }
         let retry = || randomkey_task(shared.clone(), from.clone());
         finish(result, retry, found.map_or(Frame::Null, Frame::Bulk))

@@ -69,6 +69,8 @@ pub struct Shared {
     pub executor: Executor,
     /// Clients blocked by BLPOP and the like (see [`crate::blocking`]).
     pub blocking: Arc<crate::blocking::Blocking>,
+    /// What KEYS and RANDOMKEY walked (see [`crate::node_keys`]).
+    pub key_walks: crate::node_keys::KeyWalks,
     /// The migrations this node is the source of.
     pub migrations: Arc<Migrations>,
     /// Replication: this node's streams as a primary, its replica side.
@@ -289,6 +291,7 @@ impl Node {
             faults,
             executor,
             blocking: Arc::new(crate::blocking::Blocking::new(&metrics)),
+            key_walks: crate::node_keys::KeyWalks::new(&metrics),
             migrations,
             replication,
             metrics,

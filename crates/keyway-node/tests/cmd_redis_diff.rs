@@ -108,6 +108,21 @@ const INFO_NAMES: &[&str] = &[
     "asking",
     "scan",
     "dbsize",
+    // keyspace (SORT/SORT_RO: Redis lists two more key specs of type
+    // "unknown" for BY/GET and STORE; OBJECT and FUNCTION: Redis lists
+    // their subcommands)
+    "setbit",
+    "getbit",
+    "rename",
+    "renamenx",
+    "copy",
+    "touch",
+    "lcs",
+    "substr",
+    "dump",
+    "restore",
+    "keys",
+    "randomkey",
     "hset",
     "hsetnx",
     "hget",

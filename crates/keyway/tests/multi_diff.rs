@@ -56,27 +56,50 @@ fn start_redis() -> Option<(RedisServer, u16)> {
 }
 
 const KEYS: [&str; 3] = ["{t}a", "{t}b", "{t}c"];
+/// One key per collection type (commands of other types on them: WRONGTYPE).
+const HASH: &str = "{t}h";
+const LIST: &str = "{t}l";
+const SET: &str = "{t}s";
+const ZSET: &str = "{t}z";
+const ALL_KEYS: [&str; 7] = ["{t}a", "{t}b", "{t}c", HASH, LIST, SET, ZSET];
 
 /// One random request: `(from the second client?, args)`.
 fn random_op(rng: &mut StdRng) -> (bool, Vec<String>) {
     fn key(rng: &mut StdRng) -> String {
-        KEYS[rng.random_range(0..KEYS.len())].to_string()
+        ALL_KEYS[rng.random_range(0..ALL_KEYS.len())].to_string()
     }
     let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
     let k = key(rng);
     let other = rng.random_bool(0.15);
+    let n = rng.random_range(1..=3).to_string();
     if other {
-        let op = match rng.random_range(0..5) {
+        let op = match rng.random_range(0..9) {
             0 => s(&["SET", &k, "x"]),
             1 => s(&["DEL", &k]),
             2 => s(&["INCR", &k]),
             3 => s(&["EXPIRE", &k, "1000"]),
+            4 => s(&["HSET", HASH, &n, "o"]),
+            5 => s(&["RPUSH", LIST, "o"]),
+            6 => s(&["SADD", SET, &n]),
+            7 => s(&["ZINCRBY", ZSET, "1", &n]),
             _ => s(&["GET", &k]),
         };
         return (true, op);
     }
-    let n = rng.random_range(1..=3).to_string();
-    let op = match rng.random_range(0..22) {
+    let op = match rng.random_range(0..35) {
+        34 => s(&["SINTERCARD", "0", &k]),
+        22 => s(&["HSET", HASH, &n, &n]),
+        23 => s(&["HINCRBY", HASH, &n, "2"]),
+        24 => s(&["HGET", HASH, &n]),
+        25 => s(&["LPUSH", LIST, &n]),
+        26 => s(&["RPOP", LIST]),
+        27 => s(&["LRANGE", LIST, "0", "-1"]),
+        28 => s(&["SADD", SET, &n]),
+        29 => s(&["SREM", SET, &n]),
+        30 => s(&["SCARD", SET]),
+        31 => s(&["ZADD", ZSET, &n, &n]),
+        32 => s(&["ZRANGE", ZSET, "0", "-1", "WITHSCORES"]),
+        33 => s(&["HLEN", &k]),
         0..=2 => s(&["MULTI"]),
         3..=4 => s(&["EXEC"]),
         5 => s(&["DISCARD"]),
@@ -157,7 +180,7 @@ fn compare(redis_port: u16, kw_port: u16) {
         let (mut k1, mut k2) = (Resp::connect(kw_port), Resp::connect(kw_port));
         for c in [&mut r1, &mut k1] {
             let mut del = vec!["DEL"];
-            del.extend(KEYS);
+            del.extend(ALL_KEYS);
             c.cmd(&del);
         }
         let mut history = Vec::new();
@@ -197,4 +220,66 @@ fn compare(redis_port: u16, kw_port: u16) {
         execs > 0 && watch_aborts > 0 && execaborts > 0,
         "the random sequences missed an EXEC outcome"
     );
+}
+
+/// Writes that change nothing (SADD of a member, ZADD of the same score,
+/// ZREM of a non-member, ...) do not touch a watched key, and those Redis
+/// counts as a modification even without a change (HSET of the same value,
+/// SET of the same value, LTRIM keeping everything) do: for each, whether a
+/// `WATCH`ed transaction runs is Redis's answer.
+#[test]
+fn watched_keys_touched_exactly_when_redis_touches_them() {
+    let Some((_redis, redis_port)) = start_redis() else {
+        eprintln!("redis-server not installed: multi_diff skipped");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = DevCluster::start(1, &dir.path().join("data"), &[]);
+    let cases: &[(&[&str], &[&str])] = &[
+        (&["SADD", "{w}k", "a"], &["SADD", "{w}k", "a"]),
+        (&["SADD", "{w}k", "a"], &["SADD", "{w}k", "b"]),
+        (&["SADD", "{w}k", "a"], &["SREM", "{w}k", "zz"]),
+        (&["HSET", "{w}k", "f", "v"], &["HDEL", "{w}k", "zz"]),
+        (&["HSET", "{w}k", "f", "v"], &["HSET", "{w}k", "f", "v"]),
+        (&["HSET", "{w}k", "f", "v"], &["HSETNX", "{w}k", "f", "w"]),
+        (&["HSET", "{w}k", "f", "1"], &["HINCRBY", "{w}k", "f", "0"]),
+        (&["ZADD", "{w}k", "1", "m"], &["ZADD", "{w}k", "1", "m"]),
+        (&["ZADD", "{w}k", "1", "m"], &["ZADD", "{w}k", "2", "m"]),
+        (
+            &["ZADD", "{w}k", "1", "m"],
+            &["ZADD", "{w}k", "NX", "2", "m"],
+        ),
+        (&["ZADD", "{w}k", "1", "m"], &["ZINCRBY", "{w}k", "0", "m"]),
+        (&["ZADD", "{w}k", "1", "m"], &["ZREM", "{w}k", "zz"]),
+        (&["RPUSH", "{w}k", "a"], &["LREM", "{w}k", "0", "zz"]),
+        (&["RPUSH", "{w}k", "a"], &["LPUSHX", "{w}k", "b"]),
+        (&["RPUSH", "{w}k", "a"], &["LTRIM", "{w}k", "0", "-1"]),
+        (&["SADD", "{w}k", "a"], &["SMOVE", "{w}k", "{w}k2", "zz"]),
+        (&["SET", "{w}k", "v"], &["EXPIRE", "{w}k", "100"]),
+        (&["SET", "{w}k", "v"], &["PERSIST", "{w}k"]),
+        (&["SET", "{w}k", "v"], &["SET", "{w}k", "v"]),
+        (&["SET", "{w}k", "v"], &["SETRANGE", "{w}k", "0", ""]),
+        (&["SET", "{w}k", "v"], &["DEL", "{w}nosuch"]),
+    ];
+    let outcome = |port: u16, setup: &[&str], noop: &[&str]| {
+        let (mut a, mut b) = (Resp::connect(port), Resp::connect(port));
+        a.cmd(&["DEL", "{w}k", "{w}k2"]);
+        a.cmd(setup);
+        a.cmd(&["WATCH", "{w}k"]);
+        b.cmd(noop);
+        a.cmd(&["MULTI"]);
+        a.cmd(&["PING"]);
+        a.cmd(&["EXEC"])
+    };
+    let mut wrong = Vec::new();
+    for (setup, noop) in cases {
+        let expected = outcome(redis_port, setup, noop);
+        let got = outcome(cluster.ports()[0], setup, noop);
+        if expected != got {
+            wrong.push(format!(
+                "{setup:?} then {noop:?}: redis {expected:?}, keyway {got:?}"
+            ));
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
 }

@@ -115,22 +115,7 @@ fn transactions_are_whole_or_redirected_across_live_moves() {
     let meta = format!("keyway://127.0.0.1:{}", cluster.base());
     let port = cluster.ports()[0];
     let slot = int(&Resp::connect(port).cmd(&["CLUSTER", "KEYSLOT", "{t}"])) as u16;
-    let partition = {
-        let map = ctl_json(&meta, &["map"]);
-        let hex = |v: &serde_json::Value| {
-            u16::from_str_radix(v.as_str().unwrap_or(""), 16).unwrap_or(u16::MAX)
-        };
-        map["partitions"]
-            .as_object()
-            .unwrap()
-            .values()
-            .find(|p| {
-                let (start, end) = (hex(&p["start"]), hex(&p["end"]));
-                start <= slot && (slot < end || p["end"].as_str() == Some(""))
-            })
-            .map(|p| p["id"].as_u64().unwrap())
-            .expect("the partition of slot {t}")
-    };
+    let partition = partition_of(&meta, slot);
 
     let stop = Arc::new(AtomicBool::new(false));
     let acked = Arc::new(AtomicU64::new(0));
@@ -206,41 +191,7 @@ fn transactions_are_whole_or_redirected_across_live_moves() {
     }
 
     let began = Instant::now();
-    for n in 1..=MOVES {
-        let (partitions, nodes) = read_map(&meta);
-        let owner = partitions[&partition];
-        let (target, to) = nodes
-            .iter()
-            .find(|(id, _)| **id != owner)
-            .map(|(id, a)| (*id, a.clone()))
-            .expect("a second node");
-        let before = acked.load(Ordering::Relaxed);
-        let out = Command::new(env!("CARGO_BIN_EXE_keyway"))
-            .args(["ctl", "--meta", &meta, "move", &partition.to_string()])
-            .args(["--to", &to, "--wait", "--timeout-secs", "60"])
-            .env("KEYWAY_LOG", "warn")
-            .output()
-            .expect("run keyway ctl move");
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        assert!(
-            out.status.success() && stdout.contains(" DONE"),
-            "move {n}: {stdout}\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        // Let transactions run on the new owner before the next move.
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while acked.load(Ordering::Relaxed) < before + 50 {
-            assert!(
-                Instant::now() < deadline,
-                "no transactions acknowledged after move {n}"
-            );
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        println!(
-            "move {n}/{MOVES}: partition {partition} node {owner} -> node {target}; {} EXECs acknowledged so far",
-            acked.load(Ordering::Relaxed)
-        );
-    }
+    move_back_and_forth(&meta, partition, MOVES, &acked);
     stop.store(true, Ordering::Relaxed);
     for t in threads {
         t.join().expect("a client thread failed");
@@ -272,6 +223,185 @@ fn transactions_are_whole_or_redirected_across_live_moves() {
         redirects.load(Ordering::Relaxed) >= MOVES as u64,
         "the clients followed fewer redirects than there were moves"
     );
+}
+
+/// The partition holding `slot` (from `keyway ctl map --json`).
+fn partition_of(meta: &str, slot: u16) -> u64 {
+    let map = ctl_json(meta, &["map"]);
+    let hex = |v: &serde_json::Value| {
+        u16::from_str_radix(v.as_str().unwrap_or(""), 16).unwrap_or(u16::MAX)
+    };
+    map["partitions"]
+        .as_object()
+        .unwrap()
+        .values()
+        .find(|p| {
+            let (start, end) = (hex(&p["start"]), hex(&p["end"]));
+            start <= slot && (slot < end || p["end"].as_str() == Some(""))
+        })
+        .map(|p| p["id"].as_u64().unwrap())
+        .expect("the partition of the slot")
+}
+
+/// Moves `partition` to the other node `moves` times, waiting after each
+/// move until `progress` grew by 50 (transactions ran on the new owner).
+fn move_back_and_forth(meta: &str, partition: u64, moves: usize, progress: &AtomicU64) {
+    for n in 1..=moves {
+        let (partitions, nodes) = read_map(meta);
+        let owner = partitions[&partition];
+        let (target, to) = nodes
+            .iter()
+            .find(|(id, _)| **id != owner)
+            .map(|(id, a)| (*id, a.clone()))
+            .expect("a second node");
+        let before = progress.load(Ordering::Relaxed);
+        let out = Command::new(env!("CARGO_BIN_EXE_keyway"))
+            .args(["ctl", "--meta", meta, "move", &partition.to_string()])
+            .args(["--to", &to, "--wait", "--timeout-secs", "60"])
+            .env("KEYWAY_LOG", "warn")
+            .output()
+            .expect("run keyway ctl move");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success() && stdout.contains(" DONE"),
+            "move {n}: {stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while progress.load(Ordering::Relaxed) < before + 50 {
+            assert!(
+                Instant::now() < deadline,
+                "no transactions acknowledged after move {n}"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        println!(
+            "move {n}/{moves}: partition {partition} node {owner} -> node {target}; {} transactions acknowledged so far",
+            progress.load(Ordering::Relaxed)
+        );
+    }
+}
+
+/// The same through `keyway proxy` (which sends each transaction to the
+/// slot's owner as one epoch-checked request): `MULTI; INCR; INCR; EXEC`
+/// writers, an `MGET` reader, and a `WATCH`-based compare-and-set loop
+/// (`WATCH c; GET c; MULTI; SET c v+1; EXEC`, retried on nil), across live
+/// moves. The proxy follows redirects itself, so every `EXEC` is answered;
+/// a `WATCH`ed one whose partition moved meanwhile is nil (retried). At the
+/// end `a == b ==` the acknowledged increments and `c ==` the acknowledged
+/// compare-and-sets: no transaction was half-applied, lost or applied twice.
+#[test]
+fn transactions_through_the_proxy_are_whole_across_live_moves() {
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = DevCluster::start(
+        2,
+        &dir.path().join("data"),
+        &["--migration-cleanup-grace-ms", "200", "--no-rebalance"],
+    );
+    let meta = format!("keyway://127.0.0.1:{}", cluster.base());
+    let base = common::free_port_block(2);
+    let args: Vec<String> = [
+        "proxy",
+        "--meta",
+        &meta,
+        "--listen",
+        &format!("127.0.0.1:{base}"),
+        "--admin-listen",
+        &format!("127.0.0.1:{}", base + 1),
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let _proxy = common::Proc::spawn(&args, "serving");
+    let port = base;
+    let slot = int(&Resp::connect(cluster.ports()[0]).cmd(&["CLUSTER", "KEYSLOT", "{t}"])) as u16;
+    let partition = partition_of(&meta, slot);
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let acked = Arc::new(AtomicU64::new(0));
+    let cas_ok = Arc::new(AtomicU64::new(0));
+    let cas_retries = Arc::new(AtomicU64::new(0));
+    let mut threads = Vec::new();
+    for _ in 0..WRITERS {
+        let (stop, acked) = (stop.clone(), acked.clone());
+        threads.push(std::thread::spawn(move || {
+            let mut c = Follower::new(port, Arc::new(AtomicU64::new(0)));
+            while !stop.load(Ordering::Relaxed) {
+                let r = c.pipeline(&[&["MULTI"], &["INCR", "{t}a"], &["INCR", "{t}b"], &["EXEC"]]);
+                match &r[3] {
+                    Frame::Array(v) if v.len() == 2 => {
+                        assert_eq!(int(&v[0]), int(&v[1]), "a transaction saw a != b");
+                        acked.fetch_add(1, Ordering::Relaxed);
+                    }
+                    other => panic!("EXEC through the proxy answered {other:?} ({r:?})"),
+                }
+            }
+        }));
+    }
+    {
+        let (stop, cas_ok, cas_retries) = (stop.clone(), cas_ok.clone(), cas_retries.clone());
+        threads.push(std::thread::spawn(move || {
+            let mut c = Follower::new(port, Arc::new(AtomicU64::new(0)));
+            while !stop.load(Ordering::Relaxed) {
+                let r = c.pipeline(&[&["WATCH", "{t}c"], &["GET", "{t}c"]]);
+                assert_eq!(r[0], Frame::ok(), "WATCH through the proxy");
+                let v = int(&r[1]);
+                let next = (v + 1).to_string();
+                let r = c.pipeline(&[&["MULTI"], &["SET", "{t}c", &next], &["EXEC"]]);
+                match &r[2] {
+                    Frame::Array(_) => {
+                        cas_ok.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Frame::NullArray => {
+                        cas_retries.fetch_add(1, Ordering::Relaxed);
+                    }
+                    other => panic!("a compare-and-set EXEC answered {other:?}"),
+                }
+            }
+        }));
+    }
+    {
+        let stop = stop.clone();
+        threads.push(std::thread::spawn(move || {
+            let mut c = Follower::new(port, Arc::new(AtomicU64::new(0)));
+            while !stop.load(Ordering::Relaxed) {
+                let r = c.pipeline(&[&["MGET", "{t}a", "{t}b"]]);
+                let Frame::Array(v) = &r[0] else {
+                    panic!("MGET through the proxy answered {r:?}")
+                };
+                assert_eq!(
+                    int(&v[0]),
+                    int(&v[1]),
+                    "a read saw a half-applied transaction"
+                );
+            }
+        }));
+    }
+    move_back_and_forth(&meta, partition, 6, &acked);
+    stop.store(true, Ordering::Relaxed);
+    for t in threads {
+        t.join().expect("a client thread failed");
+    }
+    let mut c = Follower::new(port, Arc::new(AtomicU64::new(0)));
+    let r = c.pipeline(&[&["MGET", "{t}a", "{t}b", "{t}c"]]);
+    let Frame::Array(v) = &r[0] else {
+        panic!("{r:?}")
+    };
+    let (a, b, cv) = (int(&v[0]), int(&v[1]), int(&v[2]));
+    let (acked, cas_ok) = (
+        acked.load(Ordering::Relaxed),
+        cas_ok.load(Ordering::Relaxed),
+    );
+    println!(
+        "through the proxy: {acked} EXECs, {cas_ok} compare-and-sets ({} retried on nil); final a={a} b={b} c={cv}",
+        cas_retries.load(Ordering::Relaxed)
+    );
+    assert_eq!((a as u64, b as u64), (acked, acked));
+    assert_eq!(
+        cv as u64, cas_ok,
+        "a compare-and-set was lost or applied twice"
+    );
+    assert!(cas_ok > 0);
 }
 
 #[test]

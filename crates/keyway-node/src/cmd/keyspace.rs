@@ -110,7 +110,10 @@ pub fn object_without_key(args: &[Bytes]) -> Option<Frame> {
     let Some(sub) = args.get(1) else {
         return Some(super::table::arity_error("object"));
     };
-    if sub.eq_ignore_ascii_case(b"help") && args.len() == 2 {
+    if sub.eq_ignore_ascii_case(b"help") {
+        if args.len() != 2 {
+            return Some(super::table::arity_error("object|help"));
+        }
         return Some(Frame::Array(
             OBJECT_HELP
                 .iter()

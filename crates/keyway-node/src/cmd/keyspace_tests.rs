@@ -133,6 +133,12 @@ fn object_without_a_key_is_answered_unrouted() {
         Some(err("ERR unknown subcommand 'foo'. Try OBJECT HELP."))
     );
     assert_eq!(object_without_key(&a(&["object", "Encoding", "k"])), None);
+    assert_eq!(
+        object_without_key(&a(&["object", "help", "x"])),
+        Some(err(
+            "ERR wrong number of arguments for 'object|help' command"
+        ))
+    );
     let Some(Frame::Array(help)) = object_without_key(&a(&["object", "help"])) else {
         panic!("help is an array");
     };

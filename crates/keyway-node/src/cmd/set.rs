@@ -201,7 +201,10 @@ impl SetCmd {
                 for m in members {
                     added += i64::from(add(db, key, &mut meta, m)?);
                 }
-                db.put_meta(key, &meta)?;
+                // Nothing added, nothing written (a WATCH on the key holds).
+                if added > 0 {
+                    db.put_meta(key, &meta)?;
+                }
                 Ok(Frame::Integer(added))
             }
             SetCmd::Rem { key, members } => {
@@ -257,8 +260,11 @@ impl SetCmd {
                 }
                 db.put_meta(src, &src_meta)?;
                 let mut dst_meta = dst_meta.unwrap_or_else(|| db.new_meta(KIND));
-                add(db, dst, &mut dst_meta, member)?;
-                db.put_meta(dst, &dst_meta)?;
+                // A member the destination already has leaves it untouched
+                // (no write: a WATCH on it holds, as in Redis).
+                if add(db, dst, &mut dst_meta, member)? {
+                    db.put_meta(dst, &dst_meta)?;
+                }
                 Ok(Frame::Integer(1))
             }
             SetCmd::Algebra { op, dst, keys, .. } => {

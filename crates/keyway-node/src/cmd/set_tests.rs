@@ -93,3 +93,19 @@ fn smove_spop_srandmember() {
         err("ERR syntax error")
     );
 }
+
+#[test]
+fn writes_that_change_nothing_write_nothing() {
+    let mut t = TestDb::new();
+    t.run(&["sadd", "{t}a", "x", "y"]);
+    t.run(&["sadd", "{t}b", "x"]);
+    let version = t.stored("{t}b").unwrap().version;
+    assert_eq!(t.run(&["sadd", "{t}b", "x"]), int(0));
+    assert_eq!(t.run(&["smove", "{t}a", "{t}b", "x"]), int(1));
+    assert_eq!(
+        t.stored("{t}b").unwrap().version,
+        version,
+        "the destination was not rewritten"
+    );
+    assert_eq!(t.run(&["scard", "{t}a"]), int(1));
+}

@@ -41,34 +41,12 @@ pub enum Family {
     Bits,
     /// `cmd/keyspace.rs` (with `lcs.rs`, `sort.rs`).
     Keyspace,
+    /// `cmd/dump.rs` (with `rdb.rs`).
+    Dump,
     /// `cmd/list.rs`.
     List,
     /// `cmd/zset/`.
     ZSet,
-}
-
-/// A key spec given explicitly (commands with several specs or a key
-/// count); most commands derive their one spec from first/last/step.
-#[derive(Debug)]
-pub struct KeySpec {
-    /// Key flags (`RO`, `access`, ...).
-    pub flags: &'static [&'static str],
-    /// `begin_search` index.
-    pub index: i64,
-    pub find: FindKeys,
-}
-
-/// A key spec's `find_keys`.
-#[derive(Debug)]
-pub enum FindKeys {
-    /// `range` (`limit` 0).
-    Range { lastkey: i64, keystep: i64 },
-    /// `keynum`: the key count at `keynumidx`, keys from `firstkey`.
-    KeyNum {
-        keynumidx: i64,
-        firstkey: i64,
-        keystep: i64,
-    },
 }
 
 /// One command as Redis 7 describes it.
@@ -114,8 +92,6 @@ pub struct CommandSpec {
     pub deprecated: Option<(&'static str, &'static str)>,
     /// The data-command family, `None` for connection, server and cluster commands.
     pub family: Option<Family>,
-    /// Explicit key specs; empty = the one derived from first/last/step.
-    pub key_specs: &'static [KeySpec],
 }
 
 pub(super) type Strs = &'static [&'static str];
@@ -184,7 +160,6 @@ pub(super) const fn data(
         complexity: "O(1)",
         deprecated: None,
         family: Some(family),
-        key_specs: &[],
     }
 }
 
@@ -217,7 +192,6 @@ pub(super) const fn nokey(
         complexity: "O(1)",
         deprecated: None,
         family: None,
-        key_specs: &[],
     }
 }
 
@@ -257,28 +231,6 @@ const fn counter(
         W_DENY_FAST,
         WRITE_STR_FAST,
         RW_ACCESS_UPDATE,
-        since,
-        summary,
-    )
-}
-
-const fn zset(
-    name: &'static str,
-    arity: i64,
-    flags: Strs,
-    acl: Strs,
-    ks: Strs,
-    since: &'static str,
-    summary: &'static str,
-) -> CommandSpec {
-    data(
-        "sorted-set",
-        Family::ZSet,
-        name,
-        arity,
-        flags,
-        acl,
-        ks,
         since,
         summary,
     )
@@ -362,6 +314,15 @@ impl CommandSpec {
         self
     }
 
+    /// A destination key at `first_key` (the first key spec) and then keys
+    /// after a `numkeys` argument at `index`, with the key spec `flags`
+    /// (ZUNIONSTORE and its kind: Redis's legacy range covers the destination only).
+    pub(super) const fn dest_then_keynum(mut self, index: i64, flags: Strs) -> Self {
+        self.keynum_index = index;
+        self.second_key_spec = flags;
+        self
+    }
+
     /// Keys after a `numkeys` argument at `index` (movable keys).
     pub(super) const fn keynum(mut self, index: i64) -> Self {
         self.first_key = 0;
@@ -379,11 +340,6 @@ impl CommandSpec {
         self.deprecated = Some((since, replaced_by));
         self
     }
-
-    pub(super) const fn key_specs(mut self, specs: &'static [KeySpec]) -> Self {
-        self.key_specs = specs;
-        self
-    }
 }
 
 use Family::{Expire as E, Keys as K, Keyspace as KS};
@@ -395,6 +351,7 @@ static TABLES: &[&[CommandSpec]] = &[
     super::hash_table::HASH_COMMANDS,
     super::set_table::SET_COMMANDS,
     super::list_table::LIST_COMMANDS,
+    super::zset_table::ZSET_COMMANDS,
     super::server_table::SERVER_COMMANDS,
 ];
 
@@ -483,6 +440,11 @@ pub static CORE_COMMANDS: &[CommandSpec] = &[
         .complexity(SORT_COMPLEXITY),
     generic(KS, "sort_ro", -2, &["readonly", "movablekeys"], &["@read", "@set", "@sortedset", "@list", "@slow", "@dangerous"], RO_ACCESS, "7.0.0", "Sort the elements in a list, set or sorted set. Read-only variant of SORT.")
         .complexity(SORT_COMPLEXITY),
+    generic(Family::Dump, "dump", 2, &["readonly"], &["@keyspace", "@read", "@slow"], RO_ACCESS, "2.6.0", "Return a serialized version of the value stored at the specified key.")
+        .tips(&["nondeterministic_output"])
+        .complexity("O(1) to access the key and additional O(N*M) to serialize it, where N is the number of Redis objects composing the value and M their average size. For small string values the time complexity is thus O(1)+O(1*M) where M is small, so simply O(1)."),
+    generic(Family::Dump, "restore", -4, W_DENY, &["@keyspace", "@write", "@slow", "@dangerous"], OW_UPDATE, "2.6.0", "Create a key using the provided serialized value, previously obtained using DUMP.")
+        .complexity("O(1) to create the new key and additional O(N*M) to reconstruct the serialized value, where N is the number of Redis objects composing the value and M their average size. For small string values the time complexity is thus O(1)+O(1*M) where M is small, so simply O(1). However for sorted set values the complexity is O(N*M*log(N)) because inserting values into sorted sets is O(log(N))."),
     nokey("generic", "object", -2, &[], &["@slow"], "2.2.3", "A container for object introspection commands")
         .complexity("Depends on subcommand.").family(KS),
     nokey("generic", "keys", 2, &["readonly"], &["@keyspace", "@read", "@slow", "@dangerous"], "1.0.0", "Find all keys matching the given pattern")
@@ -490,69 +452,6 @@ pub static CORE_COMMANDS: &[CommandSpec] = &[
         .complexity("O(N) with N being the number of keys in the database, under the assumption that the key names in the database and the given pattern have limited length."),
     nokey("generic", "randomkey", 1, &["readonly"], &["@keyspace", "@read", "@slow"], "1.0.0", "Return a random key from the keyspace")
         .tips(&["request_policy:all_shards", "nondeterministic_output"]),
-    // --- sorted sets ---
-    zset("zadd", -4, &["write", "denyoom", "fast"], &["@write", "@sortedset", "@fast"], &["RW", "update"], "1.2.0", "Add one or more members to a sorted set, or update its score if it already exists")
-        .complexity("O(log(N)) for each item added, where N is the number of elements in the sorted set."),
-    zset("zincrby", 4, &["write", "denyoom", "fast"], &["@write", "@sortedset", "@fast"], &["RW", "access", "update"], "1.2.0", "Increment the score of a member in a sorted set")
-        .complexity("O(log(N)) where N is the number of elements in the sorted set."),
-    zset("zrem", -3, &["write", "fast"], &["@write", "@sortedset", "@fast"], &["RW", "delete"], "1.2.0", "Remove one or more members from a sorted set")
-        .complexity("O(M*log(N)) with N being the number of elements in the sorted set and M the number of elements to be removed."),
-    zset("zcard", 2, &["readonly", "fast"], &["@read", "@sortedset", "@fast"], &["RO"], "1.2.0", "Get the number of members in a sorted set"),
-    zset("zcount", 4, &["readonly", "fast"], &["@read", "@sortedset", "@fast"], &["RO", "access"], "2.0.0", "Count the members in a sorted set with scores within the given values")
-        .complexity("O(log(N)) with N being the number of elements in the sorted set."),
-    zset("zlexcount", 4, &["readonly", "fast"], &["@read", "@sortedset", "@fast"], &["RO", "access"], "2.8.9", "Count the number of members in a sorted set between a given lexicographical range")
-        .complexity("O(log(N)) with N being the number of elements in the sorted set."),
-    zset("zscore", 3, &["readonly", "fast"], &["@read", "@sortedset", "@fast"], &["RO", "access"], "1.2.0", "Get the score associated with the given member in a sorted set"),
-    zset("zmscore", -3, &["readonly", "fast"], &["@read", "@sortedset", "@fast"], &["RO", "access"], "6.2.0", "Get the score associated with the given members in a sorted set")
-        .complexity("O(N) where N is the number of members being requested."),
-    zset("zrank", 3, &["readonly", "fast"], &["@read", "@sortedset", "@fast"], &["RO", "access"], "2.0.0", "Determine the index of a member in a sorted set")
-        .complexity("O(log(N))"),
-    zset("zrevrank", 3, &["readonly", "fast"], &["@read", "@sortedset", "@fast"], &["RO", "access"], "2.0.0", "Determine the index of a member in a sorted set, with scores ordered from high to low")
-        .complexity("O(log(N))"),
-    zset("zrange", -4, &["readonly"], &["@read", "@sortedset", "@slow"], &["RO", "access"], "1.2.0", "Return a range of members in a sorted set")
-        .complexity("O(log(N)+M) with N being the number of elements in the sorted set and M the number of elements returned."),
-    zset("zrangebyscore", -4, &["readonly"], &["@read", "@sortedset", "@slow"], &["RO", "access"], "1.0.5", "Return a range of members in a sorted set, by score")
-        .complexity("O(log(N)+M) with N being the number of elements in the sorted set and M the number of elements being returned. If M is constant (e.g. always asking for the first 10 elements with LIMIT), you can consider it O(log(N)).").deprecated("6.2.0", "`ZRANGE` with the `BYSCORE` argument"),
-    zset("zrevrangebyscore", -4, &["readonly"], &["@read", "@sortedset", "@slow"], &["RO", "access"], "2.2.0", "Return a range of members in a sorted set, by score, with scores ordered from high to low")
-        .complexity("O(log(N)+M) with N being the number of elements in the sorted set and M the number of elements being returned. If M is constant (e.g. always asking for the first 10 elements with LIMIT), you can consider it O(log(N)).").deprecated("6.2.0", "`ZRANGE` with the `REV` and `BYSCORE` arguments"),
-    zset("zrangebylex", -4, &["readonly"], &["@read", "@sortedset", "@slow"], &["RO", "access"], "2.8.9", "Return a range of members in a sorted set, by lexicographical range")
-        .complexity("O(log(N)+M) with N being the number of elements in the sorted set and M the number of elements being returned. If M is constant (e.g. always asking for the first 10 elements with LIMIT), you can consider it O(log(N)).").deprecated("6.2.0", "`ZRANGE` with the `BYLEX` argument"),
-    zset("zrevrangebylex", -4, &["readonly"], &["@read", "@sortedset", "@slow"], &["RO", "access"], "2.8.9", "Return a range of members in a sorted set, by lexicographical range, ordered from higher to lower strings.")
-        .complexity("O(log(N)+M) with N being the number of elements in the sorted set and M the number of elements being returned. If M is constant (e.g. always asking for the first 10 elements with LIMIT), you can consider it O(log(N)).").deprecated("6.2.0", "`ZRANGE` with the `REV` and `BYLEX` arguments"),
-    zset("zrevrange", -4, &["readonly"], &["@read", "@sortedset", "@slow"], &["RO", "access"], "1.2.0", "Return a range of members in a sorted set, by index, with scores ordered from high to low")
-        .complexity("O(log(N)+M) with N being the number of elements in the sorted set and M the number of elements returned.").deprecated("6.2.0", "`ZRANGE` with the `REV` argument"),
-    zset("zrangestore", -5, &["write", "denyoom"], &["@write", "@sortedset", "@slow"], &["OW", "update"], "6.2.0", "Store a range of members from sorted set into another key")
-        .complexity("O(log(N)+M) with N being the number of elements in the sorted set and M the number of elements stored into the destination key.").key_range(1, 2, 1).key_specs(&[KeySpec { flags: &["OW", "update"], index: 1, find: FindKeys::Range { lastkey: 0, keystep: 1 } }, KeySpec { flags: &["RO", "access"], index: 2, find: FindKeys::Range { lastkey: 0, keystep: 1 } }]),
-    zset("zremrangebyrank", 4, &["write"], &["@write", "@sortedset", "@slow"], &["RW", "delete"], "2.0.0", "Remove all members in a sorted set within the given indexes")
-        .complexity("O(log(N)+M) with N being the number of elements in the sorted set and M the number of elements removed by the operation."),
-    zset("zremrangebyscore", 4, &["write"], &["@write", "@sortedset", "@slow"], &["RW", "delete"], "1.2.0", "Remove all members in a sorted set within the given scores")
-        .complexity("O(log(N)+M) with N being the number of elements in the sorted set and M the number of elements removed by the operation."),
-    zset("zremrangebylex", 4, &["write"], &["@write", "@sortedset", "@slow"], &["RW", "delete"], "2.8.9", "Remove all members in a sorted set between the given lexicographical range")
-        .complexity("O(log(N)+M) with N being the number of elements in the sorted set and M the number of elements removed by the operation."),
-    zset("zpopmin", -2, &["write", "fast"], &["@write", "@sortedset", "@fast"], &["RW", "access", "delete"], "5.0.0", "Remove and return members with the lowest scores in a sorted set")
-        .complexity("O(log(N)*M) with N being the number of elements in the sorted set, and M being the number of elements popped."),
-    zset("zpopmax", -2, &["write", "fast"], &["@write", "@sortedset", "@fast"], &["RW", "access", "delete"], "5.0.0", "Remove and return members with the highest scores in a sorted set")
-        .complexity("O(log(N)*M) with N being the number of elements in the sorted set, and M being the number of elements popped."),
-    zset("zmpop", -4, &["write", "movablekeys"], &["@write", "@sortedset", "@slow"], &["RW", "access", "delete"], "7.0.0", "Remove and return members with scores in a sorted set")
-        .complexity("O(K) + O(M*log(N)) where K is the number of provided keys, N being the number of elements in the sorted set, and M being the number of elements popped.").key_range(0, 0, 0).key_specs(&[KeySpec { flags: &["RW", "access", "delete"], index: 1, find: FindKeys::KeyNum { keynumidx: 0, firstkey: 1, keystep: 1 } }]),
-    zset("zrandmember", -2, &["readonly"], &["@read", "@sortedset", "@slow"], &["RO", "access"], "6.2.0", "Get one or multiple random elements from a sorted set")
-        .complexity("O(N) where N is the number of elements returned").tips(&["nondeterministic_output"]),
-    zset("zunion", -3, &["readonly", "movablekeys"], &["@read", "@sortedset", "@slow"], &["RO", "access"], "6.2.0", "Add multiple sorted sets")
-        .complexity("O(N)+O(M*log(M)) with N being the sum of the sizes of the input sorted sets, and M being the number of elements in the resulting sorted set.").key_range(0, 0, 0).key_specs(&[KeySpec { flags: &["RO", "access"], index: 1, find: FindKeys::KeyNum { keynumidx: 0, firstkey: 1, keystep: 1 } }]),
-    zset("zinter", -3, &["readonly", "movablekeys"], &["@read", "@sortedset", "@slow"], &["RO", "access"], "6.2.0", "Intersect multiple sorted sets")
-        .complexity("O(N*K)+O(M*log(M)) worst case with N being the smallest input sorted set, K being the number of input sorted sets and M being the number of elements in the resulting sorted set.").key_range(0, 0, 0).key_specs(&[KeySpec { flags: &["RO", "access"], index: 1, find: FindKeys::KeyNum { keynumidx: 0, firstkey: 1, keystep: 1 } }]),
-    zset("zdiff", -3, &["readonly", "movablekeys"], &["@read", "@sortedset", "@slow"], &["RO", "access"], "6.2.0", "Subtract multiple sorted sets")
-        .complexity("O(L + (N-K)log(N)) worst case where L is the total number of elements in all the sets, N is the size of the first set, and K is the size of the result set.").key_range(0, 0, 0).key_specs(&[KeySpec { flags: &["RO", "access"], index: 1, find: FindKeys::KeyNum { keynumidx: 0, firstkey: 1, keystep: 1 } }]),
-    zset("zunionstore", -4, &["write", "denyoom", "movablekeys"], &["@write", "@sortedset", "@slow"], &["OW", "update"], "2.0.0", "Add multiple sorted sets and store the resulting sorted set in a new key")
-        .complexity("O(N)+O(M log(M)) with N being the sum of the sizes of the input sorted sets, and M being the number of elements in the resulting sorted set.").key_range(1, 1, 1).key_specs(&[KeySpec { flags: &["OW", "update"], index: 1, find: FindKeys::Range { lastkey: 0, keystep: 1 } }, KeySpec { flags: &["RO", "access"], index: 2, find: FindKeys::KeyNum { keynumidx: 0, firstkey: 1, keystep: 1 } }]),
-    zset("zinterstore", -4, &["write", "denyoom", "movablekeys"], &["@write", "@sortedset", "@slow"], &["OW", "update"], "2.0.0", "Intersect multiple sorted sets and store the resulting sorted set in a new key")
-        .complexity("O(N*K)+O(M*log(M)) worst case with N being the smallest input sorted set, K being the number of input sorted sets and M being the number of elements in the resulting sorted set.").key_range(1, 1, 1).key_specs(&[KeySpec { flags: &["OW", "update"], index: 1, find: FindKeys::Range { lastkey: 0, keystep: 1 } }, KeySpec { flags: &["RO", "access"], index: 2, find: FindKeys::KeyNum { keynumidx: 0, firstkey: 1, keystep: 1 } }]),
-    zset("zdiffstore", -4, &["write", "denyoom", "movablekeys"], &["@write", "@sortedset", "@slow"], &["OW", "update"], "6.2.0", "Subtract multiple sorted sets and store the resulting sorted set in a new key")
-        .complexity("O(L + (N-K)log(N)) worst case where L is the total number of elements in all the sets, N is the size of the first set, and K is the size of the result set.").key_range(1, 1, 1).key_specs(&[KeySpec { flags: &["OW", "update"], index: 1, find: FindKeys::Range { lastkey: 0, keystep: 1 } }, KeySpec { flags: &["RO", "access"], index: 2, find: FindKeys::KeyNum { keynumidx: 0, firstkey: 1, keystep: 1 } }]),
-    zset("zintercard", -3, &["readonly", "movablekeys"], &["@read", "@sortedset", "@slow"], &["RO", "access"], "7.0.0", "Intersect multiple sorted sets and return the cardinality of the result")
-        .complexity("O(N*K) worst case with N being the smallest input sorted set, K being the number of input sorted sets.").key_range(0, 0, 0).key_specs(&[KeySpec { flags: &["RO", "access"], index: 1, find: FindKeys::KeyNum { keynumidx: 0, firstkey: 1, keystep: 1 } }]),
-    zset("zscan", -3, &["readonly"], &["@read", "@sortedset", "@slow"], &["RO", "access"], "2.8.0", "Incrementally iterate sorted sets elements and associated scores")
-        .complexity("O(1) for every call. O(N) for a complete iteration, including enough command calls for the cursor to return back to 0. N is the number of elements inside the collection..").tips(&["nondeterministic_output"]),
     // --- connection, server and cluster commands (implemented by the node) ---
     nokey("connection", "ping", -1, &["fast"], FAST_CONN, "1.0.0", "Ping the server")
         .tips(&["request_policy:all_shards", "response_policy:all_succeeded"]),
@@ -635,7 +534,8 @@ impl CommandSpec {
         if n <= 0 || n as u64 >= (args.len() - at) as u64 {
             return Vec::new();
         }
-        (at + 1..=at + n as usize).collect()
+        let dest = (self.first_key > 0).then_some(self.first_key as usize);
+        dest.into_iter().chain(at + 1..=at + n as usize).collect()
     }
 
     /// Whether the command has key arguments (a key spec).
@@ -646,10 +546,17 @@ impl CommandSpec {
     /// This command's `COMMAND INFO` entry.
     pub fn info_frame(&self) -> Frame {
         let mut key_specs = Vec::new();
-        if !self.key_specs.is_empty() {
-            key_specs.extend(self.key_specs.iter().map(KeySpec::frame));
+        if self.keynum_index > 0 && self.first_key > 0 {
+            key_specs.push(range_spec_frame(
+                None,
+                self.key_spec_flags,
+                self.first_key,
+                0,
+                self.step,
+            ));
+            key_specs.push(self.keynum_spec_frame(self.second_key_spec));
         } else if self.keynum_index > 0 {
-            key_specs.push(self.keynum_spec_frame());
+            key_specs.push(self.keynum_spec_frame(self.key_spec_flags));
         } else if !self.second_key_spec.is_empty() {
             key_specs.push(range_spec_frame(
                 None,
@@ -697,9 +604,9 @@ impl CommandSpec {
         )
     }
 
-    fn keynum_spec_frame(&self) -> Frame {
+    fn keynum_spec_frame(&self, flags: Strs) -> Frame {
         Frame::Map(vec![
-            (Frame::bulk("flags"), simple_set(self.key_spec_flags)),
+            (Frame::bulk("flags"), simple_set(flags)),
             begin_search(self.keynum_index),
             (
                 Frame::bulk("find_keys"),
@@ -737,6 +644,14 @@ impl CommandSpec {
     /// The key flags `COMMAND GETKEYSANDFLAGS` reports for `args` (SET
     /// resolves its variable flags like Redis's `setGetKeys`).
     pub(super) fn key_flags(&self, args: &[Bytes], position: usize) -> &'static [&'static str] {
+        if self.keynum_index > 0 && self.first_key > 0 {
+            // A destination, then the keys after numkeys.
+            return if position as i64 == self.first_key {
+                self.key_spec_flags
+            } else {
+                self.second_key_spec
+            };
+        }
         if position as i64 == self.first_key + 1 && !self.second_key_spec.is_empty() {
             return self.second_key_spec;
         }
@@ -792,54 +707,6 @@ fn range_spec_frame(
         ]),
     ));
     Frame::Map(map)
-}
-
-impl KeySpec {
-    /// This spec's `COMMAND INFO` map.
-    fn frame(&self) -> Frame {
-        let (kind, spec) = match self.find {
-            FindKeys::Range { lastkey, keystep } => (
-                "range",
-                vec![
-                    (Frame::bulk("lastkey"), Frame::Integer(lastkey)),
-                    (Frame::bulk("keystep"), Frame::Integer(keystep)),
-                    (Frame::bulk("limit"), Frame::Integer(0)),
-                ],
-            ),
-            FindKeys::KeyNum {
-                keynumidx,
-                firstkey,
-                keystep,
-            } => (
-                "keynum",
-                vec![
-                    (Frame::bulk("keynumidx"), Frame::Integer(keynumidx)),
-                    (Frame::bulk("firstkey"), Frame::Integer(firstkey)),
-                    (Frame::bulk("keystep"), Frame::Integer(keystep)),
-                ],
-            ),
-        };
-        Frame::Map(vec![
-            (Frame::bulk("flags"), simple_set(self.flags)),
-            (
-                Frame::bulk("begin_search"),
-                Frame::Map(vec![
-                    (Frame::bulk("type"), Frame::bulk("index")),
-                    (
-                        Frame::bulk("spec"),
-                        Frame::Map(vec![(Frame::bulk("index"), Frame::Integer(self.index))]),
-                    ),
-                ]),
-            ),
-            (
-                Frame::bulk("find_keys"),
-                Frame::Map(vec![
-                    (Frame::bulk("type"), Frame::bulk(kind)),
-                    (Frame::bulk("spec"), Frame::Map(spec)),
-                ]),
-            ),
-        ])
-    }
 }
 
 pub(super) fn arity_ok(arity: i64, argc: usize) -> bool {

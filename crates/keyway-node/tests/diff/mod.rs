@@ -26,6 +26,8 @@ pub struct Redis {
     conn: TcpStream,
     buf: BytesMut,
     parser: ResponseParser,
+    /// The cluster-mode server's directory (its `nodes.conf`).
+    _dir: Option<tempfile::TempDir>,
 }
 
 impl Drop for Redis {
@@ -37,6 +39,49 @@ impl Drop for Redis {
 
 impl Redis {
     pub fn start() -> Option<Redis> {
+        Redis::spawn(&[], None)
+    }
+
+    /// A one-node Redis Cluster owning every slot, for commands whose
+    /// replies differ in cluster mode (SORT's BY/GET, COPY's DB): Keyway
+    /// always answers as a cluster node.
+    pub fn start_cluster() -> Option<Redis> {
+        let dir = tempfile::tempdir().ok()?;
+        let path = dir.path().to_str()?.to_owned();
+        let mut redis = Redis::spawn(
+            &[
+                "--cluster-enabled",
+                "yes",
+                "--dir",
+                &path,
+                "--cluster-config-file",
+                "nodes.conf",
+            ],
+            Some(dir),
+        )?;
+        redis.call(&[
+            Bytes::from_static(b"CLUSTER"),
+            Bytes::from_static(b"ADDSLOTSRANGE"),
+            Bytes::from_static(b"0"),
+            Bytes::from_static(b"16383"),
+        ]);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let info = redis.call(&[Bytes::from_static(b"CLUSTER"), Bytes::from_static(b"INFO")]);
+            if info
+                .as_bytes()
+                .is_some_and(|t| String::from_utf8_lossy(t).contains("cluster_state:ok"))
+            {
+                return Some(redis);
+            }
+            if Instant::now() > deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn spawn(extra: &[&str], dir: Option<tempfile::TempDir>) -> Option<Redis> {
         let port = TcpListener::bind("127.0.0.1:0")
             .ok()?
             .local_addr()
@@ -53,6 +98,7 @@ impl Redis {
                 "--appendonly",
                 "no",
             ])
+            .args(extra)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -67,6 +113,7 @@ impl Redis {
                     conn,
                     buf: BytesMut::new(),
                     parser: ResponseParser::new(Limits::default()),
+                    _dir: dir,
                 });
             }
             if Instant::now() > deadline {
@@ -344,7 +391,20 @@ pub fn run_family<S>(family: &Family<'_>, strategy: S, cases: u32) -> Option<u64
 where
     S: Strategy<Value = Vec<Vec<Bytes>>>,
 {
-    let Some(redis) = Redis::start() else {
+    run_family_on(Redis::start, family, strategy, cases)
+}
+
+/// [`run_family`] against the Redis `start` starts (e.g. [`Redis::start_cluster`]).
+pub fn run_family_on<S>(
+    start: fn() -> Option<Redis>,
+    family: &Family<'_>,
+    strategy: S,
+    cases: u32,
+) -> Option<u64>
+where
+    S: Strategy<Value = Vec<Vec<Bytes>>>,
+{
+    let Some(redis) = start() else {
         eprintln!("{}: redis-server not available, skipped", family.name);
         return None;
     };

@@ -80,7 +80,9 @@ pub enum ZSetCmd {
         key: Bytes,
         selector: Selector,
     },
-    /// ZPOPMIN ZPOPMAX ZMPOP ZRANDMEMBER.
+    /// ZPOPMIN ZPOPMAX ZMPOP ZRANDMEMBER, and BZPOPMIN BZPOPMAX BZMPOP (the
+    /// caller blocks them on [`crate::blocking`] when their non-blocking
+    /// form replies nil).
     Pop(pop::PopCmd),
     /// ZUNION ZINTER ZDIFF ZUNIONSTORE ZINTERSTORE ZDIFFSTORE ZINTERCARD.
     Algebra(AlgebraCmd),
@@ -132,7 +134,7 @@ fn parse_add(name: &'static str, args: &[Bytes]) -> Result<ZSetCmd, Frame> {
             "ERR XX and NX options at the same time are not compatible",
         ));
     }
-    if (flags.nx && (flags.gt || flags.lt)) || (flags.gt && flags.lt) {
+    if ((flags.gt || flags.lt) && flags.nx) || (flags.gt && flags.lt) {
         return Err(err(
             "ERR GT, LT, and/or NX options at the same time are not compatible",
         ));
@@ -219,9 +221,8 @@ impl ZSetCmd {
                         .ok_or_else(|| err("ERR min or max not valid string range item"))?,
                 ),
             },
-            "zpopmin" | "zpopmax" | "zmpop" | "zrandmember" => {
-                ZSetCmd::Pop(pop::PopCmd::parse(name, args)?)
-            }
+            "zpopmin" | "zpopmax" | "zmpop" | "zrandmember" | "bzpopmin" | "bzpopmax"
+            | "bzmpop" => ZSetCmd::Pop(pop::PopCmd::parse(name, args)?),
             "zscan" => ZSetCmd::Scan(scan::ScanCmd::parse(args)?),
             _ => ZSetCmd::Algebra(AlgebraCmd::parse(name, args)?),
         })
@@ -278,6 +279,14 @@ impl ZSetCmd {
         }
     }
 
+    /// A blocking command's timeout (BZPOPMIN BZPOPMAX BZMPOP; ms, 0 = forever).
+    pub fn blocking_timeout_ms(&self) -> Option<u64> {
+        match self {
+            ZSetCmd::Pop(c) => c.blocking_timeout_ms(),
+            _ => None,
+        }
+    }
+
     /// Runs the command.
     pub(super) fn execute(&self, db: &mut Db<'_>) -> CmdResult {
         match self {
@@ -298,7 +307,10 @@ impl ZSetCmd {
                         }
                     }
                 }
-                db.put_meta(key, &meta)?;
+                // Nothing removed: the key is not touched (a WATCH of it holds).
+                if deleted > 0 {
+                    db.put_meta(key, &meta)?;
+                }
                 Ok(Frame::Integer(deleted))
             }
             ZSetCmd::Card { key } => Ok(Frame::Integer(
@@ -396,7 +408,11 @@ fn add(db: &mut Db<'_>, key: &[u8], flags: AddFlags, pairs: &[(f64, Bytes)]) -> 
             None => {}
         }
     }
-    db.put_meta(key, &meta)?;
+    // Neither added nor changed: the key is not touched, as Redis signals
+    // a modification only then (a WATCH of it holds).
+    if added > 0 || updated > 0 {
+        db.put_meta(key, &meta)?;
+    }
     Ok(if flags.incr {
         if processed > 0 {
             score_frame(last)
@@ -408,46 +424,4 @@ fn add(db: &mut Db<'_>, key: &[u8], flags: AddFlags, pairs: &[(f64, Bytes)]) -> 
     } else {
         Frame::Integer(added)
     })
-}
-
-/// The keys `COMMAND GETKEYS`-style extraction finds in a sorted-set command
-/// with a key count (`genericGetKeys`: `atoi` of the count, nothing if it is
-/// below 1 or exceeds the arguments), for routing a command whose other
-/// arguments are invalid. `None` for commands with fixed key positions.
-pub(crate) fn movable_keys(name: &str, args: &[Bytes]) -> Option<Vec<Bytes>> {
-    // (store key position, count position, first key position)
-    let (store, count_at, first) = match name {
-        "zunion" | "zinter" | "zdiff" | "zintercard" | "zmpop" => (0, 1, 2),
-        "zunionstore" | "zinterstore" | "zdiffstore" => (1, 2, 3),
-        "bzmpop" => (0, 2, 3),
-        _ => return None,
-    };
-    let n = atoi(args.get(count_at).map_or(&[][..], |a| &a[..]));
-    let available = args.len().saturating_sub(first) as i64;
-    if n < 1 || n > available {
-        return Some(Vec::new());
-    }
-    let mut keys: Vec<Bytes> = args[first..first + n as usize].to_vec();
-    if store > 0 {
-        keys.push(arg(args, store));
-    }
-    Some(keys)
-}
-
-/// C's `atoi` (leading space, a sign, digits; saturating).
-fn atoi(s: &[u8]) -> i64 {
-    let mut i = 0;
-    while i < s.len() && matches!(s[i], b' ' | b'\t' | b'\n' | 0x0b | 0x0c | b'\r') {
-        i += 1;
-    }
-    let neg = s.get(i) == Some(&b'-');
-    if matches!(s.get(i), Some(b'-' | b'+')) {
-        i += 1;
-    }
-    let mut v: i64 = 0;
-    while i < s.len() && s[i].is_ascii_digit() {
-        v = v.saturating_mul(10).saturating_add(i64::from(s[i] - b'0'));
-        i += 1;
-    }
-    if neg { -v } else { v }
 }

@@ -15,6 +15,11 @@ use super::score::score_frame;
 use crate::cmd::{CmdResult, errors, parse_i64};
 use crate::db::Db;
 
+/// What one reply element costs at least (a frame in memory, its RESP
+/// bytes): ZRANDMEMBER with a negative count may reply at most
+/// `max_value_bytes / REPLY_ELEMENT_MIN_BYTES` elements.
+const REPLY_ELEMENT_MIN_BYTES: u64 = 16;
+
 /// A parsed pop or random-read command.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum PopCmd {
@@ -24,11 +29,19 @@ pub enum PopCmd {
         max: bool,
         count: Option<i64>,
     },
-    /// `ZMPOP numkeys key... MIN|MAX [COUNT n]`.
+    /// `ZMPOP numkeys key... MIN|MAX [COUNT n]` / `BZMPOP timeout numkeys ...`.
     MPop {
         keys: Vec<Bytes>,
         max: bool,
         count: i64,
+        /// BZMPOP's timeout (ms, 0 = forever).
+        timeout_ms: Option<u64>,
+    },
+    /// `BZPOPMIN` / `BZPOPMAX key... timeout`.
+    BPop {
+        keys: Vec<Bytes>,
+        max: bool,
+        timeout_ms: u64,
     },
     /// `ZRANDMEMBER key [count [WITHSCORES]]`.
     RandMember {
@@ -80,6 +93,21 @@ impl PopCmd {
                 })
             }
             "zmpop" => parse_mpop(args, 1),
+            "bzmpop" => {
+                // numkeys, MIN|MAX and COUNT are checked before the timeout.
+                let mut cmd = parse_mpop(args, 2)?;
+                let timeout =
+                    crate::blocking::parse_timeout(args.get(1).map_or(&[][..], |a| &a[..]))?;
+                if let PopCmd::MPop { timeout_ms, .. } = &mut cmd {
+                    *timeout_ms = Some(timeout);
+                }
+                Ok(cmd)
+            }
+            "bzpopmin" | "bzpopmax" => Ok(PopCmd::BPop {
+                keys: args[1..args.len() - 1].to_vec(),
+                max: name == "bzpopmax",
+                timeout_ms: crate::blocking::parse_timeout(&args[args.len() - 1])?,
+            }),
             _ => {
                 let mut count = None;
                 let mut withscores = false;
@@ -111,7 +139,12 @@ impl PopCmd {
         match self {
             PopCmd::Pop { max: false, .. } => "zpopmin",
             PopCmd::Pop { max: true, .. } => "zpopmax",
-            PopCmd::MPop { .. } => "zmpop",
+            PopCmd::MPop {
+                timeout_ms: None, ..
+            } => "zmpop",
+            PopCmd::MPop { .. } => "bzmpop",
+            PopCmd::BPop { max: false, .. } => "bzpopmin",
+            PopCmd::BPop { max: true, .. } => "bzpopmax",
             PopCmd::RandMember { .. } => "zrandmember",
         }
     }
@@ -119,7 +152,9 @@ impl PopCmd {
     pub(super) fn keys(&self) -> Vec<&[u8]> {
         match self {
             PopCmd::Pop { key, .. } | PopCmd::RandMember { key, .. } => vec![key],
-            PopCmd::MPop { keys, .. } => keys.iter().map(|k| &k[..]).collect(),
+            PopCmd::MPop { keys, .. } | PopCmd::BPop { keys, .. } => {
+                keys.iter().map(|k| &k[..]).collect()
+            }
         }
     }
 
@@ -130,9 +165,16 @@ impl PopCmd {
                     return Ok(Frame::Array(Vec::new()));
                 }
                 let popped = pop(db, key, *max, count.unwrap_or(1))?;
-                Ok(super::range::entries_reply(popped, true))
+                // RESP3 nests the pairs only when a count is given.
+                Ok(match count {
+                    Some(_) => super::range::entries_reply(popped, true),
+                    None => Frame::Array(super::range::flat_reply(popped)),
+                })
             }
-            PopCmd::MPop { keys, max, count } => mpop(db, keys, *max, *count),
+            PopCmd::MPop {
+                keys, max, count, ..
+            } => mpop(db, keys, *max, *count),
+            PopCmd::BPop { keys, max, .. } => bpop(db, keys, *max),
             PopCmd::RandMember {
                 key,
                 count,
@@ -185,6 +227,7 @@ pub(super) fn parse_mpop(args: &[Bytes], numkeys_at: usize) -> Result<PopCmd, Fr
         keys: args[numkeys_at + 1..where_at].to_vec(),
         max,
         count: if count == -1 { 1 } else { count },
+        timeout_ms: None,
     })
 }
 
@@ -237,6 +280,32 @@ pub(super) fn mpop(db: &mut Db<'_>, keys: &[Bytes], max: bool, count: i64) -> Cm
     Ok(Frame::NullArray)
 }
 
+/// BZPOPMIN / BZPOPMAX in their non-blocking form: `[key, member, score]`
+/// from the first non-empty sorted set (WRONGTYPE on a non-zset met before
+/// it), `*-1` (block) if there is none.
+fn bpop(db: &mut Db<'_>, keys: &[Bytes], max: bool) -> CmdResult {
+    for key in keys {
+        if access::open(db, key)?.is_none() {
+            continue;
+        }
+        let mut out = vec![Frame::Bulk(key.clone())];
+        out.extend(super::range::flat_reply(pop(db, key, max, 1)?));
+        return Ok(Frame::Array(out));
+    }
+    Ok(Frame::NullArray)
+}
+
+impl PopCmd {
+    /// A blocking command's timeout (milliseconds, 0 = forever).
+    pub(super) fn blocking_timeout_ms(&self) -> Option<u64> {
+        match self {
+            PopCmd::MPop { timeout_ms, .. } => *timeout_ms,
+            PopCmd::BPop { timeout_ms, .. } => Some(*timeout_ms),
+            _ => None,
+        }
+    }
+}
+
 fn rand_member(db: &mut Db<'_>, key: &[u8], count: Option<i64>, withscores: bool) -> CmdResult {
     let Some(meta) = access::open(db, key)? else {
         return Ok(match count {
@@ -251,6 +320,20 @@ fn rand_member(db: &mut Db<'_>, key: &[u8], count: Option<i64>, withscores: bool
     };
     if count == 0 {
         return Ok(Frame::Array(Vec::new()));
+    }
+    // A negative count repeats members without bound (Redis streams such a
+    // reply until memory runs out): refuse one whose elements alone would
+    // exceed the node's largest value.
+    let elements = count
+        .unsigned_abs()
+        .saturating_mul(if withscores { 2 } else { 1 });
+    if count < 0
+        && elements.saturating_mul(REPLY_ELEMENT_MIN_BYTES) > db.limits().max_value_bytes as u64
+    {
+        return Ok(Frame::Error(format!(
+            "ERR reply of {elements} elements exceeds the maximum allowed size ({} bytes)",
+            db.limits().max_value_bytes
+        )));
     }
     let all = read_all(db, key, &meta)?;
     let mut rng = rand::rng();

@@ -433,16 +433,29 @@ fn select(db: &mut Db<'_>, cmd: &RangeCmd, meta: &Meta) -> Result<Vec<Entry>, Cm
     }
 }
 
-/// Member (and score) frames of `entries`, RESP2's flat layout.
+/// Members, or with `withscores` `(member, score)` pairs: a flat array in
+/// RESP2, an array of pairs in RESP3 (as Redis's WITHSCORES replies).
 pub(super) fn entries_reply(entries: Vec<Entry>, withscores: bool) -> Frame {
-    let mut out = Vec::with_capacity(entries.len() * if withscores { 2 } else { 1 });
+    if withscores {
+        return Frame::Pairs(
+            entries
+                .into_iter()
+                .map(|e| (Frame::Bulk(e.member), score_frame(e.score)))
+                .collect(),
+        );
+    }
+    Frame::Array(entries.into_iter().map(|e| Frame::Bulk(e.member)).collect())
+}
+
+/// `member score member score ...`, flat in every protocol (ZPOPMIN
+/// without a count, BZPOPMIN).
+pub(super) fn flat_reply(entries: Vec<Entry>) -> Vec<Frame> {
+    let mut out = Vec::with_capacity(entries.len() * 2);
     for e in entries {
         out.push(Frame::Bulk(e.member));
-        if withscores {
-            out.push(score_frame(e.score));
-        }
+        out.push(score_frame(e.score));
     }
-    Frame::Array(out)
+    out
 }
 
 impl RangeCmd {
