@@ -521,3 +521,87 @@ async fn overwrites_of_three_keys_leave_the_data_directories_small() {
     );
     c.shutdown().await;
 }
+
+/// The cutover's incremental digest reads the change log from the copy's
+/// checkpoint seq to the fence (`migrate/digest.rs`), so the push's hold
+/// must keep those records until the push stops, not advance past them
+/// with `acked_seq`. A migration whose checkpoint-to-fence window outlives
+/// the manager's snapshot lease (`log_snapshot_hold_ms`, 60 s by default:
+/// a 1,000,000-member key's move, `big_keys_move.rs`) failed at the fence
+/// with "change log truncated" and aborted. Here the lease is 300 ms, the
+/// copy slow, and writes go on in the partition throughout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_migration_under_writes_keeps_the_log_its_cutover_digest_reads() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut spec = spec(dir.path(), 2);
+    spec.node.log_snapshot_hold_ms = 300;
+    spec.node.log_truncate_interval_ms = 10;
+    let m = spec.manager.as_mut().unwrap();
+    // ~300 KB copied at 150 KB/s: the copy ends well after the lease.
+    m.config.driver.throttle.max_bytes_per_sec = 150_000;
+    m.config.driver.throttle.chunk_bytes = 4_096;
+    m.config.driver.migration.cleanup_grace_ms = 200;
+    let c = LocalCluster::start(spec).await.unwrap();
+    c.wait_serving(DEADLINE).await.unwrap();
+    let kv = client(&c).await;
+    let map = c.map().await.unwrap();
+    let p = map
+        .locate_slot(DEFAULT_KEYSPACE, key_hash_slot(b"k0"))
+        .unwrap()
+        .clone();
+    let keys: Vec<String> = (0..100_000)
+        .map(|i| format!("k{i}"))
+        .filter(|k| {
+            let (first, last) = p.slot_span();
+            (first..=last).contains(&key_hash_slot(k.as_bytes()))
+        })
+        .take(300)
+        .collect();
+    for k in &keys {
+        kv.set(k.as_bytes(), &[b'x'; 1000]).await.unwrap();
+    }
+    let target = map.nodes.values().find(|n| n.id != p.owner).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer = {
+        let kv = client(&c).await;
+        let (keys, stop) = (keys.clone(), stop.clone());
+        tokio::spawn(async move {
+            let mut round = 0u32;
+            while !stop.load(Ordering::Relaxed) {
+                round += 1;
+                for k in keys.iter().take(20) {
+                    // Redirects and the fence's pauses are the client's
+                    // business; this only keeps the log moving.
+                    let _ = kv.set(k.as_bytes(), &round.to_be_bytes()).await;
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        })
+    };
+    let (ok, out) = ctl(
+        &c.meta_url(),
+        &[
+            "move",
+            &p.id.to_string(),
+            "--to",
+            &target.resp_addr,
+            "--wait",
+            "--timeout-secs",
+            "60",
+        ],
+    )
+    .await;
+    stop.store(true, Ordering::Relaxed);
+    writer.await.unwrap();
+    let (_, migrations) = ctl(&c.meta_url(), &["--json", "migrations"]).await;
+    assert!(
+        ok && out.contains(" DONE"),
+        "the move did not complete: {out}\nmigrations: {migrations}"
+    );
+    assert_eq!(
+        c.map().await.unwrap().partitions[&p.id].owner,
+        target.id,
+        "the partition moved"
+    );
+    c.shutdown().await;
+}

@@ -27,7 +27,9 @@
 //!
 //! The push holds this node's change log from `acked_seq + 1` on (a
 //! [`crate::log_gc::HoldGuard`], advanced with `acked_seq`, released when the
-//! push stops or fails); if that hold would keep more than the node's
+//! push stops or fails), but once the checkpoint is taken at seq Y, from
+//! Y + 1 on: the cutover's incremental digest reads the keys written after
+//! Y from the log (`digest.rs`); if that hold would keep more than the node's
 //! `log_retention_bytes`, the truncator fails the push with
 //! [`crate::log_gc::RETENTION_EXCEEDED`].
 //!
@@ -637,7 +639,7 @@ impl Push {
         }
         self.acked.send_replace(examined);
         if let Some(hold) = &*self.hold.lock().unwrap_or_else(|e| e.into_inner()) {
-            hold.advance(examined + 1);
+            hold.advance(hold_from(examined, self.checkpoint().map(|cp| cp.seq)));
         }
         self.release_acked(examined);
         Ok(())
@@ -811,6 +813,17 @@ pub(crate) async fn blocking<T: Send + 'static>(
         .map_err(|e| format!("source storage: {e}"))
 }
 
+/// The first seq the push's log hold keeps once `examined` is at the
+/// target: the next record, but never past the records after the
+/// checkpoint, which the cutover's incremental digest reads from the log
+/// (`digest::fence_digests`) until the push stops.
+fn hold_from(examined: Seq, checkpoint: Option<Seq>) -> Seq {
+    match checkpoint {
+        Some(cp) => (examined + 1).min(cp + 1),
+        None => examined + 1,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -848,6 +861,13 @@ mod tests {
     /// routing guard and applied the write, the migration was stopped, and
     /// only then (after the fsync) the write's reply reaches `defer`. The
     /// write is durable at the owner: its client gets its reply, at once.
+    #[test]
+    fn the_log_hold_stops_at_the_checkpoint_the_cutover_digest_reads_from() {
+        assert_eq!(hold_from(10, None), 11);
+        assert_eq!(hold_from(10, Some(20)), 11);
+        assert_eq!(hold_from(30, Some(20)), 21);
+    }
+
     #[tokio::test]
     async fn a_reply_deferred_after_stop_gets_the_writes_reply() {
         let push = idle_push();
