@@ -150,18 +150,7 @@ impl<'a> Db<'a> {
         to: Option<&[u8]>,
         limit: usize,
     ) -> Result<Vec<(Bytes, Bytes)>, CmdError> {
-        let prefix = layout::sub_prefix(self.keyspace, key, meta.version);
-        let with = |s: &[u8]| -> Bytes {
-            let mut v = prefix.to_vec();
-            v.extend_from_slice(s);
-            Bytes::from(v)
-        };
-        let start = from.map_or_else(|| prefix.clone(), with);
-        let end = match to {
-            Some(t) => Some(with(t)),
-            None => prefix_successor(&prefix),
-        };
-        let range = KeyRange { start, end };
+        let (prefix, range) = self.sub_key_range(key, meta, from, to);
         let lower = Bound::Included(range.start.clone());
         let upper = range.end.clone().map_or(Bound::Unbounded, Bound::Excluded);
         let mut overlay = self.subs.range((lower, upper)).peekable();
@@ -202,6 +191,30 @@ impl<'a> Db<'a> {
             out.push((sk.slice(prefix.len()..), data));
         }
         Ok(out)
+    }
+
+    /// The storage-key prefix of `meta`'s sub-entries, and the storage range
+    /// of those whose suffix is in `[from, to)` (`None` = unbounded): what
+    /// [`Db::sub_range`] and `Db::sub_range_rev` read.
+    pub(super) fn sub_key_range(
+        &self,
+        key: &[u8],
+        meta: &Meta,
+        from: Option<&[u8]>,
+        to: Option<&[u8]>,
+    ) -> (Bytes, KeyRange) {
+        let prefix = layout::sub_prefix(self.keyspace, key, meta.version);
+        let with = |s: &[u8]| -> Bytes {
+            let mut v = prefix.to_vec();
+            v.extend_from_slice(s);
+            Bytes::from(v)
+        };
+        let start = from.map_or_else(|| prefix.clone(), with);
+        let end = match to {
+            Some(t) => Some(with(t)),
+            None => prefix_successor(&prefix),
+        };
+        (prefix, KeyRange { start, end })
     }
 
     /// Every sub-entry of `meta` (ascending suffix order).

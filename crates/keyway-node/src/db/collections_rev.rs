@@ -7,11 +7,11 @@ use std::collections::VecDeque;
 use std::ops::Bound;
 
 use bytes::Bytes;
-use keyway_storage::{KeyRange, Value, prefix_successor};
+use keyway_storage::Value;
 
 use super::Db;
 use crate::cmd::CmdError;
-use crate::coll::layout::{self, Meta};
+use crate::coll::layout::Meta;
 
 /// Entries one engine reverse scan of a collection range reads at a time.
 const SUB_SCAN_REV_CHUNK_ENTRIES: usize = 512;
@@ -28,18 +28,7 @@ impl<'a> Db<'a> {
         to: Option<&[u8]>,
         limit: usize,
     ) -> Result<Vec<(Bytes, Bytes)>, CmdError> {
-        let prefix = layout::sub_prefix(self.keyspace, key, meta.version);
-        let with = |s: &[u8]| -> Bytes {
-            let mut v = prefix.to_vec();
-            v.extend_from_slice(s);
-            Bytes::from(v)
-        };
-        let start = from.map_or_else(|| prefix.clone(), with);
-        let end = match to {
-            Some(t) => Some(with(t)),
-            None => prefix_successor(&prefix),
-        };
-        let range = KeyRange { start, end };
+        let (prefix, range) = self.sub_key_range(key, meta, from, to);
         let lower = Bound::Included(range.start.clone());
         let upper = range.end.clone().map_or(Bound::Unbounded, Bound::Excluded);
         if range.is_empty() {
