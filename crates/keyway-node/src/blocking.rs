@@ -21,9 +21,16 @@
 //! fall between an attempt that found nothing and its registration. After
 //! every applied batch that puts a List or ZSet top-level entry,
 //! [`crate::node_cmd::apply_and_reply`] calls [`Blocking::notify`], which
-//! wakes every waiter of those keys; a woken client sends a new attempt.
-//! When a waiter leaves (served, timed out, disconnected, redirected), the
-//! waiters that yielded to it on its keys are woken again.
+//! wakes every waiter of those keys. A waiting client keeps its next attempt
+//! **armed** in its waiter entry (the task and where its reply goes), so the
+//! push that wakes it runs that attempt on the same executor thread right
+//! after itself ([`crate::executor::run_next`]), before any command queued
+//! meanwhile: as Redis serves blocked clients before its next command, a
+//! client that pushes and then reads sees the blocked clients served (a
+//! chain of BLMOVEs included). A waiter that is not armed at that moment
+//! (between two attempts) is marked woken and its client attempts again at
+//! once. When a waiter leaves (served, timed out, disconnected,
+//! redirected), the waiters that yielded to it on its keys are woken again.
 //!
 //! A waiting client holds nothing on the executor: it is a [`Notify`] and
 //! an entry in [`Blocking`]'s table. So it never keeps a partition from
@@ -35,12 +42,9 @@
 //! the RESP2 null array). Inside MULTI a blocking command is run by
 //! [`crate::cmd::Command::execute`] alone: its non-blocking form.
 //!
-//! Differences from Redis: the woken client's attempt is a new task, so a
-//! command of another client queued meanwhile on the slot may take the
-//! pushed element first (Redis serves blocked clients before the next
-//! command); and a client waiting on several keys pops from the first
-//! non-empty key in argument order (Redis 7.2's rule; 7.0 pops from the key
-//! that was pushed to).
+//! Difference from Redis: a client waiting on several keys pops from the
+//! first non-empty key in argument order (Redis 7.2's rule; 7.0 pops from
+//! the key that was pushed to).
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -103,6 +107,33 @@ struct Waiter {
     wake: Arc<Notify>,
     /// Its last attempt yielded to an earlier waiter.
     yielded: bool,
+    /// Its next attempt, ready for a push to run ([`Blocking::arm`]).
+    armed: Option<Armed>,
+    /// Woken while not armed: its client attempts again instead of arming.
+    woken: bool,
+}
+
+/// A waiter's next attempt: the storage task of its slot, and where its
+/// reply goes (the client's [`block`] loop).
+pub struct Armed {
+    slot: u16,
+    task: crate::executor::Task,
+    reply: oneshot::Sender<Frame>,
+}
+
+impl Waiter {
+    /// Wakes it: runs its armed attempt next on this executor thread, or
+    /// (not armed, or not on an executor thread) has its client attempt again.
+    fn wake(&mut self) {
+        if let Some(Armed { slot, task, reply }) = self.armed.take() {
+            match crate::executor::run_next(slot, task, reply) {
+                Ok(()) => return,
+                Err((task, reply)) => self.armed = Some(Armed { slot, task, reply }),
+            }
+        }
+        self.woken = true;
+        self.wake.notify_one();
+    }
 }
 
 /// The blocking metrics (registered with the node's [`Metrics`]).
@@ -208,7 +239,8 @@ impl Blocking {
         if self.registered.load(Ordering::Acquire) == 0 {
             return;
         }
-        let state = self.lock();
+        let mut state = self.lock();
+        let state = &mut *state;
         for m in mutations {
             if let Mutation::Put {
                 key,
@@ -218,9 +250,9 @@ impl Blocking {
                 && let Some(queue) = state.queues.get(key)
             {
                 for id in queue {
-                    if let Some(w) = state.waiters.get(id) {
+                    if let Some(w) = state.waiters.get_mut(id) {
                         self.metrics.wakeups.inc();
-                        w.wake.notify_one();
+                        w.wake();
                     }
                 }
             }
@@ -248,6 +280,8 @@ impl Blocking {
                 keys: distinct,
                 wake: wake.clone(),
                 yielded: false,
+                armed: None,
+                woken: false,
             },
         );
         self.registered.fetch_add(1, Ordering::AcqRel);
@@ -294,7 +328,7 @@ impl Blocking {
                     && o.yielded
                 {
                     o.yielded = false;
-                    o.wake.notify_one();
+                    o.wake();
                 }
             }
         }
@@ -326,6 +360,32 @@ impl Blocking {
         true
     }
 
+    /// Arms waiter `id`'s next attempt; gives it back if the waiter was
+    /// woken since its last attempt (or is gone): then attempt at once.
+    fn arm(&self, id: u64, armed: Armed) -> Result<(), Armed> {
+        let mut state = self.lock();
+        match state.waiters.get_mut(&id) {
+            Some(w) if !w.woken => {
+                w.armed = Some(armed);
+                Ok(())
+            }
+            Some(w) => {
+                w.woken = false;
+                Err(armed)
+            }
+            None => Err(armed),
+        }
+    }
+
+    /// Takes waiter `id`'s armed attempt back; `None` if a push took it
+    /// (it runs or ran: its reply is on its way).
+    fn disarm(&self, id: u64) -> Option<Armed> {
+        let mut state = self.lock();
+        let w = state.waiters.get_mut(&id)?;
+        w.woken = false;
+        w.armed.take()
+    }
+
     fn next_id(&self) -> u64 {
         self.next_id.fetch_add(1, Ordering::Relaxed)
     }
@@ -342,11 +402,45 @@ pub struct Gate {
     user_keys: Vec<Bytes>,
     wake: Arc<Notify>,
     waiting: AtomicBool,
+    /// The slot, and the builder of the next attempt (armed on a wait).
+    slot: u16,
+    attempt: Arc<AttemptFn>,
+    /// The routing change counter as this attempt ran (read under its
+    /// routing guard): a later change may redirect the waiter.
+    routing: tokio::sync::watch::Receiver<u64>,
+    routing_seen: AtomicU64,
+    /// The attempt armed when this one made its client wait.
+    next: Mutex<Option<Next>>,
+}
+
+/// The armed next attempt, as its client's [`block`] loop awaits it.
+struct Next {
+    gate: Arc<Gate>,
+    reply: oneshot::Receiver<Frame>,
 }
 
 impl Gate {
+    /// The gate of the next attempt of the same waiter.
+    fn successor(&self) -> Arc<Gate> {
+        Arc::new(Gate {
+            blocking: self.blocking.clone(),
+            id: self.id,
+            keys: self.keys.clone(),
+            user_keys: self.user_keys.clone(),
+            wake: self.wake.clone(),
+            waiting: AtomicBool::new(false),
+            slot: self.slot,
+            attempt: self.attempt.clone(),
+            routing: self.routing.clone(),
+            routing_seen: AtomicU64::new(0),
+            next: Mutex::new(None),
+        })
+    }
+
     /// Decides for `reply`, the command's reply in its non-blocking form.
     pub fn decide(&self, reply: &Frame) -> Decision {
+        self.routing_seen
+            .store(*self.routing.borrow(), Ordering::Release);
         let served_from = match reply {
             Frame::Null | Frame::NullArray => {
                 self.blocking.register(self.id, &self.keys, &self.wake);
@@ -354,8 +448,7 @@ impl Gate {
                     w.yielded = false;
                 }
                 self.blocking.metrics.blocks.inc();
-                self.waiting.store(true, Ordering::Release);
-                return Decision::Wait;
+                return self.wait();
             }
             Frame::Error(_) => None,
             // `[key, ...]` (BLPOP, BLMPOP, BZPOPMIN, ...): served from `key`.
@@ -375,12 +468,29 @@ impl Gate {
                 .blocking
                 .must_yield(self.id, &self.keys, &key, &self.wake)
         {
-            self.waiting.store(true, Ordering::Release);
-            return Decision::Wait;
+            return self.wait();
         }
         self.waiting.store(false, Ordering::Release);
         self.blocking.remove(self.id);
         Decision::Reply
+    }
+
+    /// The client waits (it is registered): arms its next attempt here, on
+    /// the executor thread, so no push can fall between this attempt and
+    /// the arming (unless it was woken meanwhile: then it attempts again).
+    fn wait(&self) -> Decision {
+        self.waiting.store(true, Ordering::Release);
+        let gate = self.successor();
+        let (tx, rx) = oneshot::channel();
+        let armed = Armed {
+            slot: self.slot,
+            task: (self.attempt)(gate.clone()),
+            reply: tx,
+        };
+        if self.blocking.arm(self.id, armed).is_ok() {
+            *self.next.lock().unwrap_or_else(|e| e.into_inner()) = Some(Next { gate, reply: rx });
+        }
+        Decision::Wait
     }
 }
 
@@ -493,54 +603,122 @@ pub fn block(
             .collect();
         let mut routing = shared.routing.subscribe();
         let mut tx = tx;
+        let attempt: Arc<AttemptFn> = Arc::from(attempt);
+        let first = Arc::new(Gate {
+            blocking: blocking.clone(),
+            id,
+            keys: storage_keys,
+            user_keys,
+            wake: wake.clone(),
+            waiting: AtomicBool::new(false),
+            slot,
+            attempt: attempt.clone(),
+            routing: routing.clone(),
+            routing_seen: AtomicU64::new(0),
+            next: Mutex::new(None),
+        });
+        // Each turn: the last attempt's gate and reply.
+        let mut gate = first.successor();
+        let mut reply = tokio::select! {
+            r = shared.executor.run(slot, attempt(gate.clone())) => r,
+            _ = tx.closed() => return,
+        };
         loop {
-            let gate = Arc::new(Gate {
-                blocking: blocking.clone(),
-                id,
-                keys: storage_keys.clone(),
-                user_keys: user_keys.clone(),
-                wake: wake.clone(),
-                waiting: AtomicBool::new(false),
-            });
-            routing.mark_unchanged();
-            let reply = tokio::select! {
-                r = shared.executor.run(slot, attempt(gate.clone())) => r,
-                _ = tx.closed() => return,
-            };
             if !gate.waiting.load(Ordering::Acquire) {
                 let _ = tx.send(reply);
                 return;
             }
+            routing.mark_unchanged();
+            let armed = gate.next.lock().unwrap_or_else(|e| e.into_inner()).take();
+            let routing_moved = *routing.borrow() != gate.routing_seen.load(Ordering::Acquire);
+            let Some(Next {
+                gate: next_gate,
+                reply: mut armed_rx,
+            }) = armed
+            else {
+                // Woken since the attempt: attempt again now.
+                gate = first.successor();
+                reply = tokio::select! {
+                    r = shared.executor.run(slot, attempt(gate.clone())) => r,
+                    _ = tx.closed() => return,
+                };
+                continue;
+            };
+            gate = next_gate;
             let timed_out = async {
                 match deadline {
                     Some(d) => tokio::time::sleep_until(d).await,
                     None => std::future::pending().await,
                 }
             };
-            tokio::select! {
-                _ = wake.notified() => {}
-                r = routing.changed() => if r.is_err() { return },
-                _ = timed_out => {
+            let event = tokio::select! {
+                // The routing changed since the attempt ran: it may redirect.
+                _ = std::future::ready(()), if routing_moved => Ended::No,
+                r = &mut armed_rx => {
+                    // A push ran the armed attempt.
+                    reply = r.unwrap_or_else(|_| shutting_down());
+                    continue;
+                }
+                _ = wake.notified() => Ended::No,
+                r = routing.changed() => match r {
+                    Ok(()) => Ended::No,
+                    Err(_) => return,
+                },
+                _ = timed_out => Ended::TimedOut,
+                how = &mut unblocked => Ended::Unblocked(match how {
+                    Ok(Unblock::Error) => {
+                        Frame::Error("UNBLOCKED client unblocked via CLIENT UNBLOCK".into())
+                    }
+                    _ => Frame::NullArray,
+                }),
+                _ = tx.closed() => return,
+            };
+            let Some(next) = blocking.disarm(id) else {
+                // A push took the armed attempt: its reply decides.
+                reply = tokio::select! {
+                    r = armed_rx => r.unwrap_or_else(|_| shutting_down()),
+                    _ = tx.closed() => return,
+                };
+                continue;
+            };
+            match event {
+                Ended::TimedOut => {
                     blocking.metrics.timeouts.inc();
                     blocking.remove(id);
                     let _ = tx.send(Frame::NullArray);
                     return;
                 }
-                how = &mut unblocked => {
+                Ended::Unblocked(frame) => {
                     blocking.remove(id);
-                    let _ = tx.send(match how {
-                        Ok(Unblock::Error) => {
-                            Frame::Error("UNBLOCKED client unblocked via CLIENT UNBLOCK".into())
-                        }
-                        _ => Frame::NullArray,
-                    });
+                    let _ = tx.send(frame);
                     return;
                 }
-                _ = tx.closed() => return,
+                // Woken (or the routing changed, which may redirect it):
+                // run the disarmed attempt now.
+                Ended::No => {
+                    reply = tokio::select! {
+                        r = shared.executor.run(slot, next.task) => r,
+                        _ = tx.closed() => return,
+                    };
+                }
             }
         }
     });
     rx
+}
+
+/// What ended a wait that no push answered.
+enum Ended {
+    /// Nothing: attempt again (woken, or the routing changed).
+    No,
+    /// The command, at its timeout (nil).
+    TimedOut,
+    /// The command, by CLIENT UNBLOCK, with this reply.
+    Unblocked(Frame),
+}
+
+fn shutting_down() -> Frame {
+    Frame::Error("ERR server is shutting down".into())
 }
 
 /// Redis's `getTimeoutFromObjectOrReply` in seconds: the timeout in

@@ -43,6 +43,15 @@ fn gate(b: &Arc<Blocking>, id: u64, keys: &[&str]) -> Gate {
         user_keys: keys.iter().map(|k| Bytes::from(k.to_string())).collect(),
         wake: Arc::new(Notify::new()),
         waiting: AtomicBool::new(false),
+        slot: 0,
+        attempt: Arc::new(|_gate: Arc<Gate>| -> crate::executor::Task {
+            Box::new(|_engine: &dyn keyway_storage::Engine| {
+                crate::executor::TaskOutput::reply(Frame::Null, false)
+            })
+        }),
+        routing: tokio::sync::watch::channel(0).1,
+        routing_seen: AtomicU64::new(0),
+        next: Mutex::new(None),
     }
 }
 

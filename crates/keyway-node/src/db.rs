@@ -21,6 +21,7 @@
 
 mod collections;
 mod collections_rev;
+mod hash_fields;
 
 use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, HashMap};

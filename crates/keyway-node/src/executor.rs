@@ -22,6 +22,10 @@
 //!    held past `max_hold` is answered with an error (and never runs).
 //!    A dual-written write's released reply is handed to its push, which
 //!    sends it once the target has the write.
+//! 5. Tasks a task queues with [`run_next`] (the attempts of the clients
+//!    blocked on a key it pushed to, see [`crate::blocking`]) run on the
+//!    same thread right after it, before any job queued meanwhile, as Redis
+//!    serves blocked clients before its next command.
 //!
 //! # Order per slot (nothing overtakes a parked request)
 //! Every task is queued with its *order key*: the slot (or, for `KW.*`
@@ -117,6 +121,37 @@ enum Job {
     },
     /// Re-check parked tasks (the routing view changed, or time passed).
     Wake,
+}
+
+thread_local! {
+    /// On a shard thread: what [`run_next`] queued during the task now
+    /// running (`None` on every other thread).
+    static RUN_NEXT: std::cell::RefCell<Option<Vec<Parked>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// Queues `task` (of `slot`, with its reply to `reply`) to run on this
+/// shard thread right after the task now running, before the next queued
+/// job. Only a task of a slot this thread owns may queue it (it then keeps
+/// its slot's order: it is parked like any task if the slot has parked
+/// ones). Off a shard thread it gives both back.
+pub fn run_next(
+    slot: u16,
+    task: Task,
+    reply: oneshot::Sender<Frame>,
+) -> Result<(), (Task, oneshot::Sender<Frame>)> {
+    RUN_NEXT.with(|next| match next.borrow_mut().as_mut() {
+        Some(queue) => {
+            queue.push(Parked {
+                task,
+                reply,
+                since: Instant::now(),
+                slot: Some(slot),
+            });
+            Ok(())
+        }
+        None => Err((task, reply)),
+    })
 }
 
 struct Parked {
@@ -456,6 +491,7 @@ fn shard_loop(
     metrics: &Metrics,
 ) {
     let mut parked: Vec<Parked> = Vec::new();
+    RUN_NEXT.with(|next| *next.borrow_mut() = Some(Vec::new()));
     while let Some(first) = rx.blocking_recv() {
         let mut group = Group {
             replies: Vec::with_capacity(16),
@@ -502,6 +538,7 @@ fn shard_loop(
                     run(engine, &ctx, job, &mut group, &mut parked, metrics);
                 }
             }
+            run_queued_next(engine, &ctx, &mut group, &mut parked, metrics);
             next = if group.replies.len() < ctx.max_group {
                 rx.try_recv().ok()
             } else {
@@ -519,6 +556,33 @@ fn shard_loop(
                 // `none` follow the last seq: wake the replication streams.
                 ctx.durable.publish(engine.last_seq());
                 release(group.replies, &ctx.latency)
+            }
+        }
+    }
+}
+
+/// Runs what [`run_next`] queued, and what those queued in turn, in order
+/// (behind its slot's parked tasks if it has any).
+fn run_queued_next(
+    engine: &dyn Engine,
+    ctx: &ShardContext,
+    group: &mut Group,
+    parked: &mut Vec<Parked>,
+    metrics: &Metrics,
+) {
+    loop {
+        let queued = RUN_NEXT
+            .with(|next| std::mem::take(next.borrow_mut().as_mut().expect("on a shard thread")));
+        if queued.is_empty() {
+            return;
+        }
+        for job in queued {
+            if job.slot.is_some() && parked.iter().any(|p| p.slot == job.slot) {
+                metrics.held.inc();
+                metrics.held_in_order.inc();
+                parked.push(job);
+            } else {
+                run(engine, ctx, job, group, parked, metrics);
             }
         }
     }

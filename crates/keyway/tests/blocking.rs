@@ -2,7 +2,9 @@
 //! - a `BLPOP` blocked client is woken by an `RPUSH` from another client;
 //!   blocked clients are served first blocked, first served; `BLMOVE` and
 //!   `BLMPOP` wake the same way; a timeout answers nil after the timeout;
-//!   a client that disconnects while blocked leaves no waiter behind; a
+//!   blocked clients are served before the pusher's next command (a chain of
+//!   BRPOPLPUSHes too); a client that disconnects while blocked leaves no
+//!   waiter behind; a
 //!   request pipelined after a blocking command waits for it;
 //! - a client blocked on a key whose slot moves away gets `-MOVED` to the
 //!   new owner, and the migration of that slot completes while it waits
@@ -127,6 +129,31 @@ fn blocked_clients_are_woken_by_pushes_in_order_and_time_out() {
             Frame::Array(vec![Frame::bulk("3"), Frame::bulk("2")])
         ])
     );
+
+    // Blocked clients are served before the pusher's next command, a chain
+    // of them included (list.tcl's "Circular BRPOPLPUSH"): the push runs
+    // their attempts on its executor thread right after itself.
+    for round in 0..20 {
+        send(&mut a, &["BRPOPLPUSH", "{b}l1", "{b}l2", "0"]);
+        wait_blocked(admin, 1);
+        send(&mut c, &["BRPOPLPUSH", "{b}l2", "{b}l1", "0"]);
+        wait_blocked(admin, 2);
+        assert_eq!(pusher.cmd(&["RPUSH", "{b}l1", "foo"]), Frame::Integer(1));
+        assert_eq!(
+            pusher.cmd(&["LRANGE", "{b}l1", "0", "-1"]),
+            Frame::Array(vec![Frame::bulk("foo")]),
+            "round {round}"
+        );
+        assert_eq!(
+            pusher.cmd(&["LLEN", "{b}l2"]),
+            Frame::Integer(0),
+            "round {round}"
+        );
+        assert_eq!(a.read_reply().unwrap(), Frame::bulk("foo"));
+        assert_eq!(c.read_reply().unwrap(), Frame::bulk("foo"));
+        wait_blocked(admin, 0);
+        pusher.cmd(&["DEL", "{b}l1"]);
+    }
 
     // A timeout answers nil (the null array) once it passed, not before.
     let began = Instant::now();

@@ -144,8 +144,14 @@ async fn reads_go_to_reads_from_while_writes_stay_at_the_owner_and_come_back_whe
 
     let p = c.map().await.unwrap().partitions[&p.id].clone();
     cas(&c, &p, |r| r.reads_from = Some(target)).await;
-    let fresh = client(&c).await;
-    assert_eq!(fresh.map().partitions[&p.id].reads_from, Some(target));
+    // A client started after the change learns it with its first map
+    // (once the node it asks has installed the new epoch: the commit
+    // reaches each node through its watch).
+    let fresh = eventually("a fresh client's map", Duration::from_secs(10), || async {
+        let fresh = client(&c).await;
+        (fresh.map().partitions[&p.id].reads_from == Some(target)).then_some(fresh)
+    })
+    .await;
     // Reads land at the target once it holds a read lease at the new epoch
     // (until then it refuses and the client falls back to the owner).
     eventually(

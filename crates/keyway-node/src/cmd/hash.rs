@@ -4,9 +4,12 @@
 //! Semantics follow Redis 7.0's `t_hash.c`, checked in the same order
 //! (argument parsing that Redis does before the key lookup, then the type
 //! check, then the rest). A hash is a meta plus one sub-entry per field
-//! (`field -> value`, see [`crate::coll`]): point reads and writes are O(1)
-//! engine operations, whole-hash reads walk the field range in field order
-//! (Redis's order is its encoding's, so clients must not rely on it).
+//! (`field -> seq value`, see [`crate::coll`]; read and written through
+//! `Db::hash_get`/`hash_put`/`hash_all`): point reads and writes are O(1)
+//! engine operations; whole-hash reads walk the field range and answer in
+//! insertion order up to `HASH_INSERTION_ORDER_MAX_FIELDS` fields (as
+//! Redis's listpack does), in field order beyond (Redis: its hash table's;
+//! clients must not rely on either).
 
 use bytes::Bytes;
 use keyway_resp::Frame;
@@ -16,7 +19,7 @@ use rand::Rng;
 use super::coll_scan::{ScanOpts, scan_reply, scan_step};
 use super::long_double::{self, LongDouble};
 use super::{CmdError, CmdResult, errors, parse_i64, reply_err};
-use crate::coll::Meta;
+use crate::coll::layout;
 use crate::db::Db;
 
 const KIND: ValueKind = ValueKind::Hash;
@@ -196,7 +199,7 @@ impl HashCmd {
                 let mut meta = db.meta(key, KIND)?.unwrap_or_else(|| db.new_meta(KIND));
                 let mut added = 0;
                 for (field, value) in pairs {
-                    added += i64::from(set_field(db, key, &mut meta, field, value.clone())?);
+                    added += i64::from(db.hash_put(key, &mut meta, field, value)?);
                 }
                 db.put_meta(key, &meta)?;
                 Ok(match *name {
@@ -209,7 +212,7 @@ impl HashCmd {
                 if db.sub_get(key, &meta, field)?.is_some() {
                     return Ok(Frame::Integer(0));
                 }
-                set_field(db, key, &mut meta, field, value.clone())?;
+                db.hash_put(key, &mut meta, field, value)?;
                 db.put_meta(key, &meta)?;
                 Ok(Frame::Integer(1))
             }
@@ -222,7 +225,7 @@ impl HashCmd {
                 let mut out = Vec::with_capacity(fields.len());
                 for f in fields {
                     out.push(match &meta {
-                        Some(m) => db.sub_get(key, m, f)?.map_or(Frame::Null, Frame::Bulk),
+                        Some(m) => db.hash_get(key, m, f)?.map_or(Frame::Null, Frame::Bulk),
                         None => Frame::Null,
                     });
                 }
@@ -261,7 +264,7 @@ impl HashCmd {
                         _ => Frame::Array(vec![]),
                     });
                 };
-                let all = db.sub_all(key, &meta)?;
+                let all = db.hash_all(key, &meta)?;
                 Ok(match *name {
                     "hkeys" => Frame::Array(all.into_iter().map(|(f, _)| Frame::Bulk(f)).collect()),
                     "hvals" => Frame::Array(all.into_iter().map(|(_, v)| Frame::Bulk(v)).collect()),
@@ -275,7 +278,7 @@ impl HashCmd {
             HashCmd::IncrBy { key, field, by } => {
                 let by = parse_i64(by).ok_or_else(|| reply_err(errors::NOT_INTEGER))?;
                 let mut meta = db.meta(key, KIND)?.unwrap_or_else(|| db.new_meta(KIND));
-                let current = match db.sub_get(key, &meta, field)? {
+                let current = match db.hash_get(key, &meta, field)? {
                     Some(v) => parse_i64(&v)
                         .ok_or_else(|| reply_err("ERR hash value is not an integer"))?,
                     None => 0,
@@ -283,7 +286,7 @@ impl HashCmd {
                 let new = current
                     .checked_add(by)
                     .ok_or_else(|| reply_err(errors::OVERFLOW))?;
-                set_field(db, key, &mut meta, field, Bytes::from(new.to_string()))?;
+                db.hash_put(key, &mut meta, field, new.to_string().as_bytes())?;
                 db.put_meta(key, &meta)?;
                 Ok(Frame::Integer(new))
             }
@@ -293,7 +296,7 @@ impl HashCmd {
                     return Err(reply_err("ERR value is NaN or Infinity"));
                 }
                 let mut meta = db.meta(key, KIND)?.unwrap_or_else(|| db.new_meta(KIND));
-                let current = match db.sub_get(key, &meta, field)? {
+                let current = match db.hash_get(key, &meta, field)? {
                     Some(v) => long_double::parse(&v)
                         .ok_or_else(|| reply_err("ERR hash value is not a float"))?,
                     None => LongDouble::ZERO,
@@ -303,7 +306,7 @@ impl HashCmd {
                     return Err(reply_err(errors::NAN_OR_INF));
                 }
                 let text = Bytes::from(long_double::format_human(new));
-                set_field(db, key, &mut meta, field, text.clone())?;
+                db.hash_put(key, &mut meta, field, &text)?;
                 db.put_meta(key, &meta)?;
                 Ok(Frame::Bulk(text))
             }
@@ -320,36 +323,23 @@ impl HashCmd {
                 };
                 let opts = ScanOpts::parse_options(cursor, &args[1..])?;
                 let (next, entries) = scan_step(db, key, &meta, &[], &opts)?;
-                let items = entries
-                    .into_iter()
-                    .flat_map(|(f, v)| [Frame::Bulk(f), Frame::Bulk(v)])
-                    .collect();
+                let mut items = Vec::with_capacity(entries.len() * 2);
+                for (f, data) in entries {
+                    let value = layout::hash_value_parts(&data)
+                        .ok_or_else(|| reply_err("ERR corrupt hash field"))?
+                        .1;
+                    items.extend([Frame::Bulk(f), Frame::Bulk(value)]);
+                }
                 Ok(scan_reply(next, items))
             }
         }
     }
 }
 
-/// Writes one field, counting it in `meta` if new; `true` if it was new.
-fn set_field(
-    db: &mut Db<'_>,
-    key: &[u8],
-    meta: &mut Meta,
-    field: &[u8],
-    value: Bytes,
-) -> Result<bool, CmdError> {
-    let new = db.sub_get(key, meta, field)?.is_none();
-    db.sub_put(key, meta, field, value)?;
-    if new {
-        meta.size += 1;
-    }
-    Ok(new)
-}
-
 /// The value of one field (`None`: no such key or field).
 fn get_field(db: &mut Db<'_>, key: &[u8], field: &[u8]) -> Result<Option<Bytes>, CmdError> {
     match db.meta(key, KIND)? {
-        Some(meta) => db.sub_get(key, &meta, field),
+        Some(meta) => db.hash_get(key, &meta, field),
         None => Ok(None),
     }
 }
@@ -366,7 +356,7 @@ fn rand_field(
         let Some(meta) = db.meta(key, KIND)? else {
             return Ok(Frame::Null);
         };
-        let all = db.sub_all(key, &meta)?;
+        let all = db.hash_all(key, &meta)?;
         let pick = rand::rng().random_range(0..all.len());
         return Ok(Frame::Bulk(all[pick].0.clone()));
     };
@@ -388,7 +378,7 @@ fn rand_field(
     if l == 0 {
         return Ok(Frame::Array(vec![]));
     }
-    let all = db.sub_all(key, &meta)?;
+    let all = db.hash_all(key, &meta)?;
     let mut rng = rand::rng();
     let picked: Vec<&(Bytes, Bytes)> = if l < 0 {
         (0..l.unsigned_abs())

@@ -244,3 +244,47 @@ fn hrandfield_counts() {
     );
     assert_eq!(t.run(&["hrandfield", "h", "0"]), Frame::Array(vec![]));
 }
+
+#[test]
+fn small_hashes_answer_in_insertion_order_big_ones_in_field_order() {
+    let mut t = TestDb::new();
+    t.run(&["hset", "h", "z", "1", "a", "2", "m", "3"]);
+    // An overwrite keeps its place; a field deleted and set again goes last.
+    t.run(&["hset", "h", "a", "9"]);
+    t.run(&["hincrby", "h", "m", "1"]);
+    t.run(&["hdel", "h", "z"]);
+    t.run(&["hset", "h", "z", "4"]);
+    assert_eq!(t.run(&["hkeys", "h"]), arr(&["a", "m", "z"]));
+    assert_eq!(t.run(&["hvals", "h"]), arr(&["9", "4", "4"]));
+    // DUMP/RESTORE and COPY keep the order.
+    let Frame::Bulk(dump) = t.run(&["dump", "h"]) else {
+        panic!("dump")
+    };
+    let restore: [bytes::Bytes; 3] = ["restore", "h2", "0"].map(bytes::Bytes::from);
+    let mut restore = restore.to_vec();
+    restore.push(dump);
+    assert_eq!(t.run_args(&restore), ok());
+    assert_eq!(t.run(&["hkeys", "h2"]), arr(&["a", "m", "z"]));
+    t.run(&["copy", "h", "h3"]);
+    assert_eq!(t.run(&["hkeys", "h3"]), arr(&["a", "m", "z"]));
+
+    let n = crate::coll::HASH_INSERTION_ORDER_MAX_FIELDS + 1;
+    let fields: Vec<String> = (0..n).rev().map(|i| format!("f{i:04}")).collect();
+    for f in &fields {
+        t.run(&["hset", "big", f, "v"]);
+    }
+    let mut sorted = fields.clone();
+    sorted.sort();
+    let sorted: Vec<&str> = sorted.iter().map(|s| s.as_str()).collect();
+    assert_eq!(t.run(&["hkeys", "big"]), arr(&sorted));
+    t.run(&["hdel", "big", "f0000"]);
+    let rev: Vec<&str> = fields[..fields.len() - 1]
+        .iter()
+        .map(|s| s.as_str())
+        .collect();
+    assert_eq!(
+        t.run(&["hkeys", "big"]),
+        arr(&rev),
+        "back to insertion order"
+    );
+}

@@ -43,6 +43,9 @@ pub struct Meta {
     pub head: u64,
     /// Lists only: one past the index of the last element.
     pub tail: u64,
+    /// Hashes only: the insertion sequence the next new field gets (see
+    /// [`hash_value`]).
+    pub next_seq: u64,
 }
 
 impl Meta {
@@ -55,10 +58,12 @@ impl Meta {
             size: 0,
             head: LIST_START_INDEX,
             tail: LIST_START_INDEX,
+            next_seq: 0,
         }
     }
 
-    /// The top-level entry's data: `version u64 | size u64 [| head u64 | tail u64]`.
+    /// The top-level entry's data: `version u64 | size u64`, then for a
+    /// list `| head u64 | tail u64`, for a hash `| next_seq u64`.
     pub fn encode(&self) -> Bytes {
         let mut out = BytesMut::with_capacity(32);
         out.put_u64(self.version);
@@ -67,6 +72,9 @@ impl Meta {
             debug_assert_eq!(self.tail - self.head, self.size, "list meta out of step");
             out.put_u64(self.head);
             out.put_u64(self.tail);
+        }
+        if self.kind == ValueKind::Hash {
+            out.put_u64(self.next_seq);
         }
         out.freeze()
     }
@@ -86,7 +94,15 @@ impl Meta {
             ValueKind::List => (word(2)?, word(3)?),
             _ => (LIST_START_INDEX, LIST_START_INDEX),
         };
-        let want_len = if kind == ValueKind::List { 32 } else { 16 };
+        let next_seq = match kind {
+            ValueKind::Hash => word(2)?,
+            _ => 0,
+        };
+        let want_len = match kind {
+            ValueKind::List => 32,
+            ValueKind::Hash => 24,
+            _ => 16,
+        };
         if data.len() != want_len
             || (kind == ValueKind::List && tail.checked_sub(head) != Some(size))
         {
@@ -98,8 +114,41 @@ impl Meta {
             size,
             head,
             tail,
+            next_seq,
         })
     }
+}
+
+/// A hash field's sub-entry data: `leb128(seq) ++ value`, where `seq` is
+/// the field's insertion sequence (from [`Meta::next_seq`], kept when the
+/// field is overwritten), so a small hash can answer in insertion order as
+/// Redis's listpack does.
+pub fn hash_value(seq: u64, value: &[u8]) -> Bytes {
+    let mut out = BytesMut::with_capacity(10 + value.len());
+    let mut n = seq;
+    loop {
+        let byte = (n & 0x7f) as u8;
+        n >>= 7;
+        if n == 0 {
+            out.put_u8(byte);
+            break;
+        }
+        out.put_u8(byte | 0x80);
+    }
+    out.put_slice(value);
+    out.freeze()
+}
+
+/// Inverse of [`hash_value`]: `(seq, value)`; `None` if `data` is not one.
+pub fn hash_value_parts(data: &Bytes) -> Option<(u64, Bytes)> {
+    let mut seq = 0u64;
+    for (i, byte) in data.iter().enumerate().take(10) {
+        seq |= u64::from(byte & 0x7f) << (7 * i);
+        if byte & 0x80 == 0 {
+            return Some((seq, data.slice(i + 1..)));
+        }
+    }
+    None
 }
 
 /// A version no live or dead incarnation of any key has had (with
@@ -265,12 +314,27 @@ mod tests {
         assert_eq!(Meta::decode(ValueKind::List, &m.encode()), Some(m));
         let h = Meta {
             size: 7,
+            next_seq: 9,
             ..Meta::fresh(ValueKind::Hash)
         };
         assert_eq!(Meta::decode(ValueKind::Hash, &h.encode()), Some(h));
         assert_eq!(Meta::decode(ValueKind::String, &h.encode()), None);
         assert_eq!(Meta::decode(ValueKind::List, &h.encode()), None);
         assert_eq!(Meta::decode(ValueKind::Hash, b"short"), None);
+        let s = Meta {
+            size: 3,
+            ..Meta::fresh(ValueKind::Set)
+        };
+        assert_eq!(Meta::decode(ValueKind::Set, &s.encode()), Some(s));
+        assert_eq!(Meta::decode(ValueKind::Hash, &s.encode()), None);
+    }
+
+    proptest! {
+        #[test]
+        fn hash_values_round_trip(seq in any::<u64>(), value in proptest::collection::vec(any::<u8>(), 0..40)) {
+            let data = hash_value(seq, &value);
+            prop_assert_eq!(hash_value_parts(&data), Some((seq, Bytes::from(value))));
+        }
     }
 
     #[test]

@@ -5,7 +5,8 @@
 //! A key has one **top-level entry** at its usual storage key
 //! `be32(keyspace) ++ be16(slot) ++ key`, whose [`ValueKind`] is its type.
 //! For a collection that entry is the **meta** ([`layout::Meta`]):
-//! `version u64 | size u64 [| head u64 | tail u64]`, with the key's TTL as the
+//! `version u64 | size u64`, then `| head u64 | tail u64` for a list and
+//! `| next_seq u64` for a hash, with the key's TTL as the
 //! entry's expiry, so EXPIRE/TTL/PERSIST/DEL and lazy and active expiry treat
 //! every type alike.
 //!
@@ -20,7 +21,9 @@
 //! under: a user key `k` is only ever stored under `slot(k)`, hence no user
 //! key can collide with a sub-entry, and no top-level key decodes as one.
 //!
-//! Suffixes: hash `field → value`; set `member → ∅`; list `be64(index) →
+//! Suffixes: hash `field → leb128(seq) value` (`seq`: the field's insertion
+//! sequence, so hashes of up to [`HASH_INSERTION_ORDER_MAX_FIELDS`] fields
+//! answer in insertion order, as Redis's listpack encoding does); set `member → ∅`; list `be64(index) →
 //! element` (meta `head..tail`, starting at 2^63, so pushes and pops at both
 //! ends are O(1)); sorted set `0x01 member → score` plus the score index
 //! `0x02 sortable(score) member → ∅` (score order, then member order).
@@ -37,6 +40,13 @@
 //! commands see strings only.
 
 pub mod layout;
+
+/// Whole-hash reads (HGETALL, HKEYS, HVALS, DUMP, ...) of hashes with up to
+/// this many fields answer in insertion order, as Redis 7.0 does for a hash
+/// in its listpack encoding (whose default `hash-max-listpack-entries` is
+/// 512); bigger hashes answer in field order (Redis: its hash table's).
+pub const HASH_INSERTION_ORDER_MAX_FIELDS: u64 = 512;
+
 pub mod whole;
 
 pub use layout::{Meta, SubKey};

@@ -247,9 +247,16 @@ impl<'a> Db<'a> {
                     .meta(key, kind)
                     .map_err(storage)?
                     .expect("live: read above");
+                if kind == ValueKind::Hash {
+                    let pairs = self.hash_all(key, &meta).map_err(storage)?;
+                    return Ok(Some(Whole {
+                        contents: Contents::Hash(pairs),
+                        expire_at_ms: value.expire_at_ms,
+                    }));
+                }
                 let subs = self.sub_all(key, &meta).map_err(storage)?;
                 match kind {
-                    ValueKind::Hash => Contents::Hash(subs),
+                    ValueKind::Hash => unreachable!("read above"),
                     ValueKind::Set => Contents::Set(subs.into_iter().map(|(m, _)| m).collect()),
                     ValueKind::List => Contents::List(subs.into_iter().map(|(_, e)| e).collect()),
                     _ => Contents::ZSet(
@@ -285,10 +292,7 @@ impl<'a> Db<'a> {
             Contents::String(_) => unreachable!("handled above"),
             Contents::Hash(pairs) => {
                 for (f, v) in pairs {
-                    if self.sub_get(key, &meta, &f)?.is_none() {
-                        meta.size += 1;
-                    }
-                    self.sub_put(key, &meta, &f, v)?;
+                    self.hash_put(key, &mut meta, &f, &v)?;
                 }
             }
             Contents::Set(members) => {
