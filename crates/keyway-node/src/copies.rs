@@ -414,6 +414,7 @@ mod tests {
 
     fn put(key: &'static [u8], data: &'static [u8]) -> ChangeRecord {
         ChangeRecord {
+            batch_continues: false,
             seq: 1,
             mutation: Mutation::Put {
                 key: Bytes::from_static(key),
@@ -427,6 +428,7 @@ mod tests {
     #[test]
     fn payload_bytes_count_key_and_data() {
         let del = ChangeRecord {
+            batch_continues: false,
             seq: 2,
             mutation: Mutation::Delete {
                 key: Bytes::from_static(b"abc"),

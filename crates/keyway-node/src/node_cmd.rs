@@ -719,6 +719,9 @@ fn storage_task<W: SlotWork>(
                 .get(&partition)
                 .is_some_and(|p| p.reads_from == Some(shared.me));
             shared.metrics.replica_read_served(switched);
+            // No replica apply in the middle of this read (it may read the
+            // engine several times): it sees the primary's batches whole.
+            let _whole = shared.routing.replica_read_shared();
             let mut db = Db::new(engine, &shared.keyspace, shared.clock.unix_ms(), &limits)
                 .with_cursors(&shared.scan_cursors);
             return match command.execute(&mut db) {

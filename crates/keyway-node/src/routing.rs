@@ -87,6 +87,12 @@ pub struct Routing {
     /// heartbeat (`crate::replicate`); read by
     /// [`RoutingGuard::admit_replica_read`] (invariant 11).
     replica_reads: std::sync::Mutex<BTreeMap<PartitionId, (Epoch, u64)>>,
+    /// Replica applies (exclusive) against the replica reads they could tear
+    /// (shared): a READONLY command reads in several engine calls (a
+    /// collection's meta, then its entries chunk by chunk), so it must not
+    /// interleave with an apply of the primary's batches. Taken after the
+    /// view's read guard on both sides.
+    replica_apply: RwLock<()>,
 }
 
 /// What the ownership check reads, all under one lock: the map and this
@@ -124,6 +130,7 @@ impl Routing {
             clock,
             base,
             lease_deadline_ns: AtomicU64::new(0),
+            replica_apply: RwLock::new(()),
             view: RwLock::new(View {
                 map: Arc::new(PartitionMap::new()),
                 fenced: BTreeSet::new(),
@@ -152,6 +159,20 @@ impl Routing {
 
     /// Withdraws every replica read lease of `partition` (it stopped being a
     /// replica here, or its copy is being rebuilt).
+    /// Held while the replica side applies one whole-batch run of the
+    /// primary's records (take it after [`Routing::read`]).
+    pub fn replica_apply_exclusive(&self) -> std::sync::RwLockWriteGuard<'_, ()> {
+        self.replica_apply
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Held while a replica read executes (after [`Routing::read`]): it sees
+    /// each of the primary's batches wholly or not at all.
+    pub fn replica_read_shared(&self) -> RwLockReadGuard<'_, ()> {
+        self.replica_apply.read().unwrap_or_else(|e| e.into_inner())
+    }
+
     pub fn revoke_replica_read(&self, partition: PartitionId) {
         self.replica_reads
             .lock()

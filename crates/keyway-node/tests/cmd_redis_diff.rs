@@ -151,6 +151,11 @@ const INFO_NAMES: &[&str] = &[
     "sunion",
     "sdiff",
     "sscan",
+    "smove",
+    "sintercard",
+    "sinterstore",
+    "sunionstore",
+    "sdiffstore",
 ];
 
 #[test]
@@ -451,6 +456,77 @@ fn random_replies_match_redis_7() {
     assert!(
         failures.is_empty(),
         "{} mismatches:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
+
+/// Every row of the command table that Redis 7.0 also has: `COMMAND INFO`
+/// (RESP3: flags, first/last/step, ACL categories, tips, key specs) exactly
+/// as Redis's, except the rows listed with why.
+#[test]
+fn every_command_table_row_matches_redis_7_0() {
+    // Redis lists key specs or subcommands these rows do not describe.
+    const KNOWN: &[(&str, &str)] = &[
+        (
+            "sort",
+            "Redis adds key specs of type unknown for BY/GET and STORE",
+        ),
+        (
+            "sort_ro",
+            "Redis adds a key spec of type unknown for BY/GET",
+        ),
+        ("object", "Redis lists its subcommands"),
+        ("function", "Redis lists its subcommands"),
+        ("config", "Redis lists its subcommands"),
+        ("client", "Redis lists its subcommands"),
+        ("cluster", "Redis lists its subcommands"),
+        ("command", "Redis lists its subcommands"),
+        ("slowlog", "Redis lists its subcommands"),
+        ("latency", "Redis lists its subcommands"),
+        ("memory", "Redis lists its subcommands"),
+    ];
+    let Some(mut redis) = Redis::start() else {
+        eprintln!("cmd_redis_diff: redis-server not available, skipped");
+        return;
+    };
+    let version = redis.call(&[Bytes::from_static(b"INFO"), Bytes::from_static(b"server")]);
+    if !matches!(&version, Frame::Bulk(b) if String::from_utf8_lossy(b).contains("redis_version:7.0."))
+    {
+        eprintln!("cmd_redis_diff: not Redis 7.0, table check skipped");
+        return;
+    }
+    redis.call(&[Bytes::from_static(b"HELLO"), Bytes::from_static(b"3")]);
+    let ours = Keyway::new();
+    let mut failures = Vec::new();
+    let mut checked = 0;
+    for spec in keyway_node::cmd::table::commands() {
+        if KNOWN.iter().any(|(n, _)| *n == spec.name) {
+            continue;
+        }
+        let args = vec![
+            Bytes::from_static(b"COMMAND"),
+            Bytes::from_static(b"INFO"),
+            Bytes::from_static(spec.name.as_bytes()),
+        ];
+        let expected = redis.call(&args);
+        if expected == Frame::Array(vec![Frame::Null]) {
+            continue; // not a Redis command (KW.*)
+        }
+        checked += 1;
+        let got = ours.call(&args, Protocol::Resp3);
+        if expected != got {
+            failures.push(format!(
+                "COMMAND INFO {}\n  redis:  {expected:?}\n  keyway: {got:?}",
+                spec.name
+            ));
+        }
+    }
+    eprintln!("COMMAND INFO: {checked} table rows checked against Redis");
+    assert!(checked > 100, "only {checked} rows checked");
+    assert!(
+        failures.is_empty(),
+        "{} of {checked} rows differ:\n{}",
         failures.len(),
         failures.join("\n")
     );

@@ -267,6 +267,7 @@ async fn foreign_versions_at_the_source_do_not_block_replay() {
     let dst = server().await;
     let recs: Vec<ChangeRecord> = (0..10)
         .map(|i| ChangeRecord {
+            batch_continues: false,
             seq: 1_000_000 + i,
             mutation: put(key("m/", i), format!("old{i}"), None),
         })
@@ -418,6 +419,7 @@ async fn limits_are_enforced() {
     }
     let too_many: Vec<ChangeRecord> = (0..peer::MAX_APPLY_RECORDS as u64 + 1)
         .map(|i| ChangeRecord {
+            batch_continues: false,
             seq: i + 1,
             mutation: Mutation::Delete { key: key("q/", i) },
         })

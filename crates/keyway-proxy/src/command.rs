@@ -225,7 +225,7 @@ fn data(args: Vec<Bytes>, deadline: Instant) -> Plan {
         return reply(arity_error(spec.name));
     }
     let keys: Vec<Bytes> = spec
-        .key_positions(args.len())
+        .key_positions_in(&args)
         .into_iter()
         .filter_map(|i| args.get(i).cloned())
         .collect();
@@ -234,6 +234,7 @@ fn data(args: Vec<Bytes>, deadline: Instant) -> Plan {
     };
     let slot = key_hash_slot(first);
     let retry_safe = forward::retry_safe(&args);
+    let deadline = blocking_deadline(&args, deadline);
     let op = if keys.iter().all(|k| key_hash_slot(k) == slot) {
         Op::Single {
             target: Target::Slot(slot),
@@ -253,6 +254,26 @@ fn data(args: Vec<Bytes>, deadline: Instant) -> Plan {
         barrier: Barrier::Keys(keys),
         deadline,
     })
+}
+
+/// A blocking command (BLPOP, ...) may wait its own timeout at the node
+/// (forever for 0) before the request timeout starts to count.
+fn blocking_deadline(args: &[Bytes], deadline: Instant) -> Instant {
+    /// What "forever" is to an `Instant` (a `BLPOP k 0` through the proxy).
+    const FOREVER: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+    if !keyway_node::blocking::is_blocking(args) {
+        return deadline;
+    }
+    let waits_ms = match keyway_node::cmd::parse(args) {
+        Some(Ok(command)) => command.blocking_timeout_ms(),
+        _ => None,
+    };
+    match waits_ms {
+        Some(0) => deadline.checked_add(FOREVER),
+        Some(ms) => deadline.checked_add(Duration::from_millis(ms)),
+        None => Some(deadline),
+    }
+    .unwrap_or(deadline + FOREVER / 100)
 }
 
 /// The argument error of a data command without keys (`SINTERCARD 0 ...`,
@@ -318,9 +339,12 @@ fn kw(core: &Core, args: Vec<Bytes>, deadline: Instant) -> Plan {
 pub async fn run(core: &Core, request: Forwarded) -> Frame {
     let started = std::time::Instant::now();
     let reply = match request.op {
-        Op::Single { target, retry_safe } => restore_pairs(
+        Op::Single { target, retry_safe } => restore_null_array(
             &request.args,
-            forward::send(core, &target, &request.args, retry_safe, request.deadline).await,
+            restore_pairs(
+                &request.args,
+                forward::send(core, &target, &request.args, retry_safe, request.deadline).await,
+            ),
         ),
         Op::Split { merge, retry_safe } => {
             multikey::run(core, merge, &request.args, retry_safe, request.deadline).await
@@ -333,6 +357,25 @@ pub async fn run(core: &Core, request: Forwarded) -> Frame {
         .request_seconds
         .observe(started.elapsed().as_secs_f64());
     reply
+}
+
+/// RESP3 has one null (`_`, what the node connections speak) where RESP2
+/// has two: the commands whose nil Redis sends as the null array `*-1` get
+/// it back here (a RESP3 client still gets `_`): the blocking pops at their
+/// timeout, LMPOP/ZMPOP with nothing to pop, and LPOP/RPOP with a count on
+/// a missing key.
+pub fn restore_null_array(args: &[Bytes], reply: Frame) -> Frame {
+    if reply != Frame::Null {
+        return reply;
+    }
+    let name = args[0].to_ascii_lowercase();
+    let null_array = keyway_node::blocking::is_blocking(args)
+        || matches!(&name[..], b"lmpop" | b"zmpop")
+        || (matches!(&name[..], b"lpop" | b"rpop") && args.len() == 3);
+    match null_array {
+        true => Frame::NullArray,
+        false => reply,
+    }
 }
 
 /// A node answers `WITHSCORES`/`WITHVALUES` replies as pairs (RESP3 an

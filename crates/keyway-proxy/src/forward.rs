@@ -70,6 +70,8 @@ pub async fn send(
     let mut last_error: Option<Frame> = None;
     // The reads-from replica refused this read: the owner serves it.
     let mut owner_only = false;
+    // BLPOP and the like wait at the node: on a connection of their own.
+    let blocking = keyway_node::blocking::is_blocking(args);
     loop {
         changes.borrow_and_update();
         let route = match target {
@@ -100,7 +102,12 @@ pub async fn send(
                     }
                     _ => route.addr.clone(),
                 };
-                let call = core.upstreams.call(&addr, request);
+                let call = async {
+                    match blocking {
+                        true => core.upstreams.call_dedicated(&addr, request).await,
+                        false => core.upstreams.call(&addr, request).await,
+                    }
+                };
                 match tokio::time::timeout_at(deadline, call).await {
                     Err(_) => return timed_out(core, args, retry_safe, &addr),
                     Ok(Ok(Frame::Error(msg)))

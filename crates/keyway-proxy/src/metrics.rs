@@ -57,6 +57,8 @@ pub struct Metrics {
     pub protocol_errors: Counter,
     /// Open node connections.
     pub upstream_connections: Gauge,
+    /// Blocking commands (BLPOP, ...) sent on a node connection of their own.
+    pub dedicated_calls: Counter,
     /// Version of the metadata store's map the proxy routes by.
     pub map_version: Gauge,
     /// Watch updates applied.
@@ -92,6 +94,7 @@ impl Metrics {
             timeouts: Counter::default(),
             protocol_errors: Counter::default(),
             upstream_connections: Gauge::default(),
+            dedicated_calls: Counter::default(),
             map_version: Gauge::default(),
             map_updates: Counter::default(),
             map_reloads: Counter::default(),
@@ -150,6 +153,11 @@ impl Metrics {
                 "upstream_connections",
                 "Open node connections",
                 m.upstream_connections.clone(),
+            );
+            r.register(
+                "dedicated_calls",
+                "Blocking commands sent on a node connection of their own",
+                m.dedicated_calls.clone(),
             );
             r.register(
                 "map_version",
@@ -214,6 +222,8 @@ pub struct Status {
     pub upstream_errors: u64,
     pub unknown_outcomes: u64,
     pub timeouts: u64,
+    /// Blocking commands sent on a node connection of their own.
+    pub dedicated_calls: u64,
     /// Reads sent to a partition's `reads_from` replica.
     pub reads_from_sent: u64,
     /// Of those, refused there and sent to the owner instead.
@@ -248,6 +258,7 @@ impl Status {
             upstream_errors: m.upstream_errors.get(),
             unknown_outcomes: m.unknown_outcomes.get(),
             timeouts: m.timeouts.get(),
+            dedicated_calls: m.dedicated_calls.get(),
             reads_from_sent,
             reads_from_fallbacks,
         }

@@ -108,6 +108,29 @@ impl Upstreams {
         conn.call(args).await
     }
 
+    /// Sends `args` on a connection of its own, closed after the reply (or
+    /// when the caller gives up, which drops it): for a blocking command
+    /// (BLPOP, ...), which the node answers only when it is served or times
+    /// out, and which would hold up every request queued behind it on a
+    /// shared pipelined connection. Dropping the call closes the
+    /// connection, so the node forgets the waiter of a client that left.
+    pub async fn call_dedicated(
+        &self,
+        addr: &str,
+        args: Vec<Bytes>,
+    ) -> Result<Frame, UpstreamError> {
+        let conn = NodeConn::open(addr, &self.config, self.metrics.clone())
+            .await
+            .map_err(|why| {
+                self.metrics.upstream_errors.inc();
+                UpstreamError::NotSent(format!("cannot connect to node {addr}: {why}"))
+            })?;
+        self.metrics.dedicated_calls.inc();
+        let reply = conn.call(args).await;
+        conn.state.fail("closed after its one request");
+        reply
+    }
+
     /// A live connection of `pool` (round robin), opened if needed.
     async fn conn(&self, pool: &Pool) -> Result<Arc<NodeConn>, UpstreamError> {
         let i = pool.next.fetch_add(1, Ordering::Relaxed) % pool.slots.len();

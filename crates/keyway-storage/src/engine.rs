@@ -124,8 +124,10 @@ pub trait Engine: Send + Sync + 'static {
         })
     }
 
-    /// Change records with `seq > after`, in order, at most `limit`
-    /// (empty if `after >= last_seq`). Fails with [`StorageError::LogTruncated`]
+    /// Change records with `seq > after`, in order: `limit` of them, then on
+    /// to the end of the last one's batch (see
+    /// [`ChangeRecord::batch_continues`]; fewer if the log ends first; empty
+    /// if `after >= last_seq` or `limit == 0`). Fails with [`StorageError::LogTruncated`]
     /// if records after `after` were already truncated (`after + 1 < log_start`).
     fn changes_since(&self, after: Seq, limit: usize) -> Result<Vec<ChangeRecord>, StorageError>;
 

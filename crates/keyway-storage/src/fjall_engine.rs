@@ -383,7 +383,11 @@ impl FjallEngine {
         if !plan.log.is_empty() {
             for r in &plan.log {
                 appended += crate::value::log_record_bytes(&r.mutation);
-                b.insert(&self.log, r.seq.to_be_bytes(), r.mutation.encode());
+                b.insert(
+                    &self.log,
+                    r.seq.to_be_bytes(),
+                    r.mutation.encode_log_value(r.batch_continues),
+                );
             }
             b.insert(&self.meta, META_LAST_SEQ, plan.last_seq.to_be_bytes());
         }
@@ -606,12 +610,15 @@ impl Engine for FjallEngine {
         if after >= last || limit == 0 {
             return Ok(Vec::new());
         }
-        let mut out = Vec::with_capacity(limit.min((last - after) as usize).min(4096));
+        let mut out: Vec<ChangeRecord> =
+            Vec::with_capacity(limit.min((last - after) as usize).min(4096));
         let mut expect = after + 1;
-        for g in snap
-            .range(&self.log, (after + 1).to_be_bytes()..)
-            .take(limit)
-        {
+        // Up to `limit` records, then on to the end of the last one's batch
+        // (never half of a batch: see `ChangeRecord::batch_continues`).
+        for g in snap.range(&self.log, (after + 1).to_be_bytes()..) {
+            if out.len() >= limit && out.last().is_none_or(|r| !r.batch_continues) {
+                break;
+            }
             let (k, v) = g.into_inner()?;
             let seq = decode_u64("log key", &k)?;
             if seq != expect {
@@ -621,10 +628,18 @@ impl Engine for FjallEngine {
                 ));
             }
             expect += 1;
+            let (mutation, batch_continues) = Mutation::decode_log_value(&to_bytes(&v))?;
             out.push(ChangeRecord {
                 seq,
-                mutation: Mutation::decode(&to_bytes(&v))?,
+                mutation,
+                batch_continues,
             });
+        }
+        if out.last().is_some_and(|r| r.batch_continues) {
+            return Err(corrupt(
+                "log",
+                format!("the batch of record {} has no end", expect - 1),
+            ));
         }
         if out.len() < limit && expect <= last {
             return Err(corrupt("log", format!("missing records {expect}..={last}")));

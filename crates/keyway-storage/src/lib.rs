@@ -60,7 +60,9 @@ pub use faulty::{FaultState, FaultyEngine, SyncFault};
 pub use fjall_engine::{FjallEngine, FjallOptions};
 pub use mem::MemEngine;
 pub use range::{KeyRange, prefix_successor};
-pub use value::{ChangeRecord, MAX_KEY_LEN, Mutation, Seq, Value, ValueKind};
+pub use value::{
+    ChangeRecord, MAX_KEY_LEN, Mutation, OP_BATCH_CONTINUES, Seq, Value, ValueKind, whole_batches,
+};
 
 #[cfg(test)]
 mod tests {

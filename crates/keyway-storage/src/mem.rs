@@ -20,7 +20,8 @@ use crate::versioning::{Marker, Plan, Planner, StateSource, Write};
 struct State {
     data: BTreeMap<Bytes, StoredValue>,
     markers: BTreeMap<Bytes, Marker>,
-    log: BTreeMap<Seq, Mutation>,
+    /// Seq -> (mutation, its batch continues).
+    log: BTreeMap<Seq, (Mutation, bool)>,
     last_seq: Seq,
     log_start: Seq,
     log_bytes: u64,
@@ -56,7 +57,7 @@ impl State {
         }
         for r in plan.log {
             self.log_bytes += crate::value::log_record_bytes(&r.mutation);
-            self.log.insert(r.seq, r.mutation);
+            self.log.insert(r.seq, (r.mutation, r.batch_continues));
         }
         self.last_seq = plan.last_seq;
     }
@@ -221,15 +222,19 @@ impl Engine for MemEngine {
         if after >= st.last_seq {
             return Ok(Vec::new());
         }
-        Ok(st
-            .log
-            .range(after + 1..)
-            .take(limit)
-            .map(|(&seq, m)| ChangeRecord {
+        // Up to `limit` records, then on to the end of the last one's batch.
+        let mut out: Vec<ChangeRecord> = Vec::new();
+        for (&seq, (m, continues)) in st.log.range(after + 1..) {
+            if out.len() >= limit && out.last().is_none_or(|r| !r.batch_continues) {
+                break;
+            }
+            out.push(ChangeRecord {
                 seq,
                 mutation: m.clone(),
-            })
-            .collect())
+                batch_continues: *continues,
+            });
+        }
+        Ok(out)
     }
 
     fn log_start(&self) -> Seq {
@@ -243,7 +248,11 @@ impl Engine for MemEngine {
             return Ok(());
         }
         let kept = st.log.split_off(&(upto + 1));
-        let dropped: u64 = st.log.values().map(crate::value::log_record_bytes).sum();
+        let dropped: u64 = st
+            .log
+            .values()
+            .map(|(m, _)| crate::value::log_record_bytes(m))
+            .sum();
         st.log = kept;
         st.log_bytes -= dropped;
         st.log_start = upto + 1;

@@ -14,6 +14,11 @@
 //!   * `Put`:       `1 u8 | key_len u32 | key | kind u8 | flags u8 | [expire u64] | data…`
 //!   * `Delete`:    `2 u8 | key_len u32 | key`
 //!   * `SetExpiry`: `3 u8 | key_len u32 | key | flags u8 | [expire u64]`
+//!
+//!   In the log and in a shipped change record the op byte's top bit
+//!   ([`OP_BATCH_CONTINUES`]) says that more records of the same atomic
+//!   batch follow this one (see [`ChangeRecord::batch_continues`]); a log
+//!   written before the bit existed reads as batches of one record.
 //! * **change record** (for shipping, not stored as such): `seq u64 | mutation`.
 
 use bytes::Bytes;
@@ -211,8 +216,30 @@ impl Mutation {
 
     /// Decodes [`Mutation::encode`] output. `Bytes` input lets key and data share the buffer.
     pub fn decode(buf: &Bytes) -> Result<Self, StorageError> {
+        match Self::decode_log_value(buf)? {
+            (m, false) => Ok(m),
+            (_, true) => Err(corrupt("mutation", "batch flag on a bare mutation".into())),
+        }
+    }
+
+    /// The log's encoding of a change record's payload: the mutation with
+    /// [`OP_BATCH_CONTINUES`] set on its op byte when `batch_continues`.
+    pub fn encode_log_value(&self, batch_continues: bool) -> Vec<u8> {
+        let mut buf = Vec::with_capacity(self.encoded_len());
+        self.encode_into(&mut buf);
+        if batch_continues {
+            buf[0] |= OP_BATCH_CONTINUES;
+        }
+        buf
+    }
+
+    /// Inverse of [`Mutation::encode_log_value`]: the mutation and its
+    /// batch flag.
+    pub fn decode_log_value(buf: &Bytes) -> Result<(Self, bool), StorageError> {
         let mut r = Reader::new(buf, "mutation");
-        let op = r.u8()?;
+        let op_byte = r.u8()?;
+        let batch_continues = op_byte & OP_BATCH_CONTINUES != 0;
+        let op = op_byte & !OP_BATCH_CONTINUES;
         let key_len = r.u32()? as usize;
         let key = r.bytes(key_len)?;
         let m = match op {
@@ -234,7 +261,7 @@ impl Mutation {
             other => return Err(corrupt("mutation", format!("unknown op {other}"))),
         };
         r.finish()?;
-        Ok(m)
+        Ok((m, batch_continues))
     }
 }
 
@@ -245,14 +272,33 @@ pub struct ChangeRecord {
     pub seq: Seq,
     /// What changed.
     pub mutation: Mutation,
+    /// More records of the same atomic batch (one [`crate::Engine::apply`]
+    /// or `apply_foreign`) follow this one, at the next seqs. Whoever ships
+    /// or applies records elsewhere keeps batches whole, so a replica never
+    /// shows (or is promoted with) half of a batch: half a collection write
+    /// or half a transaction.
+    pub batch_continues: bool,
 }
 
 impl ChangeRecord {
-    /// Binary encoding: `seq u64 BE | mutation` (see the module docs).
+    /// A record that is a batch by itself.
+    pub fn single(seq: Seq, mutation: Mutation) -> Self {
+        ChangeRecord {
+            seq,
+            mutation,
+            batch_continues: false,
+        }
+    }
+
+    /// Binary encoding: `seq u64 BE | mutation` with the batch flag on its
+    /// op byte (see the module docs).
     pub fn encode(&self) -> Vec<u8> {
-        let mut buf = Vec::with_capacity(8 + 16);
+        let mut buf = Vec::with_capacity(8 + self.mutation.encoded_len());
         buf.extend_from_slice(&self.seq.to_be_bytes());
         self.mutation.encode_into(&mut buf);
+        if self.batch_continues {
+            buf[8] |= OP_BATCH_CONTINUES;
+        }
         buf
     }
 
@@ -262,11 +308,35 @@ impl ChangeRecord {
             return Err(corrupt("change record", "shorter than 8 bytes".into()));
         }
         let seq = u64::from_be_bytes(buf[..8].try_into().expect("8 bytes"));
+        let (mutation, batch_continues) = Mutation::decode_log_value(&buf.slice(8..))?;
         Ok(ChangeRecord {
             seq,
-            mutation: Mutation::decode(&buf.slice(8..))?,
+            mutation,
+            batch_continues,
         })
     }
+}
+
+/// The op byte's flag: more records of this record's batch follow.
+pub const OP_BATCH_CONTINUES: u8 = 0x80;
+
+/// Splits `records` (in seq order) into runs of at least `at_least`
+/// records (the last may be shorter) that each end where a batch ends, so
+/// applying each run atomically never applies part of a batch. The end of
+/// `records` counts as a batch end.
+pub fn whole_batches(records: &[ChangeRecord], at_least: usize) -> Vec<&[ChangeRecord]> {
+    let mut out = Vec::new();
+    let mut start = 0;
+    for (i, r) in records.iter().enumerate() {
+        if !r.batch_continues && i + 1 - start >= at_least.max(1) {
+            out.push(&records[start..=i]);
+            start = i + 1;
+        }
+    }
+    if start < records.len() {
+        out.push(&records[start..]);
+    }
+    out
 }
 
 const OP_PUT: u8 = 1;
@@ -496,6 +566,7 @@ mod tests {
         let rec = ChangeRecord {
             seq: 42,
             mutation: m,
+            batch_continues: false,
         };
         assert_eq!(
             ChangeRecord::decode(&Bytes::from(rec.encode())).unwrap(),

@@ -279,10 +279,7 @@ impl<'a, S: StateSource> Planner<'a, S> {
                 }
             }
         }
-        self.log.push(ChangeRecord {
-            seq,
-            mutation: m.clone(),
-        });
+        self.log.push(ChangeRecord::single(seq, m.clone()));
         Ok(())
     }
 
@@ -372,10 +369,7 @@ impl<'a, S: StateSource> Planner<'a, S> {
         let after = self.current_value(key)?;
         if let Some(effect) = effect(key, before.as_ref(), after.as_ref()) {
             let seq = self.next_seq();
-            self.log.push(ChangeRecord {
-                seq,
-                mutation: effect,
-            });
+            self.log.push(ChangeRecord::single(seq, effect));
         }
         Ok(())
     }
@@ -401,9 +395,15 @@ impl<'a, S: StateSource> Planner<'a, S> {
                 }
             }
         }
+        // One commit is one atomic batch: every record but the last says so.
+        let mut log = self.log;
+        let n = log.len();
+        for r in log.iter_mut().take(n.saturating_sub(1)) {
+            r.batch_continues = true;
+        }
         Plan {
             writes,
-            log: self.log,
+            log,
             last_seq: self.last_seq,
         }
     }

@@ -69,6 +69,7 @@ fn restart_restores_data_seq_and_log() {
         .unwrap();
         // A foreign tombstone marker must survive the restart too.
         e.apply_foreign(&[ChangeRecord {
+            batch_continues: false,
             seq: 10_000,
             mutation: Mutation::Delete { key: key(5) },
         }])
@@ -96,6 +97,7 @@ fn restart_restores_data_seq_and_log() {
     assert_eq!(e.get(&key(4)).unwrap().unwrap().expire_at_ms, Some(1234));
     // Marker still protects key 5 against an older foreign put.
     e.apply_foreign(&[ChangeRecord {
+        batch_continues: false,
         seq: 9_999,
         mutation: put(&key(5), "resurrected"),
     }])

@@ -150,6 +150,7 @@ impl Setup {
 /// A `Put` of `value` at `key` with a source seq newer than anything here.
 fn late_put(key: bytes::Bytes, value: &str) -> ChangeRecord {
     ChangeRecord {
+        batch_continues: false,
         seq: u64::MAX / 4,
         mutation: Mutation::Put {
             key,
@@ -300,6 +301,7 @@ async fn dual_writes_are_at_the_target_when_acknowledged_and_a_held_write_gets_m
         .apply_foreign_for(
             &s.migration(7),
             &[ChangeRecord {
+                batch_continues: false,
                 seq: u64::MAX / 2,
                 mutation: Mutation::Delete {
                     key: victim.key.clone(),

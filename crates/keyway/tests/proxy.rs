@@ -8,7 +8,10 @@
 //!   and read them back (plus MSET/MGET across slots) while partitions move
 //!   and split again and again: no error, no redirect, no lost write, no
 //!   stale read;
-//! - two proxies side by side serve the same data, before and after a move.
+//! - two proxies side by side serve the same data, before and after a move;
+//! - a blocking command (BLPOP) waits through the proxy past its request
+//!   timeout, on a node connection of its own, while other clients' requests
+//!   on the proxy's shared node connection go on.
 //!
 //! `keyway dev` runs with `--no-rebalance --no-auto-merge --no-auto-split`
 //! so only the tests' moves and splits happen. Random choices come from a
@@ -43,6 +46,10 @@ struct ProxyProc {
 }
 
 fn spawn_proxy(meta: &str) -> ProxyProc {
+    spawn_proxy_with(meta, &[])
+}
+
+fn spawn_proxy_with(meta: &str, extra: &[&str]) -> ProxyProc {
     let base = free_port_block(2);
     let args: Vec<String> = [
         "proxy",
@@ -54,6 +61,7 @@ fn spawn_proxy(meta: &str) -> ProxyProc {
         &format!("127.0.0.1:{}", base + 1),
     ]
     .iter()
+    .chain(extra)
     .map(|s| s.to_string())
     .collect();
     ProxyProc {
@@ -451,4 +459,73 @@ fn two_proxies_side_by_side_serve_the_same_data() {
         assert_eq!(s["unknown_outcomes"].as_u64(), Some(0), "{s}");
         println!("proxy status: {s}");
     }
+}
+
+#[test]
+fn blocking_commands_wait_past_the_request_timeout_without_holding_up_others() {
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = DevCluster::start(1, &dir.path().join("data"), &DEV_FLAGS);
+    let meta = format!("keyway://127.0.0.1:{}", cluster.base());
+    // One shared connection per node: a BLPOP on it would hold up the rest.
+    let proxy = spawn_proxy_with(
+        &meta,
+        &[
+            "--request-timeout-ms",
+            "300",
+            "--connect-timeout-ms",
+            "200",
+            "--node-connections",
+            "1",
+        ],
+    );
+    let mut a = Resp::connect(proxy.port);
+    let mut b = Resp::connect(proxy.port);
+    let blpop = Frame::Array(
+        ["BLPOP", "{p}list", "0"]
+            .iter()
+            .map(|s| Frame::bulk(s.to_string()))
+            .collect(),
+    );
+    let mut out = bytes::BytesMut::new();
+    keyway_resp::encode(&blpop, keyway_resp::Protocol::Resp2, &mut out);
+    a.send_raw(&out).unwrap();
+    let began = Instant::now();
+    // Others go on meanwhile, through the same node connection.
+    for i in 0..50 {
+        ok(b.cmd(&["SET", &format!("{{p}}k{i}"), "v"]));
+        assert_eq!(b.cmd(&["GET", &format!("{{p}}k{i}")]), Frame::bulk("v"));
+    }
+    // What is tested is time itself: the BLPOP outlives the 300 ms request
+    // timeout.
+    std::thread::sleep(Duration::from_millis(700).saturating_sub(began.elapsed()));
+    assert_eq!(b.cmd(&["RPUSH", "{p}list", "x"]), Frame::Integer(1));
+    assert_eq!(
+        a.read_reply().unwrap(),
+        Frame::Array(vec![Frame::bulk("{p}list"), Frame::bulk("x")])
+    );
+    // A timeout longer than the request timeout: nil at the timeout.
+    let began = Instant::now();
+    assert_eq!(a.cmd(&["BLPOP", "{p}none", "0.8"]), Frame::NullArray);
+    assert!(began.elapsed() >= Duration::from_millis(800));
+    // RESP2's null array where Redis sends one (the node connections speak
+    // RESP3, which has one null), plain nil where Redis sends that.
+    assert_eq!(a.cmd(&["LPOP", "{p}none", "2"]), Frame::NullArray);
+    assert_eq!(a.cmd(&["LMPOP", "1", "{p}none", "LEFT"]), Frame::NullArray);
+    assert_eq!(a.cmd(&["LPOP", "{p}none"]), Frame::Null);
+    assert_eq!(
+        a.cmd(&["BLMPOP", "0.05", "1", "{p}none", "LEFT"]),
+        Frame::NullArray
+    );
+    // Commands whose keys follow a numkeys argument are routed by them.
+    assert_eq!(a.cmd(&["ZMPOP", "1", "{p}none", "MIN"]), Frame::NullArray);
+    assert_eq!(
+        a.cmd(&["SINTERCARD", "2", "{p}s1", "{p}s2"]),
+        Frame::Integer(0)
+    );
+    assert!(matches!(
+        a.cmd(&["LMPOP", "2", "{p}x", "{q}y", "LEFT"]),
+        Frame::Error(e) if e.starts_with("CROSSSLOT")
+    ));
+    assert!(status(&proxy)["dedicated_calls"].as_u64().unwrap() >= 2);
+    assert_eq!(status(&proxy)["timeouts"].as_u64(), Some(0));
 }

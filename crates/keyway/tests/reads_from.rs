@@ -10,12 +10,10 @@
 
 use keyway_client::{Client, ClientConfig, Strategy};
 use keyway_cluster::{ClusterSpec, LocalCluster};
-use keyway_map::{
-    DEFAULT_KEYSPACE, Epoch, Keyspace, MapChange, NodeId, OwnershipCondition, PartitionMap,
-    PartitionRecord, Routing as KeyRouting, key_hash_slot,
-};
-use keyway_meta::MapTxn;
+use keyway_map::{NodeId, key_hash_slot};
 use keyway_testkit::eventually;
+mod common;
+use common::replica::{cas, replicate_everything};
 use std::time::Duration;
 
 async fn cluster(dir: &std::path::Path) -> LocalCluster {
@@ -27,48 +25,6 @@ async fn cluster(dir: &std::path::Path) -> LocalCluster {
     spec.node.replica_read_lease_ms = 400;
     spec.node.replica_heartbeat_ms = 100;
     LocalCluster::start(spec).await.expect("cluster starts")
-}
-
-/// One CAS at epoch + 1 conditional on (owner, epoch) with `f` applied.
-async fn cas(c: &LocalCluster, p: &PartitionRecord, f: impl FnOnce(&mut PartitionRecord)) {
-    let mut row = PartitionRecord {
-        epoch: Epoch(p.epoch.0 + 1),
-        ..p.clone()
-    };
-    f(&mut row);
-    c.meta()
-        .commit(MapTxn {
-            conditions: vec![OwnershipCondition {
-                partition: p.id,
-                expected: Some((p.owner, p.epoch)),
-            }],
-            changes: vec![MapChange::UpsertPartition(row)],
-        })
-        .await
-        .unwrap();
-}
-
-/// Every partition replicated on the other node, and in sync.
-async fn replicate_everything(c: &LocalCluster) -> PartitionMap {
-    let map = c.map().await.unwrap();
-    let mut ks = Keyspace::new(DEFAULT_KEYSPACE, "default", KeyRouting::Hash);
-    ks.replication_factor = 2;
-    c.meta()
-        .commit(MapTxn::unconditional(vec![MapChange::UpsertKeyspace(ks)]))
-        .await
-        .unwrap();
-    for p in map.partitions.values() {
-        let other = *map.nodes.keys().find(|n| **n != p.owner).unwrap();
-        cas(c, p, |r| r.replicas = vec![other]).await;
-    }
-    eventually("every replica in sync", Duration::from_secs(30), || async {
-        let map = c.map().await.ok()?;
-        map.partitions
-            .values()
-            .all(|p| !p.replicas.is_empty() && p.in_sync == p.replicas)
-            .then_some(map)
-    })
-    .await
 }
 
 async fn client_with(c: &LocalCluster, strategy: Strategy) -> Client {

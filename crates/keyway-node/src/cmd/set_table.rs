@@ -1,6 +1,5 @@
 //! The set commands' rows of the command table (Redis 7.0.15's
-//! `COMMAND INFO` / `COMMAND DOCS`; for commands with two key specs, the
-//! first).
+//! `COMMAND INFO` / `COMMAND DOCS`, both key specs where there are two).
 
 use super::table::{CommandSpec, Family, Strs, data};
 
@@ -60,21 +59,21 @@ pub static SET_COMMANDS: &[CommandSpec] = &[
     set("spop", -2, W_FAST, WRITE_FAST, &["RW", "access", "delete"], "1.0.0", "Remove and return one or multiple random members from a set")
         .tips(RANDOM).complexity("Without the count argument O(1), otherwise O(N) where N is the value of the passed count."),
     set("smove", 4, W_FAST, WRITE_FAST, &["RW", "access", "delete"], "1.0.0", "Move a member from one set to another")
-        .key_range(1, 2, 1),
+        .second_key(&["RW", "insert"]),
     set("sinter", -2, R, READ_SLOW, RO_ACCESS, "1.0.0", "Intersect multiple sets")
         .keys_to_end(1).tips(ORDER).complexity(INTER),
     set("sintercard", -3, &["readonly", "movablekeys"], READ_SLOW, RO_ACCESS, "7.0.0", "Intersect multiple sets and return the cardinality of the result")
-        .key_range(0, 0, 0).complexity(INTER),
+        .keynum(1).complexity(INTER),
     set("sunion", -2, R, READ_SLOW, RO_ACCESS, "1.0.0", "Add multiple sets")
         .keys_to_end(1).tips(ORDER).complexity(ALL),
     set("sdiff", -2, R, READ_SLOW, RO_ACCESS, "1.0.0", "Subtract multiple sets")
         .keys_to_end(1).tips(ORDER).complexity(ALL),
     set("sinterstore", -3, W_DENY, WRITE_SLOW, &["RW", "update"], "1.0.0", "Intersect multiple sets and store the resulting set in a key")
-        .keys_to_end(1).complexity(INTER),
+        .keys_to_end(1).second_keys_to_end(RO_ACCESS).complexity(INTER),
     set("sunionstore", -3, W_DENY, WRITE_SLOW, &["OW", "update"], "1.0.0", "Add multiple sets and store the resulting set in a key")
-        .keys_to_end(1).complexity(ALL),
+        .keys_to_end(1).second_keys_to_end(RO_ACCESS).complexity(ALL),
     set("sdiffstore", -3, W_DENY, WRITE_SLOW, &["OW", "update"], "1.0.0", "Subtract multiple sets and store the resulting set in a key")
-        .keys_to_end(1).complexity(ALL),
+        .keys_to_end(1).second_keys_to_end(RO_ACCESS).complexity(ALL),
     set("sscan", -3, R, READ_SLOW, RO_ACCESS, "2.8.0", "Incrementally iterate Set elements")
         .tips(RANDOM).complexity("O(1) for every call. O(N) for a complete iteration, including enough command calls for the cursor to return back to 0. N is the number of elements inside the collection.."),
 ];

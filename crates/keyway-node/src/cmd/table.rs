@@ -301,6 +301,13 @@ impl CommandSpec {
         self
     }
 
+    /// A second key spec with `flags` for the keys after `first_key` to the
+    /// last (SINTERSTORE and its kind: a destination, then the sources).
+    pub(super) const fn second_keys_to_end(mut self, flags: Strs) -> Self {
+        self.second_key_spec = flags;
+        self
+    }
+
     /// A data command whose keys `COMMAND INFO` does not list (a container:
     /// OBJECT's key follows its subcommand).
     pub(super) const fn family(mut self, family: Family) -> Self {
@@ -569,7 +576,7 @@ impl CommandSpec {
                 None,
                 self.second_key_spec,
                 self.first_key + 1,
-                0,
+                self.last_key.min(0),
                 self.step,
             ));
         } else if !self.key_spec_flags.is_empty() {
@@ -652,7 +659,10 @@ impl CommandSpec {
                 self.second_key_spec
             };
         }
-        if position as i64 == self.first_key + 1 && !self.second_key_spec.is_empty() {
+        if !self.second_key_spec.is_empty()
+            && (position as i64 == self.first_key + 1
+                || (self.last_key < 0 && position as i64 > self.first_key))
+        {
             return self.second_key_spec;
         }
         if self.name == "set" {

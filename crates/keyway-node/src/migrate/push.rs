@@ -752,6 +752,7 @@ pub(crate) fn read_chunk(
         }
         bytes += size;
         records.push(ChangeRecord {
+            batch_continues: false,
             seq: chunk.seq,
             mutation: Mutation::Put {
                 key,

@@ -123,6 +123,7 @@ impl SnapshotEntry {
     /// replayed by catch-up wins over it; any earlier one is ignored.
     pub fn to_change_record(&self) -> ChangeRecord {
         ChangeRecord {
+            batch_continues: false,
             seq: self.as_of,
             mutation: Mutation::Put {
                 key: self.key.clone(),

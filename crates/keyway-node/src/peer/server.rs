@@ -868,8 +868,9 @@ mod tests {
     #[test]
     fn changes_filter_advances_cursor() {
         let e = MemEngine::new();
-        e.apply(&[put("a1", 1), put("b1", 1), put("a2", 1), put("b2", 1)])
-            .unwrap();
+        for m in [put("a1", 1), put("b1", 1), put("a2", 1), put("b2", 1)] {
+            e.apply(&[m]).unwrap();
+        }
         let range = KeyRange::prefix(Bytes::from_static(b"b"));
         let r = read_changes(&e, 0, 1, u64::MAX, Some(&range)).unwrap();
         assert!(r.records.is_empty());
@@ -880,6 +881,11 @@ mod tests {
         let r = read_changes(&e, 4, 10, u64::MAX, None).unwrap();
         assert!(r.records.is_empty());
         assert_eq!(r.last_seq, 4);
+        // One batch is examined whole, past the limit.
+        e.apply(&[put("b3", 1), put("a3", 1), put("b4", 1)])
+            .unwrap();
+        let r = read_changes(&e, 4, 1, u64::MAX, Some(&range)).unwrap();
+        assert_eq!((r.records.len(), r.last_seq), (2, 7));
     }
 
     #[test]

@@ -328,7 +328,9 @@ fn apply(
     }
     let parts: Vec<&[ChangeRecord]> = match records.is_empty() {
         true => vec![&[]],
-        false => records.chunks(APPLY_SUB_BATCH).collect(),
+        // Sub-batches end where the sender's batches end: each is applied
+        // atomically, so no read here sees half of a batch.
+        false => keyway_storage::whole_batches(records, APPLY_SUB_BATCH),
     };
     for part in parts {
         let view = routing.read();
@@ -343,7 +345,10 @@ fn apply(
         }
         let seq = match part.is_empty() {
             true => engine.last_seq(),
-            false => engine.apply_foreign(part)?,
+            false => {
+                let _no_reads = routing.replica_apply_exclusive();
+                engine.apply_foreign(part)?
+            }
         };
         {
             let mut at = applied_at.lock().unwrap_or_else(|e| e.into_inner());

@@ -40,6 +40,11 @@ use tokio::sync::Notify;
 const BATCH_RECORDS: usize = 5_000;
 /// Encoded bytes per call at most (a larger single record travels alone).
 const BATCH_BYTES: usize = 4 * 1024 * 1024;
+/// A single batch bigger than this (encoded) is shipped in parts: the one
+/// case where a replica may briefly hold part of a batch (a RESTORE, COPY or
+/// *STORE of a collection of hundreds of MiB), because one call must stay
+/// under the peer RPC's message limit ([`crate::peer::MAX_MESSAGE_BYTES`]).
+const MAX_WHOLE_BATCH_BYTES: usize = crate::peer::MAX_MESSAGE_BYTES / 4;
 /// How long a stream waits for someone else's fsync to cover records past
 /// the durable seq before it fsyncs them itself.
 const DURABLE_WAIT: Duration = Duration::from_millis(10);
@@ -280,10 +285,13 @@ impl Stream {
 }
 
 /// The encoded records of `all` (read after `from`, up to `durable`) whose
-/// key is in a listed partition, at most [`BATCH_BYTES`] (at least one),
-/// and the last seq examined. A partition with an era (see the module
-/// docs) ships only records above its floor, only when `from` is within
-/// its `covered`, stamped; `None`: a seq that cannot be stamped.
+/// key is in a listed partition, about [`BATCH_BYTES`] of them, and the
+/// last seq examined. Only whole batches are shipped (the cut is always at
+/// a batch end, past `BATCH_BYTES` if one batch is bigger), so a replica
+/// applies, serves and may be promoted with whole batches only. A
+/// partition with an era (see the module docs) ships only records above
+/// its floor, only when `from` is within its `covered`, stamped; `None`: a
+/// seq that cannot be stamped.
 fn filter(
     all: Vec<ChangeRecord>,
     durable: Seq,
@@ -293,11 +301,14 @@ fn filter(
 ) -> Option<(Vec<Bytes>, Seq)> {
     let mut out = Vec::new();
     let mut bytes = 0usize;
-    let mut examined = from;
+    // How much of `out`, and up to which seq, ends at a batch end.
+    let mut whole = (0usize, from);
+    let mut whole_bytes = 0usize;
     for r in all {
-        if r.seq > durable {
+        if r.seq > durable || (bytes >= BATCH_BYTES && whole.1 + 1 == r.seq) {
             break;
         }
+        let ends = !r.batch_continues;
         let key = r.mutation.key();
         if let Some((pid, _, _, _)) = listed.iter().find(|(_, _, range, _)| range.contains(key)) {
             let enc = match eras.iter().find(|(p, _)| p == pid) {
@@ -307,23 +318,29 @@ fn filter(
                     ChangeRecord {
                         seq: era.stamp(r.seq)?,
                         mutation: r.mutation,
+                        batch_continues: r.batch_continues,
                     }
                     .encode(),
                 )),
             };
-            let Some(enc) = enc else {
-                examined = r.seq;
-                continue;
-            };
-            if !out.is_empty() && bytes + enc.len() > BATCH_BYTES {
-                break;
+            if let Some(enc) = enc {
+                bytes += enc.len();
+                out.push(enc);
             }
-            bytes += enc.len();
-            out.push(enc);
         }
-        examined = r.seq;
+        if ends || bytes - whole_bytes > MAX_WHOLE_BATCH_BYTES {
+            whole = (out.len(), r.seq);
+            whole_bytes = bytes;
+        }
     }
-    Some((out, examined))
+    // A batch cut off by `durable` (or by the end of what was read) waits
+    // for the next call.
+    debug_assert!(
+        out.len() == whole.0,
+        "the change log or the durable seq split a batch"
+    );
+    out.truncate(whole.0);
+    Some((out, whole.1))
 }
 
 pub(crate) fn listed_to_pb(listed: &[Listed]) -> Vec<pb::ReplicatedPartition> {
@@ -348,6 +365,7 @@ mod tests {
 
     fn del(seq: Seq, key: &'static [u8]) -> ChangeRecord {
         ChangeRecord {
+            batch_continues: false,
             seq,
             mutation: keyway_storage::Mutation::Delete {
                 key: Bytes::from_static(key),
@@ -402,5 +420,48 @@ mod tests {
         // A seq that cannot be stamped: the stream is lost.
         let big = vec![del(ERA_SEQ_LIMIT, b"b/9")];
         assert!(filter(big, ERA_SEQ_LIMIT, &listed, &eras, 10).is_none());
+    }
+
+    #[test]
+    fn a_call_ships_whole_batches_only_even_past_its_byte_budget() {
+        let listed = vec![(
+            PartitionId(1),
+            Epoch(1),
+            KeyRange::prefix(Bytes::from_static(b"a/")),
+            true,
+        )];
+        let big = |seq: Seq, continues: bool| ChangeRecord {
+            batch_continues: continues,
+            seq,
+            mutation: keyway_storage::Mutation::Put {
+                key: Bytes::from_static(b"a/k"),
+                kind: keyway_storage::ValueKind::String,
+                expire_at_ms: None,
+                data: Bytes::from(vec![b'x'; BATCH_BYTES / 2]),
+            },
+        };
+        // Batches [1], [2, 3], [4]: the budget runs out inside [2, 3], which
+        // still goes whole; 4 waits for the next call.
+        let all = vec![big(1, false), big(2, true), big(3, false), big(4, false)];
+        let (out, examined) = filter(all, 10, &listed, &[], 0).unwrap();
+        assert_eq!(seqs(&out), vec![1, 2, 3]);
+        assert_eq!(examined, 3);
+        let flags: Vec<bool> = out
+            .iter()
+            .map(|b| ChangeRecord::decode(b).unwrap().batch_continues)
+            .collect();
+        assert_eq!(flags, vec![false, true, false], "the flag is shipped");
+        // A batch whose records are partly in other partitions still ends
+        // where its last record is examined.
+        let mixed = vec![
+            ChangeRecord {
+                batch_continues: true,
+                ..del(5, b"a/1")
+            },
+            del(6, b"z/1"),
+            del(7, b"a/2"),
+        ];
+        let (out, examined) = filter(mixed, 10, &listed, &[], 4).unwrap();
+        assert_eq!((seqs(&out), examined), (vec![5, 7], 7));
     }
 }

@@ -8,7 +8,7 @@ use crate::digest::RangeDigest;
 use crate::engine::Engine;
 use crate::error::StorageError;
 use crate::range::KeyRange;
-use crate::value::{MAX_KEY_LEN, Mutation, ValueKind};
+use crate::value::{ChangeRecord, MAX_KEY_LEN, Mutation, ValueKind};
 
 /// A fresh engine is empty: seq 0, log_start 1, nothing to read.
 pub fn empty_engine<E: Engine>(make: &dyn Fn() -> E) {
@@ -97,7 +97,13 @@ pub fn batch_semantics<E: Engine>(make: &dyn Fn() -> E) {
     assert_eq!(ok(e.apply(&[])), 11);
     let log = log_all(&e);
     assert_eq!(log.len(), 11);
-    assert_eq!(log[3], rec(4, put(&a, "x")));
+    // Batches are seqs 1..=3, 4..=9 and 10..=11: all but a batch's last continue.
+    let continuing = |seq: u64, m| ChangeRecord {
+        batch_continues: true,
+        ..rec(seq, m)
+    };
+    assert_eq!(log[3], continuing(4, put(&a, "x")));
+    assert_eq!(log[9], continuing(10, del(&a)));
     assert_eq!(log[10], rec(11, expire(&a, Some(1))));
 }
 

@@ -97,6 +97,10 @@ pub fn foreign_pending_expiry<E: Engine>(make: &dyn Fn() -> E) {
 
 /// Foreign records go to the local log as their visible effect, with local seqs.
 pub fn foreign_effects_logged<E: Engine>(make: &dyn Fn() -> E) {
+    let continuing = |r: crate::ChangeRecord| crate::ChangeRecord {
+        batch_continues: true,
+        ..r
+    };
     let e = make();
     let k = rk(1, "k");
     ok(e.apply(&[put(&rk(9, "local"), "x")]));
@@ -114,10 +118,11 @@ pub fn foreign_effects_logged<E: Engine>(make: &dyn Fn() -> E) {
     let log = ok(e.changes_since(1, 100));
     assert_eq!(
         log,
+        // One foreign call's effects are one local batch.
         vec![
-            rec(2, put(&k, "a")),
-            rec(3, expire(&k, Some(3))),
-            rec(4, del(&k)),
+            continuing(rec(2, put(&k, "a"))),
+            continuing(rec(3, expire(&k, Some(3)))),
+            continuing(rec(4, del(&k))),
             rec(5, put_exp(&k, "c", Some(9))),
         ]
     );

@@ -2,6 +2,7 @@
 //! `LogTruncated`.
 
 use super::{del, log_all, ok, put, rec, rk, val};
+use crate::ChangeRecord;
 use crate::engine::Engine;
 use crate::error::StorageError;
 
@@ -84,4 +85,66 @@ pub fn change_log<E: Engine>(make: &dyn Fn() -> E) {
     let rest = ok(e.changes_since(9_999, usize::MAX));
     assert_eq!(rest.len(), 22);
     assert_eq!(rest[0].seq, 10_000);
+}
+
+/// Batches in the change log: every record of one `apply` (or one
+/// `apply_foreign`'s effects) but the last says its batch continues, and
+/// `changes_since` never ends inside a batch (it reads past its limit to
+/// the batch's end), so a consumer that ships or applies what it read
+/// keeps every batch whole. The flag survives `ChangeRecord` encoding.
+pub fn change_log_batches<E: Engine>(make: &dyn Fn() -> E) {
+    let e = make();
+    let k = |i: u32| rk(1, &format!("b{i}"));
+    ok(e.apply(&[put(&k(1), "a")]));
+    ok(e.apply(&[put(&k(2), "b"), put(&k(3), "c"), del(&k(1))]));
+    ok(e.apply(&[put(&k(4), "d"), put(&k(5), "e")]));
+    let flags: Vec<(u64, bool)> = log_all(&e)
+        .iter()
+        .map(|r| (r.seq, r.batch_continues))
+        .collect();
+    assert_eq!(
+        flags,
+        vec![
+            (1, false),
+            (2, true),
+            (3, true),
+            (4, false),
+            (5, true),
+            (6, false)
+        ]
+    );
+    let seqs = |v: Vec<ChangeRecord>| v.iter().map(|r| r.seq).collect::<Vec<_>>();
+    assert_eq!(seqs(ok(e.changes_since(0, 1))), vec![1]);
+    assert_eq!(
+        seqs(ok(e.changes_since(0, 2))),
+        vec![1, 2, 3, 4],
+        "read to the batch's end"
+    );
+    assert_eq!(seqs(ok(e.changes_since(1, 1))), vec![2, 3, 4]);
+    assert_eq!(seqs(ok(e.changes_since(4, 1))), vec![5, 6]);
+    assert_eq!(seqs(ok(e.changes_since(0, 4))), vec![1, 2, 3, 4]);
+    for r in log_all(&e) {
+        let back = ok(ChangeRecord::decode(&bytes::Bytes::from(r.encode())));
+        assert_eq!(back, r, "the batch flag is encoded");
+    }
+    // A foreign batch's effects are one local batch (a record that changes
+    // nothing is not logged, and the batch still ends).
+    let f = make();
+    let foreign: Vec<ChangeRecord> = log_all(&e);
+    ok(f.apply_foreign(&foreign[1..4]));
+    let got: Vec<bool> = log_all(&f).iter().map(|r| r.batch_continues).collect();
+    assert_eq!(got.last(), Some(&false));
+    assert!(got[..got.len() - 1].iter().all(|c| *c), "{got:?}");
+    // Runs for atomic sub-batches end at batch ends.
+    let all = log_all(&e);
+    let runs: Vec<Vec<u64>> = crate::whole_batches(&all, 2)
+        .into_iter()
+        .map(|run| run.iter().map(|r| r.seq).collect())
+        .collect();
+    assert_eq!(runs, vec![vec![1, 2, 3, 4], vec![5, 6]]);
+    let runs: Vec<usize> = crate::whole_batches(&all, 100)
+        .iter()
+        .map(|r| r.len())
+        .collect();
+    assert_eq!(runs, vec![6]);
 }

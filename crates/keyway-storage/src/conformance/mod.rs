@@ -37,7 +37,7 @@ macro_rules! conformance_tests {
     ($make:expr, cases = $cases:expr) => {
         $crate::conformance_tests!(@tests $make, $cases;
             empty_engine, put_get_delete, batch_semantics, set_expiry, invalid_input,
-            scan_paging, scan_rev_paging, change_log, delete_range_chunk, digest_and_stats, foreign_basics,
+            scan_paging, scan_rev_paging, change_log, change_log_batches, delete_range_chunk, digest_and_stats, foreign_basics,
             foreign_pending_expiry, foreign_effects_logged, concurrent_apply,
             concurrent_scan_consistency;
             prop_model, prop_foreign_permutation, prop_replica_follow);
@@ -69,6 +69,7 @@ pub fn run_all<E: Engine>(make: impl Fn() -> E, cases: u32) {
     scan_paging(make);
     scan_rev_paging(make);
     change_log(make);
+    change_log_batches(make);
     delete_range_chunk(make);
     digest_and_stats(make);
     foreign_basics(make);
@@ -129,7 +130,11 @@ fn expire(key: &Bytes, expire_at_ms: Option<u64>) -> Mutation {
 }
 
 fn rec(seq: Seq, mutation: Mutation) -> ChangeRecord {
-    ChangeRecord { seq, mutation }
+    ChangeRecord {
+        batch_continues: false,
+        seq,
+        mutation,
+    }
 }
 
 fn val(data: &str, expire_at_ms: Option<u64>, version: Seq) -> Value {
@@ -232,6 +237,6 @@ mod range;
 pub use basic::{batch_semantics, empty_engine, invalid_input, put_get_delete, set_expiry};
 pub use concurrent::{concurrent_apply, concurrent_scan_consistency};
 pub use foreign::{foreign_basics, foreign_effects_logged, foreign_pending_expiry};
-pub use log::change_log;
+pub use log::{change_log, change_log_batches};
 pub use props::{prop_foreign_permutation, prop_model, prop_replica_follow};
 pub use range::{delete_range_chunk, digest_and_stats, scan_paging, scan_rev_paging};

@@ -69,7 +69,7 @@ pub(super) fn op_strategy() -> impl Strategy<Value = Op> {
     prop_oneof![
         4 => prop::collection::vec(mutation_strategy(), 0..4).prop_map(Op::Apply),
         3 => prop::collection::vec((1u64..60, mutation_strategy()), 1..5)
-            .prop_map(|v| Op::Foreign(v.into_iter().map(|(seq, mutation)| ChangeRecord { seq, mutation }).collect())),
+            .prop_map(|v| Op::Foreign(v.into_iter().map(|(seq, mutation)| ChangeRecord { batch_continues: false, seq, mutation }).collect())),
         1 => any::<u8>().prop_map(Op::Truncate),
         1 => (0..5usize, 1usize..4).prop_map(|(r, l)| Op::DeleteRange(r, l)),
     ]
@@ -201,6 +201,14 @@ impl Model {
             };
             self.last_seq += 1;
             self.log.push(rec(self.last_seq, effect));
+        }
+    }
+
+    /// The records logged since `at` are one batch: all but the last continue.
+    pub(super) fn end_batch(&mut self, at: usize) {
+        let n = self.log.len();
+        for r in &mut self.log[at..n.saturating_sub(1).max(at)] {
+            r.batch_continues = true;
         }
     }
 

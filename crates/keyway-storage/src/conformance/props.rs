@@ -25,7 +25,9 @@ pub fn prop_model<E: Engine>(make: &dyn Fn() -> E, cases: u32) {
             match op {
                 Op::Apply(muts) => {
                     let seq = ok(e.apply(&muts));
+                    let at = model.log.len();
                     muts.iter().for_each(|m| model.local(m));
+                    model.end_batch(at);
                     prop_assert_eq!(seq, model.last_seq);
                 }
                 Op::Foreign(recs) => {
@@ -35,7 +37,9 @@ pub fn prop_model<E: Engine>(make: &dyn Fn() -> E, cases: u32) {
                         .filter(|r| used_foreign_seqs.insert(r.seq))
                         .collect();
                     let seq = ok(e.apply_foreign(&recs));
+                    let at = model.log.len();
                     recs.iter().for_each(|r| model.foreign(r));
+                    model.end_batch(at);
                     prop_assert_eq!(seq, model.last_seq);
                 }
                 Op::Truncate(frac) => {

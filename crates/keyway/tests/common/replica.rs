@@ -1,10 +1,14 @@
-//! Helpers of the replica tests (`replica_reads.rs`, `replica_endpoint.rs`):
-//! one RESP request on a raw connection, and a partition row committed
-//! conditionally and waited for.
+//! Helpers of the replica tests (`replica_reads.rs`, `replica_endpoint.rs`,
+//! `reads_from.rs`, `replica_batches.rs`): one RESP request on a raw
+//! connection, a partition row committed conditionally (and waited for),
+//! and every partition replicated on the other node of a 2-node cluster.
 
 use bytes::Bytes;
 use keyway_cluster::LocalCluster;
-use keyway_map::{Epoch, MapChange, OwnershipCondition, PartitionRecord};
+use keyway_map::{
+    DEFAULT_KEYSPACE, Epoch, Keyspace, MapChange, OwnershipCondition, PartitionMap,
+    PartitionRecord, Routing as KeyRouting,
+};
 use keyway_meta::MapTxn;
 use keyway_resp::Frame;
 use keyway_testkit::eventually;
@@ -71,4 +75,46 @@ pub async fn commit(
     )
     .await;
     row
+}
+
+/// One CAS at epoch + 1 conditional on (owner, epoch) with `f` applied.
+pub async fn cas(c: &LocalCluster, p: &PartitionRecord, f: impl FnOnce(&mut PartitionRecord)) {
+    let mut row = PartitionRecord {
+        epoch: Epoch(p.epoch.0 + 1),
+        ..p.clone()
+    };
+    f(&mut row);
+    c.meta()
+        .commit(MapTxn {
+            conditions: vec![OwnershipCondition {
+                partition: p.id,
+                expected: Some((p.owner, p.epoch)),
+            }],
+            changes: vec![MapChange::UpsertPartition(row)],
+        })
+        .await
+        .unwrap();
+}
+
+/// Every partition replicated on the other node, and in sync.
+pub async fn replicate_everything(c: &LocalCluster) -> PartitionMap {
+    let map = c.map().await.unwrap();
+    let mut ks = Keyspace::new(DEFAULT_KEYSPACE, "default", KeyRouting::Hash);
+    ks.replication_factor = 2;
+    c.meta()
+        .commit(MapTxn::unconditional(vec![MapChange::UpsertKeyspace(ks)]))
+        .await
+        .unwrap();
+    for p in map.partitions.values() {
+        let other = *map.nodes.keys().find(|n| **n != p.owner).unwrap();
+        cas(c, p, |r| r.replicas = vec![other]).await;
+    }
+    eventually("every replica in sync", Duration::from_secs(30), || async {
+        let map = c.map().await.ok()?;
+        map.partitions
+            .values()
+            .all(|p| !p.replicas.is_empty() && p.in_sync == p.replicas)
+            .then_some(map)
+    })
+    .await
 }
