@@ -80,6 +80,7 @@ pub mod replicate;
 pub mod replication_info;
 pub mod routing;
 pub mod scan;
+pub mod script;
 pub mod server;
 pub mod server_cmd;
 pub mod session;

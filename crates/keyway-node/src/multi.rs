@@ -183,6 +183,14 @@ impl TxMetrics {
     }
 }
 
+/// Flags an open transaction (a command refused before it was queued, as
+/// Redis's `flagTransaction`): its EXEC is `-EXECABORT`.
+pub fn flag_dirty(session: &mut Session) {
+    if let Some(q) = session.tx.queue.as_mut() {
+        q.dirty = true;
+    }
+}
+
 fn err(msg: impl Into<String>) -> Reply {
     Reply::Frame(Frame::Error(msg.into()))
 }

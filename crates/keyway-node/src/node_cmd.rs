@@ -51,6 +51,9 @@ pub async fn dispatch(shared: &Arc<Shared>, session: &mut Session, args: Vec<Byt
     if !session.authenticated && !matches!(name.as_str(), "AUTH" | "HELLO" | "QUIT") {
         return err("NOAUTH Authentication required.");
     }
+    if shared.scripts.is_busy() && !crate::script::allowed_while_busy(&name, &args) {
+        return crate::script::refuse_busy(shared, session, &name);
+    }
     if let Some(reply) = crate::multi::intercept(shared, session, &name, &args).await {
         return reply;
     }
@@ -117,6 +120,10 @@ pub async fn dispatch(shared: &Arc<Shared>, session: &mut Session, args: Vec<Byt
             Err(frame) => frame.into(),
         },
         "FUNCTION" => function(&args),
+        "SCRIPT" => crate::script::script_command(shared, &args).into(),
+        name if crate::script::is_eval(name) => {
+            crate::script::eval(shared, session, name, &args, None).await
+        }
         "READONLY" | "READWRITE" | "ASKING" => match args.len() {
             1 => {
                 match name.as_str() {
@@ -446,6 +453,12 @@ async fn kw_at(shared: &Arc<Shared>, args: Vec<Bytes>, readonly: bool) -> Reply 
     let expected = Some((PartitionId(pid), Epoch(epoch)));
     if crate::kw::is_kw_command(&String::from_utf8_lossy(&args[3])) {
         return crate::kw::dispatch_at(shared, &args[3..], expected).await;
+    }
+    let inner = upper(&args[3]);
+    if crate::script::is_eval(&inner) {
+        let mut plain = Session::new(0, false, String::new());
+        plain.readonly = readonly;
+        return crate::script::eval(shared, &plain, &inner, &args[3..], expected).await;
     }
     // The proxy's transaction forms (see `crate::multi::at`).
     if args[3].eq_ignore_ascii_case(b"WATCH") || args[3].eq_ignore_ascii_case(b"EXEC") {

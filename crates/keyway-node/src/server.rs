@@ -69,6 +69,8 @@ pub struct Shared {
     pub executor: Executor,
     /// Clients blocked by BLPOP and the like (see [`crate::blocking`]).
     pub blocking: Arc<crate::blocking::Blocking>,
+    /// The Lua script cache and running scripts (see [`crate::script`]).
+    pub scripts: Arc<crate::script::Scripts>,
     /// What KEYS and RANDOMKEY walked (see [`crate::node_keys`]).
     pub key_walks: crate::node_keys::KeyWalks,
     /// The migrations this node is the source of.
@@ -291,6 +293,7 @@ impl Node {
             faults,
             executor,
             blocking: Arc::new(crate::blocking::Blocking::new(&metrics)),
+            scripts: Arc::new(crate::script::Scripts::new(&metrics)),
             key_walks: crate::node_keys::KeyWalks::new(&metrics),
             migrations,
             replication,

@@ -251,6 +251,17 @@ pub struct ServerState {
 }
 
 impl ServerState {
+    /// `busy-reply-threshold` (`lua-time-limit`) in ms: how long a script
+    /// runs before other commands get `-BUSY` (0 = never).
+    pub fn busy_reply_threshold_ms(&self) -> u64 {
+        self.values
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get("busy-reply-threshold")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(5_000)
+    }
+
     pub fn new(config: &crate::NodeConfig, started_unix_s: u64) -> Self {
         let mut values = BTreeMap::new();
         for s in SETTINGS {

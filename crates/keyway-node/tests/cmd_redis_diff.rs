@@ -478,6 +478,7 @@ fn every_command_table_row_matches_redis_7_0() {
         ),
         ("object", "Redis lists its subcommands"),
         ("function", "Redis lists its subcommands"),
+        ("script", "Redis lists its subcommands"),
         ("config", "Redis lists its subcommands"),
         ("client", "Redis lists its subcommands"),
         ("cluster", "Redis lists its subcommands"),

@@ -230,6 +230,20 @@ fn data(args: Vec<Bytes>, deadline: Instant) -> Plan {
         .filter_map(|i| args.get(i).cloned())
         .collect();
     let Some(first) = keys.first() else {
+        // A script without keys runs on whichever node gets it (it may
+        // touch no key there).
+        if spec.family == Some(keyway_node::cmd::table::Family::Script) {
+            let retry_safe = forward::retry_safe(&args);
+            return Plan::Forward(Forwarded {
+                op: Op::Single {
+                    target: Target::Slot(0),
+                    retry_safe,
+                },
+                args,
+                barrier: Barrier::Keys(Vec::new()),
+                deadline,
+            });
+        }
         return reply(keyless_error(&args).unwrap_or_else(|| unknown_command(&args)));
     };
     let slot = key_hash_slot(first);

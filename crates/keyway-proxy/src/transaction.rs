@@ -203,7 +203,7 @@ fn queue(tx: &mut ProxyTx, name: &str, args: &[Bytes]) -> Plan {
         ));
     }
     let keys: Vec<&Bytes> = spec
-        .key_positions_in(&args)
+        .key_positions_in(args)
         .into_iter()
         .filter_map(|i| args.get(i))
         .collect();
@@ -242,7 +242,7 @@ fn exec(tx: &mut ProxyTx, deadline: Instant) -> Option<Plan> {
             slot = Some(*s);
             if let Some(spec) = table::lookup(&args[0]) {
                 keys.extend(
-                    spec.key_positions_in(&args)
+                    spec.key_positions_in(args)
                         .into_iter()
                         .filter_map(|i| args.get(i).cloned()),
                 );

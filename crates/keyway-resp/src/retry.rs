@@ -17,6 +17,9 @@
 /// The data commands that only read (the node's command table's data
 /// commands without the `write` flag; `keyway-proxy` checks the two agree).
 pub const READ_COMMANDS: &[&str] = &[
+    // Read-only scripts (EVAL and EVALSHA may write: never retried).
+    "eval_ro",
+    "evalsha_ro",
     "get",
     "mget",
     "strlen",

@@ -47,6 +47,8 @@ pub enum Family {
     List,
     /// `cmd/zset/`.
     ZSet,
+    /// `crate::script` (EVAL and its kind: not parsed into a `Command`).
+    Script,
 }
 
 /// One command as Redis 7 describes it.
@@ -360,6 +362,7 @@ static TABLES: &[&[CommandSpec]] = &[
     super::list_table::LIST_COMMANDS,
     super::zset_table::ZSET_COMMANDS,
     super::server_table::SERVER_COMMANDS,
+    super::script_table::SCRIPT_COMMANDS,
 ];
 
 /// Every command a Keyway node answers, in table order.
@@ -479,6 +482,8 @@ pub static CORE_COMMANDS: &[CommandSpec] = &[
     nokey("cluster", "readonly", 1, LOAD_STALE_FAST, FAST_CONN, "3.0.0", "Enables read queries for a connection to a cluster replica node"),
     nokey("cluster", "readwrite", 1, LOAD_STALE_FAST, FAST_CONN, "3.0.0", "Disables read queries for a connection to a cluster replica node"),
     nokey("scripting", "function", -2, &[], &["@slow"], "7.0.0", "A container for function commands")
+        .complexity("Depends on subcommand."),
+    nokey("scripting", "script", -2, &[], &["@slow"], "2.6.0", "A container for Lua scripts management commands")
         .complexity("Depends on subcommand."),
     nokey("cluster", "asking", 1, &["fast"], FAST_CONN, "3.0.0", "Sent by cluster clients after an -ASK redirect"),
     nokey("generic", "scan", -2, &["readonly"], &["@keyspace", "@read", "@slow"], "2.8.0", "Incrementally iterate the keys space")
@@ -612,24 +617,33 @@ impl CommandSpec {
     }
 
     fn keynum_spec_frame(&self, flags: Strs) -> Frame {
-        Frame::Map(vec![
-            (Frame::bulk("flags"), simple_set(flags)),
-            begin_search(self.keynum_index),
-            (
-                Frame::bulk("find_keys"),
-                Frame::Map(vec![
-                    (Frame::bulk("type"), Frame::bulk("keynum")),
+        let notes = self
+            .key_spec_notes
+            .filter(|_| self.first_key <= 0)
+            .map(|n| (Frame::bulk("notes"), Frame::bulk(n)));
+        Frame::Map(
+            notes
+                .into_iter()
+                .chain([
+                    (Frame::bulk("flags"), simple_set(flags)),
+                    begin_search(self.keynum_index),
                     (
-                        Frame::bulk("spec"),
+                        Frame::bulk("find_keys"),
                         Frame::Map(vec![
-                            (Frame::bulk("keynumidx"), Frame::Integer(0)),
-                            (Frame::bulk("firstkey"), Frame::Integer(1)),
-                            (Frame::bulk("keystep"), Frame::Integer(1)),
+                            (Frame::bulk("type"), Frame::bulk("keynum")),
+                            (
+                                Frame::bulk("spec"),
+                                Frame::Map(vec![
+                                    (Frame::bulk("keynumidx"), Frame::Integer(0)),
+                                    (Frame::bulk("firstkey"), Frame::Integer(1)),
+                                    (Frame::bulk("keystep"), Frame::Integer(1)),
+                                ]),
+                            ),
                         ]),
                     ),
-                ]),
-            ),
-        ])
+                ])
+                .collect(),
+        )
     }
 
     /// This command's `COMMAND DOCS` value (the map without the name).

@@ -146,6 +146,7 @@ pub struct Keyway {
     engine: MemEngine,
     ks: Keyspace,
     limits: DbLimits,
+    scripts: keyway_node::script::Scripts,
 }
 
 impl Keyway {
@@ -160,6 +161,7 @@ impl Keyway {
                 min_in_sync: 1,
             },
             limits: DbLimits::default(),
+            scripts: keyway_node::script::Scripts::new(&keyway_node::metrics::Metrics::default()),
         }
     }
 
@@ -169,6 +171,25 @@ impl Keyway {
             .is_some_and(|a| a.eq_ignore_ascii_case(b"command"))
         {
             cmd::table::command_reply(&args[1..])
+        } else if args
+            .first()
+            .is_some_and(|a| a.eq_ignore_ascii_case(b"script"))
+        {
+            keyway_node::script::script_command_on(&self.scripts, args)
+        } else if let Some(name) = args
+            .first()
+            .map(|a| String::from_utf8_lossy(a).to_ascii_uppercase())
+            .filter(|n| keyway_node::script::is_eval(n))
+        {
+            match keyway_node::script::Eval::parse(&self.scripts, &name, args) {
+                Err(f) => f,
+                Ok(eval) => {
+                    let mut db = Db::new(&self.engine, &self.ks, now_ms(), &self.limits);
+                    let reply = eval.run(&mut db, &self.scripts, 0).expect("storage");
+                    self.engine.apply(&db.into_mutations()).expect("apply");
+                    reply
+                }
+            }
         } else {
             match cmd::parse(args) {
                 None => panic!("not a data command: {args:?}"),
