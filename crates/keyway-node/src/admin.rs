@@ -161,6 +161,8 @@ pub struct Status {
     pub slowlog_log_slower_than_us: i64,
     /// Clients blocked by BLPOP and the like.
     pub blocking: crate::blocking::BlockingStatus,
+    /// Lua scripts: cached, running now, busy (past `lua-time-limit`).
+    pub scripts: crate::script::ScriptsStatus,
     /// KEYS and RANDOMKEY answered, and the entries they walked.
     pub key_walks: crate::node_keys::KeyWalksStatus,
 }
@@ -249,6 +251,7 @@ async fn status(State(shared): State<Arc<Shared>>) -> impl IntoResponse {
         slowlog_len: shared.server.slowlog.len(),
         slowlog_log_slower_than_us: shared.server.slowlog.slower_than_us(),
         blocking: shared.blocking.status(),
+        scripts: shared.scripts.status(),
         key_walks: shared.key_walks.status(),
     })
 }

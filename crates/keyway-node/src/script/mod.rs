@@ -80,6 +80,17 @@ pub struct ScriptMetrics {
     pub kills: Counter,
 }
 
+/// The JSON `/status` view of the scripts.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct ScriptsStatus {
+    pub cached: usize,
+    pub running: usize,
+    pub busy: bool,
+    pub runs: u64,
+    pub kills: u64,
+    pub busy_refusals: u64,
+}
+
 /// The node's script cache and running scripts.
 pub struct Scripts {
     cache: Mutex<HashMap<String, Bytes>>,
@@ -151,14 +162,16 @@ impl Scripts {
         self.lock_running().iter().any(|r| r.busy())
     }
 
-    /// Scripts running now (for INFO and /status).
-    pub fn running_count(&self) -> usize {
-        self.lock_running().len()
-    }
-
-    /// Scripts cached (for INFO and /status).
-    pub fn cached_count(&self) -> usize {
-        self.lock_cache().len()
+    /// The `/status` view.
+    pub fn status(&self) -> ScriptsStatus {
+        ScriptsStatus {
+            cached: self.lock_cache().len(),
+            running: self.lock_running().len(),
+            busy: self.is_busy(),
+            runs: self.metrics.runs.get(),
+            kills: self.metrics.kills.get(),
+            busy_refusals: self.metrics.busy_refusals.get(),
+        }
     }
 
     fn start(&self, busy_after_ms: u64) -> RunGuard<'_> {
