@@ -68,7 +68,14 @@ impl KeySet {
         ];
         for i in 0..register_keys {
             let g = i % hash_tags;
-            groups[g].registers.push(format!("{{{}}}r{i}", tags[g]));
+            // Every other group keeps its registers as fields of one hash
+            // (see `hash_field`): the same register model, over HSET/HGET/
+            // HDEL/HMGET, a multi-field HSET being the group's MSET.
+            let name = match g % 2 {
+                1 => format!("{{{}}}h:r{i}", tags[g]),
+                _ => format!("{{{}}}r{i}", tags[g]),
+            };
+            groups[g].registers.push(name);
         }
         for i in 0..counter_keys {
             let g = i % hash_tags;
@@ -315,8 +322,49 @@ impl Driver {
     }
 }
 
+/// A register kept as a hash field: `{tag}h:field` is `field` of the hash
+/// `{tag}h` (the key and the hash share the tag, so the slot).
+pub fn hash_field(key: &str) -> Option<(&str, &str)> {
+    let at = key.find("}h:")?;
+    Some((&key[..at + 2], &key[at + 3..]))
+}
+
+/// Whether `op` runs on hash fields (its keys are all of one hash).
+fn on_hash(op: &Op) -> bool {
+    op.keys().first().is_some_and(|k| hash_field(k).is_some())
+}
+
+/// The request of an operation on hash-field registers.
+fn hash_args(op: &Op) -> Vec<Vec<u8>> {
+    let b = |s: &str| s.as_bytes().to_vec();
+    fn field(k: &str) -> (&str, &str) {
+        hash_field(k).expect("a hash-field register")
+    }
+    let hash = field(op.keys()[0]).0;
+    debug_assert!(op.keys().iter().all(|k| field(k).0 == hash));
+    match op {
+        Op::Set { key, value } => vec![b("HSET"), b(hash), b(field(key).1), b(value)],
+        Op::Get { key } => vec![b("HGET"), b(hash), b(field(key).1)],
+        Op::Del { key } => vec![b("HDEL"), b(hash), b(field(key).1)],
+        Op::MSet { pairs } => [b("HSET"), b(hash)]
+            .into_iter()
+            .chain(pairs.iter().flat_map(|(k, v)| [b(field(k).1), b(v)]))
+            .collect(),
+        Op::MGet { keys } => [b("HMGET"), b(hash)]
+            .into_iter()
+            .chain(keys.iter().map(|k| b(field(k).1)))
+            .collect(),
+        Op::Incr { .. } | Op::Append { .. } => {
+            unreachable!("no INCR or APPEND on hash fields: {op:?}")
+        }
+    }
+}
+
 /// The RESP request of an operation.
 pub fn args(op: &Op) -> Vec<Vec<u8>> {
+    if on_hash(op) {
+        return hash_args(op);
+    }
     let b = |s: &str| s.as_bytes().to_vec();
     match op {
         Op::Set { key, value } => vec![b("SET"), b(key), b(value)],
@@ -359,6 +407,8 @@ pub fn outcome_of(op: &Op, frame: &Frame) -> Outcome {
         (_, Frame::Error(msg)) if is_command_error(msg) => Reply::Error(msg.clone()),
         (_, Frame::Error(_)) => return Outcome::Unknown,
         (Op::Set { .. } | Op::MSet { .. }, Frame::Simple(s)) if s == "OK" => Reply::Ok,
+        // HSET's count of new fields: the write took effect.
+        (Op::Set { .. } | Op::MSet { .. }, Frame::Integer(_)) if on_hash(op) => Reply::Ok,
         (Op::Get { .. }, Frame::Bulk(b)) => Reply::Value(Some(text(b))),
         (Op::Get { .. }, Frame::Null) => Reply::Value(None),
         (Op::Incr { .. } | Op::Del { .. } | Op::Append { .. }, Frame::Integer(n)) => Reply::Int(*n),
@@ -440,6 +490,11 @@ fn random_op(rng: &mut StdRng, keys: &KeySet, tag: &str) -> Op {
             value: tag.to_string(),
         },
         RegisterOp::Get => Op::Get { key },
+        // A hash field has no APPEND: a plain write instead.
+        RegisterOp::Append if hash_field(&key).is_some() => Op::Set {
+            key,
+            value: tag.to_string(),
+        },
         RegisterOp::Append => Op::Append {
             key,
             value: format!("{tag};"),
@@ -632,6 +687,49 @@ mod tests {
                 assert!(matches!(op, Op::Incr { .. } | Op::Get { .. }), "{op:?}");
             }
             assert_eq!(args(&op)[0], args(&op)[0].to_ascii_uppercase());
+        }
+    }
+
+    #[test]
+    fn every_other_group_keeps_its_registers_in_one_hash() {
+        let keys = KeySet::new(2, 4, 0);
+        assert!(
+            keys.groups[0]
+                .registers
+                .iter()
+                .all(|k| hash_field(k).is_none())
+        );
+        let hashed = &keys.groups[1].registers;
+        assert!(!hashed.is_empty());
+        let (hash, field) = hash_field(&hashed[0]).unwrap();
+        assert_eq!(
+            key_hash_slot(hash.as_bytes()),
+            key_hash_slot(hashed[0].as_bytes())
+        );
+        let s = |parts: &[&str]| {
+            parts
+                .iter()
+                .map(|p| p.as_bytes().to_vec())
+                .collect::<Vec<_>>()
+        };
+        let set = Op::Set {
+            key: hashed[0].clone(),
+            value: "v".into(),
+        };
+        assert_eq!(args(&set), s(&["HSET", hash, field, "v"]));
+        assert_eq!(outcome_of(&set, &Frame::Integer(1)), Outcome::Ok(Reply::Ok));
+        let mget = Op::MGet {
+            keys: hashed.clone(),
+        };
+        assert_eq!(args(&mget)[..2], s(&["HMGET", hash])[..]);
+        assert_eq!(args(&mget).len(), 2 + hashed.len());
+        let mut rng = StdRng::seed_from_u64(3);
+        for i in 0..500 {
+            let op = random_op(&mut rng, &keys, &format!("x{i}"));
+            assert!(
+                !(on_hash(&op) && matches!(op, Op::Append { .. } | Op::Incr { .. })),
+                "{op:?}"
+            );
         }
     }
 
