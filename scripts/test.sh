@@ -4,6 +4,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
+# The vendored etcd-client differs from upstream only in its build script.
+bash scripts/check-vendor.sh
+# The README's first command needs only the Rust toolchain: a release build
+# with no protoc reachable, and `keyway dev` from it serving SET/GET.
+bash scripts/check-no-protoc.sh
 export RUST_BACKTRACE=1
 # Integration tests spawn clusters; two at a time keeps a 2-core machine responsive.
 cargo test --workspace --locked -- --test-threads="${KEYWAY_TEST_THREADS:-2}"

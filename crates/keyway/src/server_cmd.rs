@@ -135,10 +135,12 @@ impl NodeFlags {
     pub fn to_config(&self) -> anyhow::Result<NodeConfig> {
         let mut c = match &self.config {
             Some(path) => {
-                let text = std::fs::read_to_string(path)
-                    .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", path.display()))?;
-                toml::from_str(&text)
-                    .map_err(|e| anyhow::anyhow!("invalid config {}: {e}", path.display()))?
+                let text = std::fs::read_to_string(path).map_err(|e| {
+                    crate::cli_error::UserError(format!("cannot read {}: {e}", path.display()))
+                })?;
+                toml::from_str(&text).map_err(|e| {
+                    crate::cli_error::UserError(format!("invalid config {}: {e}", path.display()))
+                })?
             }
             None => NodeConfig::default(),
         };
@@ -179,7 +181,7 @@ impl NodeFlags {
             c.requirepass = self.requirepass.clone();
         }
         c.validate()
-            .map_err(|e| anyhow::anyhow!("invalid configuration: {e}"))?;
+            .map_err(|e| crate::cli_error::UserError(format!("invalid configuration: {e}")))?;
         Ok(c)
     }
 }
@@ -250,12 +252,12 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
     config.zone = args.zone.clone().or(config.zone);
     config
         .validate()
-        .map_err(|e| anyhow::anyhow!("invalid configuration: {e}"))?;
-    anyhow::ensure!(
+        .map_err(|e| crate::cli_error::UserError(format!("invalid configuration: {e}")))?;
+    user_ensure!(
         args.bootstrap_nodes != Some(0),
         "--bootstrap-nodes must be greater than 0"
     );
-    anyhow::ensure!(
+    user_ensure!(
         args.partitions_per_node > 0,
         "--partitions-per-node must be greater than 0"
     );
