@@ -3,6 +3,12 @@
 # beyond cargo (scripts/setup.sh, idempotent), then runs every test.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# setup.sh never stops a process it did not start (it starts none):
+# checked before it runs.
+if grep -nE '\b(pkill|killall)\b' scripts/setup.sh; then
+  echo "test: scripts/setup.sh must not pkill/killall" >&2
+  exit 1
+fi
 bash scripts/setup.sh
 # The vendored etcd-client differs from upstream only in its build script.
 bash scripts/check-vendor.sh
