@@ -138,8 +138,20 @@ impl NodeFlags {
                 let text = std::fs::read_to_string(path).map_err(|e| {
                     crate::cli_error::UserError(format!("cannot read {}: {e}", path.display()))
                 })?;
-                toml::from_str(&text).map_err(|e| {
-                    crate::cli_error::UserError(format!("invalid config {}: {e}", path.display()))
+                toml::from_str(&text).map_err(|e: toml::de::Error| {
+                    // One line: where, then what (toml's Display adds a
+                    // multi-line excerpt of the file).
+                    let at = e.span().map_or(String::new(), |span| {
+                        let before = &text[..span.start.min(text.len())];
+                        let line = before.matches('\n').count() + 1;
+                        let column = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
+                        format!(" line {line}, column {column}:")
+                    });
+                    crate::cli_error::UserError(format!(
+                        "invalid config {}:{at} {}",
+                        path.display(),
+                        e.message().trim_end()
+                    ))
                 })?
             }
             None => NodeConfig::default(),

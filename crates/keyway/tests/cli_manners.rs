@@ -102,9 +102,22 @@ fn user_errors_print_one_line_and_exit_2_whatever_rust_backtrace_says() {
         line.contains("partition 0 is not in the map (no partition has had"),
         "{line}"
     );
-    // Not only `ctl`: another subcommand's bad flag.
+    // Not only `ctl`: another subcommand's bad flag, and a bad config file
+    // (toml's own report of it spans several lines).
     let line = user_error(&["sim", "--keys", "0"]);
     assert_eq!(line, "error: --keys must be greater than 0");
+    let config = dir.path().join("bad.toml");
+    std::fs::write(&config, "max_clients = 10\nno_such_setting = 1\n").unwrap();
+    let config = config.to_str().unwrap();
+    let data = dir.path().join("never-created");
+    let line = user_error(&["dev", "--data", data.to_str().unwrap(), "--config", config]);
+    assert!(
+        line.starts_with(&format!(
+            "error: invalid config {config}: line 2, column 1: unknown field `no_such_setting`"
+        )),
+        "{line}"
+    );
+    assert!(!data.exists());
 
     // Asked for, the backtrace is there.
     let out = keyway(&["--backtrace", "ctl", &meta, "abort", "42"]);
