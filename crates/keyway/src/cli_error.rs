@@ -9,7 +9,8 @@
 //!
 //! Neither prints a backtrace, whatever `RUST_BACKTRACE` says: only
 //! `keyway --backtrace ...` adds one (panics are not errors and keep Rust's
-//! own report). Clap's usage errors keep clap's report and its status 2.
+//! own report). A usage error clap finds (unknown flag, missing argument,
+//! bad value) is a user error too: clap's report, folded into one line.
 //!
 //! The libraries' typed errors stay as they are; [`is_user_error`] decides
 //! here, by variant, which of them are the user's to fix.
@@ -210,6 +211,40 @@ fn meta(e: &MetaError) -> bool {
     matches!(e, MetaError::InvalidArgument(_))
 }
 
+/// Reports what `Cli::try_parse` returned: `--help` and `--version` as clap
+/// prints them (status 0), bare `keyway` with the help (status 2), any other
+/// usage error in one line (status 2).
+pub fn usage_error(e: clap::Error) -> ExitCode {
+    if !e.use_stderr() {
+        let _ = e.print();
+        return ExitCode::SUCCESS;
+    }
+    if e.kind() == clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand {
+        // Bare `keyway`: the help is the useful answer.
+        let _ = e.print();
+        return ExitCode::from(2);
+    }
+    eprintln!("{}", one_line_usage(&e.render().to_string()));
+    ExitCode::from(2)
+}
+
+/// Clap's report up to its `Usage:` block, on one line: `tip:` lines in
+/// parentheses, then where to look for more.
+fn one_line_usage(report: &str) -> String {
+    let mut parts = Vec::new();
+    for line in report.lines().map(str::trim) {
+        if line.starts_with("Usage:") || line.starts_with("For more information") {
+            break;
+        }
+        match line.strip_prefix("tip: ") {
+            _ if line.is_empty() => {}
+            Some(tip) => parts.push(format!("(tip: {tip})")),
+            None => parts.push(line.to_string()),
+        }
+    }
+    format!("{}; try '--help'", parts.join(" "))
+}
+
 /// Prints the error as the module doc says and returns the exit status.
 pub fn report(e: &anyhow::Error, backtrace: bool) -> ExitCode {
     let user = is_user_error(e);
@@ -245,6 +280,20 @@ mod tests {
         assert!(!is_user_error(&wrapped));
         let io = anyhow::Error::new(std::io::Error::other("reset")).context("asking node 1");
         assert!(!is_user_error(&io));
+    }
+
+    #[test]
+    fn clap_reports_fold_into_one_line() {
+        let report = "error: unexpected argument '--jsn' found\n\n  tip: a similar argument exists: '--json'\n\nUsage: keyway ctl --meta <META> nodes --json\n\nFor more information, try '--help'.\n";
+        assert_eq!(
+            one_line_usage(report),
+            "error: unexpected argument '--jsn' found (tip: a similar argument exists: '--json'); try '--help'"
+        );
+        let report = "error: the following required arguments were not provided:\n  --meta <META>\n\nUsage: keyway ctl --meta <META> <COMMAND>\n";
+        assert_eq!(
+            one_line_usage(report),
+            "error: the following required arguments were not provided: --meta <META>; try '--help'"
+        );
     }
 
     #[test]

@@ -90,7 +90,10 @@ enum Command {
 /// Exit status 0 on success, 2 for a user error (one line), 1 for any other
 /// failure (see `cli_error`).
 fn main() -> std::process::ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => return cli_error::usage_error(e),
+    };
     let backtrace = cli.backtrace;
     if backtrace {
         // SAFETY: no other thread exists yet (the runtime is built below),

@@ -118,6 +118,21 @@ fn user_errors_print_one_line_and_exit_2_whatever_rust_backtrace_says() {
         "{line}"
     );
     assert!(!data.exists());
+    // Clap's usage errors too.
+    let line = user_error(&["ctl", &meta, "nodes", "--jsn"]);
+    assert_eq!(
+        line,
+        "error: unexpected argument '--jsn' found (tip: a similar argument exists: '--json'); try '--help'"
+    );
+    let line = user_error(&["ctl", "nodes"]);
+    assert!(
+        line.contains("required arguments were not provided: --meta <META>"),
+        "{line}"
+    );
+    // Help is not an error.
+    let help = keyway(&["ctl", "--help"]);
+    assert_eq!(help.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&help.stdout).contains("Usage: keyway ctl"));
 
     // Asked for, the backtrace is there.
     let out = keyway(&["--backtrace", "ctl", &meta, "abort", "42"]);
