@@ -1,12 +1,11 @@
 #!/usr/bin/env bash
-# Installs everything Keyway's build and tests need beyond the Rust toolchain.
-# Idempotent: safe to run again; it only installs what is missing.
+# Installs everything Keyway's tests need beyond the Rust toolchain (the
+# build itself needs nothing else: no protoc, see vendor/etcd-client).
+# Idempotent: safe to run again; it only installs what is missing, and it
+# never stops a process (it starts none).
 set -euo pipefail
 
 need_apt=()
-command -v protoc >/dev/null 2>&1 || need_apt+=(protobuf-compiler)
-# etcd-client's build needs protoc's bundled well-known types too.
-[ -f /usr/include/google/protobuf/descriptor.proto ] || need_apt+=(libprotobuf-dev)
 command -v redis-cli >/dev/null 2>&1 || need_apt+=(redis-tools)
 command -v redis-server >/dev/null 2>&1 || need_apt+=(redis-server)
 command -v redis-benchmark >/dev/null 2>&1 || need_apt+=(redis-tools)
@@ -53,4 +52,4 @@ fi
 if ! command -v cargo-nextest >/dev/null 2>&1 && [ -n "${KEYWAY_WANT_NEXTEST:-}" ]; then
   cargo install --locked cargo-nextest
 fi
-echo "setup: ok (protoc $(protoc --version | cut -d' ' -f2), $(redis-cli --version | cut -d' ' -f1-2), python redis $("$PY" -c 'import redis; print(redis.__version__)'), node $(node --version))" >&2
+echo "setup: ok ($(redis-cli --version | cut -d' ' -f1-2), python redis $("$PY" -c 'import redis; print(redis.__version__)'), node $(node --version))" >&2

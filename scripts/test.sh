@@ -3,7 +3,18 @@
 # beyond cargo (scripts/setup.sh, idempotent), then runs every test.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# setup.sh never stops a process it did not start (it starts none):
+# checked before it runs.
+if grep -nE '\b(pkill|killall)\b' scripts/setup.sh; then
+  echo "test: scripts/setup.sh must not pkill/killall" >&2
+  exit 1
+fi
 bash scripts/setup.sh
+# The vendored etcd-client differs from upstream only in its build script.
+bash scripts/check-vendor.sh
+# The README's first command needs only the Rust toolchain: a release build
+# with no protoc reachable, and `keyway dev` from it serving SET/GET.
+bash scripts/check-no-protoc.sh
 export RUST_BACKTRACE=1
 # Integration tests spawn clusters; two at a time keeps a 2-core machine responsive.
 cargo test --workspace --locked -- --test-threads="${KEYWAY_TEST_THREADS:-2}"

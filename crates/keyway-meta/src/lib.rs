@@ -37,8 +37,8 @@
 //!   backends' integration tests instantiate them).
 //!
 //! `build.rs` compiles our own `proto/meta.proto` with protox and
-//! tonic-prost-build (no `protoc`); the etcd-client dependency does need
-//! `protoc` and its well-known types, which `scripts/setup.sh` installs.
+//! tonic-prost-build (no `protoc`); so does the etcd-client dependency,
+//! built from `vendor/etcd-client` (its build script patched to use protox).
 
 mod embedded;
 mod error;

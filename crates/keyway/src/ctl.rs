@@ -77,7 +77,7 @@ pub async fn run(args: CtlArgs) -> anyhow::Result<()> {
         CtlCommand::Move(m) => crate::ctl_move::move_cmd(&*meta, m, args.json).await,
         CtlCommand::Migrations => crate::ctl_move::migrations_cmd(&*meta, args.json).await,
         CtlCommand::Changelog => crate::ctl_log::changelog_cmd(&*meta, args.json).await,
-        CtlCommand::Abort(a) => crate::ctl_move::abort_cmd(&*meta, a).await,
+        CtlCommand::Abort(a) => crate::ctl_move::abort_cmd(&*meta, a, args.json).await,
         CtlCommand::Hotkeys(h) => crate::ctl_hotkeys::hotkeys_cmd(&*meta, h, args.json).await,
         CtlCommand::Keyspace(k) => crate::ctl_keyspace::keyspace_cmd(&*meta, k, args.json).await,
         CtlCommand::Split(c) => crate::ctl_split::run(&*meta, c, args.json).await,

@@ -43,7 +43,7 @@ pub(crate) fn resolve(
     map: &PartitionMap,
     args: &FailoverArgs,
 ) -> anyhow::Result<(Subject, Option<NodeId>)> {
-    anyhow::ensure!(
+    user_ensure!(
         (1..=MAX_SWITCHOVER_TIMEOUT_MS).contains(&args.timeout_ms),
         "--timeout-ms must be 1..={MAX_SWITCHOVER_TIMEOUT_MS}, got {}",
         args.timeout_ms
@@ -53,10 +53,7 @@ pub(crate) fn resolve(
     let subject = if !what.is_empty() && what.len() < 40 && what.chars().all(|c| c.is_ascii_digit())
     {
         let id = PartitionId(what.parse()?);
-        anyhow::ensure!(
-            map.partitions.contains_key(&id),
-            "partition {id} is not in the map (`keyway ctl map` lists them)"
-        );
+        crate::cli_error::require_partition(map, id)?;
         Subject::Partition(id)
     } else {
         Subject::Node(resolve_node(map, what)?)
@@ -65,13 +62,13 @@ pub(crate) fn resolve(
         None => None,
         Some(text) => {
             let Subject::Partition(p) = subject else {
-                anyhow::bail!(
+                user_bail!(
                     "--to names the replica for one partition; a node's primaries each go to their own best in-sync replica"
                 );
             };
             let to = resolve_node(map, text)?;
             let row = &map.partitions[&p];
-            anyhow::ensure!(
+            user_ensure!(
                 row.is_in_sync_replica(to),
                 "node {to} is not an in-sync replica of partition {p} (in sync: {:?}); only an in-sync replica may become primary",
                 row.in_sync

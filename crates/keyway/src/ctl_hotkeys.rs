@@ -77,10 +77,7 @@ pub async fn hotkeys_cmd(
 ) -> anyhow::Result<()> {
     let map = meta.get_map().await?;
     if let Some(id) = args.partition {
-        anyhow::ensure!(
-            map.partitions.contains_key(&PartitionId(id)),
-            "partition {id} is not in the map"
-        );
+        crate::cli_error::require_partition(&map, PartitionId(id))?;
     }
     let load = RpcStats::new()
         .collect(&map, Duration::from_millis(args.timeout_ms.max(1)))

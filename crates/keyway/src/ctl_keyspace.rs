@@ -68,8 +68,9 @@ pub struct ReplicationArgs {
 impl ReplicationArgs {
     /// The checked pair (a clear error naming the bad value).
     pub fn to_replication(self) -> anyhow::Result<keyway_meta::Replication> {
-        keyway_map::check_replication(self.replication_factor, self.min_in_sync)
-            .map_err(|e| anyhow::anyhow!("--replication-factor / --min-in-sync: {e}"))?;
+        keyway_map::check_replication(self.replication_factor, self.min_in_sync).map_err(|e| {
+            crate::cli_error::UserError(format!("--replication-factor / --min-in-sync: {e}"))
+        })?;
         Ok(keyway_meta::Replication {
             factor: self.replication_factor,
             min_in_sync: self.min_in_sync,
@@ -148,7 +149,7 @@ pub async fn keyspace_cmd(
             replication_factor,
             min_in_sync,
         } => {
-            anyhow::ensure!(
+            user_ensure!(
                 replication_factor.is_some() || min_in_sync.is_some(),
                 "nothing to set: give --replication-factor N and/or --min-in-sync M"
             );

@@ -117,7 +117,7 @@ pub async fn move_cmd(meta: &dyn MetaStore, args: MoveArgs, json: bool) -> anyho
             !here
         })
         .partition(|p| crate::ctl_move_primary::replicated(&map, **p));
-    anyhow::ensure!(
+    user_ensure!(
         !args.reads_first || single.is_empty(),
         "--reads-first needs a replicated partition (replication factor >= 2); {} of the partitions have factor 1",
         single.len()
@@ -286,27 +286,34 @@ pub(crate) fn resolve_node(map: &PartitionMap, text: &str) -> anyhow::Result<Nod
     } else {
         NodeId::parse(text).filter(|id| map.nodes.contains_key(id))
     };
-    found.ok_or_else(|| {
-        anyhow::anyhow!(
+    let found = found.ok_or_else(|| {
+        crate::cli_error::UserError(format!(
             "no node '{text}' in the map (give a node id as CLUSTER MYID prints it, or host:port; `keyway ctl nodes` lists them)"
-        )
-    })
+        ))
+    })?;
+    Ok(found)
 }
 
 /// A partition id, or an inclusive slot range aligned to partition boundaries.
 fn resolve_partitions(map: &PartitionMap, text: &str) -> anyhow::Result<Vec<PartitionId>> {
     let Some((a, b)) = text.split_once('-') else {
-        let id: u64 = text
-            .parse()
-            .map_err(|_| anyhow::anyhow!("'{text}' is neither a partition id nor a slot range"))?;
-        anyhow::ensure!(
-            map.partitions.contains_key(&PartitionId(id)),
-            "partition {id} is not in the map"
-        );
+        let id: u64 = text.parse().map_err(|_| {
+            crate::cli_error::UserError(format!(
+                "'{text}' is neither a partition id nor a slot range"
+            ))
+        })?;
+        crate::cli_error::require_partition(map, PartitionId(id))?;
         return Ok(vec![PartitionId(id)]);
     };
-    let (first, last): (u16, u16) = (a.trim().parse()?, b.trim().parse()?);
-    anyhow::ensure!(
+    let slot = |s: &str| {
+        s.trim().parse::<u16>().map_err(|_| {
+            crate::cli_error::UserError(format!(
+                "'{text}' is neither a partition id nor a slot range FIRST-LAST"
+            ))
+        })
+    };
+    let (first, last) = (slot(a)?, slot(b)?);
+    user_ensure!(
         first <= last && last < keyway_map::SLOT_COUNT,
         "slot range {first}-{last} must satisfy first <= last < 16384"
     );
@@ -316,7 +323,7 @@ fn resolve_partitions(map: &PartitionMap, text: &str) -> anyhow::Result<Vec<Part
         if pl < first || pf > last {
             continue;
         }
-        anyhow::ensure!(
+        user_ensure!(
             pf >= first && pl <= last,
             "slot range {first}-{last} cuts partition {} (slots {pf}-{pl}); moves are whole partitions",
             p.id
@@ -326,8 +333,11 @@ fn resolve_partitions(map: &PartitionMap, text: &str) -> anyhow::Result<Vec<Part
     Ok(out)
 }
 
-pub async fn abort_cmd(meta: &dyn MetaStore, args: AbortArgs) -> anyhow::Result<()> {
+pub async fn abort_cmd(meta: &dyn MetaStore, args: AbortArgs, json: bool) -> anyhow::Result<()> {
     let rec = request_abort(meta, MigrationId(args.id)).await?;
+    if json {
+        return print_json(&Row::new(&rec));
+    }
     println!(
         "migration {} aborted from {}: partition {} stays on {} (the manager reverts the source and drops the target's copy)",
         rec.id,

@@ -83,7 +83,7 @@ pub struct RebalanceArgs {
 pub async fn drain_cmd(meta: &dyn MetaStore, args: DrainArgs, json: bool) -> anyhow::Result<()> {
     let map = meta.get_map().await?;
     let node = resolve_node(&map, &args.node)?;
-    anyhow::ensure!(
+    user_ensure!(
         (1..=keyway_manager::switchover::MAX_SWITCHOVER_TIMEOUT_MS)
             .contains(&args.switchover_timeout_ms),
         "--switchover-timeout-ms must be 1..={}, got {}",

@@ -242,7 +242,7 @@ pub async fn recovery_cmd(
     args: RecoveryArgs,
     json: bool,
 ) -> anyhow::Result<()> {
-    anyhow::ensure!(
+    user_ensure!(
         args.interval_ms >= MIN_INTERVAL_MS,
         "--interval-ms must be at least {MIN_INTERVAL_MS}, got {}",
         args.interval_ms

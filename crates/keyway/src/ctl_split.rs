@@ -74,7 +74,9 @@ pub async fn run(meta: &dyn MetaStore, cmd: SplitCommand, json: bool) -> anyhow:
 /// `0x`-prefixed hex, or the text's bytes.
 fn parse_key(text: &str) -> anyhow::Result<Bytes> {
     match text.strip_prefix("0x") {
-        Some(hex) => from_hex(hex).with_context(|| format!("bad hex key {text:?}")),
+        Some(hex) => from_hex(hex).ok_or_else(|| {
+            crate::cli_error::UserError(format!("bad hex key {text:?} (0x and hex digits)")).into()
+        }),
         None => Ok(Bytes::copy_from_slice(text.as_bytes())),
     }
 }
@@ -85,12 +87,18 @@ async fn split_cmd(meta: &dyn MetaStore, args: SplitArgs, json: bool) -> anyhow:
         (None, Some(slot)) => SplitAt::Slot(slot),
         (None, None) => SplitAt::Auto,
     };
+    let before = meta.get_map().await?;
+    crate::cli_error::require_partition(&before, PartitionId(args.partition))?;
     let (left, right) = split_partition(meta, PartitionId(args.partition), at).await?;
     let map = meta.get_map().await?;
     print_records(&map, &[left, right], json)
 }
 
 async fn merge_cmd(meta: &dyn MetaStore, args: MergeArgs, json: bool) -> anyhow::Result<()> {
+    let before = meta.get_map().await?;
+    for id in [args.left, args.right] {
+        crate::cli_error::require_partition(&before, PartitionId(id))?;
+    }
     let merged = merge_partitions(meta, PartitionId(args.left), PartitionId(args.right)).await?;
     let map = meta.get_map().await?;
     print_records(&map, &[merged], json)

@@ -11,6 +11,8 @@
 //! - `keyway proxy`: the routing tier for Redis clients without cluster support.
 //! - `keyway nemesis`: a real cluster under seeded faults, its client history judged.
 
+#[macro_use]
+mod cli_error;
 mod bench_migrate;
 mod bench_routing;
 mod ctl;
@@ -54,6 +56,10 @@ struct Cli {
         default_value = "info,fjall=warn,lsm_tree=warn"
     )]
     log: String,
+    /// On an error, also print where it was raised (a backtrace). Without
+    /// it no error prints one, whatever RUST_BACKTRACE says.
+    #[arg(long, global = true)]
+    backtrace: bool,
     #[command(subcommand)]
     command: Command,
 }
@@ -81,10 +87,30 @@ enum Command {
     Nemesis(nemesis_cmd::NemesisArgs),
 }
 
-fn main() -> anyhow::Result<()> {
-    let cli = Cli::parse();
+/// Exit status 0 on success, 2 for a user error (one line), 1 for any other
+/// failure (see `cli_error`).
+fn main() -> std::process::ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => return cli_error::usage_error(e),
+    };
+    let backtrace = cli.backtrace;
+    if backtrace {
+        // SAFETY: no other thread exists yet (the runtime is built below),
+        // so nothing reads the environment concurrently.
+        unsafe { std::env::set_var("RUST_LIB_BACKTRACE", "1") };
+    }
+    match run(cli) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => cli_error::report(&e, backtrace),
+    }
+}
+
+fn run(cli: Cli) -> anyhow::Result<()> {
+    let filter = tracing_subscriber::EnvFilter::try_new(&cli.log)
+        .map_err(|e| cli_error::UserError(format!("--log {:?}: {e}", cli.log)))?;
     tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_new(&cli.log)?)
+        .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .init();
     let runtime = tokio::runtime::Builder::new_multi_thread()

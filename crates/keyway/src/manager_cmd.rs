@@ -27,13 +27,13 @@ pub struct ManagerArgs {
 }
 
 pub async fn run(args: ManagerArgs) -> anyhow::Result<()> {
-    anyhow::ensure!(
+    user_ensure!(
         (100..=keyway_meta::MAX_LEASE_TTL_MS).contains(&args.lease_ttl_ms),
         "--lease-ttl-ms must be 100..={}",
         keyway_meta::MAX_LEASE_TTL_MS
     );
     let name = args.name.unwrap_or_else(default_name);
-    anyhow::ensure!(!name.is_empty(), "--name must not be empty");
+    user_ensure!(!name.is_empty(), "--name must not be empty");
     let meta = keyway_meta::connect(&args.meta).await?;
     let config = SeatConfig::new(name.clone(), Duration::from_millis(args.lease_ttl_ms));
     let manager_config = args.manager.to_config()?;

@@ -28,7 +28,9 @@ impl ManagerFlags {
             rebalance: self.rebalance.to_config()?,
             replication: self.replication.to_config()?,
         };
-        config.validate().map_err(anyhow::Error::msg)?;
+        config
+            .validate()
+            .map_err(|e| crate::cli_error::UserError(e.to_string()))?;
         Ok(config)
     }
 }

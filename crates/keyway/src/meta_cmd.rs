@@ -28,15 +28,15 @@ pub struct MetaArgs {
 }
 
 pub async fn run(args: MetaArgs) -> anyhow::Result<()> {
-    anyhow::ensure!(
+    user_ensure!(
         args.bootstrap_nodes > 0,
         "--bootstrap-nodes must be greater than 0"
     );
-    anyhow::ensure!(
+    user_ensure!(
         args.partitions_per_node > 0,
         "--partitions-per-node must be greater than 0"
     );
-    anyhow::ensure!(
+    user_ensure!(
         args.history_versions > 0,
         "--history-versions must be greater than 0"
     );
@@ -114,8 +114,9 @@ pub struct BootstrapReplication {
 impl BootstrapReplication {
     /// The checked pair.
     pub fn to_replication(self) -> anyhow::Result<keyway_meta::Replication> {
-        keyway_map::check_replication(self.replication_factor, self.min_in_sync)
-            .map_err(|e| anyhow::anyhow!("--replication-factor / --min-in-sync: {e}"))?;
+        keyway_map::check_replication(self.replication_factor, self.min_in_sync).map_err(|e| {
+            crate::cli_error::UserError(format!("--replication-factor / --min-in-sync: {e}"))
+        })?;
         Ok(keyway_meta::Replication {
             factor: self.replication_factor,
             min_in_sync: self.min_in_sync,

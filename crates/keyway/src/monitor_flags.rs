@@ -20,7 +20,8 @@ impl MonitorFlags {
             stats_interval_ms: self.stats_interval_ms,
             stats_timeout_ms: self.stats_timeout_ms,
         };
-        c.validate().map_err(anyhow::Error::msg)?;
+        c.validate()
+            .map_err(|e| crate::cli_error::UserError(e.to_string()))?;
         Ok(c)
     }
 }

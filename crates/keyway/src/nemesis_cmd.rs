@@ -119,7 +119,7 @@ pub struct NemesisArgs {
 }
 
 pub async fn run(args: NemesisArgs) -> anyhow::Result<()> {
-    anyhow::ensure!(args.runs > 0, "--runs must be greater than 0");
+    user_ensure!(args.runs > 0, "--runs must be greater than 0");
     let config = RunConfig {
         bin: std::env::current_exe()?,
         out: args.out.clone(),

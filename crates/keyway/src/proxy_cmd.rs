@@ -73,7 +73,7 @@ impl ProxyArgs {
         };
         config
             .validate()
-            .map_err(|e| anyhow::anyhow!("invalid configuration: {e}"))?;
+            .map_err(|e| crate::cli_error::UserError(format!("invalid configuration: {e}")))?;
         Ok(config)
     }
 }

@@ -63,7 +63,8 @@ impl RebalanceFlags {
             min_total_requests_per_sec: self.rebalance_min_total_requests_per_sec,
             fail_back_window_ms: self.rebalance_fail_back_window_ms,
         };
-        c.validate().map_err(anyhow::Error::msg)?;
+        c.validate()
+            .map_err(|e| crate::cli_error::UserError(e.to_string()))?;
         Ok(c)
     }
 }

@@ -62,7 +62,8 @@ impl ReplicationFlags {
             auto_decommission_after_ms: self.auto_decommission_after_ms,
             ..ReplicationConfig::default()
         };
-        c.validate().map_err(anyhow::Error::msg)?;
+        c.validate()
+            .map_err(|e| crate::cli_error::UserError(e.to_string()))?;
         Ok(c)
     }
 }

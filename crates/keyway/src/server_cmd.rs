@@ -135,10 +135,24 @@ impl NodeFlags {
     pub fn to_config(&self) -> anyhow::Result<NodeConfig> {
         let mut c = match &self.config {
             Some(path) => {
-                let text = std::fs::read_to_string(path)
-                    .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", path.display()))?;
-                toml::from_str(&text)
-                    .map_err(|e| anyhow::anyhow!("invalid config {}: {e}", path.display()))?
+                let text = std::fs::read_to_string(path).map_err(|e| {
+                    crate::cli_error::UserError(format!("cannot read {}: {e}", path.display()))
+                })?;
+                toml::from_str(&text).map_err(|e: toml::de::Error| {
+                    // One line: where, then what (toml's Display adds a
+                    // multi-line excerpt of the file).
+                    let at = e.span().map_or(String::new(), |span| {
+                        let before = &text[..span.start.min(text.len())];
+                        let line = before.matches('\n').count() + 1;
+                        let column = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
+                        format!(" line {line}, column {column}:")
+                    });
+                    crate::cli_error::UserError(format!(
+                        "invalid config {}:{at} {}",
+                        path.display(),
+                        e.message().trim_end()
+                    ))
+                })?
             }
             None => NodeConfig::default(),
         };
@@ -179,7 +193,7 @@ impl NodeFlags {
             c.requirepass = self.requirepass.clone();
         }
         c.validate()
-            .map_err(|e| anyhow::anyhow!("invalid configuration: {e}"))?;
+            .map_err(|e| crate::cli_error::UserError(format!("invalid configuration: {e}")))?;
         Ok(c)
     }
 }
@@ -250,12 +264,12 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
     config.zone = args.zone.clone().or(config.zone);
     config
         .validate()
-        .map_err(|e| anyhow::anyhow!("invalid configuration: {e}"))?;
-    anyhow::ensure!(
+        .map_err(|e| crate::cli_error::UserError(format!("invalid configuration: {e}")))?;
+    user_ensure!(
         args.bootstrap_nodes != Some(0),
         "--bootstrap-nodes must be greater than 0"
     );
-    anyhow::ensure!(
+    user_ensure!(
         args.partitions_per_node > 0,
         "--partitions-per-node must be greater than 0"
     );

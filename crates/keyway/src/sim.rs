@@ -57,23 +57,23 @@ pub async fn run(args: SimArgs) -> anyhow::Result<()> {
 }
 
 fn simulate(args: &SimArgs) -> anyhow::Result<()> {
-    anyhow::ensure!(args.keys > 0, "--keys must be greater than 0");
-    anyhow::ensure!(args.nodes > 0, "--nodes must be greater than 0");
-    anyhow::ensure!(args.layouts > 0, "--layouts must be greater than 0");
-    anyhow::ensure!(
+    user_ensure!(args.keys > 0, "--keys must be greater than 0");
+    user_ensure!(args.nodes > 0, "--nodes must be greater than 0");
+    user_ensure!(args.layouts > 0, "--layouts must be greater than 0");
+    user_ensure!(
         args.tokens.iter().all(|&t| t > 0),
         "--tokens values must be greater than 0"
     );
-    anyhow::ensure!(
+    user_ensure!(
         args.zipf.is_finite() && args.zipf >= 0.0,
         "--zipf must be 0 or more"
     );
-    anyhow::ensure!(args.salt_ways > 0, "--salt-ways must be greater than 0");
-    anyhow::ensure!(
+    user_ensure!(args.salt_ways > 0, "--salt-ways must be greater than 0");
+    user_ensure!(
         args.bounded_tokens > 0,
         "--bounded-tokens must be greater than 0"
     );
-    anyhow::ensure!(
+    user_ensure!(
         args.bounded_factor.is_finite() && args.bounded_factor >= 1.0,
         "--bounded-factor must be at least 1"
     );

@@ -55,7 +55,9 @@ impl SplitFlags {
             split_single_key_share: self.split_single_key_share,
             split_cooldown_ms: self.split_cooldown_ms,
         };
-        split.validate().map_err(anyhow::Error::msg)?;
+        split
+            .validate()
+            .map_err(|e| crate::cli_error::UserError(e.to_string()))?;
         Ok(split)
     }
 
@@ -70,7 +72,9 @@ impl SplitFlags {
             merge_after_split_cooldown_ms: self.merge_after_split_cooldown_ms,
             merge_min_partitions_per_node: self.merge_min_partitions_per_node,
         };
-        merge.validate().map_err(anyhow::Error::msg)?;
+        merge
+            .validate()
+            .map_err(|e| crate::cli_error::UserError(e.to_string()))?;
         Ok(merge)
     }
 }

@@ -1,0 +1,196 @@
+//! `keyway`'s command-line manners: a user error prints one line and exits
+//! with status 2, any other failure exits 1 with a short chain of causes,
+//! and neither prints a backtrace with `RUST_BACKTRACE=1` (only
+//! `--backtrace` asks for one); every `ctl` listing's `--json` parses.
+
+mod common;
+
+use common::{DevCluster, free_port_block, keyway_bin, run};
+use std::process::{Command, Output};
+
+/// Runs `keyway ARGS` with RUST_BACKTRACE=1, as many developers' shells set it.
+fn keyway(args: &[&str]) -> Output {
+    Command::new(keyway_bin())
+        .args(args)
+        .env("KEYWAY_LOG", "warn")
+        .env("RUST_BACKTRACE", "1")
+        .env_remove("RUST_LIB_BACKTRACE")
+        .output()
+        .expect("run keyway")
+}
+
+fn meta_flag(port: u16) -> String {
+    format!("--meta=keyway://127.0.0.1:{port}")
+}
+
+/// Asserts a user error: status 2, stderr exactly one line `error: ...`;
+/// returns that line.
+fn user_error(args: &[&str]) -> String {
+    let out = keyway(args);
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(
+        lines.len(),
+        1,
+        "{args:?} printed more than one line: {stderr}"
+    );
+    assert!(lines[0].starts_with("error: "), "{args:?}: {stderr}");
+    lines[0].to_string()
+}
+
+#[test]
+fn user_errors_print_one_line_and_exit_2_whatever_rust_backtrace_says() {
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = DevCluster::start(2, dir.path(), &[]);
+    let meta = meta_flag(cluster.meta_port);
+    let target = format!("127.0.0.1:{}", cluster.ports()[1]);
+
+    // Split partition 1 (ids start at 1): it leaves the map, its two halves
+    // take new ids.
+    let halves: Vec<serde_json::Value> = serde_json::from_str(&run(Command::new(keyway_bin())
+        .args(["ctl", &meta, "split", "1", "--json"])
+        .env("KEYWAY_LOG", "warn")))
+    .unwrap();
+    assert_eq!(halves.len(), 2, "{halves:?}");
+    assert!(
+        halves.iter().all(|h| h["id"].as_u64() > Some(1)),
+        "{halves:?}"
+    );
+
+    let line = user_error(&["ctl", &meta, "move", "1", "--to", &target]);
+    assert!(
+        line.starts_with(
+            "error: partition 1 is not in the map (it was split, merged or dropped before map version "
+        ),
+        "{line}"
+    );
+    let line = user_error(&["ctl", &meta, "move", "999", "--to", &target]);
+    assert!(
+        line.contains("partition 999 is not in the map (no partition has had that id"),
+        "{line}"
+    );
+    let line = user_error(&["ctl", &meta, "move", "2", "--to", "127.0.0.1:1"]);
+    assert!(line.contains("no node '127.0.0.1:1' in the map"), "{line}");
+    let line = user_error(&["ctl", &meta, "move", "banana", "--to", &target]);
+    assert!(
+        line.contains("neither a partition id nor a slot range"),
+        "{line}"
+    );
+    // Refusals from the manager library's typed errors are user errors too.
+    let line = user_error(&["ctl", &meta, "abort", "42"]);
+    assert_eq!(line, "error: migration 42 not found");
+    let line = user_error(&[
+        "ctl",
+        &meta,
+        "keyspace",
+        "set",
+        "nosuch",
+        "--replication-factor",
+        "1",
+    ]);
+    assert!(line.contains("no keyspace named 'nosuch'"), "{line}");
+    let line = user_error(&["ctl", &meta, "failover", "2", "--timeout-ms", "0"]);
+    assert!(line.contains("--timeout-ms must be"), "{line}");
+    let line = user_error(&["ctl", &meta, "split", "1"]);
+    assert!(
+        line.contains("partition 1 is not in the map (it was split"),
+        "{line}"
+    );
+    let line = user_error(&["ctl", &meta, "merge", "0", "2"]);
+    assert!(
+        line.contains("partition 0 is not in the map (no partition has had"),
+        "{line}"
+    );
+    // Not only `ctl`: another subcommand's bad flag, and a bad config file
+    // (toml's own report of it spans several lines).
+    let line = user_error(&["sim", "--keys", "0"]);
+    assert_eq!(line, "error: --keys must be greater than 0");
+    let config = dir.path().join("bad.toml");
+    std::fs::write(&config, "max_clients = 10\nno_such_setting = 1\n").unwrap();
+    let config = config.to_str().unwrap();
+    let data = dir.path().join("never-created");
+    let line = user_error(&["dev", "--data", data.to_str().unwrap(), "--config", config]);
+    assert!(
+        line.starts_with(&format!(
+            "error: invalid config {config}: line 2, column 1: unknown field `no_such_setting`"
+        )),
+        "{line}"
+    );
+    assert!(!data.exists());
+    // Clap's usage errors too.
+    let line = user_error(&["ctl", &meta, "nodes", "--jsn"]);
+    assert_eq!(
+        line,
+        "error: unexpected argument '--jsn' found (tip: a similar argument exists: '--json'); try '--help'"
+    );
+    let line = user_error(&["ctl", "nodes"]);
+    assert!(
+        line.contains("required arguments were not provided: --meta <META>"),
+        "{line}"
+    );
+    // Help is not an error.
+    let help = keyway(&["ctl", "--help"]);
+    assert_eq!(help.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&help.stdout).contains("Usage: keyway ctl"));
+
+    // Asked for, the backtrace is there.
+    let out = keyway(&["--backtrace", "ctl", &meta, "abort", "42"]);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.starts_with("error: migration 42 not found\nbacktrace:\n"),
+        "{stderr}"
+    );
+    assert!(stderr.lines().count() > 2, "{stderr}");
+}
+
+#[test]
+fn an_internal_failure_exits_1_with_its_causes_and_no_backtrace() {
+    // Nothing listens on this port: the metadata store is unreachable.
+    let port = free_port_block(1);
+    let out = keyway(&["ctl", &meta_flag(port), "nodes"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.starts_with("error: "), "{stderr}");
+    assert!(
+        stderr
+            .lines()
+            .skip(1)
+            .all(|l| l.starts_with("  caused by: ")),
+        "{stderr}"
+    );
+    assert!(stderr.lines().count() <= 6, "{stderr}");
+    assert!(!stderr.contains("backtrace"), "{stderr}");
+}
+
+#[test]
+fn every_ctl_listing_has_json_that_parses() {
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = DevCluster::start(2, dir.path(), &["--replication-factor", "2"]);
+    let meta = meta_flag(cluster.meta_port);
+    let manager = format!("127.0.0.1:{}", cluster.admin_port + cluster.nodes as u16);
+    let listings: Vec<Vec<&str>> = vec![
+        vec!["nodes"],
+        vec!["map"],
+        vec!["leases"],
+        vec!["manager"],
+        vec!["migrations"],
+        vec!["changelog"],
+        vec!["hotkeys"],
+        vec!["keyspace", "list"],
+        vec!["decisions", "--manager-admin", &manager],
+        vec!["recovery"],
+        vec!["rebalance", "--plan"],
+    ];
+    for listing in listings {
+        let out = run(Command::new(keyway_bin())
+            .args(["ctl", &meta])
+            .args(&listing)
+            .arg("--json")
+            .env("KEYWAY_LOG", "warn"));
+        let parsed: Result<serde_json::Value, _> = serde_json::from_str(&out);
+        let value = parsed.unwrap_or_else(|e| panic!("ctl {listing:?} --json: {e}: {out}"));
+        assert!(value.is_array() || value.is_object(), "{listing:?}: {out}");
+    }
+}
