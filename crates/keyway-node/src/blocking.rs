@@ -19,7 +19,7 @@
 //! Checking and registering happen in one task on the slot's thread, and
 //! every write of that slot runs on that thread too, so a push can never
 //! fall between an attempt that found nothing and its registration. After
-//! every applied batch that puts a List or ZSet top-level entry,
+//! every applied batch that puts a List, ZSet or Stream top-level entry,
 //! [`crate::node_cmd::apply_and_reply`] calls [`Blocking::notify`], which
 //! wakes every waiter of those keys. A waiting client keeps its next attempt
 //! **armed** in its waiter entry (the task and where its reply goes), so the
@@ -233,8 +233,8 @@ impl Blocking {
         }
     }
 
-    /// Wakes the waiters of every List or ZSet top-level entry `mutations`
-    /// put (call after they were applied).
+    /// Wakes the waiters of every List, ZSet or Stream top-level entry
+    /// `mutations` put (call after they were applied).
     pub fn notify(&self, mutations: &[Mutation]) {
         if self.registered.load(Ordering::Acquire) == 0 {
             return;
@@ -244,7 +244,7 @@ impl Blocking {
         for m in mutations {
             if let Mutation::Put {
                 key,
-                kind: ValueKind::List | ValueKind::ZSet,
+                kind: ValueKind::List | ValueKind::ZSet | ValueKind::Stream,
                 ..
             } = m
                 && let Some(queue) = state.queues.get(key)
