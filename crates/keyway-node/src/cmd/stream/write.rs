@@ -134,11 +134,18 @@ fn trim(db: &mut Db<'_>, s: &mut Stream, t: &TrimArgs) -> Result<u64, CmdError> 
     };
     if t.approx {
         // Whole runs of NODE_ENTRIES only: a run goes if all of it goes
-        // (the last run may be shorter than NODE_ENTRIES).
-        let whole = if remove >= len {
+        // (the last run may be shorter than NODE_ENTRIES). For MINID, Redis
+        // compares the node's last id, a tombstone's included: the last run
+        // stays if XDEL removed an id at or above the minimum after it.
+        let mut all = remove >= len;
+        if let (true, Strategy::MinId(min)) = (all, strategy) {
+            let tail = s.last_valid_id(db)?.max(s.meta.stream.max_deleted);
+            all = tail < min;
+        }
+        let whole = if all {
             len
         } else {
-            remove / NODE_ENTRIES * NODE_ENTRIES
+            remove.min(len.saturating_sub(1)) / NODE_ENTRIES * NODE_ENTRIES
         };
         remove = whole;
         if t.limit > 0 {
