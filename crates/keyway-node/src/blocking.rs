@@ -234,7 +234,8 @@ impl Blocking {
     }
 
     /// Wakes the waiters of every List, ZSet or Stream top-level entry
-    /// `mutations` put (call after they were applied).
+    /// `mutations` put, and of every key they delete (call after they were
+    /// applied).
     pub fn notify(&self, mutations: &[Mutation]) {
         if self.registered.load(Ordering::Acquire) == 0 {
             return;
@@ -242,13 +243,18 @@ impl Blocking {
         let mut state = self.lock();
         let state = &mut *state;
         for m in mutations {
-            if let Mutation::Put {
-                key,
-                kind: ValueKind::List | ValueKind::ZSet | ValueKind::Stream,
-                ..
-            } = m
-                && let Some(queue) = state.queues.get(key)
-            {
+            // A delete wakes too: a blocked XREADGROUP answers that its
+            // stream is gone (other waiters attempt and wait again).
+            let key = match m {
+                Mutation::Put {
+                    key,
+                    kind: ValueKind::List | ValueKind::ZSet | ValueKind::Stream,
+                    ..
+                }
+                | Mutation::Delete { key } => key,
+                _ => continue,
+            };
+            if let Some(queue) = state.queues.get(key) {
                 for id in queue {
                     if let Some(w) = state.waiters.get_mut(id) {
                         self.metrics.wakeups.inc();

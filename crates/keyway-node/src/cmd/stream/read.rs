@@ -7,6 +7,7 @@
 
 use bytes::Bytes;
 use keyway_resp::Frame;
+use keyway_storage::ValueKind;
 
 use super::super::{CmdError, CmdResult, errors, reply_err};
 use super::ResolvedIds;
@@ -92,7 +93,7 @@ pub fn parse_read(args: &[Bytes], group_cmd: bool) -> Result<ReadArgs, CmdError>
         } else if is(o, "streams") && moreargs > 0 {
             r.streams_at = i + 1;
             let n = args.len() - r.streams_at;
-            if n % 2 != 0 {
+            if !n.is_multiple_of(2) {
                 return Err(reply_err(
                     "ERR Unbalanced XREAD list of streams: for each stream key an ID or '$' must be specified.",
                 ));
@@ -145,8 +146,29 @@ pub fn xread(
     let keys = &args[r.streams_at..r.streams_at + r.nstreams];
     let id_args = &args[r.streams_at + r.nstreams..];
     let earlier = resolved.get();
+    // A blocked client's later attempt (woken by a write to its keys).
+    let retry = earlier.is_some();
     let mut afters = Vec::with_capacity(keys.len());
     for (i, (key, arg)) in keys.iter().zip(id_args).enumerate() {
+        if retry {
+            // As Redis serves blocked clients: XREAD waits on while a key
+            // holds another type; XREADGROUP's stream or group is gone.
+            let is_stream = matches!(db.kind_of(key)?, Some(ValueKind::Stream));
+            if let Some((group, _)) = &r.group {
+                if !is_stream {
+                    return Err(reply_err("UNBLOCKED the stream key no longer exists"));
+                }
+                let s = Stream::open(db, key)?.expect("a stream");
+                if s.group(db, group)?.is_none() {
+                    return Err(nogroup(
+                        "the consumer group this client was blocked on no longer exists".into(),
+                    ));
+                }
+            } else if !is_stream {
+                afters.push(After::Id(StreamId::MAX));
+                continue;
+            }
+        }
         Stream::check_type(db, key)?;
         let s = Stream::open(db, key)?;
         if let Some((group, _)) = &r.group {
@@ -198,6 +220,9 @@ pub fn xread(
     }
     let mut out = Vec::new();
     for (key, after) in keys.iter().zip(afters) {
+        if db.kind_of(key)? != Some(ValueKind::Stream) {
+            continue;
+        }
         let Some(s) = Stream::open(db, key)? else {
             continue;
         };

@@ -178,7 +178,7 @@ pub fn xadd(db: &mut Db<'_>, args: &[Bytes]) -> CmdResult {
     let (t, idpos) = parse_trim_args(args, true)?;
     let field_pos = idpos + 1;
     let nfields = args.len().saturating_sub(field_pos);
-    if field_pos > args.len() || nfields < 2 || nfields % 2 == 1 {
+    if field_pos > args.len() || nfields < 2 || !nfields.is_multiple_of(2) {
         return Err(CmdError::Reply(table::arity_error("xadd")));
     }
     if let Some((id, true)) = t.id
