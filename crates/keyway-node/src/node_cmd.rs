@@ -707,6 +707,7 @@ fn storage_task<W: SlotWork>(
         };
         let limits = DbLimits {
             max_value_bytes: shared.config.max_value_bytes,
+            stream_node_max_entries: shared.server.stream_node_max_entries(),
         };
         if as_replica {
             debug_assert!(

@@ -3,8 +3,10 @@
 //! four kinds of sub-entry, each under its own tag byte so each kind sorts
 //! as one range:
 //!
-//! - entry `0x01 be64(ms) be64(seq)` → `leb128(n) (leb128(len) bytes){2n}`
-//!   (its field/value pairs, in order; ids sort as Redis compares them);
+//! - entry `0x01 be64(ms) be64(seq)` → `leb128(node) leb128(n)
+//!   (leb128(len) bytes){2n}` (the emulated radix-tree node it was appended
+//!   to, see [`StreamMeta::node`], then its field/value pairs in order; ids
+//!   sort as Redis compares them);
 //! - group `0x02 name` → `be64(last.ms) be64(last.seq) be64(entries_read)`
 //!   (`entries_read` as two's complement: `-1` = unknown);
 //! - pending entry (PEL) `0x03 be16(group_len) group be64(ms) be64(seq)` →
@@ -90,10 +92,19 @@ pub struct StreamMeta {
     pub first_id: StreamId,
     /// Entries ever added (`entries-added`).
     pub entries_added: u64,
+    /// The number of the node appends go to. Redis keeps entries in
+    /// radix-tree nodes of up to `stream-node-max-entries` appends, and
+    /// approximate trimming removes whole nodes only; Keyway numbers them
+    /// the same way (a new node when the tail one is full or gone) and
+    /// records each entry's node in its data.
+    pub node: u64,
+    /// Entries appended to node `node` so far (deleted ones included, as
+    /// Redis counts them).
+    pub node_count: u64,
 }
 
 /// Bytes the stream part adds to a meta.
-pub const STREAM_META_BYTES: usize = 7 * 8;
+pub const STREAM_META_BYTES: usize = 9 * 8;
 
 impl StreamMeta {
     pub fn encode_into(&self, out: &mut BytesMut) {
@@ -102,6 +113,8 @@ impl StreamMeta {
             out.put_u64(id.seq);
         }
         out.put_u64(self.entries_added);
+        out.put_u64(self.node);
+        out.put_u64(self.node_count);
     }
 
     /// Inverse of [`StreamMeta::encode_into`].
@@ -114,6 +127,8 @@ impl StreamMeta {
             max_deleted: StreamId::from_bytes(&b[16..32])?,
             first_id: StreamId::from_bytes(&b[32..48])?,
             entries_added: u64::from_be_bytes(b[48..56].try_into().ok()?),
+            node: u64::from_be_bytes(b[56..64].try_into().ok()?),
+            node_count: u64::from_be_bytes(b[64..72].try_into().ok()?),
         })
     }
 }
@@ -165,10 +180,11 @@ fn take_leb(data: &[u8], at: &mut usize) -> Option<u64> {
     None
 }
 
-/// An entry's data: its field/value pairs.
-pub fn encode_fields(pairs: &[(Bytes, Bytes)]) -> Bytes {
+/// An entry's data: its node and field/value pairs.
+pub fn encode_entry(node: u64, pairs: &[(Bytes, Bytes)]) -> Bytes {
     let len: usize = pairs.iter().map(|(f, v)| f.len() + v.len() + 4).sum();
-    let mut out = BytesMut::with_capacity(len + 2);
+    let mut out = BytesMut::with_capacity(len + 12);
+    put_leb(&mut out, node);
     put_leb(&mut out, pairs.len() as u64);
     for (f, v) in pairs {
         put_leb(&mut out, f.len() as u64);
@@ -179,9 +195,15 @@ pub fn encode_fields(pairs: &[(Bytes, Bytes)]) -> Bytes {
     out.freeze()
 }
 
-/// Inverse of [`encode_fields`].
-pub fn decode_fields(data: &Bytes) -> Option<Vec<(Bytes, Bytes)>> {
+/// An entry's node (the start of its data).
+pub fn entry_node(data: &[u8]) -> Option<u64> {
+    take_leb(data, &mut 0)
+}
+
+/// Inverse of [`encode_entry`].
+pub fn decode_entry(data: &Bytes) -> Option<(u64, Vec<(Bytes, Bytes)>)> {
     let mut at = 0;
+    let node = take_leb(data, &mut at)?;
     let n = take_leb(data, &mut at)?;
     let mut out = Vec::with_capacity(n.min(1024) as usize);
     let one = |at: &mut usize| -> Option<Bytes> {
@@ -196,7 +218,7 @@ pub fn decode_fields(data: &Bytes) -> Option<Vec<(Bytes, Bytes)>> {
         let v = one(&mut at)?;
         out.push((f, v));
     }
-    (at == data.len()).then_some(out)
+    (at == data.len()).then_some((node, out))
 }
 
 /// A consumer group's state.
@@ -310,7 +332,7 @@ mod tests {
         #[test]
         fn fields_round_trip(pairs in proptest::collection::vec((any::<Vec<u8>>(), any::<Vec<u8>>()), 0..6)) {
             let pairs: Vec<(Bytes, Bytes)> = pairs.into_iter().map(|(f, v)| (f.into(), v.into())).collect();
-            prop_assert_eq!(decode_fields(&encode_fields(&pairs)), Some(pairs));
+            prop_assert_eq!(decode_entry(&encode_entry(7, &pairs)), Some((7, pairs)));
         }
     }
 
@@ -321,6 +343,8 @@ mod tests {
             max_deleted: StreamId::new(3, 0),
             first_id: StreamId::new(1, 1),
             entries_added: 9,
+            node: 4,
+            node_count: 2,
         };
         let mut b = BytesMut::new();
         m.encode_into(&mut b);

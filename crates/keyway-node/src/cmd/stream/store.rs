@@ -92,8 +92,28 @@ impl Stream {
         subs.into_iter()
             .map(|(s, d)| {
                 let id = layout::entry_id(&s).ok_or_else(|| corrupt("stream entry id"))?;
-                let fields = layout::decode_fields(&d).ok_or_else(|| corrupt("stream entry"))?;
+                let (_, fields) =
+                    layout::decode_entry(&d).ok_or_else(|| corrupt("stream entry"))?;
                 Ok((id, fields))
+            })
+            .collect()
+    }
+
+    /// The ids and nodes of the first `count` entries from `start` on.
+    pub fn front_nodes(
+        &self,
+        db: &mut Db<'_>,
+        start: StreamId,
+        count: usize,
+    ) -> Result<Vec<(StreamId, u64)>, CmdError> {
+        let from = layout::entry_suffix(start);
+        let to = [layout::ENTRY_TAG + 1];
+        db.sub_range(&self.key, &self.meta, Some(&from), Some(&to), count)?
+            .into_iter()
+            .map(|(s, d)| {
+                let id = layout::entry_id(&s).ok_or_else(|| corrupt("stream entry id"))?;
+                let node = layout::entry_node(&d).ok_or_else(|| corrupt("stream entry"))?;
+                Ok((id, node))
             })
             .collect()
     }
@@ -132,11 +152,20 @@ impl Stream {
         id: StreamId,
         fields: &[(Bytes, Bytes)],
     ) -> Result<(), CmdError> {
+        let max = db.limits().stream_node_max_entries;
+        let st = &mut self.meta.stream;
+        if self.meta.size == 0 || st.node_count == u64::MAX || (max > 0 && st.node_count >= max) {
+            // Redis opens a new node when the tail one is full or gone.
+            st.node += 1;
+            st.node_count = 0;
+        }
+        st.node_count += 1;
+        let node = st.node;
         db.sub_put(
             &self.key,
             &self.meta,
             &layout::entry_suffix(id),
-            layout::encode_fields(fields),
+            layout::encode_entry(node, fields),
         )?;
         self.meta.size += 1;
         self.meta.stream.entries_added += 1;
@@ -155,6 +184,23 @@ impl Stream {
         db.sub_delete(&self.key, &self.meta, &layout::entry_suffix(id))?;
         self.meta.size -= 1;
         Ok(true)
+    }
+
+    /// After deletes: if no entry is left in the tail node, Redis freed it
+    /// and the next append opens a new one.
+    pub fn refresh_tail_node(&mut self, db: &mut Db<'_>) -> Result<(), CmdError> {
+        let last = self.range(db, StreamId::MIN, StreamId::MAX, 1, true)?.pop();
+        let in_tail = match last {
+            Some((id, _)) => self
+                .front_nodes(db, id, 1)?
+                .first()
+                .is_some_and(|(_, node)| *node == self.meta.stream.node),
+            None => false,
+        };
+        if !in_tail {
+            self.meta.stream.node_count = u64::MAX;
+        }
+        Ok(())
     }
 
     /// Sets `first_id` from the entries (`0-0` when empty).

@@ -291,7 +291,7 @@ fn a_blocked_xread_keeps_the_dollar_it_resolved_first() {
 }
 
 #[test]
-fn approximate_trimming_removes_whole_runs_of_100() {
+fn approximate_trimming_removes_whole_nodes_of_100_appends() {
     let mut t = TestDb::new();
     for i in 1..=250 {
         t.run(&["xadd", "s", &format!("{i}-0"), "f", "v"]);
@@ -300,12 +300,24 @@ fn approximate_trimming_removes_whole_runs_of_100() {
     assert_eq!(t.run(&["xlen", "s"]), int(150));
     assert_eq!(t.run(&["xtrim", "s", "maxlen", "~", "120"]), int(0));
     assert_eq!(t.run(&["xtrim", "s", "maxlen", "=", "120"]), int(30));
-    assert_eq!(t.run(&["xtrim", "s", "minid", "~", "250"]), int(100));
-    assert_eq!(t.run(&["xlen", "s"]), int(20));
+    // The rest of the second node (131..200) goes whole; the tail node
+    // (201..250) holds 250 itself.
+    assert_eq!(t.run(&["xtrim", "s", "minid", "~", "250"]), int(70));
+    assert_eq!(t.run(&["xlen", "s"]), int(50));
     assert_eq!(
         t.run(&["xrange", "s", "-", "+", "count", "1"]),
-        arr(vec![entry("231-0", &["f", "v"])])
+        arr(vec![entry("201-0", &["f", "v"])])
     );
+    // Emptied by XDEL, the tail node is gone: the next append opens a new
+    // one, which MAXLEN ~ then keeps whole.
+    for i in 201..=250 {
+        t.run(&["xdel", "s", &format!("{i}-0")]);
+    }
+    for i in 300..310 {
+        t.run(&["xadd", "s", &format!("{i}-0"), "f", "v"]);
+    }
+    assert_eq!(t.run(&["xtrim", "s", "maxlen", "~", "5"]), int(0));
+    assert_eq!(t.run(&["xtrim", "s", "maxlen", "~", "0"]), int(10));
     assert_eq!(
         t.run(&["xtrim", "s", "maxlen", "1", "limit", "5"]),
         err("ERR syntax error, LIMIT cannot be used without the special ~ option")

@@ -2,10 +2,11 @@
 //! `xdelCommand`, `xsetidCommand`, `streamTrim`).
 //!
 //! Approximate trimming (`~`): Redis removes whole radix-tree nodes only
-//! (of up to `stream-node-max-entries` = 100 entries). Keyway has no nodes;
-//! it treats the stream as consecutive runs of 100 entries from its first
-//! one and removes whole runs, which is what Redis does for a stream filled
-//! by appends of small entries without deletions.
+//! (of up to `stream-node-max-entries` appends, and 4 KiB). Keyway numbers
+//! emulated nodes the same way by entry count (each entry records its node,
+//! see [`crate::coll::stream::StreamMeta::node`]) and removes whole ones, as
+//! Redis does; it does not emulate the 4 KiB limit (with big entries Redis's
+//! nodes hold fewer entries).
 
 use bytes::Bytes;
 use keyway_resp::Frame;
@@ -15,11 +16,6 @@ use super::id::{self, is};
 use super::store::Stream;
 use crate::coll::stream::StreamId;
 use crate::db::Db;
-
-/// Entries per emulated node (Redis's default `stream-node-max-entries`).
-const NODE_ENTRIES: u64 = 100;
-/// Redis's cap on the entries one approximate trim removes by default.
-const DEFAULT_APPROX_LIMIT: i64 = 100 * NODE_ENTRIES as i64;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Strategy {
@@ -40,7 +36,11 @@ struct TrimArgs {
 }
 
 /// `streamParseAddOrTrimArgsOrReply`: the options and the id's position.
-fn parse_trim_args(args: &[Bytes], xadd: bool) -> Result<(TrimArgs, usize), CmdError> {
+fn parse_trim_args(
+    args: &[Bytes],
+    xadd: bool,
+    node_max_entries: u64,
+) -> Result<(TrimArgs, usize), CmdError> {
     let mut t = TrimArgs::default();
     let mut limit_given = false;
     let argc = args.len();
@@ -108,61 +108,38 @@ fn parse_trim_args(args: &[Bytes], xadd: bool) -> Result<(TrimArgs, usize), CmdE
             ));
         }
     } else if t.approx {
-        t.limit = DEFAULT_APPROX_LIMIT;
+        // At most 100 nodes' worth, capped both ways as Redis does.
+        let limit = (node_max_entries as i64).saturating_mul(100);
+        t.limit = if limit <= 0 {
+            10_000
+        } else {
+            limit.min(1_000_000)
+        };
     } else {
         t.limit = 0;
     }
     Ok((t, i))
 }
 
+/// Entries an approximate trim reads at a time.
+const NODE_READ_CHUNK: usize = 1024;
+
 /// `streamTrim`: removes entries from the front; the number removed.
 fn trim(db: &mut Db<'_>, s: &mut Stream, t: &TrimArgs) -> Result<u64, CmdError> {
     let Some(strategy) = t.strategy else {
         return Ok(0);
     };
-    let len = s.len();
-    // How many entries from the front go.
-    let mut remove = match strategy {
-        Strategy::MaxLen(max) => len.saturating_sub(max),
-        Strategy::MinId(min) => {
-            // Entries below `min` (all of them are at the front).
-            let below = min.decr().map_or(Ok(Vec::new()), |end| {
-                s.range(db, StreamId::MIN, end, 0, false)
-            })?;
-            below.len() as u64
+    let remove = if t.approx {
+        approx_count(db, s, strategy, t.limit)?
+    } else {
+        match strategy {
+            Strategy::MaxLen(max) => s.len().saturating_sub(max),
+            Strategy::MinId(min) => match min.decr() {
+                Some(end) => s.range(db, StreamId::MIN, end, 0, false)?.len() as u64,
+                None => 0,
+            },
         }
     };
-    if t.approx {
-        // Whole runs of NODE_ENTRIES only: a run goes if all of it goes
-        // (the last run may be shorter than NODE_ENTRIES). For MINID, Redis
-        // compares the node's last id, a tombstone's included: the last run
-        // stays if XDEL removed an id at or above the minimum after it.
-        let mut all = remove >= len;
-        if let (true, Strategy::MinId(min)) = (all, strategy) {
-            let tail = s.last_valid_id(db)?.max(s.meta.stream.max_deleted);
-            all = tail < min;
-        }
-        let whole = if all {
-            len
-        } else {
-            remove.min(len.saturating_sub(1)) / NODE_ENTRIES * NODE_ENTRIES
-        };
-        remove = whole;
-        if t.limit > 0 {
-            // Runs while the total stays within the limit.
-            let mut allowed = 0;
-            while allowed < remove {
-                let run = NODE_ENTRIES.min(remove - allowed);
-                if allowed + run > t.limit as u64 {
-                    break;
-                }
-                allowed += run;
-            }
-            remove = allowed;
-        }
-    } else if t.limit > 0 {
-        remove = remove.min(t.limit as u64);
-    }
     if remove == 0 {
         return Ok(0);
     }
@@ -170,12 +147,93 @@ fn trim(db: &mut Db<'_>, s: &mut Stream, t: &TrimArgs) -> Result<u64, CmdError> 
     for (id, _) in &doomed {
         s.remove(db, *id)?;
     }
-    s.refresh_first_id(db)?;
+    if s.len() == 0 {
+        s.meta.stream.first_id = StreamId::MIN;
+    } else {
+        s.refresh_first_id(db)?;
+    }
+    s.refresh_tail_node(db)?;
     Ok(doomed.len() as u64)
 }
 
+/// How many entries from the front an approximate trim removes: whole
+/// nodes only (see [`crate::coll::stream::StreamMeta::node`]), while the
+/// rest still satisfies the strategy and the total stays within `limit`.
+fn approx_count(
+    db: &mut Db<'_>,
+    s: &Stream,
+    strategy: Strategy,
+    limit: i64,
+) -> Result<u64, CmdError> {
+    let mut len = s.len();
+    let mut removed = 0u64;
+    let mut from = StreamId::MIN;
+    let mut chunk: std::collections::VecDeque<(StreamId, u64)> = Default::default();
+    let mut exhausted = false;
+    loop {
+        if let Strategy::MaxLen(max) = strategy
+            && len <= max
+        {
+            break;
+        }
+        // The whole front node (consecutive entries of one node number) in
+        // `chunk`, or all that is left.
+        while !exhausted
+            && (chunk.is_empty() || chunk.back().map(|e| e.1) == chunk.front().map(|e| e.1))
+        {
+            let more = s.front_nodes(db, from, NODE_READ_CHUNK)?;
+            if more.len() < NODE_READ_CHUNK {
+                exhausted = true;
+            }
+            if let Some(&(last, _)) = more.last() {
+                match last.incr() {
+                    Some(next) => from = next,
+                    None => exhausted = true,
+                }
+            }
+            chunk.extend(more);
+        }
+        let Some(&(_, node)) = chunk.front() else {
+            break;
+        };
+        let entries = chunk.iter().take_while(|(_, n)| *n == node).count() as u64;
+        let node_last = chunk
+            .iter()
+            .take_while(|(_, n)| *n == node)
+            .last()
+            .map(|(id, _)| *id)
+            .expect("one entry at least");
+        let is_tail = entries == len;
+        if limit > 0 && (removed + entries) as i64 > limit {
+            break;
+        }
+        let whole = match strategy {
+            Strategy::MaxLen(max) => len - entries >= max,
+            Strategy::MinId(min) => {
+                // The node's last id, a tombstone's included: XDEL may have
+                // removed the tail node's last entries.
+                let last = if is_tail {
+                    node_last.max(s.meta.stream.max_deleted)
+                } else {
+                    node_last
+                };
+                last < min
+            }
+        };
+        if !whole {
+            break;
+        }
+        removed += entries;
+        len -= entries;
+        for _ in 0..entries {
+            chunk.pop_front();
+        }
+    }
+    Ok(removed)
+}
+
 pub fn xadd(db: &mut Db<'_>, args: &[Bytes]) -> CmdResult {
-    let (t, idpos) = parse_trim_args(args, true)?;
+    let (t, idpos) = parse_trim_args(args, true, db.limits().stream_node_max_entries)?;
     let field_pos = idpos + 1;
     let nfields = args.len().saturating_sub(field_pos);
     if field_pos > args.len() || nfields < 2 || !nfields.is_multiple_of(2) {
@@ -244,7 +302,7 @@ pub fn xadd(db: &mut Db<'_>, args: &[Bytes]) -> CmdResult {
 }
 
 pub fn xtrim(db: &mut Db<'_>, args: &[Bytes]) -> CmdResult {
-    let (t, _) = parse_trim_args(args, false)?;
+    let (t, _) = parse_trim_args(args, false, db.limits().stream_node_max_entries)?;
     let Some(mut s) = Stream::open(db, &args[1])? else {
         return Ok(Frame::Integer(0));
     };
@@ -282,6 +340,7 @@ pub fn xdel(db: &mut Db<'_>, args: &[Bytes]) -> CmdResult {
         } else if first_entry {
             s.refresh_first_id(db)?;
         }
+        s.refresh_tail_node(db)?;
         s.save(db)?;
     }
     Ok(Frame::Integer(deleted))
