@@ -100,6 +100,9 @@ struct State {
     /// the client disconnected) cannot leave a ghost waiter at the front of
     /// a key's queue, which every later waiter would yield to.
     live: std::collections::HashSet<u64>,
+    /// Blocked clients woken by any write of their keys, whatever its type
+    /// (XREADGROUP: its stream replaced by another type ends its wait).
+    any_write: std::collections::HashSet<u64>,
 }
 
 struct Waiter {
@@ -234,7 +237,8 @@ impl Blocking {
     }
 
     /// Wakes the waiters of every List, ZSet or Stream top-level entry
-    /// `mutations` put, and of every key they delete (call after they were
+    /// `mutations` put, and of every key they delete; the `any_write`
+    /// waiters of a key also on a put of another type (call after they were
     /// applied).
     pub fn notify(&self, mutations: &[Mutation]) {
         if self.registered.load(Ordering::Acquire) == 0 {
@@ -245,17 +249,21 @@ impl Blocking {
         for m in mutations {
             // A delete wakes too: a blocked XREADGROUP answers that its
             // stream is gone (other waiters attempt and wait again).
-            let key = match m {
+            let (key, typed) = match m {
                 Mutation::Put {
                     key,
                     kind: ValueKind::List | ValueKind::ZSet | ValueKind::Stream,
                     ..
                 }
-                | Mutation::Delete { key } => key,
+                | Mutation::Delete { key } => (key, true),
+                Mutation::Put { key, .. } => (key, false),
                 _ => continue,
             };
             if let Some(queue) = state.queues.get(key) {
                 for id in queue {
+                    if !typed && !state.any_write.contains(id) {
+                        continue;
+                    }
                     if let Some(w) = state.waiters.get_mut(id) {
                         self.metrics.wakeups.inc();
                         w.wake();
@@ -302,14 +310,19 @@ impl Blocking {
     }
 
     /// A blocked client's task starts: it may register as a waiter.
-    fn start(&self, id: u64) {
-        self.lock().live.insert(id);
+    fn start(&self, id: u64, any_write: bool) {
+        let mut state = self.lock();
+        state.live.insert(id);
+        if any_write {
+            state.any_write.insert(id);
+        }
     }
 
     /// A blocked client's task ended: it is removed and may not register again.
     fn end(&self, id: u64) {
         let mut state = self.lock();
         state.live.remove(&id);
+        state.any_write.remove(&id);
         self.remove_locked(&mut state, id);
     }
 
@@ -585,13 +598,14 @@ pub fn block(
     user_keys: Vec<Bytes>,
     timeout_ms: u64,
     client: u64,
+    any_write: bool,
     attempt: Box<AttemptFn>,
 ) -> oneshot::Receiver<Frame> {
     let (tx, rx) = oneshot::channel();
     tokio::spawn(async move {
         let blocking = shared.blocking.clone();
         let id = blocking.next_id();
-        blocking.start(id);
+        blocking.start(id, any_write);
         let _registration = Registration {
             blocking: blocking.clone(),
             id,

@@ -32,7 +32,7 @@ fn timeouts_parse_like_redis() {
 }
 
 fn gate(b: &Arc<Blocking>, id: u64, keys: &[&str]) -> Gate {
-    b.start(id);
+    b.start(id, false);
     Gate {
         blocking: b.clone(),
         id,

@@ -515,6 +515,8 @@ fn blocking_command(
         .iter()
         .map(|k| Bytes::copy_from_slice(k))
         .collect();
+    // A blocked XREADGROUP ends when its stream becomes another type.
+    let any_write = command.name() == "xreadgroup";
     let task_shared = shared.clone();
     let attempt = Box::new(move |gate: Arc<crate::blocking::Gate>| {
         let work = crate::blocking::Attempt::new(command.clone(), gate);
@@ -526,6 +528,7 @@ fn blocking_command(
         keys,
         timeout_ms,
         session.id,
+        any_write,
         attempt,
     ))
 }
