@@ -237,9 +237,8 @@ impl Blocking {
     }
 
     /// Wakes the waiters of every List, ZSet or Stream top-level entry
-    /// `mutations` put, and of every key they delete; the `any_write`
-    /// waiters of a key also on a put of another type (call after they were
-    /// applied).
+    /// `mutations` put, and the `any_write` waiters of every key they put
+    /// or delete (call after they were applied).
     pub fn notify(&self, mutations: &[Mutation]) {
         if self.registered.load(Ordering::Acquire) == 0 {
             return;
@@ -247,16 +246,16 @@ impl Blocking {
         let mut state = self.lock();
         let state = &mut *state;
         for m in mutations {
-            // A delete wakes too: a blocked XREADGROUP answers that its
-            // stream is gone (other waiters attempt and wait again).
+            // A delete or a put of another type wakes the `any_write`
+            // waiters only: a blocked XREADGROUP answers that its stream is
+            // gone.
             let (key, typed) = match m {
                 Mutation::Put {
                     key,
                     kind: ValueKind::List | ValueKind::ZSet | ValueKind::Stream,
                     ..
-                }
-                | Mutation::Delete { key } => (key, true),
-                Mutation::Put { key, .. } => (key, false),
+                } => (key, true),
+                Mutation::Put { key, .. } | Mutation::Delete { key } => (key, false),
                 _ => continue,
             };
             if let Some(queue) = state.queues.get(key) {

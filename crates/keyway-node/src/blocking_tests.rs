@@ -104,6 +104,22 @@ fn nothing_to_pop_registers_a_waiter_that_a_push_wakes() {
 }
 
 #[test]
+fn an_any_write_waiter_is_woken_by_a_delete_or_a_put_of_any_type() {
+    let b = Arc::new(Blocking::new(&Metrics::default()));
+    let g = gate(&b, 7, &["s"]);
+    b.start(7, true);
+    assert_eq!(g.decide(&Frame::NullArray), Decision::Wait);
+    b.notify(&[Mutation::Delete {
+        key: Bytes::from("sk:s"),
+    }]);
+    assert!(woken(&g));
+    b.notify(&[put("s", ValueKind::String)]);
+    assert!(woken(&g));
+    b.notify(&[put("other", ValueKind::String)]);
+    assert!(!woken(&g));
+}
+
+#[test]
 fn a_later_waiter_yields_a_key_to_an_earlier_one_until_it_leaves() {
     let b = Arc::new(Blocking::new(&Metrics::default()));
     let first = gate(&b, 1, &["k"]);
