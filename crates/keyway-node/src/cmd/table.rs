@@ -546,17 +546,14 @@ impl CommandSpec {
     pub fn key_positions_in(&self, args: &[Bytes]) -> Vec<usize> {
         if let Some((keyword, from)) = self.keyword {
             // The first `keyword` from `from` on; the keys are the first
-            // half of the arguments after it (none if they are odd).
+            // half (rounded down) of the arguments after it.
             let Some(at) = (from as usize..args.len())
                 .find(|&i| args[i].eq_ignore_ascii_case(keyword.as_bytes()))
             else {
                 return Vec::new();
             };
             let rest = args.len() - at - 1;
-            if rest == 0 || !rest.is_multiple_of(2) {
-                return Vec::new();
-            }
-            return (at + 1..=at + rest / 2).collect();
+            return (at + 1..at + 1 + rest / 2).collect();
         }
         if self.keynum_index <= 0 {
             return self.key_positions(args.len());
