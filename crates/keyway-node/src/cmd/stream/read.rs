@@ -55,6 +55,9 @@ pub fn xrange(db: &mut Db<'_>, args: &[Bytes], rev: bool) -> CmdResult {
     Ok(entries_frame(entries))
 }
 
+/// Entries per stream a blocked XREAD / XREADGROUP without COUNT gets.
+const XREAD_BLOCKED_DEFAULT_COUNT: usize = 1000;
+
 /// XREAD's and XREADGROUP's options.
 pub struct ReadArgs {
     pub block_ms: Option<u64>,
@@ -218,6 +221,13 @@ pub fn xread(
                 .collect(),
         );
     }
+    // Served after blocking without COUNT: at most 1000 entries per stream
+    // (Redis's XREAD_BLOCKED_DEFAULT_COUNT).
+    let count = if retry && r.count == 0 {
+        XREAD_BLOCKED_DEFAULT_COUNT
+    } else {
+        r.count
+    };
     let mut out = Vec::new();
     for (key, after) in keys.iter().zip(afters) {
         if db.kind_of(key)? != Some(ValueKind::Stream) {
@@ -235,21 +245,21 @@ pub fn xread(
                     continue;
                 }
                 let Some(start) = gt.incr() else { continue };
-                entries_frame(s.range(db, start, StreamId::MAX, r.count, false)?)
+                entries_frame(s.range(db, start, StreamId::MAX, count, false)?)
             }
             Some((group, consumer)) => {
                 let mut g = s.group(db, group)?.expect("checked above");
                 match after {
                     After::Id(gt) => {
                         s.touch_consumer(db, group, consumer)?;
-                        history(db, &s, group, consumer, gt, r.count)?
+                        history(db, &s, group, consumer, gt, count)?
                     }
                     After::New => {
                         if s.len() == 0 || s.last_valid_id(db)? <= g.last_id {
                             continue;
                         }
                         s.touch_consumer(db, group, consumer)?;
-                        let entries = deliver(db, &s, group, &mut g, consumer, r.count, r.noack)?;
+                        let entries = deliver(db, &s, group, &mut g, consumer, count, r.noack)?;
                         s.put_group(db, group, &g)?;
                         entries_frame(entries)
                     }
