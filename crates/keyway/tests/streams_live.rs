@@ -5,7 +5,8 @@
 //!   group, pending entry and consumer with its times) is the same at each
 //!   owner, and the groups go on delivering after the move;
 //! - `XREAD BLOCK` (with `$`) and `XREADGROUP BLOCK` (with `>`) are woken
-//!   by an `XADD` from another client, and time out with nil.
+//!   by an `XADD` from another client, and time out with nil; a blocked
+//!   `XREADGROUP` ends with an error when its group or stream goes.
 //!
 //! Blocked clients are observed through `/status`, never by sleeping.
 
@@ -338,6 +339,51 @@ fn blocked_stream_readers_are_woken_by_xadd_and_time_out() {
         Frame::Array(v) => assert_eq!(v[0], Frame::Integer(2)),
         other => panic!("XPENDING: {other:?}"),
     }
+
+    // A blocked XREADGROUP ends when its group is destroyed, its stream
+    // deleted or replaced by another type.
+    let ends: [(&[&str], &str); 3] = [
+        (
+            &["XGROUP", "DESTROY", "{b}s", "g"],
+            "NOGROUP the consumer group this client was blocked on no longer exists",
+        ),
+        (
+            &["DEL", "{b}s"],
+            "UNBLOCKED the stream key no longer exists",
+        ),
+        (
+            &["SET", "{b}s", "v"],
+            "UNBLOCKED the stream key no longer exists",
+        ),
+    ];
+    for (end, error) in ends {
+        writer.cmd(&["DEL", "{b}s"]);
+        writer.cmd(&["XGROUP", "CREATE", "{b}s", "g", "$", "MKSTREAM"]);
+        send(
+            &mut a,
+            &[
+                "XREADGROUP",
+                "GROUP",
+                "g",
+                "alice",
+                "BLOCK",
+                "0",
+                "STREAMS",
+                "{b}s",
+                ">",
+            ],
+        );
+        wait_blocked(admin, 1);
+        writer.cmd(end);
+        assert_eq!(
+            a.read_reply().unwrap(),
+            Frame::Error(error.into()),
+            "{end:?}"
+        );
+        wait_blocked(admin, 0);
+    }
+
+    writer.cmd(&["DEL", "{b}s"]);
 
     // A timeout answers the null array after about the timeout.
     let began = Instant::now();
