@@ -19,7 +19,7 @@
 //! Checking and registering happen in one task on the slot's thread, and
 //! every write of that slot runs on that thread too, so a push can never
 //! fall between an attempt that found nothing and its registration. After
-//! every applied batch that puts a List or ZSet top-level entry,
+//! every applied batch that puts a List, ZSet or Stream top-level entry,
 //! [`crate::node_cmd::apply_and_reply`] calls [`Blocking::notify`], which
 //! wakes every waiter of those keys. A waiting client keeps its next attempt
 //! **armed** in its waiter entry (the task and where its reply goes), so the
@@ -100,6 +100,9 @@ struct State {
     /// the client disconnected) cannot leave a ghost waiter at the front of
     /// a key's queue, which every later waiter would yield to.
     live: std::collections::HashSet<u64>,
+    /// Blocked clients woken by any write of their keys, whatever its type
+    /// (XREADGROUP: its stream replaced by another type ends its wait).
+    any_write: std::collections::HashSet<u64>,
 }
 
 struct Waiter {
@@ -233,8 +236,9 @@ impl Blocking {
         }
     }
 
-    /// Wakes the waiters of every List or ZSet top-level entry `mutations`
-    /// put (call after they were applied).
+    /// Wakes the waiters of every List, ZSet or Stream top-level entry
+    /// `mutations` put, and the `any_write` waiters of every key they put
+    /// or delete (call after they were applied).
     pub fn notify(&self, mutations: &[Mutation]) {
         if self.registered.load(Ordering::Acquire) == 0 {
             return;
@@ -242,14 +246,23 @@ impl Blocking {
         let mut state = self.lock();
         let state = &mut *state;
         for m in mutations {
-            if let Mutation::Put {
-                key,
-                kind: ValueKind::List | ValueKind::ZSet,
-                ..
-            } = m
-                && let Some(queue) = state.queues.get(key)
-            {
+            // A delete or a put of another type wakes the `any_write`
+            // waiters only: a blocked XREADGROUP answers that its stream is
+            // gone.
+            let (key, typed) = match m {
+                Mutation::Put {
+                    key,
+                    kind: ValueKind::List | ValueKind::ZSet | ValueKind::Stream,
+                    ..
+                } => (key, true),
+                Mutation::Put { key, .. } | Mutation::Delete { key } => (key, false),
+                _ => continue,
+            };
+            if let Some(queue) = state.queues.get(key) {
                 for id in queue {
+                    if !typed && !state.any_write.contains(id) {
+                        continue;
+                    }
                     if let Some(w) = state.waiters.get_mut(id) {
                         self.metrics.wakeups.inc();
                         w.wake();
@@ -296,14 +309,19 @@ impl Blocking {
     }
 
     /// A blocked client's task starts: it may register as a waiter.
-    fn start(&self, id: u64) {
-        self.lock().live.insert(id);
+    fn start(&self, id: u64, any_write: bool) {
+        let mut state = self.lock();
+        state.live.insert(id);
+        if any_write {
+            state.any_write.insert(id);
+        }
     }
 
     /// A blocked client's task ended: it is removed and may not register again.
     fn end(&self, id: u64) {
         let mut state = self.lock();
         state.live.remove(&id);
+        state.any_write.remove(&id);
         self.remove_locked(&mut state, id);
     }
 
@@ -579,13 +597,14 @@ pub fn block(
     user_keys: Vec<Bytes>,
     timeout_ms: u64,
     client: u64,
+    any_write: bool,
     attempt: Box<AttemptFn>,
 ) -> oneshot::Receiver<Frame> {
     let (tx, rx) = oneshot::channel();
     tokio::spawn(async move {
         let blocking = shared.blocking.clone();
         let id = blocking.next_id();
-        blocking.start(id);
+        blocking.start(id, any_write);
         let _registration = Registration {
             blocking: blocking.clone(),
             id,

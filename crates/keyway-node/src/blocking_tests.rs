@@ -32,7 +32,7 @@ fn timeouts_parse_like_redis() {
 }
 
 fn gate(b: &Arc<Blocking>, id: u64, keys: &[&str]) -> Gate {
-    b.start(id);
+    b.start(id, false);
     Gate {
         blocking: b.clone(),
         id,
@@ -100,6 +100,22 @@ fn nothing_to_pop_registers_a_waiter_that_a_push_wakes() {
     assert_eq!(b.status().blocked_clients, 0);
     assert_eq!(b.status().keys_waited_on, 0);
     b.notify(&[put("b", ValueKind::List)]);
+    assert!(!woken(&g));
+}
+
+#[test]
+fn an_any_write_waiter_is_woken_by_a_delete_or_a_put_of_any_type() {
+    let b = Arc::new(Blocking::new(&Metrics::default()));
+    let g = gate(&b, 7, &["s"]);
+    b.start(7, true);
+    assert_eq!(g.decide(&Frame::NullArray), Decision::Wait);
+    b.notify(&[Mutation::Delete {
+        key: Bytes::from("sk:s"),
+    }]);
+    assert!(woken(&g));
+    b.notify(&[put("s", ValueKind::String)]);
+    assert!(woken(&g));
+    b.notify(&[put("other", ValueKind::String)]);
     assert!(!woken(&g));
 }
 

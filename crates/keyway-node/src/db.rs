@@ -40,12 +40,19 @@ pub struct DbLimits {
     /// `proto-max-bulk-len`; beyond it the command fails with
     /// `ERR string exceeds maximum allowed size (proto-max-bulk-len)`.
     pub max_value_bytes: usize,
+    /// `stream-node-max-entries`: entries per emulated stream node, which
+    /// approximate trimming removes whole (0 = unlimited).
+    pub stream_node_max_entries: u64,
 }
+
+/// Redis's default `stream-node-max-entries`.
+pub const DEFAULT_STREAM_NODE_MAX_ENTRIES: u64 = 100;
 
 impl Default for DbLimits {
     fn default() -> Self {
         DbLimits {
             max_value_bytes: DEFAULT_MAX_VALUE_BYTES,
+            stream_node_max_entries: DEFAULT_STREAM_NODE_MAX_ENTRIES,
         }
     }
 }

@@ -498,6 +498,7 @@ async fn keyless(shared: &Arc<Shared>, work: TxWork) -> Reply {
     let task: crate::executor::Task = Box::new(move |engine| {
         let limits = crate::db::DbLimits {
             max_value_bytes: shared2.config.max_value_bytes,
+            stream_node_max_entries: shared2.server.stream_node_max_entries(),
         };
         let mut db = Db::new(engine, &shared2.keyspace, shared2.clock.unix_ms(), &limits);
         match work.execute(&mut db) {

@@ -528,6 +528,8 @@ fn blocking_command(
         .iter()
         .map(|k| Bytes::copy_from_slice(k))
         .collect();
+    // A blocked XREADGROUP ends when its stream becomes another type.
+    let any_write = command.name() == "xreadgroup";
     let task_shared = shared.clone();
     let attempt = Box::new(move |gate: Arc<crate::blocking::Gate>| {
         let work = crate::blocking::Attempt::new(command.clone(), gate);
@@ -539,6 +541,7 @@ fn blocking_command(
         keys,
         timeout_ms,
         session.id,
+        any_write,
         attempt,
     ))
 }
@@ -720,6 +723,7 @@ fn storage_task<W: SlotWork>(
         };
         let limits = DbLimits {
             max_value_bytes: shared.config.max_value_bytes,
+            stream_node_max_entries: shared.server.stream_node_max_entries(),
         };
         if as_replica {
             debug_assert!(

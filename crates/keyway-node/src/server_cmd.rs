@@ -4,7 +4,8 @@
 //!
 //! `CONFIG SET` takes the settings a Redis client or Redis's own test suite
 //! changes at run time. Those with an effect in Keyway take effect at once
-//! (`slowlog-log-slower-than`, `slowlog-max-len`); the encoding thresholds
+//! (`slowlog-log-slower-than`, `slowlog-max-len`, `stream-node-max-entries`
+//! for approximate stream trimming); the encoding thresholds
 //! (`hash-max-listpack-*`, `zset-max-listpack-*`, `list-max-listpack-size`,
 //! `set-max-intset-entries`, ...), `lazyfree-*`, `latency-tracking` and a
 //! few others are accepted, validated as Redis validates them and reported
@@ -39,6 +40,8 @@ enum Effect {
     Stored,
     SlowlogSlowerThan,
     SlowlogMaxLen,
+    /// Streams' entries per emulated node (approximate trimming).
+    StreamNodeMaxEntries,
     /// Fixed when the node started: only its current value is accepted.
     Fixed,
 }
@@ -104,7 +107,10 @@ static SETTINGS: &[Setting] = &[
     stored("list-compress-depth", UINT, "0"),
     stored("set-max-intset-entries", UINT, "512"),
     stored("stream-node-max-bytes", Kind::Memory { min: 0 }, "4096"),
-    stored("stream-node-max-entries", UINT, "100"),
+    Setting {
+        effect: Effect::StreamNodeMaxEntries,
+        ..stored("stream-node-max-entries", UINT, "100")
+    },
     stored("lazyfree-lazy-eviction", BOOL, "no"),
     stored("lazyfree-lazy-expire", BOOL, "no"),
     stored("lazyfree-lazy-server-del", BOOL, "no"),
@@ -248,6 +254,7 @@ pub struct ServerState {
     /// the engine's journal, there is no separate save).
     pub started_unix_s: u64,
     memory_peak: std::sync::atomic::AtomicU64,
+    stream_node_max_entries: std::sync::atomic::AtomicU64,
 }
 
 impl ServerState {
@@ -260,6 +267,12 @@ impl ServerState {
             .get("busy-reply-threshold")
             .and_then(|v| v.parse().ok())
             .unwrap_or(5_000)
+    }
+
+    /// `stream-node-max-entries` (see `cmd/stream/write.rs`).
+    pub fn stream_node_max_entries(&self) -> u64 {
+        self.stream_node_max_entries
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     pub fn new(config: &crate::NodeConfig, started_unix_s: u64) -> Self {
@@ -286,6 +299,7 @@ impl ServerState {
             shutdown_requested: false.into(),
             started_unix_s,
             memory_peak: 0.into(),
+            stream_node_max_entries: crate::db::DEFAULT_STREAM_NODE_MAX_ENTRIES.into(),
         }
     }
 
@@ -394,6 +408,10 @@ impl ServerState {
                 Effect::SlowlogMaxLen => self
                     .slowlog
                     .set_max_len(value.parse().expect("checked integer")),
+                Effect::StreamNodeMaxEntries => self.stream_node_max_entries.store(
+                    value.parse().expect("checked integer"),
+                    std::sync::atomic::Ordering::Relaxed,
+                ),
                 Effect::Stored | Effect::Fixed => {}
             }
             values.insert(setting.name, value);

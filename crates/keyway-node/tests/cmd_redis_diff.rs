@@ -57,6 +57,8 @@ const SCRIPTS: &[&str] = &[
     "set k v\nexpire k 10 foo\nexpire k 10 nx xx\nexpire k 10 gt lt\nexpire k 10 nx gt\nexpire k ten\nexpire k ten foo\nexpire k 9223372036854775807\nexpire k -9223372036854775808\npexpire k 9223372036854775807\npexpireat k 9223372036854775807\nttl k\nexpire k\nttl\nexpire nope 10 gt",
     // arity errors of every data command
     "get\nset k\nsetnx k\nsetex k 1\npsetex k 1\ngetset k\ngetdel\ngetex\nmget\nmset k\nmsetnx k\nappend k\nstrlen\ngetrange k 1\nsetrange k 1\nincr\ndecr\nincrby k\ndecrby k\nincrbyfloat k\ndel\nunlink\nexists\ntype\nexpire k\npexpire k\nexpireat k\npexpireat k\nttl\npttl\npersist\nexpiretime\npexpiretime",
+    // stream containers' unrouted replies, XREAD's keys
+    "xgroup foo\nxgroup create k\nxgroup help\nxgroup help x\nxinfo help\nxinfo stream\nxinfo foo k\nxgroup setid k g 0 entriesread 3 x\nxinfo stream k full count\ncommand getkeys xread count 1 streams a b 0 0\ncommand getkeys xreadgroup group g c streams a 0\ncommand getkeys xread streams a b c",
     // COMMAND (RESP2 shapes)
     "command info get set mget mset msetnx del exists ttl getex incrbyfloat nosuch\ncommand count x\ncommand foo\ncommand getkeys mset a b c d\ncommand getkeys get a b\ncommand getkeys nosuch a\ncommand getkeysandflags set a b get\ncommand getkeysandflags mset a b c d\ncommand help\ncommand list filterby pattern getr*\ncommand list x\ncommand docs nosuch",
 ];
@@ -156,6 +158,20 @@ const INFO_NAMES: &[&str] = &[
     "sinterstore",
     "sunionstore",
     "sdiffstore",
+    // streams (XGROUP and XINFO: Redis lists their subcommands)
+    "xadd",
+    "xlen",
+    "xrange",
+    "xrevrange",
+    "xdel",
+    "xtrim",
+    "xsetid",
+    "xread",
+    "xreadgroup",
+    "xack",
+    "xpending",
+    "xclaim",
+    "xautoclaim",
 ];
 
 #[test]
@@ -479,6 +495,8 @@ fn every_command_table_row_matches_redis_7_0() {
         ("object", "Redis lists its subcommands"),
         ("function", "Redis lists its subcommands"),
         ("script", "Redis lists its subcommands"),
+        ("xgroup", "Redis lists its subcommands"),
+        ("xinfo", "Redis lists its subcommands"),
         ("config", "Redis lists its subcommands"),
         ("client", "Redis lists its subcommands"),
         ("cluster", "Redis lists its subcommands"),

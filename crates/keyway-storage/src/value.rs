@@ -48,6 +48,8 @@ pub enum ValueKind {
     Set,
     /// The top-level entry (meta) of a Redis sorted set.
     ZSet,
+    /// The top-level entry (meta) of a Redis stream.
+    Stream,
     /// One field, member or element of a collection (a *sub-entry*): never a
     /// user key. The node's `coll` module owns its key layout.
     Sub,
@@ -63,14 +65,20 @@ impl ValueKind {
             ValueKind::Set => 4,
             ValueKind::ZSet => 5,
             ValueKind::Sub => 6,
+            ValueKind::Stream => 7,
         }
     }
 
-    /// Whether this is a collection's top-level entry (hash, list, set, zset).
+    /// Whether this is a collection's top-level entry (hash, list, set,
+    /// zset, stream).
     pub const fn is_collection(self) -> bool {
         matches!(
             self,
-            ValueKind::Hash | ValueKind::List | ValueKind::Set | ValueKind::ZSet
+            ValueKind::Hash
+                | ValueKind::List
+                | ValueKind::Set
+                | ValueKind::ZSet
+                | ValueKind::Stream
         )
     }
 
@@ -88,6 +96,7 @@ impl ValueKind {
             4 => Some(ValueKind::Set),
             5 => Some(ValueKind::ZSet),
             6 => Some(ValueKind::Sub),
+            7 => Some(ValueKind::Stream),
             _ => None,
         }
     }

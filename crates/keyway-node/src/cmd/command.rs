@@ -311,10 +311,12 @@ mod tests {
                 c.name
             );
             // Data commands have keys from position 1, or movable keys, or
-            // are OBJECT (a container whose key follows the subcommand);
+            // are OBJECT, XGROUP or XINFO (containers whose key follows the
+            // subcommand);
             // WATCH and MEMORY USAGE have keys but no data family.
             let movable = c.flags.contains(&"movablekeys");
-            let keyed = c.first_key == 1 || movable || c.name == "object";
+            let container = matches!(c.name, "object" | "xgroup" | "xinfo");
+            let keyed = c.first_key == 1 || movable || container;
             let keyed_server = matches!(c.name, "watch" | "memory");
             assert_eq!(c.family.is_some(), keyed && !keyed_server, "{}", c.name);
         }

@@ -37,6 +37,10 @@ pub enum DumpCmd {
     },
 }
 
+/// DUMP's reply for a stream: Keyway does not write Redis's RDB stream
+/// format (so never a payload Redis would misread).
+pub(crate) const STREAM_DUMP_UNSUPPORTED: &str = "ERR DUMP of a stream is not supported by Keyway";
+
 impl DumpCmd {
     /// Parses `args` (`args[0]` is the name, arity already checked).
     pub(super) fn parse(name: &'static str, args: &[Bytes]) -> Result<Self, Frame> {
@@ -103,6 +107,9 @@ impl DumpCmd {
     pub(super) fn execute(&self, db: &mut Db<'_>) -> CmdResult {
         match self {
             DumpCmd::Dump { key } => Ok(match db.read_whole(key)? {
+                Some(whole) if whole.contents.kind() == keyway_storage::ValueKind::Stream => {
+                    Frame::error(STREAM_DUMP_UNSUPPORTED)
+                }
                 Some(whole) => Frame::Bulk(Bytes::from(rdb::dump(&whole.contents))),
                 None => Frame::Null,
             }),

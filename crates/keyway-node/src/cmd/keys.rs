@@ -33,6 +33,7 @@ pub fn type_name(kind: ValueKind) -> &'static str {
         ValueKind::List => "list",
         ValueKind::Set => "set",
         ValueKind::ZSet => "zset",
+        ValueKind::Stream => "stream",
         ValueKind::Sub => unreachable!("a sub-entry is never a user key's value"),
     }
 }

@@ -347,6 +347,7 @@ pub(crate) fn encoding(whole: &Whole) -> &'static str {
         Contents::String(s) if s.len() <= EMBSTR_SIZE_LIMIT => "embstr",
         Contents::String(_) => "raw",
         Contents::List(_) => "quicklist",
+        Contents::Stream(..) => "stream",
         Contents::Set(members) => {
             if members.len() <= SET_INTSET_ENTRIES && members.iter().all(|m| parse_i64(m).is_some())
             {

@@ -56,10 +56,12 @@ pub enum PayloadError {
     BadFormat,
 }
 
-/// The DUMP payload of `contents`.
+/// The DUMP payload of `contents` (not a stream: DUMP refuses those
+/// before it gets here, see `cmd/dump.rs`).
 pub fn dump(contents: &Contents) -> Vec<u8> {
     let mut out = Vec::new();
     match contents {
+        Contents::Stream(..) => unreachable!("DUMP replies an error for a stream"),
         Contents::String(s) => {
             out.push(TYPE_STRING);
             put_string(&mut out, s);
@@ -380,6 +382,7 @@ fn valid(contents: Contents) -> Option<Contents> {
     }
     let ok = match &contents {
         Contents::String(_) => true,
+        Contents::Stream(..) => false,
         Contents::List(items) => !items.is_empty(),
         Contents::Set(m) => !m.is_empty() && unique(m.iter()),
         Contents::Hash(p) => !p.is_empty() && unique(p.iter().map(|(f, _)| f)),

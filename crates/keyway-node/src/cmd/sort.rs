@@ -112,7 +112,7 @@ impl SortCmd {
                     members.sort_by(|a, b| a.1.total_cmp(&b.1).then_with(|| a.0.cmp(&b.0)));
                     (members.into_iter().map(|(m, _)| m).collect(), true)
                 }
-                Contents::String(_) | Contents::Hash(_) => {
+                Contents::String(_) | Contents::Hash(_) | Contents::Stream(..) => {
                     return Err(reply_err(errors::WRONGTYPE));
                 }
             },

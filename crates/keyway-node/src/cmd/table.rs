@@ -49,6 +49,8 @@ pub enum Family {
     ZSet,
     /// `crate::script` (EVAL and its kind: not parsed into a `Command`).
     Script,
+    /// `cmd/stream/`.
+    Stream,
 }
 
 /// One command as Redis 7 describes it.
@@ -82,6 +84,11 @@ pub struct CommandSpec {
     /// the index of `numkeys` (the key spec's `begin_search` index, with a
     /// `keynum` `find_keys`); 0 = keys by first/last/step.
     pub keynum_index: i64,
+    /// For commands whose keys follow a keyword (XREAD's `STREAMS`): the
+    /// keyword and where its search starts; the keys are the first half of
+    /// what follows it (Redis's `keyword` begin search with a `range`
+    /// find-keys of `lastkey -1, limit 2`). `None` = no such keys.
+    pub keyword: Option<(&'static str, i64)>,
     /// `COMMAND DOCS` group.
     pub group: &'static str,
     /// Redis version that introduced the command.
@@ -156,6 +163,7 @@ pub(super) const fn data(
         key_spec_notes: None,
         second_key_spec: &[],
         keynum_index: 0,
+        keyword: None,
         group,
         since,
         summary,
@@ -188,6 +196,7 @@ pub(super) const fn nokey(
         key_spec_notes: None,
         second_key_spec: &[],
         keynum_index: 0,
+        keyword: None,
         group,
         since,
         summary,
@@ -332,6 +341,16 @@ impl CommandSpec {
         self
     }
 
+    /// Keys after `keyword`, searched from `start_from` (movable keys: the
+    /// legacy range is empty).
+    pub(super) const fn keyword_keys(mut self, keyword: &'static str, start_from: i64) -> Self {
+        self.first_key = 0;
+        self.last_key = 0;
+        self.step = 0;
+        self.keyword = Some((keyword, start_from));
+        self
+    }
+
     /// Keys after a `numkeys` argument at `index` (movable keys).
     pub(super) const fn keynum(mut self, index: i64) -> Self {
         self.first_key = 0;
@@ -361,6 +380,7 @@ static TABLES: &[&[CommandSpec]] = &[
     super::set_table::SET_COMMANDS,
     super::list_table::LIST_COMMANDS,
     super::zset_table::ZSET_COMMANDS,
+    super::stream_table::STREAM_COMMANDS,
     super::server_table::SERVER_COMMANDS,
     super::script_table::SCRIPT_COMMANDS,
 ];
@@ -536,6 +556,17 @@ impl CommandSpec {
     /// or names more keys than there are arguments (as Redis's key
     /// extraction gives up, and the command then replies its error).
     pub fn key_positions_in(&self, args: &[Bytes]) -> Vec<usize> {
+        if let Some((keyword, from)) = self.keyword {
+            // The first `keyword` from `from` on; the keys are the first
+            // half (rounded down) of the arguments after it.
+            let Some(at) = (from as usize..args.len())
+                .find(|&i| args[i].eq_ignore_ascii_case(keyword.as_bytes()))
+            else {
+                return Vec::new();
+            };
+            let rest = args.len() - at - 1;
+            return (at + 1..at + 1 + rest / 2).collect();
+        }
         if self.keynum_index <= 0 {
             return self.key_positions(args.len());
         }
@@ -558,7 +589,9 @@ impl CommandSpec {
     /// This command's `COMMAND INFO` entry.
     pub fn info_frame(&self) -> Frame {
         let mut key_specs = Vec::new();
-        if self.keynum_index > 0 && self.first_key > 0 {
+        if let Some((keyword, from)) = self.keyword {
+            key_specs.push(keyword_spec_frame(self.key_spec_flags, keyword, from));
+        } else if self.keynum_index > 0 && self.first_key > 0 {
             key_specs.push(range_spec_frame(
                 None,
                 self.key_spec_flags,
@@ -700,6 +733,41 @@ fn begin_search(index: i64) -> (Frame, Frame) {
             ),
         ]),
     )
+}
+
+/// A key spec with a `keyword` begin search and a `range` find-keys of
+/// the first half of what follows.
+fn keyword_spec_frame(flags: &[&str], keyword: &str, start_from: i64) -> Frame {
+    Frame::Map(vec![
+        (Frame::bulk("flags"), simple_set(flags)),
+        (
+            Frame::bulk("begin_search"),
+            Frame::Map(vec![
+                (Frame::bulk("type"), Frame::bulk("keyword")),
+                (
+                    Frame::bulk("spec"),
+                    Frame::Map(vec![
+                        (Frame::bulk("keyword"), Frame::bulk(keyword.to_owned())),
+                        (Frame::bulk("startfrom"), Frame::Integer(start_from)),
+                    ]),
+                ),
+            ]),
+        ),
+        (
+            Frame::bulk("find_keys"),
+            Frame::Map(vec![
+                (Frame::bulk("type"), Frame::bulk("range")),
+                (
+                    Frame::bulk("spec"),
+                    Frame::Map(vec![
+                        (Frame::bulk("lastkey"), Frame::Integer(-1)),
+                        (Frame::bulk("keystep"), Frame::Integer(1)),
+                        (Frame::bulk("limit"), Frame::Integer(2)),
+                    ]),
+                ),
+            ]),
+        ),
+    ])
 }
 
 /// A key spec with an `index` begin search and a `range` find-keys.

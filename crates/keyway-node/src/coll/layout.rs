@@ -5,6 +5,8 @@ use bytes::{BufMut, Bytes, BytesMut};
 use keyway_map::{Keyspace, Routing, key_hash_slot};
 use keyway_storage::ValueKind;
 use std::sync::OnceLock;
+
+use super::stream::{STREAM_META_BYTES, StreamMeta};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Bytes a sub-entry key adds around the user key and its suffix:
@@ -46,6 +48,8 @@ pub struct Meta {
     /// Hashes only: the insertion sequence the next new field gets (see
     /// [`hash_value`]).
     pub next_seq: u64,
+    /// Streams only: ids and counters (see [`crate::coll::stream`]).
+    pub stream: StreamMeta,
 }
 
 impl Meta {
@@ -59,11 +63,14 @@ impl Meta {
             head: LIST_START_INDEX,
             tail: LIST_START_INDEX,
             next_seq: 0,
+            stream: StreamMeta::default(),
         }
     }
 
     /// The top-level entry's data: `version u64 | size u64`, then for a
-    /// list `| head u64 | tail u64`, for a hash `| next_seq u64`.
+    /// list `| head u64 | tail u64`, for a hash `| next_seq u64`, for a
+    /// stream [`StreamMeta`] (`| last_id | max_deleted | first_id` as
+    /// `ms u64 | seq u64` each, `| entries_added u64`).
     pub fn encode(&self) -> Bytes {
         let mut out = BytesMut::with_capacity(32);
         out.put_u64(self.version);
@@ -75,6 +82,9 @@ impl Meta {
         }
         if self.kind == ValueKind::Hash {
             out.put_u64(self.next_seq);
+        }
+        if self.kind == ValueKind::Stream {
+            self.stream.encode_into(&mut out);
         }
         out.freeze()
     }
@@ -98,9 +108,14 @@ impl Meta {
             ValueKind::Hash => word(2)?,
             _ => 0,
         };
+        let stream = match kind {
+            ValueKind::Stream => StreamMeta::decode(data.get(16..)?)?,
+            _ => StreamMeta::default(),
+        };
         let want_len = match kind {
             ValueKind::List => 32,
             ValueKind::Hash => 24,
+            ValueKind::Stream => 16 + STREAM_META_BYTES,
             _ => 16,
         };
         if data.len() != want_len
@@ -115,6 +130,7 @@ impl Meta {
             head,
             tail,
             next_seq,
+            stream,
         })
     }
 }

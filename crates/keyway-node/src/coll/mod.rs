@@ -1,4 +1,4 @@
-//! Collections (hashes, lists, sets, sorted sets) on a key → value engine
+//! Collections (hashes, lists, sets, sorted sets, streams) on a key → value engine
 //! that moves data by key range.
 //!
 //! # Layout
@@ -26,7 +26,9 @@
 //! answer in insertion order, as Redis's listpack encoding does); set `member → ∅`; list `be64(index) →
 //! element` (meta `head..tail`, starting at 2^63, so pushes and pops at both
 //! ends are O(1)); sorted set `0x01 member → score` plus the score index
-//! `0x02 sortable(score) member → ∅` (score order, then member order).
+//! `0x02 sortable(score) member → ∅` (score order, then member order);
+//! stream: entries, consumer groups, pending entries and consumers under four
+//! tag bytes (see [`stream`]).
 //!
 //! # Versions and reclamation
 //! A new collection gets a fresh version ([`layout::fresh_version`]). Delete,
@@ -47,6 +49,7 @@ pub mod layout;
 /// 512); bigger hashes answer in field order (Redis: its hash table's).
 pub const HASH_INSERTION_ORDER_MAX_FIELDS: u64 = 512;
 
+pub mod stream;
 pub mod whole;
 
 pub use layout::{Meta, SubKey};

@@ -4,6 +4,8 @@
 use bytes::Bytes;
 use keyway_storage::ValueKind;
 
+use super::stream::StreamMeta;
+
 /// A key's contents.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Contents {
@@ -16,6 +18,10 @@ pub enum Contents {
     Set(Vec<Bytes>),
     /// `(member, score)` in (score, member) order.
     ZSet(Vec<(Bytes, f64)>),
+    /// A stream's counters and its raw sub-entries `(suffix, data)`
+    /// (entries, groups, pending entries, consumers: see
+    /// [`crate::coll::stream`]), in suffix order.
+    Stream(StreamMeta, Vec<(Bytes, Bytes)>),
 }
 
 impl Contents {
@@ -27,6 +33,7 @@ impl Contents {
             Contents::List(_) => ValueKind::List,
             Contents::Set(_) => ValueKind::Set,
             Contents::ZSet(_) => ValueKind::ZSet,
+            Contents::Stream(..) => ValueKind::Stream,
         }
     }
 }

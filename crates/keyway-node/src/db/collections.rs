@@ -53,10 +53,11 @@ impl<'a> Db<'a> {
 
     /// Writes `meta` as `key`'s top-level entry, keeping the key's TTL if it
     /// already holds this very collection (same version); a meta of size 0
-    /// deletes the key (Redis has no empty collections).
+    /// deletes the key (Redis has no empty collections), but for a stream
+    /// (an empty stream exists, with its ids and groups).
     pub fn put_meta(&mut self, key: &[u8], meta: &Meta) -> Result<(), StorageError> {
         let slot = self.slot(key)?;
-        if meta.size == 0 {
+        if meta.size == 0 && meta.kind != ValueKind::Stream {
             if slot.value.take().is_some() || slot.pending != Pending::Clean {
                 slot.pending = Pending::Delete;
             }
@@ -256,6 +257,7 @@ impl<'a> Db<'a> {
                 }
                 let subs = self.sub_all(key, &meta).map_err(storage)?;
                 match kind {
+                    ValueKind::Stream => Contents::Stream(meta.stream, subs),
                     ValueKind::Hash => unreachable!("read above"),
                     ValueKind::Set => Contents::Set(subs.into_iter().map(|(m, _)| m).collect()),
                     ValueKind::List => Contents::List(subs.into_iter().map(|(_, e)| e).collect()),
@@ -276,8 +278,8 @@ impl<'a> Db<'a> {
         }))
     }
 
-    /// Replaces whatever `key` holds with `whole` (an empty collection
-    /// deletes the key). O(size): every sub-entry is written.
+    /// Replaces whatever `key` holds with `whole` (an empty collection but a
+    /// stream deletes the key). O(size): every sub-entry is written.
     pub(crate) fn write_whole(&mut self, key: &[u8], whole: Whole) -> Result<(), CmdError> {
         self.delete(key)?;
         let kind = whole.contents.kind();
@@ -310,6 +312,15 @@ impl<'a> Db<'a> {
                     meta.size += 1;
                 }
             }
+            Contents::Stream(stream, subs) => {
+                meta.stream = stream;
+                for (suffix, data) in subs {
+                    if crate::coll::stream::entry_id(&suffix).is_some() {
+                        meta.size += 1;
+                    }
+                    self.sub_put(key, &meta, &suffix, data)?;
+                }
+            }
             Contents::ZSet(members) => {
                 for (m, score) in members {
                     let ms = layout::zset_member_suffix(&m);
@@ -330,7 +341,8 @@ impl<'a> Db<'a> {
             }
         }
         self.put_meta(key, &meta)?;
-        if meta.size > 0 && whole.expire_at_ms.is_some() {
+        let exists = meta.size > 0 || kind == ValueKind::Stream;
+        if exists && whole.expire_at_ms.is_some() {
             self.set_expiry(key, whole.expire_at_ms)?;
         }
         Ok(())

@@ -205,6 +205,7 @@ fn op_task(
             .record_key(partition.id, &keyspace, op.first_key(), write);
         let limits = DbLimits {
             max_value_bytes: shared.config.max_value_bytes,
+            stream_node_max_entries: shared.server.stream_node_max_entries(),
         };
         let mut db = Db::new(engine, &keyspace, shared.clock.unix_ms(), &limits);
         let reply = match execute(&op, &mut db) {

@@ -384,7 +384,12 @@ pub(crate) fn read_changes(
     max_bytes: u64,
     range: Option<&KeyRange>,
 ) -> Result<pb::ChangesResponse, StorageError> {
-    let records = engine.changes_since(after, limit)?;
+    // At most `limit` (the engine reads on to the end of a batch; the
+    // RPC's bound holds: its callers, a migration's catch-up, apply into a
+    // target that serves nothing of the range before the flip, and the
+    // flip comes only after every record up to the fence).
+    let mut records = engine.changes_since(after, limit)?;
+    records.truncate(limit);
     let log_start = engine.log_start();
     let head_seq = engine.last_seq();
     let mut out: Vec<Bytes> = Vec::new();
@@ -881,11 +886,11 @@ mod tests {
         let r = read_changes(&e, 4, 10, u64::MAX, None).unwrap();
         assert!(r.records.is_empty());
         assert_eq!(r.last_seq, 4);
-        // One batch is examined whole, past the limit.
+        // The RPC's limit holds inside a batch too.
         e.apply(&[put("b3", 1), put("a3", 1), put("b4", 1)])
             .unwrap();
         let r = read_changes(&e, 4, 1, u64::MAX, Some(&range)).unwrap();
-        assert_eq!((r.records.len(), r.last_seq), (2, 7));
+        assert_eq!((r.records.len(), r.last_seq), (1, 5));
     }
 
     #[test]

@@ -438,6 +438,7 @@ async fn keyless(shared: &Arc<Shared>, work: ScriptWork) -> Reply {
     let task: crate::executor::Task = Box::new(move |engine| {
         let limits = crate::db::DbLimits {
             max_value_bytes: task_shared.config.max_value_bytes,
+            stream_node_max_entries: task_shared.server.stream_node_max_entries(),
         };
         let mut db = Db::new(
             engine,

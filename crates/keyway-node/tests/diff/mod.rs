@@ -286,6 +286,30 @@ pub enum Compare {
     ScanPairs,
     /// A `[cursor, [member, ...]]` scan reply: the members compared sorted.
     ScanMembers,
+    /// Exact but for the values that follow these names in any (nested)
+    /// flat map (XINFO's `idle`, `seen-time`, radix-tree sizes).
+    Masked(&'static [&'static str]),
+}
+
+fn mask(frame: Frame, names: &[&str]) -> Frame {
+    match frame {
+        Frame::Array(items) => {
+            let mut out: Vec<Frame> = Vec::with_capacity(items.len());
+            let mut masked_next = false;
+            for item in items {
+                if masked_next {
+                    out.push(Frame::Null);
+                    masked_next = false;
+                    continue;
+                }
+                masked_next =
+                    matches!(&item, Frame::Bulk(b) if names.iter().any(|n| n.as_bytes() == &b[..]));
+                out.push(mask(item, names));
+            }
+            Frame::Array(out)
+        }
+        f => f,
+    }
 }
 
 fn sort_key(f: &Frame) -> String {
@@ -296,6 +320,7 @@ fn sort_key(f: &Frame) -> String {
 pub fn normalize(frame: Frame, how: Compare) -> Frame {
     match (how, frame) {
         (Compare::Exact, f) => f,
+        (Compare::Masked(names), f) => mask(f, names),
         (Compare::Unordered, Frame::Array(mut items)) => {
             items.sort_by_key(sort_key);
             Frame::Array(items)
