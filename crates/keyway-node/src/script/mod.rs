@@ -164,10 +164,15 @@ impl Scripts {
 
     /// The `/status` view.
     pub fn status(&self) -> ScriptsStatus {
+        // One lock at a time (a guard in a field expression would live to
+        // the end of the literal, and `is_busy` takes the same lock).
+        let cached = self.lock_cache().len();
+        let running = self.lock_running().len();
+        let busy = self.is_busy();
         ScriptsStatus {
-            cached: self.lock_cache().len(),
-            running: self.lock_running().len(),
-            busy: self.is_busy(),
+            cached,
+            running,
+            busy,
             runs: self.metrics.runs.get(),
             kills: self.metrics.kills.get(),
             busy_refusals: self.metrics.busy_refusals.get(),
