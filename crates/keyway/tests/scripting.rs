@@ -105,6 +105,19 @@ fn scripts_run_atomically_busy_scripts_are_killed_and_the_proxy_forwards_them() 
         Frame::bulk("2"),
         "the transaction did not run"
     );
+    let status: serde_json::Value =
+        serde_json::from_str(&common::http_get(cluster.admin_port, "/status").expect("/status"))
+            .unwrap();
+    assert_eq!(status["scripts"]["kills"], serde_json::json!(1), "{status}");
+    assert!(
+        status["scripts"]["busy_refusals"].as_u64().unwrap() >= 3,
+        "{status}"
+    );
+    assert_eq!(
+        status["scripts"]["running"],
+        serde_json::json!(0),
+        "{status}"
+    );
 
     // Through the proxy: keyed and keyless scripts.
     let meta = format!("keyway://127.0.0.1:{}", cluster.base());
