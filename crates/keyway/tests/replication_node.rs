@@ -78,6 +78,9 @@ async fn replicate_everything(c: &LocalCluster, min_in_sync: u8) {
     wait_all_in_sync(c).await;
 }
 
+/// Every replica in sync in the store's map, and every running node routing
+/// by that map (or a later one): a write right after must not meet a
+/// primary that has not installed the CAS that put its replica back.
 async fn wait_all_in_sync(c: &LocalCluster) -> PartitionMap {
     eventually("every replica in sync", Duration::from_secs(30), || async {
         let map = c.map().await.ok()?;
@@ -85,7 +88,10 @@ async fn wait_all_in_sync(c: &LocalCluster) -> PartitionMap {
             .partitions
             .values()
             .all(|p| !p.replicas.is_empty() && p.in_sync == p.replicas);
-        all.then_some(map)
+        let installed = (0..c.len())
+            .filter_map(|i| c.node(i))
+            .all(|n| n.shared().routing.map().version >= map.version);
+        (all && installed).then_some(map)
     })
     .await
 }
