@@ -20,6 +20,12 @@ pub const READ_COMMANDS: &[&str] = &[
     // Read-only scripts (EVAL and EVALSHA may write: never retried).
     "eval_ro",
     "evalsha_ro",
+    // Stream reads (XREADGROUP moves entries into a PEL: a write).
+    "xlen",
+    "xrange",
+    "xrevrange",
+    "xread",
+    "xpending",
     "get",
     "mget",
     "strlen",
