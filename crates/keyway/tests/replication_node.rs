@@ -6,7 +6,10 @@
 //! and with `min_in_sync` 2 an out-of-sync replica means `-NOREPLICAS`
 //! for writes while reads are served.
 
+mod common;
+
 use bytes::Bytes;
+use common::replica::{replicate_everything_with, wait_all_in_sync};
 use keyway_client::{Client, ClientConfig, ClientError};
 use keyway_cluster::{ClusterSpec, LocalCluster};
 use keyway_map::{
@@ -42,58 +45,6 @@ async fn cluster(dir: &std::path::Path) -> LocalCluster {
 
 fn default_keyspace() -> Keyspace {
     Keyspace::new(DEFAULT_KEYSPACE, "default", KeyRouting::Hash)
-}
-
-/// Makes the other node a replica (not in sync yet) of every partition,
-/// with `min_in_sync` for the keyspace; the primaries then copy and CAS
-/// their replicas in.
-async fn replicate_everything(c: &LocalCluster, min_in_sync: u8) {
-    let map = c.map().await.unwrap();
-    let mut ks = default_keyspace();
-    ks.replication_factor = 2;
-    ks.min_in_sync = min_in_sync;
-    c.meta()
-        .commit(MapTxn::unconditional(vec![MapChange::UpsertKeyspace(ks)]))
-        .await
-        .unwrap();
-    for p in map.partitions.values() {
-        let other = *map.nodes.keys().find(|n| **n != p.owner).unwrap();
-        let row = PartitionRecord {
-            replicas: vec![other],
-            in_sync: vec![],
-            epoch: Epoch(p.epoch.0 + 1),
-            ..p.clone()
-        };
-        c.meta()
-            .commit(MapTxn {
-                conditions: vec![OwnershipCondition {
-                    partition: p.id,
-                    expected: Some((p.owner, p.epoch)),
-                }],
-                changes: vec![MapChange::UpsertPartition(row)],
-            })
-            .await
-            .unwrap();
-    }
-    wait_all_in_sync(c).await;
-}
-
-/// Every replica in sync in the store's map, and every running node routing
-/// by that map (or a later one): a write right after must not meet a
-/// primary that has not installed the CAS that put its replica back.
-async fn wait_all_in_sync(c: &LocalCluster) -> PartitionMap {
-    eventually("every replica in sync", Duration::from_secs(30), || async {
-        let map = c.map().await.ok()?;
-        let all = map
-            .partitions
-            .values()
-            .all(|p| !p.replicas.is_empty() && p.in_sync == p.replicas);
-        let installed = (0..c.len())
-            .filter_map(|i| c.node(i))
-            .all(|n| n.shared().routing.map().version >= map.version);
-        (all && installed).then_some(map)
-    })
-    .await
 }
 
 fn node_index(c: &LocalCluster, id: NodeId) -> usize {
@@ -170,7 +121,7 @@ async fn replicas_hold_every_acknowledged_write_and_a_stalled_replica_is_dropped
             .await
             .unwrap();
     }
-    replicate_everything(&c, 1).await;
+    replicate_everything_with(&c, 1).await;
     let map = c.map().await.unwrap();
     for i in 0..300 {
         let key = format!("old{i}");
@@ -339,7 +290,7 @@ async fn replicas_hold_every_acknowledged_write_and_a_stalled_replica_is_dropped
 async fn min_in_sync_two_refuses_writes_with_noreplicas_while_reads_work() {
     let dir = tempfile::tempdir().unwrap();
     let c = cluster(dir.path()).await;
-    replicate_everything(&c, 2).await;
+    replicate_everything_with(&c, 2).await;
     let map = c.map().await.unwrap();
     let cl = client(&c).await;
     let key = b"guarded";
@@ -395,7 +346,7 @@ async fn min_in_sync_two_refuses_writes_with_noreplicas_while_reads_work() {
 async fn a_switchover_moves_the_primary_to_the_in_sync_replica_without_losing_a_write() {
     let dir = tempfile::tempdir().unwrap();
     let c = cluster(dir.path()).await;
-    replicate_everything(&c, 1).await;
+    replicate_everything_with(&c, 1).await;
     let map = c.map().await.unwrap();
     let cl = client(&c).await;
     for i in 0..200 {
@@ -435,7 +386,7 @@ async fn a_switchover_moves_the_primary_to_the_in_sync_replica_without_losing_a_
 async fn a_restarted_primary_removes_its_in_sync_replicas_before_acknowledging_then_resyncs() {
     let dir = tempfile::tempdir().unwrap();
     let mut c = cluster(dir.path()).await;
-    replicate_everything(&c, 1).await;
+    replicate_everything_with(&c, 1).await;
     let cl = client(&c).await;
     for i in 0..200 {
         cl.set(format!("r{i}").as_bytes(), b"before").await.unwrap();
@@ -517,7 +468,7 @@ async fn a_replica_that_fell_past_log_retention_is_copied_again() {
     spec.node.log_retention_bytes = 32 * 1024;
     spec.node.log_truncate_interval_ms = 50;
     let c = LocalCluster::start(spec).await.expect("cluster starts");
-    replicate_everything(&c, 1).await;
+    replicate_everything_with(&c, 1).await;
     let map = c.map().await.unwrap();
     let cl = std::sync::Arc::new(client(&c).await);
     let stalled = 1;
@@ -602,7 +553,7 @@ fn copies_started(c: &LocalCluster) -> Vec<u64> {
 async fn a_switchover_keeps_the_old_primary_in_sync_so_switching_back_copies_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let c = cluster(dir.path()).await;
-    replicate_everything(&c, 1).await;
+    replicate_everything_with(&c, 1).await;
     let map = c.map().await.unwrap();
     let cl = client(&c).await;
     let p = map.partitions.values().next().unwrap().clone();

@@ -98,9 +98,15 @@ pub async fn cas(c: &LocalCluster, p: &PartitionRecord, f: impl FnOnce(&mut Part
 
 /// Every partition replicated on the other node, and in sync.
 pub async fn replicate_everything(c: &LocalCluster) -> PartitionMap {
+    replicate_everything_with(c, 1).await
+}
+
+/// [`replicate_everything`] with `min_in_sync` for the keyspace.
+pub async fn replicate_everything_with(c: &LocalCluster, min_in_sync: u8) -> PartitionMap {
     let map = c.map().await.unwrap();
     let mut ks = Keyspace::new(DEFAULT_KEYSPACE, "default", KeyRouting::Hash);
     ks.replication_factor = 2;
+    ks.min_in_sync = min_in_sync;
     c.meta()
         .commit(MapTxn::unconditional(vec![MapChange::UpsertKeyspace(ks)]))
         .await
@@ -109,12 +115,23 @@ pub async fn replicate_everything(c: &LocalCluster) -> PartitionMap {
         let other = *map.nodes.keys().find(|n| **n != p.owner).unwrap();
         cas(c, p, |r| r.replicas = vec![other]).await;
     }
+    wait_all_in_sync(c).await
+}
+
+/// Every replica in sync in the store's map, and every running node routing
+/// by that map (or a later one): a write right after must not meet a
+/// primary that has not installed the CAS that put its replica back.
+pub async fn wait_all_in_sync(c: &LocalCluster) -> PartitionMap {
     eventually("every replica in sync", Duration::from_secs(30), || async {
         let map = c.map().await.ok()?;
-        map.partitions
+        let all = map
+            .partitions
             .values()
-            .all(|p| !p.replicas.is_empty() && p.in_sync == p.replicas)
-            .then_some(map)
+            .all(|p| !p.replicas.is_empty() && p.in_sync == p.replicas);
+        let installed = (0..c.len())
+            .filter_map(|i| c.node(i))
+            .all(|n| n.shared().routing.map().version >= map.version);
+        (all && installed).then_some(map)
     })
     .await
 }
