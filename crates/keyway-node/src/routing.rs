@@ -157,8 +157,6 @@ impl Routing {
         }
     }
 
-    /// Withdraws every replica read lease of `partition` (it stopped being a
-    /// replica here, or its copy is being rebuilt).
     /// Held while the replica side applies one whole-batch run of the
     /// primary's records (take it after [`Routing::read`]).
     pub fn replica_apply_exclusive(&self) -> std::sync::RwLockWriteGuard<'_, ()> {
@@ -173,6 +171,8 @@ impl Routing {
         self.replica_apply.read().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Withdraws every replica read lease of `partition` (it stopped being a
+    /// replica here, or its copy is being rebuilt).
     pub fn revoke_replica_read(&self, partition: PartitionId) {
         self.replica_reads
             .lock()

@@ -4,9 +4,12 @@
 //! under the routing read guard), run in pipeline order, and answer after
 //! group commit.
 
+mod common;
+
 use bytes::{Bytes, BytesMut};
+use common::key_in_slot;
 use keyway_cluster::{ClusterSpec, LocalCluster};
-use keyway_map::{DEFAULT_KEYSPACE, PartitionId, Routing, key_hash_slot};
+use keyway_map::{DEFAULT_KEYSPACE, PartitionId, Routing};
 use keyway_node::server::Shared;
 use keyway_resp::{Frame, Limits, Protocol, ResponseParser, encode};
 use keyway_testkit::eventually;
@@ -74,15 +77,6 @@ impl Conn {
 
 fn error(text: &str) -> Frame {
     Frame::Error(text.into())
-}
-
-/// A key of slot `slot` (a hash tag found by search).
-fn key_in_slot(slot: u16, suffix: &str) -> String {
-    let tag = (0..1_000_000)
-        .map(|i| format!("t{i}"))
-        .find(|t| key_hash_slot(t.as_bytes()) == slot)
-        .unwrap();
-    format!("{{{tag}}}{suffix}")
 }
 
 fn partition_of(shared: &Shared, slot: u16) -> PartitionId {

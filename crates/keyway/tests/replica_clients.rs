@@ -18,7 +18,7 @@
 
 mod common;
 
-use common::{DevCluster, Resp, http_get, run};
+use common::{DevCluster, Resp, http_get, key_in_slot, run};
 use keyway_resp::Frame;
 use std::process::Command;
 use std::time::Duration;
@@ -30,36 +30,60 @@ fn python() -> String {
     std::env::var("PYTHON").unwrap_or_else(|_| "python3".into())
 }
 
-/// `READONLY` reads node `i` of `cluster` served as a replica so far.
-fn served(cluster: &DevCluster, i: usize) -> u64 {
+/// `READONLY` reads of partitions node `i` of `cluster` does not own so
+/// far, by outcome (`served` as a replica, `moved` to the primary).
+fn replica_reads(cluster: &DevCluster, i: usize, outcome: &str) -> u64 {
     let admin = cluster.admin_port + i as u16;
     let metrics = http_get(admin, "/metrics").expect("the node's /metrics answers");
+    let prefix = format!(r#"keyway_replica_reads_total{{outcome="{outcome}"}} "#);
     metrics
         .lines()
-        .find_map(|l| l.strip_prefix(r#"keyway_replica_reads_total{outcome="served"} "#))
+        .find_map(|l| l.strip_prefix(&prefix))
         .map(|n| n.trim().parse().expect("a counter value"))
         .unwrap_or(0)
 }
 
-/// Waits until `CLUSTER SLOTS` lists an in-sync replica after every range's
-/// primary (the layout the clients learn their read targets from).
+/// `READONLY` reads node `i` of `cluster` served as a replica so far.
+fn served(cluster: &DevCluster, i: usize) -> u64 {
+    replica_reads(cluster, i, "served")
+}
+
+/// Waits until every slot range `CLUSTER SLOTS` lists has a replica and
+/// every listed replica serves a `READONLY` read of its range: then each
+/// primary has vouched for its replicas (a fresh cluster's map lists them in
+/// sync before their primaries' streams confirm them, and a primary that
+/// did not stream to a replica yet takes it out of the set until it has
+/// caught up, so a listing alone may still change under the clients).
 fn wait_for_replicas(port: u16) {
+    let serves = |range: &Frame| -> bool {
+        let Frame::Array(r) = range else { return false };
+        let (Some(Frame::Integer(first)), true) = (r.first(), r.len() >= 4) else {
+            return false;
+        };
+        let key = key_in_slot(*first as u16, ":probe");
+        r[3..].iter().all(|node| {
+            let Frame::Array(node) = node else {
+                return false;
+            };
+            let Some(Frame::Integer(port)) = node.get(1) else {
+                return false;
+            };
+            let Ok(mut replica) = Resp::try_connect(*port as u16, Duration::from_secs(5)) else {
+                return false;
+            };
+            matches!(replica.try_cmd(&["READONLY"]), Ok(Frame::Simple(_)))
+                && matches!(replica.try_cmd(&["GET", &key]), Ok(Frame::Null))
+        })
+    };
     keyway_testkit::wait_until(
-        "every slot range lists an in-sync replica",
+        "every slot range lists a replica that serves its reads",
         Duration::from_secs(30),
         || match Resp::connect(port).cmd(&["CLUSTER", "SLOTS"]) {
-            Frame::Array(ranges)
-                if !ranges.is_empty()
-                    && ranges
-                        .iter()
-                        .all(|r| matches!(r, Frame::Array(r) if r.len() >= 4)) =>
-            {
-                Some(())
-            }
+            Frame::Array(ranges) if !ranges.is_empty() && ranges.iter().all(serves) => Some(()),
             _ => None,
         },
     )
-    .expect("replicas listed");
+    .expect("replicas serving");
 }
 
 /// Runs `client` against a fresh replicated cluster and checks its output
@@ -75,7 +99,10 @@ fn reads_from_replicas(client: impl FnOnce(u16) -> Command, then: impl FnOnce(u1
     let out = run(&mut client(port));
     let after: Vec<u64> = (0..3).map(|i| served(&cluster, i)).collect();
     let per_node: Vec<u64> = after.iter().zip(&before).map(|(a, b)| a - b).collect();
-    eprintln!("{out}replica reads served per node: {per_node:?}");
+    let moved: Vec<u64> = (0..3)
+        .map(|i| replica_reads(&cluster, i, "moved"))
+        .collect();
+    eprintln!("{out}replica reads served per node: {per_node:?}, moved to the primary: {moved:?}");
     assert!(out.contains(" stale 0"), "{out}");
     assert!(
         per_node.iter().all(|n| *n > 0),

@@ -14,6 +14,15 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+/// A key of slot `slot` (a hash tag found by search), ending in `suffix`.
+pub fn key_in_slot(slot: u16, suffix: &str) -> String {
+    let tag = (0..1_000_000)
+        .map(|i| format!("t{i}"))
+        .find(|t| keyway_map::key_hash_slot(t.as_bytes()) == slot)
+        .expect("every slot has a short hash tag");
+    format!("{{{tag}}}{suffix}")
+}
+
 /// A `keyway dev` process.
 pub struct DevCluster {
     pub child: Option<Child>,

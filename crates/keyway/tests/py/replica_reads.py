@@ -25,6 +25,7 @@ def main():
         rc = RedisCluster(
             host="127.0.0.1", port=port, decode_responses=False, read_from_replicas=True
         )
+    print("replicas known at start %d" % len(rc.get_replicas()))
     run = os.urandom(4).hex().encode()
     reads = stale = 0
     names = [b"rr:%s:%d" % (run, i) for i in range(keys)]
@@ -38,6 +39,7 @@ def main():
                 if got != value:
                     stale += 1
                     print("stale read %r: %r, acknowledged %r" % (key, got, value))
+    print("replicas known at end %d" % len(rc.get_replicas()))
     print("reads %d stale %d" % (reads, stale))
     rc.close()
     sys.exit(1 if stale else 0)
