@@ -14,6 +14,7 @@ use keyway_map::{NodeId, PartitionMap};
 use keyway_meta::{EmbeddedMeta, EmbeddedOptions, MetaError, MetaStore};
 use keyway_node::{Node, NodeConfig, NodeError};
 use keyway_storage::Engine;
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -356,6 +357,47 @@ impl LocalCluster {
             }
         }
         None
+    }
+
+    /// Waits until every replica of every partition is in its in-sync set
+    /// and serves reads: its primary's stream has caught it up and granted
+    /// it a read lease at the partition's epoch. A fresh map lists replicas
+    /// in sync before their primaries have confirmed them (a primary takes a
+    /// replica it has not streamed to out of the set until it catches up),
+    /// so the map alone does not say a cluster is replicated; this does.
+    pub async fn wait_replicas_serving(&self, timeout: Duration) -> Result<(), ClusterError> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            match self.not_replicated_reason().await {
+                None => return Ok(()),
+                Some(why) if Instant::now() >= deadline => {
+                    return Err(ClusterError::NotServing(timeout, why));
+                }
+                Some(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+            }
+        }
+    }
+
+    async fn not_replicated_reason(&self) -> Option<String> {
+        let map = match self.meta.get_map().await {
+            Ok(m) => m,
+            Err(e) => return Some(format!("metadata store: {e}")),
+        };
+        let nodes: BTreeMap<NodeId, &Node> =
+            self.nodes.iter().flatten().map(|n| (n.id(), n)).collect();
+        let behind = map
+            .partitions
+            .values()
+            .filter(|p| {
+                p.replicas.iter().any(|r| {
+                    !p.in_sync.contains(r)
+                        || !nodes
+                            .get(r)
+                            .is_some_and(|n| n.shared().routing.replica_read_valid(p.id, p.epoch))
+                })
+            })
+            .count();
+        (behind > 0).then(|| format!("{behind} partitions have a replica not serving yet"))
     }
 
     /// The map as the metadata store holds it.

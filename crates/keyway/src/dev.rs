@@ -5,6 +5,7 @@ use crate::server_cmd::NodeFlags;
 use keyway_cluster::{ClusterSpec, LocalCluster, ManagerSpec};
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
+use std::time::Duration;
 
 #[derive(clap::Args)]
 pub struct DevArgs {
@@ -52,6 +53,12 @@ pub struct DevArgs {
     manager: ManagerFlags,
 }
 
+/// How long `keyway dev` waits, before it reports the cluster up, for every
+/// replica to be caught up and serving reads (a fresh cluster takes well
+/// under a second; a restart over much data may take longer, and then the
+/// cluster is reported up with the replicas still catching up).
+const DEV_REPLICAS_WAIT: Duration = Duration::from_secs(30);
+
 pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     let spec = ClusterSpec {
         nodes: args.nodes,
@@ -78,6 +85,15 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
             .transpose()?,
     };
     let cluster = LocalCluster::start(spec).await?;
+    // Clients read the layout once (redis-py never again unless redirected),
+    // so "up" waits for the replicas to serve: a layout read earlier would
+    // list none, or list some that then drop out while they catch up.
+    if let Err(e) = cluster.wait_replicas_serving(DEV_REPLICAS_WAIT).await {
+        eprintln!(
+            "keyway dev: replicas are still catching up ({e}); clients that read the \
+             layout now will not read from them until they refresh it"
+        );
+    }
     let map = cluster.map().await?;
     println!(
         "Keyway dev cluster is up: {} nodes, {} partitions, replication factor {}, map version {}",
