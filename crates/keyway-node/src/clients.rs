@@ -35,13 +35,16 @@ pub struct ClientHandle {
 
 impl ClientHandle {
     /// A command arrived (its lowercase name).
-    pub fn touch(&self, cmd: &str) {
+    /// Records a request named `cmd` (any case; kept lower-cased, as
+    /// `CLIENT LIST`'s `cmd=` shows it). Allocates only when the name
+    /// differs from the last one.
+    pub fn touch(&self, cmd: &[u8]) {
         self.last_active_ms
             .store(self.created.elapsed().as_millis() as u64, Ordering::Relaxed);
         let mut last = self.last_cmd.lock().unwrap_or_else(|e| e.into_inner());
-        if *last != cmd {
+        if !last.as_bytes().eq_ignore_ascii_case(cmd) || !cmd.is_ascii() {
             last.clear();
-            last.push_str(cmd);
+            last.push_str(crate::cmd::name::CaseName::lower(cmd).as_str());
         }
     }
 

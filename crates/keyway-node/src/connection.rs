@@ -149,7 +149,7 @@ pub async fn serve(
 async fn dispatch(shared: &Arc<Shared>, session: &mut Session, args: Vec<bytes::Bytes>) -> Pending {
     let proto_before = session.protocol;
     if let (Some(h), Some(name)) = (&session.handle, args.first()) {
-        h.touch(&String::from_utf8_lossy(name).to_ascii_lowercase());
+        h.touch(name);
     }
     let reply = node_cmd::dispatch(shared, session, args).await;
     if let Some(h) = &session.handle {

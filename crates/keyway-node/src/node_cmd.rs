@@ -47,17 +47,18 @@ pub async fn dispatch(shared: &Arc<Shared>, session: &mut Session, args: Vec<Byt
     let Some(first) = args.first() else {
         return err("ERR empty command");
     };
-    let name = upper(first);
-    if !session.authenticated && !matches!(name.as_str(), "AUTH" | "HELLO" | "QUIT") {
+    let upper_name = cmd::name::CaseName::upper(first);
+    let name = upper_name.as_str();
+    if !session.authenticated && !matches!(name, "AUTH" | "HELLO" | "QUIT") {
         return err("NOAUTH Authentication required.");
     }
-    if shared.scripts.is_busy() && !crate::script::allowed_while_busy(&name, &args) {
-        return crate::script::refuse_busy(shared, session, &name);
+    if shared.scripts.is_busy() && !crate::script::allowed_while_busy(name, &args) {
+        return crate::script::refuse_busy(shared, session, name);
     }
-    if let Some(reply) = crate::multi::intercept(shared, session, &name, &args).await {
+    if let Some(reply) = crate::multi::intercept(shared, session, name, &args).await {
         return reply;
     }
-    match name.as_str() {
+    match name {
         "PING" => ping(&args),
         "ECHO" => match args.len() {
             2 => Frame::Bulk(args[1].clone()).into(),
@@ -126,7 +127,7 @@ pub async fn dispatch(shared: &Arc<Shared>, session: &mut Session, args: Vec<Byt
         }
         "READONLY" | "READWRITE" | "ASKING" => match args.len() {
             1 => {
-                match name.as_str() {
+                match name {
                     "READONLY" => session.readonly = true,
                     "READWRITE" => session.readonly = false,
                     _ => {}

@@ -11,6 +11,13 @@
 //! - `keyway proxy`: the routing tier for Redis clients without cluster support.
 //! - `keyway nemesis`: a real cluster under seeded faults, its client history judged.
 
+/// mimalloc instead of glibc's malloc: a node allocates per request (frames,
+/// argument vectors, batches, replies) from many threads, and under
+/// `redis-benchmark -P 16` glibc's malloc and free took about 17 % of a
+/// node's samples (`bench/profile.sh`); see docs/ARCHITECTURE.md.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[macro_use]
 mod cli_error;
 mod bench_migrate;

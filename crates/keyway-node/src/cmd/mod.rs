@@ -40,6 +40,7 @@ mod list;
 mod list_store;
 mod list_table;
 pub(crate) mod long_double;
+pub mod name;
 mod rdb;
 mod script_table;
 mod server_table;

@@ -513,13 +513,7 @@ pub static CORE_COMMANDS: &[CommandSpec] = &[
         .tips(&["request_policy:all_shards", "response_policy:agg_sum"]),
 ];
 
-/// The spec of `name` (any case), if the node knows the command.
-pub fn lookup(name: &[u8]) -> Option<&'static CommandSpec> {
-    commands()
-        .iter()
-        .copied()
-        .find(|c| c.name.len() == name.len() && c.name.as_bytes().eq_ignore_ascii_case(name))
-}
+pub use super::name::lookup;
 
 impl CommandSpec {
     /// Whether the command may modify the keyspace (`write` flag).

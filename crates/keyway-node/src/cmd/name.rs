@@ -1,0 +1,114 @@
+//! Command names without allocating: the per-request steps that need a
+//! command's name in one case (the dispatch `match`, the table lookup, the
+//! client list's last command) copy it into a stack buffer instead of a new
+//! `String`. Every command Redis 7.0 has fits [`INLINE_NAME_BYTES`]; a
+//! longer name (never a known command) or one that is not UTF-8 falls back
+//! to the heap, so any input still gets its `unknown command` reply.
+
+use super::table::{CommandSpec, commands};
+use std::collections::HashMap;
+use std::sync::OnceLock;
+
+/// Longest command name converted on the stack. Redis 7.0's longest is
+/// `GEORADIUSBYMEMBER_RO` (20 bytes).
+pub const INLINE_NAME_BYTES: usize = 32;
+
+/// A request's command name in one ASCII case.
+pub struct CaseName {
+    inline: [u8; INLINE_NAME_BYTES],
+    len: usize,
+    heap: Option<String>,
+}
+
+impl CaseName {
+    /// `raw` in upper case.
+    pub fn upper(raw: &[u8]) -> Self {
+        Self::convert(raw, true)
+    }
+
+    /// `raw` in lower case.
+    pub fn lower(raw: &[u8]) -> Self {
+        Self::convert(raw, false)
+    }
+
+    fn convert(raw: &[u8], upper: bool) -> Self {
+        let mut name = CaseName {
+            inline: [0; INLINE_NAME_BYTES],
+            len: 0,
+            heap: None,
+        };
+        if raw.len() <= INLINE_NAME_BYTES && raw.is_ascii() {
+            let out = &mut name.inline[..raw.len()];
+            out.copy_from_slice(raw);
+            if upper {
+                out.make_ascii_uppercase();
+            } else {
+                out.make_ascii_lowercase();
+            }
+            name.len = raw.len();
+        } else {
+            let text = String::from_utf8_lossy(raw);
+            name.heap = Some(if upper {
+                text.to_ascii_uppercase()
+            } else {
+                text.to_ascii_lowercase()
+            });
+        }
+        name
+    }
+
+    pub fn as_str(&self) -> &str {
+        match &self.heap {
+            Some(s) => s,
+            // ASCII by construction (checked in `convert`).
+            None => std::str::from_utf8(&self.inline[..self.len]).unwrap_or(""),
+        }
+    }
+}
+
+/// The spec of `name` (any case), if the node knows the command: one hash
+/// lookup of the lower-cased name (the table has a few hundred entries).
+pub fn lookup(name: &[u8]) -> Option<&'static CommandSpec> {
+    static INDEX: OnceLock<HashMap<&'static str, &'static CommandSpec>> = OnceLock::new();
+    let index = INDEX.get_or_init(|| commands().iter().map(|c| (c.name, *c)).collect());
+    if name.len() > INLINE_NAME_BYTES {
+        return None;
+    }
+    index.get(CaseName::lower(name).as_str()).copied()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_convert_on_the_stack_and_long_or_binary_ones_on_the_heap() {
+        assert_eq!(CaseName::upper(b"gEt").as_str(), "GET");
+        assert_eq!(
+            CaseName::lower(b"GeoRadiusByMember_RO").as_str(),
+            "georadiusbymember_ro"
+        );
+        let long = vec![b'x'; INLINE_NAME_BYTES + 1];
+        assert_eq!(
+            CaseName::upper(&long).as_str(),
+            "X".repeat(INLINE_NAME_BYTES + 1)
+        );
+        assert_eq!(CaseName::upper(b"g\xffet").as_str(), "G\u{fffd}ET");
+    }
+
+    #[test]
+    fn lookup_finds_every_command_in_any_case_and_nothing_else() {
+        for spec in commands() {
+            assert_eq!(
+                lookup(spec.name.as_bytes()).map(|c| c.name),
+                Some(spec.name)
+            );
+            let upper = spec.name.to_ascii_uppercase();
+            assert_eq!(lookup(upper.as_bytes()).map(|c| c.name), Some(spec.name));
+            assert!(spec.name.len() <= INLINE_NAME_BYTES, "{}", spec.name);
+        }
+        assert!(lookup(b"nosuch").is_none());
+        assert!(lookup(&[b'g'; 40]).is_none());
+        assert!(lookup(b"g\xffet").is_none());
+    }
+}
