@@ -326,17 +326,7 @@ impl LocalCluster {
     /// Waits until every running node holds a lease and the same map version,
     /// and the map covers every slot.
     pub async fn wait_serving(&self, timeout: Duration) -> Result<(), ClusterError> {
-        let deadline = Instant::now() + timeout;
-        loop {
-            let why = self.not_serving_reason().await;
-            match why {
-                None => return Ok(()),
-                Some(why) if Instant::now() >= deadline => {
-                    return Err(ClusterError::NotServing(timeout, why));
-                }
-                Some(_) => tokio::time::sleep(Duration::from_millis(20)).await,
-            }
-        }
+        wait_for(timeout, || self.not_serving_reason()).await
     }
 
     async fn not_serving_reason(&self) -> Option<String> {
@@ -366,16 +356,7 @@ impl LocalCluster {
     /// replica it has not streamed to out of the set until it catches up),
     /// so the map alone does not say a cluster is replicated; this does.
     pub async fn wait_replicas_serving(&self, timeout: Duration) -> Result<(), ClusterError> {
-        let deadline = Instant::now() + timeout;
-        loop {
-            match self.not_replicated_reason().await {
-                None => return Ok(()),
-                Some(why) if Instant::now() >= deadline => {
-                    return Err(ClusterError::NotServing(timeout, why));
-                }
-                Some(_) => tokio::time::sleep(Duration::from_millis(20)).await,
-            }
-        }
+        wait_for(timeout, || self.not_replicated_reason()).await
     }
 
     async fn not_replicated_reason(&self) -> Option<String> {
@@ -473,4 +454,23 @@ fn node_config(spec: &ClusterSpec, index: usize) -> NodeConfig {
     config.listen = SocketAddr::new(spec.meta_listen.ip(), port(spec.first_port));
     config.admin_listen = SocketAddr::new(spec.meta_listen.ip(), port(spec.first_admin_port));
     config
+}
+
+/// Polls `why_not` until it reports nothing (`Ok`) or `timeout` passes
+/// (`NotServing` with its last reason).
+async fn wait_for<F, Fut>(timeout: Duration, mut why_not: F) -> Result<(), ClusterError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<String>>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        match why_not().await {
+            None => return Ok(()),
+            Some(why) if Instant::now() >= deadline => {
+                return Err(ClusterError::NotServing(timeout, why));
+            }
+            Some(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+        }
+    }
 }
