@@ -79,7 +79,7 @@ perf script -i "$WORK/perf.data" 2>/dev/null | "$TOOLS/bin/inferno-collapse-perf
 "$TOOLS/bin/inferno-flamegraph" --title "keyway dev: redis-benchmark -t $TEST -P $P -c $C, rf $RF, $DUR" \
   < "$OUT/folded.txt" > "$OUT/profile.svg"
 perf report -i "$WORK/perf.data" --no-children --stdio --sort symbol --percent-limit 0.5 2>/dev/null \
-  | grep -E "^ +[0-9]" | sed -E "s/ +-? +-? *$//; s/ {2,}/ /g" > "$OUT/top.txt" || true
+  | grep -E "^ +[0-9.]+%" | sed -E "s/ +-? +-? *$//; s/ {2,}/ /g" > "$OUT/top.txt" || true
 echo "last rate redis-benchmark printed: $(tr '\r' '\n' < "$OUT/benchmark.txt" | grep -o 'overall: [0-9.]*' | tail -1)"
 head -25 "$OUT/top.txt"
 echo "flame graph: $OUT/profile.svg (stacks: $OUT/folded.txt)"
