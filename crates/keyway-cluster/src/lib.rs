@@ -329,10 +329,18 @@ impl LocalCluster {
         wait_for(timeout, || self.not_serving_reason()).await
     }
 
+    /// The map, or why it cannot be read (as a not-serving reason).
+    async fn map_or_why(&self) -> Result<PartitionMap, String> {
+        self.meta
+            .get_map()
+            .await
+            .map_err(|e| format!("metadata store: {e}"))
+    }
+
     async fn not_serving_reason(&self) -> Option<String> {
-        let map = match self.meta.get_map().await {
+        let map = match self.map_or_why().await {
             Ok(m) => m,
-            Err(e) => return Some(format!("metadata store: {e}")),
+            Err(why) => return Some(why),
         };
         if map.partitions.is_empty() {
             return Some("map not bootstrapped".into());
@@ -360,9 +368,9 @@ impl LocalCluster {
     }
 
     async fn not_replicated_reason(&self) -> Option<String> {
-        let map = match self.meta.get_map().await {
+        let map = match self.map_or_why().await {
             Ok(m) => m,
-            Err(e) => return Some(format!("metadata store: {e}")),
+            Err(why) => return Some(why),
         };
         let nodes: BTreeMap<NodeId, &Node> =
             self.nodes.iter().flatten().map(|n| (n.id(), n)).collect();

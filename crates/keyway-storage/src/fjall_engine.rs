@@ -192,22 +192,30 @@ pub struct FjallEngine {
     journal_rotation_bytes: u64,
 }
 
-/// The last seq `snap` reflects: the top log record at or after
-/// `log_start` (records below it are purged or being purged, so the search
-/// never walks their tombstones), else `log_start - 1` (the log was
-/// truncated whole), or `stored` (an older directory's `meta/last_seq`)
-/// if that is higher.
-fn last_seq_of(
+/// `(log_start, last_seq)` as `snap` reflects them. The last seq is the top
+/// log record at or after `log_start` (records below it are purged or being
+/// purged, so the search never walks their tombstones), else
+/// `log_start - 1` (the log was truncated whole), or an older directory's
+/// `meta/last_seq` if that is higher.
+fn seq_bounds(
     snap: &Snapshot,
+    meta: &Keyspace,
     log: &Keyspace,
-    log_start: Seq,
-    stored: Seq,
-) -> Result<Seq, StorageError> {
+) -> Result<(Seq, Seq), StorageError> {
+    let read = |key: &[u8], what: &'static str, default: u64| -> Result<u64, StorageError> {
+        snap.get(meta, key)?
+            .map_or(Ok(default), |raw| decode_u64(what, &raw))
+    };
+    let log_start = read(META_LOG_START, "meta/log_start", 1)?;
+    if log_start == 0 {
+        return Err(corrupt("meta/log_start", "0 (seqs start at 1)".into()));
+    }
+    let stored = read(META_LAST_SEQ, "meta/last_seq", 0)?;
     let top = match snap.range(log, log_start.to_be_bytes()..).next_back() {
         Some(g) => decode_u64("log key", &g.key()?)?,
         None => 0,
     };
-    Ok(top.max(log_start.saturating_sub(1)).max(stored))
+    Ok((log_start, top.max(log_start - 1).max(stored)))
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -309,16 +317,7 @@ impl FjallEngine {
                 db.persist(PersistMode::SyncData)?;
             }
         }
-        let read = |key: &[u8], what: &'static str, default: u64| -> Result<u64, StorageError> {
-            meta.get(key)?
-                .map_or(Ok(default), |raw| decode_u64(what, &raw))
-        };
-        let stored_last_seq = read(META_LAST_SEQ, "meta/last_seq", 0)?;
-        let log_start = read(META_LOG_START, "meta/log_start", 1)?;
-        if log_start == 0 {
-            return Err(corrupt("meta/log_start", "0 (seqs start at 1)".into()));
-        }
-        let last_seq = last_seq_of(&db.snapshot(), &log, log_start, stored_last_seq)?;
+        let (log_start, last_seq) = seq_bounds(&db.snapshot(), &meta, &log)?;
         let engine = FjallEngine {
             path: dir.to_path_buf(),
             db,
@@ -375,13 +374,7 @@ impl FjallEngine {
 
     /// The last seq whose batch `snap` reflects.
     fn snapshot_seq(&self, snap: &Snapshot) -> Result<Seq, StorageError> {
-        let read = |key: &[u8], what: &'static str, default: u64| -> Result<u64, StorageError> {
-            snap.get(&self.meta, key)?
-                .map_or(Ok(default), |raw| decode_u64(what, &raw))
-        };
-        let log_start = read(META_LOG_START, "meta/log_start", 1)?;
-        let stored = read(META_LAST_SEQ, "meta/last_seq", 0)?;
-        last_seq_of(snap, &self.log, log_start, stored)
+        Ok(seq_bounds(snap, &self.meta, &self.log)?.1)
     }
 
     fn commit(&self, plan: Plan) -> Result<Seq, StorageError> {

@@ -48,13 +48,14 @@ fn served(cluster: &DevCluster, i: usize) -> u64 {
     replica_reads(cluster, i, "served")
 }
 
-/// Waits until every slot range `CLUSTER SLOTS` lists has a replica and
-/// every listed replica serves a `READONLY` read of its range: then each
-/// primary has vouched for its replicas (a fresh cluster's map lists them in
-/// sync before their primaries' streams confirm them, and a primary that
-/// did not stream to a replica yet takes it out of the set until it has
-/// caught up, so a listing alone may still change under the clients).
-fn wait_for_replicas(port: u16) {
+/// Whether every slot range `CLUSTER SLOTS` (asked at `port`) lists has a
+/// replica and every listed replica serves a `READONLY` read of its range:
+/// then each primary has vouched for its replicas (a fresh cluster's map
+/// lists them in sync before their primaries' streams confirm them, and a
+/// primary that did not stream to a replica yet takes it out of the set
+/// until it has caught up, so a listing alone may still change under the
+/// clients).
+fn replicas_serve(port: u16) -> bool {
     let serves = |range: &Frame| -> bool {
         let Frame::Array(r) = range else { return false };
         let (Some(Frame::Integer(first)), true) = (r.first(), r.len() >= 4) else {
@@ -75,13 +76,17 @@ fn wait_for_replicas(port: u16) {
                 && matches!(replica.try_cmd(&["GET", &key]), Ok(Frame::Null))
         })
     };
+    match Resp::connect(port).cmd(&["CLUSTER", "SLOTS"]) {
+        Frame::Array(ranges) => !ranges.is_empty() && ranges.iter().all(serves),
+        _ => false,
+    }
+}
+
+fn wait_for_replicas(port: u16) {
     keyway_testkit::wait_until(
         "every slot range lists a replica that serves its reads",
         Duration::from_secs(30),
-        || match Resp::connect(port).cmd(&["CLUSTER", "SLOTS"]) {
-            Frame::Array(ranges) if !ranges.is_empty() && ranges.iter().all(serves) => Some(()),
-            _ => None,
-        },
+        || replicas_serve(port).then_some(()),
     )
     .expect("replicas serving");
 }
