@@ -21,6 +21,7 @@
 #   --fsync picks Redis's appendfsync; Keyway's durability is matched to it
 #   (always -> group, everysec -> periodic, no -> none).
 #   KEYWAY_BIN=path uses that keyway binary instead of building the release one.
+#   KEYWAY_DEV_ARGS="..." adds flags to every `keyway dev` (an A/B of a setting).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 N=100000; C=50; P=1; FSYNC=always; RFS="1 2"; REDIS_REPLICAS=1
@@ -113,7 +114,7 @@ for rf in $RFS; do
   fi
   d="$WORK/keyway-rf$rf"
   "$KW" dev --nodes 3 --port $KPORT --admin-port $((KPORT+100)) --meta-port $((KPORT-1)) \
-    --manager-admin-port $((KPORT+200)) --data "$d" --durability "$KW_DUR" "${flags[@]}" \
+    --manager-admin-port $((KPORT+200)) --data "$d" --durability "$KW_DUR" "${flags[@]}" ${KEYWAY_DEV_ARGS:-} \
     > "$WORK/keyway-rf$rf.out" 2>&1 &
   KW_PID=$!
   until grep -q 'Ctrl-C stops' "$WORK/keyway-rf$rf.out" 2>/dev/null; do
@@ -140,4 +141,18 @@ for i in "${!ROWS[@]}"; do
   done
   echo "$line"
 done
+# Each replication factor against factor 1, from this run.
+rf1=""
+for i in "${!ROWS[@]}"; do [ "${LABELS[$i]}" = "keyway rf=1" ] && rf1=$i; done
+if [ -n "$rf1" ]; then
+  for i in "${!ROWS[@]}"; do
+    case "${LABELS[$i]}" in keyway\ rf=1|redis*) continue;; esac
+    line=$(printf '%-35s' "${LABELS[$i]} / rf=1")
+    for t in SET GET; do
+      line+=$(awk -v a="$(field "${ROWS[$i]}" $t 2)" -v b="$(field "${ROWS[$rf1]}" $t 2)" -v t=$t \
+        'BEGIN { if (b > 0) printf " %s %.2f", t, a/b; else printf " %s n/a", t }')
+    done
+    echo "$line"
+  done
+fi
 echo "ratio: requests/s against the Redis row. Redis replicates asynchronously (a SET is acknowledged before its replica has it); Keyway rf=2 acknowledges only once the write is durable at the primary and its in-sync replica."

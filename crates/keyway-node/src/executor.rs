@@ -262,6 +262,13 @@ impl DurableSeq {
         }
     }
 
+    /// Whether acknowledgements here wait for an fsync (`always`, `group`);
+    /// with `periodic`/`none` a batch handed to the OS is what an
+    /// acknowledgement promises (see [`Durability`]).
+    pub fn acks_wait_for_fsync(&self) -> bool {
+        !self.follows_last
+    }
+
     /// The durable seq now.
     pub fn get(&self, engine: &dyn Engine) -> keyway_storage::Seq {
         match self.follows_last {

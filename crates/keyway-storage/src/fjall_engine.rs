@@ -51,30 +51,37 @@
 //!   tombstones, with one final full pass before reporting the range empty.
 //! * A long-open snapshot pins old versions: scans page with a fresh snapshot
 //!   per chunk; `digest`/`range_stats` hold one snapshot for one range pass.
-//! * Disk space after truncation: deleting log records only writes
-//!   tombstones. Space comes back when (a) the memtables holding the deleted
-//!   records and the overwritten versions are flushed (versions no snapshot
-//!   pins are dropped at flush and compaction; `max_memtable_bytes` keeps
-//!   that frequent), (b) a sealed journal is deleted, which needs every
-//!   keyspace with data in it flushed ([`Engine::reclaim_space`] rotates the
-//!   memtables while sealed journals exist; fjall itself does so only once
-//!   the journals exceed `max_journaling_size_bytes`), and (c) the log's
-//!   tombstones are compacted away ([`Engine::reclaim_space`] major-compacts
-//!   the small log keyspace after every `LOG_COMPACT_RECORDS` truncated
-//!   records). The active journal is sealed only once it is past
+//! * Disk space after truncation: truncating the log drops the log's tables
+//!   that lie wholly below the new `log_start` (lsm-tree's `drop_range`,
+//!   reached through fjall's `Keyspace::tree`; no tombstones, so the log
+//!   costs one memtable insert per record, not two). The records of the
+//!   memtable and of the one table straddling the cut stay, below
+//!   `log_start`, where no read looks, until a later truncation drops their
+//!   table. Space also comes back when (a) overwritten data versions are
+//!   flushed (versions no snapshot pins are dropped at flush and
+//!   compaction; `max_memtable_bytes` keeps that frequent), and (b) a sealed
+//!   journal is deleted, which needs every keyspace with data in it flushed
+//!   ([`Engine::reclaim_space`] rotates the memtables while sealed journals
+//!   exist; fjall itself does so only once the journals exceed
+//!   `max_journaling_size_bytes`). The active journal is sealed only once it is past
 //!   `journal_rotation_bytes` (upstream fjall 3.1 fixes that at 64 MB;
 //!   Keyway's patch in `vendor/fjall` makes it a setting), so each node
 //!   keeps up to about that much journal however little it holds.
 //! * Writes are serialised by an engine mutex (seq assignment, read-modify-write
-//!   of `SetExpiry` and foreign records); `persist` holds fjall's journal lock
-//!   while it fsyncs, so applies wait for a concurrent `sync`.
+//!   of `SetExpiry` and foreign records). `persist` holds fjall's journal
+//!   lock only to flush the journal's buffer; the fsync runs outside it
+//!   (Keyway's patch in `vendor/fjall`; upstream holds the lock through the
+//!   fsync), so applies go on while a `sync` waits for the disk, and a sync
+//!   covers every batch committed before it began.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 use bytes::Bytes;
-use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode, Readable, Snapshot};
+use fjall::{
+    AbstractTree, Database, Keyspace, KeyspaceCreateOptions, PersistMode, Readable, Snapshot,
+};
 
 use crate::digest::{Digester, RangeDigest};
 use crate::engine::{Engine, ScanChunk};
@@ -94,13 +101,6 @@ const META_FORMAT: &[u8] = b"format";
 const META_LAST_SEQ: &[u8] = b"last_seq";
 const META_LOG_START: &[u8] = b"log_start";
 const META_LOG_PURGED: &[u8] = b"log_purged";
-
-/// Log records deleted per batch when truncating.
-const PURGE_CHUNK: u64 = 4096;
-
-/// Truncated log records after which [`Engine::reclaim_space`] major-compacts
-/// the log keyspace (dropping the records' tombstones).
-const LOG_COMPACT_RECORDS: u64 = 200_000;
 
 /// fjall's own journal rotation size, used when `journal_rotation_bytes` is unset.
 const FJALL_JOURNAL_ROTATION_BYTES: u64 = 64_000_000;
@@ -176,14 +176,12 @@ pub struct FjallEngine {
     meta: Keyspace,
     /// Serialises writers to `data`/`tombstones`/`log` appends/`meta.last_seq`.
     write_lock: Mutex<()>,
-    /// Serialises truncation (`meta.log_start`, `meta.log_purged`, log deletes).
+    /// Serialises truncation (`meta.log_start`, `meta.log_purged`, log table drops).
     truncate_lock: Mutex<()>,
     last_seq: AtomicU64,
     log_start: AtomicU64,
     /// See [`Engine::log_bytes`]: added at commit, subtracted at purge.
     log_bytes: AtomicU64,
-    /// Log records purged since the log keyspace was last compacted.
-    purged_since_compaction: AtomicU64,
     /// Where the previous `delete_range_chunk` of a range stopped.
     delete_cursor: Mutex<Option<(KeyRange, Bytes)>>,
     /// [`FjallOptions::flush_journal_each_batch`].
@@ -193,8 +191,8 @@ pub struct FjallEngine {
 }
 
 /// `(log_start, last_seq)` as `snap` reflects them. The last seq is the top
-/// log record at or after `log_start` (records below it are purged or being
-/// purged, so the search never walks their tombstones), else
+/// log record at or after `log_start` (records below it are truncated: some
+/// stay on disk until their table is dropped, see `purge_log`), else
 /// `log_start - 1` (the log was truncated whole), or an older directory's
 /// `meta/last_seq` if that is higher.
 fn seq_bounds(
@@ -330,7 +328,6 @@ impl FjallEngine {
             last_seq: AtomicU64::new(last_seq),
             log_start: AtomicU64::new(log_start),
             log_bytes: AtomicU64::new(0),
-            purged_since_compaction: AtomicU64::new(0),
             delete_cursor: Mutex::new(None),
             flush_each_batch: opts.flush_journal_each_batch,
             journal_rotation_bytes: opts
@@ -342,7 +339,7 @@ impl FjallEngine {
             engine.purge_log(log_start - 1)?;
         }
         let mut retained = 0u64;
-        for g in engine.log.iter() {
+        for g in engine.log.range(log_start.to_be_bytes()..) {
             let (k, v) = g.into_inner()?;
             retained += (k.len() + v.len()) as u64;
         }
@@ -426,38 +423,53 @@ impl FjallEngine {
         self.commit(plan)
     }
 
-    /// Physically deletes log records `<= upto` not deleted yet. Caller holds `truncate_lock`.
+    /// Gives back the space of log records `<= upto` (all below
+    /// `meta/log_start`, which the caller committed). Caller holds
+    /// `truncate_lock`.
+    ///
+    /// Records are not deleted one by one (a tombstone per record: as many
+    /// memtable inserts as the writes themselves, flushed and compacted
+    /// again): the log's tables that lie wholly at or below `upto` are
+    /// dropped (`drop_range`, no tombstones). Log keys are seqs, appended in
+    /// order, so every table eventually lies below a later truncation; until
+    /// then the records of the memtable and of the one table that straddles
+    /// `upto` stay on disk, below `log_start`, where no read looks
+    /// ([`seq_bounds`] and `changes_since` start at `log_start`).
+    ///
+    /// Before dropping, `log_start` is fsynced: a crash must never bring
+    /// back a `log_start` below records that are gone (a reader would find a
+    /// gap instead of [`StorageError::LogTruncated`]).
     fn purge_log(&self, upto: Seq) -> Result<(), StorageError> {
-        let mut purged = self
+        let purged = self
             .meta
             .get(META_LOG_PURGED)?
             .map_or(Ok(0), |raw| decode_u64("meta/log_purged", &raw))?;
-        while purged < upto {
-            let end = upto.min(purged + PURGE_CHUNK);
-            let mut b = self.db.batch();
-            let mut freed = 0u64;
-            // Delete the records that exist (reading their sizes for
-            // `log_bytes`); a crash mid-purge leaves none to re-delete.
-            for g in self
-                .log
-                .range((purged + 1).to_be_bytes()..=end.to_be_bytes())
-            {
-                let (k, v) = g.into_inner()?;
-                freed += (k.len() + v.len()) as u64;
-                b.remove(&self.log, k);
-            }
-            b.insert(&self.meta, META_LOG_PURGED, end.to_be_bytes());
-            b.commit()?;
-            // Saturating: at open the counter is computed after the purge.
-            let _ = self
-                .log_bytes
-                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |b| {
-                    Some(b.saturating_sub(freed))
-                });
-            self.purged_since_compaction
-                .fetch_add(end - purged, Ordering::Relaxed);
-            purged = end;
+        if purged >= upto {
+            return Ok(());
         }
+        // The records' sizes, for `log_bytes` (a read, no write).
+        let mut freed = 0u64;
+        for g in self
+            .log
+            .range((purged + 1).to_be_bytes()..=upto.to_be_bytes())
+        {
+            let (k, v) = g.into_inner()?;
+            freed += (k.len() + v.len()) as u64;
+        }
+        self.db.persist(PersistMode::SyncData)?;
+        self.log
+            .tree
+            .drop_range(..=upto.to_be_bytes())
+            .map_err(fjall::Error::from)?;
+        let mut b = self.db.batch();
+        b.insert(&self.meta, META_LOG_PURGED, upto.to_be_bytes());
+        b.commit()?;
+        // Saturating: at open the counter is computed after the purge.
+        let _ = self
+            .log_bytes
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |b| {
+                Some(b.saturating_sub(freed))
+            });
         Ok(())
     }
 
@@ -635,6 +647,17 @@ impl Engine for FjallEngine {
             let (k, v) = g.into_inner()?;
             let seq = decode_u64("log key", &k)?;
             if seq != expect {
+                // A truncation that committed after the snapshot may have
+                // dropped the tables this read needed (`purge_log` drops
+                // tables, which no snapshot keeps): that is a truncated log,
+                // not a corrupt one.
+                let now_start = self.log_start();
+                if after.saturating_add(1) < now_start {
+                    return Err(StorageError::LogTruncated {
+                        after,
+                        log_start: now_start,
+                    });
+                }
                 return Err(corrupt(
                     "log",
                     format!("gap: expected record {expect}, found {seq}"),
@@ -697,13 +720,6 @@ impl Engine for FjallEngine {
             for ks in [&self.data, &self.tombstones, &self.log, &self.meta] {
                 ks.rotate_memtable()?;
             }
-        }
-        // Truncated records leave tombstones that leveled compaction drops
-        // only at the last level; the log keyspace holds little live data,
-        // so compacting it whole is cheap.
-        if self.purged_since_compaction.load(Ordering::Relaxed) >= LOG_COMPACT_RECORDS {
-            self.purged_since_compaction.store(0, Ordering::Relaxed);
-            self.log.major_compact()?;
         }
         Ok(())
     }
@@ -776,3 +792,7 @@ impl Engine for FjallEngine {
         self.run(|p| records.iter().try_for_each(|r| p.foreign(r)))
     }
 }
+
+#[cfg(test)]
+#[path = "fjall_engine_tests.rs"]
+mod tests;

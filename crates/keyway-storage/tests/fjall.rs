@@ -130,11 +130,12 @@ fn restart_after_full_truncation_keeps_the_counter() {
 #[test]
 fn interrupted_truncation_is_finished_on_open() {
     let dir = tempfile::tempdir().unwrap();
-    {
+    let whole_log_bytes = {
         let e = open(dir.path());
         let muts: Vec<_> = (0..5000).map(|i| put(&key(i), "x")).collect();
         e.apply(&muts).unwrap();
-    }
+        e.log_bytes()
+    };
     // Simulate a crash between committing meta/log_start and purging records.
     {
         let db = fjall::Database::builder(dir.path()).open().unwrap();
@@ -148,14 +149,28 @@ fn interrupted_truncation_is_finished_on_open() {
         let e = open(dir.path());
         assert_eq!(e.log_start(), 4001);
         assert_eq!(e.changes_since(4000, usize::MAX).unwrap().len(), 1000);
+        assert!(matches!(
+            e.changes_since(3999, 1),
+            Err(keyway_storage::StorageError::LogTruncated { .. })
+        ));
+        // Only what is past log_start counts: about a fifth of the log.
+        let kept = e.log_bytes();
+        assert!(
+            kept > 0 && kept * 4 < whole_log_bytes,
+            "{kept} of {whole_log_bytes} bytes"
+        );
     }
+    // The purge was finished: recorded up to the new log_start. (The
+    // records themselves go with their tables: see `purge_log`.)
     let db = fjall::Database::builder(dir.path()).open().unwrap();
-    let log = db
-        .keyspace("log", fjall::KeyspaceCreateOptions::default)
+    let meta = db
+        .keyspace("meta", fjall::KeyspaceCreateOptions::default)
         .unwrap();
-    let first = log.first_key_value().unwrap().key().unwrap();
-    assert_eq!(u64::from_be_bytes(first.as_ref().try_into().unwrap()), 4001);
-    assert_eq!(log.len().unwrap(), 1000);
+    let purged = meta.get("log_purged").unwrap().unwrap();
+    assert_eq!(
+        u64::from_be_bytes(purged.as_ref().try_into().unwrap()),
+        4000
+    );
 }
 
 #[test]

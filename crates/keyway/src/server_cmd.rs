@@ -27,7 +27,8 @@ pub struct NodeFlags {
     /// fsync interval for --durability periodic.
     #[arg(long)]
     periodic_sync_ms: Option<u64>,
-    /// Storage executor threads.
+    /// Storage executor threads (default 2; under `keyway dev`, unless set
+    /// here or in --config, the cores divided among the nodes, 1 to 2).
     #[arg(long)]
     executor_threads: Option<usize>,
     /// Lease time-to-live.
@@ -131,6 +132,12 @@ pub struct NodeFlags {
 }
 
 impl NodeFlags {
+    /// Whether the executor thread count was chosen (`--executor-threads`,
+    /// or a config file).
+    pub fn executor_threads_chosen(&self) -> bool {
+        self.executor_threads.is_some() || self.config.is_some()
+    }
+
     /// The configuration: defaults, then the TOML file, then the flags.
     pub fn to_config(&self) -> anyhow::Result<NodeConfig> {
         let mut c = match &self.config {

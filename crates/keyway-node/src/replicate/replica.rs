@@ -14,7 +14,9 @@
 //!    newer epoch than S names means S was deposed: refused. Every record's
 //!    key must lie in a listed partition.
 //! 3. **Apply**: the optional clean (`delete_range_chunk`, which also drops
-//!    version markers), the records (`apply_foreign`), then fsync.
+//!    version markers), the records (`apply_foreign`), then fsync when the
+//!    call asks it or this node's durability waits for fsyncs (otherwise the
+//!    records are in the OS's hands: `periodic`/`none` flush each batch).
 //! 4. **Read leases** (invariant 11): for each listed partition S vouches
 //!    for, `grant_replica_read(p, epoch, anchor + read_lease)`, where the
 //!    anchor is when *this node's previous answer* to S's stream left here
@@ -205,7 +207,10 @@ impl ReplicaSide {
         let (engine, routing, me) = (self.engine.clone(), self.routing.clone(), self.me);
         let durable = self.durable.clone();
         let applied_at = self.applied.clone();
-        let sync = req.sync;
+        // The sender's mode asks it, or this node's own does (a replica
+        // under `group` never holds an acknowledged record only in a
+        // user-space buffer).
+        let sync = req.sync || self.durable.acks_wait_for_fsync();
         let checked = listed.clone();
         let n_records = records.len();
         let bytes_written = crate::copies::payload_bytes(&records);

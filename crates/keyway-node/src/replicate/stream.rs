@@ -9,7 +9,9 @@
 //!    end), and keep the records whose key lies in one of them.
 //! 3. Send them in one `Replicate` call (with the partitions, their epochs,
 //!    the read-lease vouches and the last answer's token), fsynced at the
-//!    replica; an empty call every `replica_heartbeat_ms` renews the leases.
+//!    replica when acknowledgements here wait for an fsync (`always`,
+//!    `group`; with `periodic`/`none` handed to the replica's OS, as they
+//!    are here); an empty call every `replica_heartbeat_ms` renews the leases.
 //! 4. On the answer, the acked seq moves to the batch's end (the log hold
 //!    follows), and the rules hear of it (`stream_batch_acked`).
 //!
@@ -238,7 +240,9 @@ impl Stream {
                 call,
                 prev_token: token,
                 partitions: listed_to_pb(&listed),
-                sync: !records.is_empty(),
+                // As durable at the replica as an acknowledgement here
+                // promises (see `ReplicateRequest.sync`).
+                sync: !records.is_empty() && repl.durable.acks_wait_for_fsync(),
                 records,
                 read_lease_ms: repl.cfg.read_lease.as_millis() as u64,
                 drop_partition: 0,

@@ -119,9 +119,29 @@ impl Journal {
     }
 
     /// Persists the journal.
+    ///
+    /// KEYWAY PATCH: the writer lock is held only to flush the user-space
+    /// buffer to the OS and to take a handle on the active file; the fsync
+    /// itself runs after the lock is released, so batches committed
+    /// meanwhile are not stalled behind it. What was flushed under the lock
+    /// is in that file (a rotation afterwards seals it with its own
+    /// `sync_all`, and never rewrites what it holds), so syncing the handle
+    /// covers every batch committed before this call.
     pub fn persist(&self, mode: PersistMode) -> crate::Result<()> {
-        let mut journal_writer = self.get_writer()?;
-        journal_writer.persist(mode).map_err(Into::into)
+        let file = {
+            let mut journal_writer = self.get_writer()?;
+            journal_writer.persist(PersistMode::Buffer)?;
+            match mode {
+                PersistMode::Buffer => return Ok(()),
+                PersistMode::SyncAll | PersistMode::SyncData => journal_writer.sync_handle()?,
+            }
+        };
+        match mode {
+            PersistMode::SyncAll => file.sync_all()?,
+            PersistMode::SyncData => file.sync_data()?,
+            PersistMode::Buffer => {}
+        }
+        Ok(())
     }
 
     pub fn recover<P: AsRef<Path>>(

@@ -199,6 +199,12 @@ impl Writer {
         })
     }
 
+    /// KEYWAY PATCH: a second handle on the active journal file, to fsync
+    /// it without holding the writer lock (see `Journal::persist`).
+    pub(crate) fn sync_handle(&self) -> std::io::Result<File> {
+        self.file.get_ref().try_clone()
+    }
+
     /// Persists the journal file.
     pub(crate) fn persist(&mut self, mode: PersistMode) -> std::io::Result<()> {
         log::trace!(
