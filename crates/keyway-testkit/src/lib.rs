@@ -17,7 +17,7 @@
 //!   process (binary missing, I/O, a wait that timed out with the log tail).
 //! - `wait.rs`: [`wait_until`]: poll a probe until it yields, or time out.
 //! - `ports.rs`: [`free_ports`]: distinct ports currently free on 127.0.0.1,
-//!   outside the kernel's ephemeral range.
+//!   outside the kernel's ephemeral range; [`free_port_block`]: consecutive ones.
 //! - `proc.rs`: [`Proc`]: a child process with `pause` (SIGSTOP), `resume`
 //!   (SIGCONT), `kill9` (SIGKILL) and kill-on-drop; signals are sent with
 //!   the `kill` command, so there is no unsafe code and no libc dependency.
@@ -39,6 +39,6 @@ pub use error::HarnessError;
 pub use etcd::{
     ELECTION_TIMEOUT_MS, EtcdCluster, HEARTBEAT_INTERVAL_MS, START_DEADLINE, etcd_binary,
 };
-pub use ports::free_ports;
+pub use ports::{free_port_block, free_ports};
 pub use proc::Proc;
 pub use wait::{eventually, wait_until};

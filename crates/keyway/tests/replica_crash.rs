@@ -1,30 +1,34 @@
-//! A machine crash of both copies cannot lose a write acknowledged at
-//! replication factor 2 under `group`: the replica fsyncs a stream call's
-//! records before answering (invariant 9). Under `periodic` the replica
-//! only hands them to the OS, as the primary does (issue 15): the same crash
-//! loses acknowledged writes there, which shows the test can fail.
+//! A machine crash of the replica cannot lose a write acknowledged at
+//! replication factor 2 under `group` while the replica was in sync: the
+//! replica fsyncs a stream call's records before answering (invariant 9).
+//! Under `periodic` the replica only hands them to the OS, as the primary
+//! does (issue 15): the same crash loses them, which shows the test can
+//! fail.
 //!
 //! Both nodes run in-process on crashable [`FaultyEngine`]s, whose
-//! `crash()` keeps only what a successful `sync()` covered.
+//! `crash()` keeps only what a successful `sync()` covered. Every write goes
+//! to one partition, so the replica has no writes of its own whose group
+//! fsync would cover the foreign records by chance.
 
 use bytes::Bytes;
 use keyway_client::{Client, ClientConfig};
 use keyway_cluster::{ClusterSpec, LocalCluster};
-use keyway_map::{DEFAULT_KEYSPACE, KeyRouting, Keyspace};
+use keyway_map::{DEFAULT_KEYSPACE, Keyspace, PartitionRecord, Routing, key_hash_slot};
 use keyway_node::{Durability, EngineKind};
 use keyway_storage::{Engine, FaultyEngine, MemEngine};
-use keyway_testkit::eventually;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-const WRITERS: usize = 4;
-/// Acknowledged writes to collect before the crash (the writers keep going).
-const ACKED_BEFORE_CRASH: usize = 300;
+mod common;
+use common::crash_writers::CrashWriters;
 
-/// Acknowledged keys, and for each node the acknowledged keys its durable
-/// state lacks after both engines crashed at once.
-async fn crash_both_copies(durability: Durability) -> (usize, Vec<Vec<String>>) {
+const WRITERS: usize = 4;
+/// Acknowledged writes before the writers stop.
+const ACKED: usize = 300;
+
+/// The written partition's record when the writers stopped, how many
+/// writes were acknowledged, and those the crashed replica lacks.
+async fn crash_the_replica(durability: Durability) -> (PartitionRecord, usize, Vec<String>) {
     let dir = tempfile::tempdir().unwrap();
     let mut spec = ClusterSpec::ephemeral(2, dir.path().to_path_buf());
     spec.partitions_per_node = 2;
@@ -35,8 +39,7 @@ async fn crash_both_copies(durability: Durability) -> (usize, Vec<Vec<String>>) 
     };
     spec.node.engine = EngineKind::Memory;
     spec.node.durability = durability;
-    // Long enough that `periodic`'s background fsync does not run between
-    // the writes and the crash.
+    // `periodic`'s background fsync must not run during the test.
     spec.node.periodic_sync_ms = 600_000;
     let mut c = LocalCluster::start(spec).await.expect("cluster starts");
     let engines: Vec<Arc<FaultyEngine>> = (0..2)
@@ -47,96 +50,93 @@ async fn crash_both_copies(durability: Durability) -> (usize, Vec<Vec<String>>) 
         c.start_node_with_engine(i, engine.clone()).await.unwrap();
     }
     c.wait_serving(Duration::from_secs(30)).await.unwrap();
-    // min_in_sync 2: a write is acknowledged only with its replica in sync.
     c.wait_replicas_serving(Duration::from_secs(30))
         .await
         .unwrap();
+    // A slot of a partition whose primary is node 0.
+    let primary = c.node(0).unwrap().id();
+    let map = c.map().await.unwrap();
+    let slot = (0..16384u16)
+        .find(|s| {
+            map.locate_slot(DEFAULT_KEYSPACE, *s)
+                .is_some_and(|p| p.owner == primary)
+        })
+        .unwrap();
+    let before = map.locate_slot(DEFAULT_KEYSPACE, slot).unwrap().clone();
+    assert_eq!(
+        before.in_sync.len(),
+        1,
+        "the replica is in sync: {before:?}"
+    );
+    let tag = (0..)
+        .map(|i| format!("t{i}"))
+        .find(|t| key_hash_slot(t.as_bytes()) == slot)
+        .unwrap();
     let seeds: Vec<String> = c.resp_addrs().into_iter().flatten().collect();
     let seeds: Vec<&str> = seeds.iter().map(|s| s.as_str()).collect();
-    let client = Arc::new(Client::connect(&seeds, ClientConfig::default()).await.unwrap());
-    let acked_count = Arc::new(AtomicUsize::new(0));
-    let writers: Vec<_> = (0..WRITERS)
-        .map(|w| {
-            let client = client.clone();
-            let acked_count = acked_count.clone();
-            tokio::spawn(async move {
-                let mut acked = Vec::new();
-                for i in 0.. {
-                    let key = format!("rc:{w}:{i}");
-                    match client.set(key.as_bytes(), b"v").await {
-                        Ok(()) => {
-                            acked.push(key);
-                            acked_count.fetch_add(1, Ordering::SeqCst);
-                        }
-                        Err(_) => break,
-                    }
-                }
-                acked
-            })
-        })
-        .collect();
-    eventually(
-        "writes acknowledged before the crash",
-        Duration::from_secs(60),
-        || {
-            let n = acked_count.load(Ordering::SeqCst);
-            async move { (n >= ACKED_BEFORE_CRASH).then_some(()) }
-        },
-    )
-    .await;
-    // Both machines crash: each keeps only what it fsynced.
-    let disks: Vec<MemEngine> = engines
+    let client = Arc::new(
+        Client::connect(&seeds, ClientConfig::default())
+            .await
+            .unwrap(),
+    );
+    let writers = CrashWriters::start(
+        client,
+        WRITERS,
+        move |w, i| format!("{{{tag}}}rc:{w}:{i}"),
+        |_| "v".into(),
+    );
+    writers.wait_acked(ACKED, Duration::from_secs(60)).await;
+    let acked = writers.stop().await;
+    // In sync throughout: the in-sync set changes only by CAS at a new epoch.
+    let after = c
+        .map()
+        .await
+        .unwrap()
+        .locate_slot(DEFAULT_KEYSPACE, slot)
+        .unwrap()
+        .clone();
+    // The replica's machine crashes: it keeps only what it fsynced.
+    let disk: MemEngine = engines[1].crash().expect("a crashable engine");
+    let keyspace = Keyspace::new(DEFAULT_KEYSPACE, "default", Routing::Hash);
+    let lost = acked
         .iter()
-        .map(|e| e.crash().expect("a crashable engine"))
-        .collect();
-    let mut acked = Vec::new();
-    for w in writers {
-        acked.extend(w.await.unwrap());
-    }
-    let keyspace = Keyspace::new(DEFAULT_KEYSPACE, "default", KeyRouting::Hash);
-    let lost = disks
-        .iter()
-        .map(|disk| {
-            acked
-                .iter()
-                .filter(|k| {
-                    disk.get(&keyspace.storage_key(k.as_bytes()))
-                        .unwrap()
-                        .map(|v| v.data)
-                        != Some(Bytes::from_static(b"v"))
-                })
-                .cloned()
-                .collect()
+        .filter(|k| {
+            disk.get(&keyspace.storage_key(k.as_bytes()))
+                .unwrap()
+                .map(|v| v.data)
+                != Some(Bytes::from_static(b"v"))
         })
+        .cloned()
         .collect();
+    assert_eq!(
+        (after.epoch, &after.in_sync),
+        (before.epoch, &before.in_sync)
+    );
     c.shutdown().await;
-    (acked.len(), lost)
+    (after, acked.len(), lost)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn group_writes_acknowledged_at_factor_two_survive_a_crash_of_both_copies() {
-    let (acked, lost) = crash_both_copies(Durability::Group).await;
-    assert!(acked >= ACKED_BEFORE_CRASH);
-    for (node, lost) in lost.iter().enumerate() {
-        assert!(
-            lost.is_empty(),
-            "node {node} lost {} of {acked} acknowledged writes: {:?}",
-            lost.len(),
-            &lost[..lost.len().min(5)]
-        );
-    }
+async fn group_writes_acknowledged_at_factor_two_survive_a_crash_of_the_replica() {
+    let (p, acked, lost) = crash_the_replica(Durability::Group).await;
+    assert!(acked >= ACKED);
+    assert!(
+        lost.is_empty(),
+        "the replica of partition {} lost {} of {acked} acknowledged writes: {:?}",
+        p.id,
+        lost.len(),
+        &lost[..lost.len().min(5)]
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn periodic_replicas_do_not_fsync_each_call_so_the_same_crash_loses_writes() {
-    let (acked, lost) = crash_both_copies(Durability::Periodic).await;
-    assert!(acked >= ACKED_BEFORE_CRASH);
-    // Neither copy fsynced: every acknowledged write is gone from both.
-    for (node, lost) in lost.iter().enumerate() {
-        assert!(
-            lost.len() * 2 > acked,
-            "node {node} kept {} of {acked} acknowledged writes",
-            acked - lost.len()
-        );
-    }
+    let (_, acked, lost) = crash_the_replica(Durability::Periodic).await;
+    assert!(acked >= ACKED);
+    // Nothing fsynced at the replica after it caught up.
+    assert_eq!(
+        lost.len(),
+        acked,
+        "the replica kept some acknowledged writes"
+    );
 }

@@ -16,8 +16,10 @@ use keyway_node::{Durability, EngineKind};
 use keyway_storage::{Engine, FaultyEngine, MemEngine};
 use keyway_testkit::eventually;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
+
+mod common;
+use common::crash_writers::CrashWriters;
 
 const WRITERS: usize = 4;
 /// Acknowledged writes to collect before the crash (the writers keep going).
@@ -60,43 +62,17 @@ async fn crash_mid_stream(durability: Durability) -> (usize, Vec<String>) {
     let dir = tempfile::tempdir().unwrap();
     let faulty = Arc::new(FaultyEngine::crashable());
     let mut c = one_node_on(dir.path(), durability, faulty.clone()).await;
-    let client = Arc::new(client(&c).await);
-    let acked_count = Arc::new(AtomicUsize::new(0));
-    let writers: Vec<_> = (0..WRITERS)
-        .map(|w| {
-            let client = client.clone();
-            let acked_count = acked_count.clone();
-            tokio::spawn(async move {
-                let mut acked = Vec::new();
-                for i in 0.. {
-                    let key = format!("crash:{{{w}}}:{i}");
-                    match client.set(key.as_bytes(), format!("v{i}").as_bytes()).await {
-                        Ok(()) => {
-                            acked.push(key);
-                            acked_count.fetch_add(1, Ordering::SeqCst);
-                        }
-                        // The engine crashed under this write: stop.
-                        Err(_) => break,
-                    }
-                }
-                acked
-            })
-        })
-        .collect();
-    eventually(
-        "writes acknowledged before the crash",
-        Duration::from_secs(30),
-        || {
-            let n = acked_count.load(Ordering::SeqCst);
-            async move { (n >= ACKED_BEFORE_CRASH).then_some(()) }
-        },
-    )
-    .await;
+    let writers = CrashWriters::start(
+        Arc::new(client(&c).await),
+        WRITERS,
+        |w, i| format!("crash:{{{w}}}:{i}"),
+        |i| format!("v{i}"),
+    );
+    writers
+        .wait_acked(ACKED_BEFORE_CRASH, Duration::from_secs(30))
+        .await;
     let disk = faulty.crash().expect("a crashable engine");
-    let mut acked = Vec::new();
-    for w in writers {
-        acked.extend(w.await.unwrap());
-    }
+    let acked = writers.join().await;
     c.stop_node(0).await.unwrap();
     c.start_node_with_engine(0, Arc::new(FaultyEngine::recover(disk)))
         .await

@@ -3,13 +3,14 @@
 
 #![allow(dead_code)]
 
+pub mod crash_writers;
 pub mod replica;
 pub mod workload;
 
 use bytes::{Bytes, BytesMut};
 use keyway_resp::{Frame, Limits, Protocol, ResponseParser, encode};
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -49,17 +50,10 @@ pub fn keyway_bin() -> String {
     }
 }
 
-/// `nodes + 1` consecutive free ports for RESP and as many for admin, plus one for meta.
+/// `count` consecutive free ports below the ephemeral range (see
+/// [`keyway_testkit::free_port_block`]).
 pub fn free_port_block(count: usize) -> u16 {
-    for _ in 0..200 {
-        let base = 20_000 + (rand::random::<u16>() % 30_000);
-        let all_free =
-            (0..count as u16).all(|i| TcpListener::bind(("127.0.0.1", base + i)).is_ok());
-        if all_free {
-            return base;
-        }
-    }
-    panic!("no block of {count} free ports found");
+    keyway_testkit::free_port_block(count)
 }
 
 impl DevCluster {
