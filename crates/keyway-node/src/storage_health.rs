@@ -163,7 +163,12 @@ impl Engine for FailStopEngine {
 
     fn truncate_log(&self, upto: Seq) -> Result<(), StorageError> {
         self.health.check()?;
-        self.inner.truncate_log(upto)
+        // fjall fsyncs the truncation itself (see `FjallEngine::purge_log`).
+        self.inner.truncate_log(upto).inspect_err(|err| {
+            if matches!(err, StorageError::SyncFailed(_)) {
+                self.health.fail(format!("fsync error: {err}"));
+            }
+        })
     }
 
     fn delete_range_chunk(&self, range: &KeyRange, limit: usize) -> Result<usize, StorageError> {
@@ -214,5 +219,22 @@ mod tests {
         assert_eq!(faulty.state().sync_calls, 2, "never synced the inner again");
         assert_eq!(health.gauge.get(), 1);
         assert!(health.status().starts_with("failed: fsync error"));
+    }
+
+    #[test]
+    fn a_failed_fsync_inside_a_log_truncation_stops_the_node_too() {
+        let faulty = Arc::new(FaultyEngine::wrap(Arc::new(MemEngine::new())));
+        let health = StorageHealth::new();
+        let e = FailStopEngine::new(faulty.clone(), health.clone());
+        let k = bytes::Bytes::from_static(b"k");
+        e.apply(&[Mutation::Delete { key: k.clone() }]).unwrap();
+        e.truncate_log(1).unwrap();
+        assert_eq!(health.status(), "ok");
+        e.apply(&[Mutation::Delete { key: k.clone() }]).unwrap();
+        faulty.fail_truncation_syncs();
+        assert!(e.truncate_log(2).is_err());
+        let err = e.get(&k).unwrap_err().to_string();
+        assert!(err.contains("storage failed (fsync error"), "{err}");
+        assert_eq!(health.gauge.get(), 1);
     }
 }

@@ -59,4 +59,10 @@ pub enum StorageError {
     /// The text says why and is meant for the client as is.
     #[error("{0}")]
     Failed(String),
+    /// An fsync the engine made on its own (not [`crate::Engine::sync`]:
+    /// the one that makes a log truncation durable before the log's tables
+    /// are dropped) failed. As fatal as a failed `sync`: the node's
+    /// fail-stop latches on it.
+    #[error("fsync failed: {0}")]
+    SyncFailed(String),
 }

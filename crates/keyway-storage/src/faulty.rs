@@ -1,7 +1,8 @@
 //! [`FaultyEngine`]: an [`Engine`] wrapper that injects storage faults, for
 //! tests and for a node started with `--fault-injection`.
 //!
-//! Two faults:
+//! Two faults (and a third, [`FaultyEngine::fail_truncation_syncs`]: a
+//! truncation whose own fsync fails, as fjall's can):
 //!
 //! * **fsync failure**: [`FaultyEngine::fail_syncs`] makes every later
 //!   `sync()` fail, [`FaultyEngine::fail_next_syncs`] the next `n`;
@@ -103,6 +104,8 @@ pub struct FaultyEngine {
     sync_calls: AtomicU64,
     sync_failures: AtomicU64,
     crashed: AtomicBool,
+    /// [`FaultyEngine::fail_truncation_syncs`].
+    truncation_sync_fails: AtomicBool,
     /// `Some` for a crashable engine.
     crash: Option<Mutex<CrashModel>>,
 }
@@ -149,6 +152,7 @@ impl FaultyEngine {
             sync_calls: AtomicU64::new(0),
             sync_failures: AtomicU64::new(0),
             crashed: AtomicBool::new(false),
+            truncation_sync_fails: AtomicBool::new(false),
             crash,
         }
     }
@@ -165,6 +169,13 @@ impl FaultyEngine {
         } else {
             SyncFault::Next(n)
         };
+    }
+
+    /// Every later `truncate_log` fails with [`StorageError::SyncFailed`]
+    /// before it truncates anything, as a fjall engine's does when the fsync
+    /// that makes the new log start durable fails.
+    pub fn fail_truncation_syncs(&self) {
+        self.truncation_sync_fails.store(true, Ordering::SeqCst);
     }
 
     /// Later syncs reach the inner engine again. (A crashable engine's
@@ -327,6 +338,11 @@ impl Engine for FaultyEngine {
     }
 
     fn truncate_log(&self, upto: Seq) -> Result<(), StorageError> {
+        if self.truncation_sync_fails.load(Ordering::SeqCst) {
+            return Err(StorageError::SyncFailed(
+                "truncation fsync (injected by FaultyEngine)".into(),
+            ));
+        }
         self.write(|e| e.truncate_log(upto), |()| Op::Truncate(upto))
     }
 

@@ -438,7 +438,9 @@ impl FjallEngine {
     ///
     /// Before dropping, `log_start` is fsynced: a crash must never bring
     /// back a `log_start` below records that are gone (a reader would find a
-    /// gap instead of [`StorageError::LogTruncated`]).
+    /// gap instead of [`StorageError::LogTruncated`]). A failure of that
+    /// fsync is [`StorageError::SyncFailed`], which the node treats as a
+    /// failed `sync` (fail-stop).
     fn purge_log(&self, upto: Seq) -> Result<(), StorageError> {
         let purged = self
             .meta
@@ -456,7 +458,9 @@ impl FjallEngine {
             let (k, v) = g.into_inner()?;
             freed += (k.len() + v.len()) as u64;
         }
-        self.db.persist(PersistMode::SyncData)?;
+        self.db
+            .persist(PersistMode::SyncData)
+            .map_err(|e| StorageError::SyncFailed(e.to_string()))?;
         self.log
             .tree
             .drop_range(..=upto.to_be_bytes())
