@@ -94,6 +94,7 @@ async fn metrics(State(shared): State<Arc<Shared>>) -> impl IntoResponse {
         .metrics
         .lease_remaining_ms
         .set(shared.routing.lease_remaining_ms() as i64);
+    shared.metrics.observe_storage(&*shared.engine);
     (
         [(
             header::CONTENT_TYPE,
@@ -139,6 +140,8 @@ pub struct Status {
     pub fault_injection: bool,
     /// The change log: retained range and size, and what holds it.
     pub change_log: ChangeLogStatus,
+    /// The storage engine's block cache and memtables, bytes.
+    pub storage_memory: StorageMemoryView,
     /// Keys removed by the active expiry pass since start.
     pub expired_keys_removed: u64,
     /// This node's replica roles: per partition, primary (with each
@@ -184,6 +187,14 @@ pub struct ReceivingView {
     pub migration: u64,
     pub partition: u64,
     pub epoch: u64,
+}
+
+/// The `storage_memory` field of `/status`: [`keyway_storage::EngineMemory`].
+#[derive(Serialize)]
+pub struct StorageMemoryView {
+    pub cache_bytes: u64,
+    pub cache_capacity_bytes: u64,
+    pub write_buffer_bytes: u64,
 }
 
 /// The `change_log` field of `/status`.
@@ -236,6 +247,14 @@ async fn status(State(shared): State<Arc<Shared>>) -> impl IntoResponse {
             bytes: shared.engine.log_bytes(),
             retention_bytes: shared.config.log_retention_bytes,
             holds: shared.migrations.holds().list(),
+        },
+        storage_memory: {
+            let m = shared.engine.memory();
+            StorageMemoryView {
+                cache_bytes: m.cache_bytes,
+                cache_capacity_bytes: m.cache_capacity_bytes,
+                write_buffer_bytes: m.write_buffer_bytes,
+            }
         },
         expired_keys_removed: shared.active_expiry.removed.get(),
         replication: shared.replication.status(),

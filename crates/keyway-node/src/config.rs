@@ -12,6 +12,37 @@ pub const MAX_MAP_HISTORY_VERSIONS: usize = 1_000_000;
 /// fjall's smallest journal size cap (`max_journaling_size`).
 pub const MIN_JOURNAL_BYTES: u64 = 64 * 1024 * 1024;
 
+/// The default `replica_switchover_grace_ms`: a few stream round trips on
+/// one machine or one rack; a replica later than this is copied again.
+pub const DEFAULT_REPLICA_SWITCHOVER_GRACE_MS: u64 = 50;
+
+/// Smallest `storage_cache_bytes`.
+pub const MIN_STORAGE_CACHE_BYTES: u64 = 1024 * 1024;
+/// The default block cache is the machine's memory divided by this.
+pub const STORAGE_CACHE_MEMORY_DIVISOR: u64 = 32;
+/// The default block cache's bounds, whatever the machine.
+pub const DEFAULT_STORAGE_CACHE_BOUNDS_BYTES: (u64, u64) = (16 * 1024 * 1024, 1024 * 1024 * 1024);
+
+/// The default `storage_cache_bytes`: this machine's memory
+/// ([`machine_memory_bytes`]) over [`STORAGE_CACHE_MEMORY_DIVISOR`], within
+/// [`DEFAULT_STORAGE_CACHE_BOUNDS_BYTES`]; the lower bound if the memory
+/// cannot be read.
+pub fn default_storage_cache_bytes() -> u64 {
+    let (low, high) = DEFAULT_STORAGE_CACHE_BOUNDS_BYTES;
+    machine_memory_bytes().map_or(low, |total| {
+        (total / STORAGE_CACHE_MEMORY_DIVISOR).clamp(low, high)
+    })
+}
+
+/// Physical memory (`MemTotal` of `/proc/meminfo`), `None` where it cannot
+/// be read (not Linux).
+pub fn machine_memory_bytes() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = text.lines().find(|l| l.starts_with("MemTotal:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}
+
 /// When an acknowledged write is durable.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -176,6 +207,12 @@ pub struct NodeConfig {
     /// Change log: how long a `LastSeq` answer (a migration's snapshot seq)
     /// keeps the records after it, until the migration's push holds them.
     pub log_snapshot_hold_ms: u64,
+    /// fjall: the block cache's capacity, bytes (at least 1 MiB). It holds
+    /// the data, index and filter blocks reads touch; memory beyond it is
+    /// the memtables (`storage_max_memtable_bytes` per keyspace) and the
+    /// process itself. Default: [`default_storage_cache_bytes`] of this
+    /// machine's memory.
+    pub storage_cache_bytes: u64,
     /// fjall: total journal size past which memtables are flushed so old
     /// journals can be deleted (fjall's minimum is 64 MiB).
     pub storage_max_journal_bytes: u64,
@@ -217,6 +254,12 @@ pub struct NodeConfig {
     /// Replication: the primary's stream sends an empty call this often
     /// when idle, renewing read leases (less than `replica_read_lease_ms`).
     pub replica_heartbeat_ms: u64,
+    /// Replication: once a planned switchover's target acknowledged the
+    /// last seq at the fence, how much longer the fence waits for the
+    /// other in-sync replicas to acknowledge it too, so a replica one
+    /// stream batch behind stays in sync instead of being dropped and
+    /// copied again (less than `replica_lag_timeout_ms`; 0 = no wait).
+    pub replica_switchover_grace_ms: u64,
     /// Replication: the catch-up copy of a replica that is not in sync
     /// (re-replication after a loss, a rejoin, a move's new copy) sends at
     /// most this many snapshot bytes per second per copy; 0 = unlimited.
@@ -280,6 +323,7 @@ impl Default for NodeConfig {
             log_truncate_chunk_records: 4_096,
             log_retention_bytes: 1024 * 1024 * 1024,
             log_snapshot_hold_ms: 60_000,
+            storage_cache_bytes: default_storage_cache_bytes(),
             storage_max_journal_bytes: MIN_JOURNAL_BYTES,
             storage_max_memtable_bytes: 4 * 1024 * 1024,
             storage_journal_rotation_bytes: 8 * 1024 * 1024,
@@ -293,6 +337,7 @@ impl Default for NodeConfig {
             replica_lag_timeout_ms: 2_000,
             replica_read_lease_ms: 1_000,
             replica_heartbeat_ms: 200,
+            replica_switchover_grace_ms: DEFAULT_REPLICA_SWITCHOVER_GRACE_MS,
             replica_copy_max_bytes_per_sec: crate::peer::Throttle::default().max_bytes_per_sec,
             stray_sweep_interval_ms: 10_000,
             stray_sweep_grace_ms: 60_000,
@@ -387,6 +432,11 @@ impl NodeConfig {
                 "storage_max_journal_bytes must be at least {MIN_JOURNAL_BYTES} (fjall's minimum)"
             ));
         }
+        if self.storage_cache_bytes < MIN_STORAGE_CACHE_BYTES {
+            return Err(format!(
+                "storage_cache_bytes must be at least {MIN_STORAGE_CACHE_BYTES}"
+            ));
+        }
         if self.storage_max_memtable_bytes < 1024 * 1024 {
             return Err("storage_max_memtable_bytes must be at least 1048576".into());
         }
@@ -461,6 +511,12 @@ impl NodeConfig {
                 self.replica_read_lease_ms, self.replica_lag_timeout_ms
             ));
         }
+        if self.replica_switchover_grace_ms >= self.replica_lag_timeout_ms {
+            return Err(format!(
+                "replica_switchover_grace_ms ({}) must be less than replica_lag_timeout_ms ({})",
+                self.replica_switchover_grace_ms, self.replica_lag_timeout_ms
+            ));
+        }
         if self.replica_heartbeat_ms >= self.replica_read_lease_ms {
             return Err(format!(
                 "replica_heartbeat_ms ({}) must be less than replica_read_lease_ms ({})",
@@ -504,6 +560,7 @@ impl NodeConfig {
             lag_timeout: Duration::from_millis(self.replica_lag_timeout_ms),
             read_lease: Duration::from_millis(self.replica_read_lease_ms),
             heartbeat: Duration::from_millis(self.replica_heartbeat_ms),
+            switchover_grace: Duration::from_millis(self.replica_switchover_grace_ms),
             throttle: crate::peer::Throttle {
                 max_bytes_per_sec: self.replica_copy_max_bytes_per_sec,
                 ..crate::peer::Throttle::default()
@@ -568,10 +625,39 @@ mod tests {
         };
         assert!(c.validate().unwrap_err().contains("replica_heartbeat_ms"));
         let c = NodeConfig {
+            replica_switchover_grace_ms: 2_000,
+            ..NodeConfig::default()
+        };
+        assert!(
+            c.validate()
+                .unwrap_err()
+                .contains("replica_switchover_grace_ms")
+        );
+        NodeConfig {
+            replica_switchover_grace_ms: 0,
+            ..NodeConfig::default()
+        }
+        .validate()
+        .unwrap();
+        let c = NodeConfig {
             replica_lag_timeout_ms: 0,
             ..NodeConfig::default()
         };
         assert!(c.validate().unwrap_err().contains("replica_lag_timeout_ms"));
+    }
+
+    #[test]
+    fn the_default_block_cache_follows_the_machine_within_its_bounds() {
+        let (low, high) = DEFAULT_STORAGE_CACHE_BOUNDS_BYTES;
+        let chosen = default_storage_cache_bytes();
+        assert!((low..=high).contains(&chosen), "{chosen}");
+        if let Some(total) = machine_memory_bytes() {
+            assert_eq!(
+                chosen,
+                (total / STORAGE_CACHE_MEMORY_DIVISOR).clamp(low, high)
+            );
+        }
+        assert!(low >= MIN_STORAGE_CACHE_BYTES);
     }
 
     #[test]
@@ -633,6 +719,13 @@ mod tests {
                     ..NodeConfig::default()
                 },
                 "log_retention_bytes",
+            ),
+            (
+                NodeConfig {
+                    storage_cache_bytes: MIN_STORAGE_CACHE_BYTES - 1,
+                    ..NodeConfig::default()
+                },
+                "storage_cache_bytes",
             ),
             (
                 NodeConfig {

@@ -169,6 +169,17 @@ fn human(bytes: u64) -> String {
     }
 }
 
+/// The allocator INFO names (`mem_allocator`): the binary that links this
+/// crate chooses the global allocator, so it says which ([`set_allocator`]);
+/// `libc` until then.
+static ALLOCATOR: std::sync::OnceLock<&'static str> = std::sync::OnceLock::new();
+
+/// Names the process's global allocator for INFO's `mem_allocator` (the
+/// first call wins).
+pub fn set_allocator(name: &'static str) {
+    let _ = ALLOCATOR.set(name);
+}
+
 fn memory(shared: &Shared, keyspace: Option<&Result<KeyspaceFigures, String>>, out: &mut String) {
     let rss = rss_bytes().unwrap_or(0);
     let peak = shared.server.note_memory(rss);
@@ -178,10 +189,17 @@ fn memory(shared: &Shared, keyspace: Option<&Result<KeyspaceFigures, String>>, o
         .unwrap_or_default();
     let _ = write!(
         out,
-        "# Memory\r\nused_memory:{rss}\r\nused_memory_human:{}\r\nused_memory_rss:{rss}\r\nused_memory_rss_human:{}\r\nused_memory_peak:{peak}\r\nused_memory_peak_human:{}\r\nmaxmemory:0\r\nmaxmemory_human:0B\r\nmaxmemory_policy:{policy}\r\nmem_allocator:libc\r\n",
+        "# Memory\r\nused_memory:{rss}\r\nused_memory_human:{}\r\nused_memory_rss:{rss}\r\nused_memory_rss_human:{}\r\nused_memory_peak:{peak}\r\nused_memory_peak_human:{}\r\nmaxmemory:0\r\nmaxmemory_human:0B\r\nmaxmemory_policy:{policy}\r\nmem_allocator:{}\r\n",
         human(rss),
         human(rss),
         human(peak),
+        ALLOCATOR.get().copied().unwrap_or("libc"),
+    );
+    let engine = shared.engine.memory();
+    let _ = write!(
+        out,
+        "keyway_storage_cache_bytes:{}\r\nkeyway_storage_cache_capacity_bytes:{}\r\nkeyway_storage_write_buffer_bytes:{}\r\n",
+        engine.cache_bytes, engine.cache_capacity_bytes, engine.write_buffer_bytes,
     );
     if let Some(Ok(k)) = keyspace {
         let _ = write!(out, "keyway_dataset_bytes:{}\r\n", k.bytes);

@@ -90,5 +90,5 @@ pub mod storage_health;
 pub mod stray_sweep;
 pub mod watcher;
 
-pub use config::{Durability, EngineKind, NodeConfig};
+pub use config::{Durability, EngineKind, MIN_STORAGE_CACHE_BYTES, NodeConfig};
 pub use server::{Node, NodeError};

@@ -38,6 +38,10 @@ pub struct Metrics {
     pub map_version: Gauge,
     pub partitions_owned: Gauge,
     pub lease_remaining_ms: Gauge,
+    /// The engine's memory ([`keyway_storage::EngineMemory`]), set at each scrape.
+    pub storage_cache_bytes: Gauge,
+    pub storage_cache_capacity_bytes: Gauge,
+    pub storage_write_buffer_bytes: Gauge,
     pub lease_renewal_failures: Counter,
     /// Requests parked behind a migration fence (each park counted).
     pub held: Counter,
@@ -93,6 +97,9 @@ impl Metrics {
             map_version: Gauge::default(),
             partitions_owned: Gauge::default(),
             lease_remaining_ms: Gauge::default(),
+            storage_cache_bytes: Gauge::default(),
+            storage_cache_capacity_bytes: Gauge::default(),
+            storage_write_buffer_bytes: Gauge::default(),
             lease_renewal_failures: Counter::default(),
             held: Counter::default(),
             held_expired: Counter::default(),
@@ -164,6 +171,21 @@ impl Metrics {
                 "lease_remaining_ms",
                 "Milliseconds left on this node's lease",
                 m.lease_remaining_ms.clone(),
+            );
+            r.register(
+                "storage_cache_bytes",
+                "Bytes the storage engine's block cache holds",
+                m.storage_cache_bytes.clone(),
+            );
+            r.register(
+                "storage_cache_capacity_bytes",
+                "The block cache's capacity (storage_cache_bytes setting)",
+                m.storage_cache_capacity_bytes.clone(),
+            );
+            r.register(
+                "storage_write_buffer_bytes",
+                "Bytes of memtables (active and sealed) not yet flushed",
+                m.storage_write_buffer_bytes.clone(),
             );
             r.register(
                 "lease_renewal_failures",
@@ -313,6 +335,16 @@ impl Metrics {
         self.map_since_replies
             .get_or_create(&KindLabel { kind })
             .inc();
+    }
+
+    /// Sets the storage memory gauges from `engine`.
+    pub fn observe_storage(&self, engine: &dyn keyway_storage::Engine) {
+        let mem = engine.memory();
+        self.storage_cache_bytes.set(mem.cache_bytes as i64);
+        self.storage_cache_capacity_bytes
+            .set(mem.cache_capacity_bytes as i64);
+        self.storage_write_buffer_bytes
+            .set(mem.write_buffer_bytes as i64);
     }
 
     /// The Prometheus text exposition of every metric.

@@ -464,6 +464,7 @@ async fn open_engine(config: &NodeConfig) -> Result<Arc<dyn Engine>, NodeError> 
                     config.durability,
                     Durability::Periodic | Durability::None
                 ),
+                cache_size_bytes: config.storage_cache_bytes,
                 max_journaling_size_bytes: Some(config.storage_max_journal_bytes),
                 max_memtable_bytes: Some(config.storage_max_memtable_bytes),
                 journal_rotation_bytes: Some(config.storage_journal_rotation_bytes),

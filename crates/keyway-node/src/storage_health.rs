@@ -156,6 +156,10 @@ impl Engine for FailStopEngine {
         self.inner.log_bytes()
     }
 
+    fn memory(&self) -> keyway_storage::EngineMemory {
+        self.inner.memory()
+    }
+
     fn reclaim_space(&self) -> Result<(), StorageError> {
         self.health.check()?;
         self.inner.reclaim_space()

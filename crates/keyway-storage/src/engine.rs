@@ -154,6 +154,12 @@ pub trait Engine: Send + Sync + 'static {
         Ok(())
     }
 
+    /// What the engine holds in memory now, against its budget. Engines
+    /// without a cache or memtables report zeros.
+    fn memory(&self) -> EngineMemory {
+        EngineMemory::default()
+    }
+
     /// Deletes up to `limit` entries of `range` **without** writing change
     /// records or consuming seqs (local cleanup of a range this node no longer
     /// owns; a replica of this node must run the same cleanup). Removes values
@@ -184,4 +190,15 @@ pub trait Engine: Send + Sync + 'static {
     /// Atomic like [`Engine::apply`]; returns this node's last seq afterwards.
     /// Full rules: [`crate::versioning`].
     fn apply_foreign(&self, records: &[ChangeRecord]) -> Result<Seq, StorageError>;
+}
+
+/// [`Engine::memory`]: the engine's own memory, in bytes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct EngineMemory {
+    /// Blocks held by the block cache now.
+    pub cache_bytes: u64,
+    /// The block cache's capacity (its budget).
+    pub cache_capacity_bytes: u64,
+    /// Memtables, active and sealed, not yet flushed to tables.
+    pub write_buffer_bytes: u64,
 }

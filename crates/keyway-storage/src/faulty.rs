@@ -332,6 +332,10 @@ impl Engine for FaultyEngine {
         self.live.log_bytes()
     }
 
+    fn memory(&self) -> crate::EngineMemory {
+        self.live.memory()
+    }
+
     fn reclaim_space(&self) -> Result<(), StorageError> {
         self.check_up()?;
         self.live.reclaim_space()

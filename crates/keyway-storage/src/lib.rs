@@ -22,6 +22,7 @@
 //! * [`mem`] — [`MemEngine`];
 //! * [`faulty`] — [`FaultyEngine`], injected fsync failures and a machine-crash model (tests, `--fault-injection`);
 //! * [`fjall_engine`] — [`FjallEngine`], on-disk layout and fjall caveats;
+//! * [`fjall_options`] — [`FjallOptions`], its tuning and the limits checked at open;
 //! * `conformance` (hidden): the shared test suite, usable by other crates'
 //!   tests through [`conformance_tests!`].
 //!
@@ -45,6 +46,7 @@ pub mod engine;
 pub mod error;
 pub mod faulty;
 pub mod fjall_engine;
+pub mod fjall_options;
 pub mod mem;
 pub mod range;
 pub mod value;
@@ -54,7 +56,7 @@ pub mod versioning;
 pub mod conformance;
 
 pub use digest::{Digester, RangeDigest};
-pub use engine::{Engine, ScanChunk};
+pub use engine::{Engine, EngineMemory, ScanChunk};
 pub use error::StorageError;
 pub use faulty::{FaultState, FaultyEngine, SyncFault};
 pub use fjall_engine::{FjallEngine, FjallOptions};

@@ -69,6 +69,14 @@ fn shared_executor_threads(nodes: usize, cores: usize, default: usize) -> usize 
     (cores / nodes.max(1)).clamp(1, default.max(1))
 }
 
+/// A node's block cache when `nodes` nodes share one process and nothing
+/// chose its size: the machine's default divided among them, at least
+/// fjall's smallest useful cache. One `keyway dev` then takes about as much
+/// memory for caches as one `keyway server` would.
+fn shared_storage_cache_bytes(nodes: usize, default_bytes: u64) -> u64 {
+    (default_bytes / nodes.max(1) as u64).max(keyway_node::MIN_STORAGE_CACHE_BYTES)
+}
+
 pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     let spec = ClusterSpec {
         nodes: args.nodes,
@@ -91,6 +99,10 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
                     std::thread::available_parallelism().map_or(1, |n| n.get()),
                     node.executor_threads,
                 );
+            }
+            if !args.node.storage_cache_chosen() {
+                node.storage_cache_bytes =
+                    shared_storage_cache_bytes(args.nodes, node.storage_cache_bytes);
             }
             node
         },
@@ -169,7 +181,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
 
 #[cfg(test)]
 mod tests {
-    use super::shared_executor_threads;
+    use super::{shared_executor_threads, shared_storage_cache_bytes};
 
     #[test]
     fn executor_threads_share_the_cores() {
@@ -182,5 +194,15 @@ mod tests {
         assert_eq!(shared_executor_threads(1, 1, 2), 1);
         assert_eq!(shared_executor_threads(8, 2, 2), 1);
         assert_eq!(shared_executor_threads(0, 2, 2), 2);
+    }
+
+    #[test]
+    fn the_block_cache_is_shared_among_the_nodes() {
+        const MIB: u64 = 1024 * 1024;
+        assert_eq!(shared_storage_cache_bytes(3, 768 * MIB), 256 * MIB);
+        assert_eq!(shared_storage_cache_bytes(1, 768 * MIB), 768 * MIB);
+        // Never below the smallest cache a node accepts.
+        assert_eq!(shared_storage_cache_bytes(8, 2 * MIB), MIB);
+        assert_eq!(shared_storage_cache_bytes(0, 16 * MIB), 16 * MIB);
     }
 }

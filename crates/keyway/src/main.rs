@@ -97,6 +97,7 @@ enum Command {
 /// Exit status 0 on success, 2 for a user error (one line), 1 for any other
 /// failure (see `cli_error`).
 fn main() -> std::process::ExitCode {
+    keyway_node::info::set_allocator("mimalloc");
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => return cli_error::usage_error(e),

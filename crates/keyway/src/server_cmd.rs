@@ -68,6 +68,11 @@ pub struct NodeFlags {
     /// the migration aborts with "log retention exceeded" (default 1 GiB).
     #[arg(long)]
     log_retention_bytes: Option<u64>,
+    /// fjall: block cache capacity in bytes, at least 1 MiB (default the
+    /// machine's memory / 32, 16 MiB to 1 GiB; under `keyway dev`, unless
+    /// set here or in --config, that divided among the nodes).
+    #[arg(long)]
+    storage_cache_bytes: Option<u64>,
     /// fjall: journal size cap before memtables are flushed (default and
     /// minimum 64 MiB).
     #[arg(long)]
@@ -114,6 +119,12 @@ pub struct NodeFlags {
     /// leases; less than --replica-read-lease-ms (default 200).
     #[arg(long)]
     replica_heartbeat_ms: Option<u64>,
+    /// Replication: once a planned switchover's target caught up, how long
+    /// the fence waits for the partition's other in-sync replicas to catch
+    /// up too before they leave the in-sync set (and are copied again);
+    /// less than --replica-lag-timeout-ms, 0 = no wait (default 50).
+    #[arg(long)]
+    replica_switchover_grace_ms: Option<u64>,
     /// Replication: the byte-rate limit of one replica catch-up copy
     /// (re-replication, rejoin, a move's new copy), bytes per second;
     /// 0 = unlimited (default 67108864, the migration copy's default).
@@ -136,6 +147,12 @@ impl NodeFlags {
     /// or a config file).
     pub fn executor_threads_chosen(&self) -> bool {
         self.executor_threads.is_some() || self.config.is_some()
+    }
+
+    /// Whether the block cache size was chosen (`--storage-cache-bytes`, or
+    /// a config file).
+    pub fn storage_cache_chosen(&self) -> bool {
+        self.storage_cache_bytes.is_some() || self.config.is_some()
     }
 
     /// The configuration: defaults, then the TOML file, then the flags.
@@ -181,6 +198,7 @@ impl NodeFlags {
             stats_scan_interval_ms,
             log_truncate_interval_ms,
             log_retention_bytes,
+            storage_cache_bytes,
             storage_max_journal_bytes,
             storage_max_memtable_bytes,
             storage_journal_rotation_bytes,
@@ -192,6 +210,7 @@ impl NodeFlags {
             replica_lag_timeout_ms,
             replica_read_lease_ms,
             replica_heartbeat_ms,
+            replica_switchover_grace_ms,
             replica_copy_max_bytes_per_sec,
             stray_sweep_interval_ms,
             stray_sweep_grace_ms

@@ -328,3 +328,77 @@ fn shutdown_stops_the_node_cleanly_and_keeps_the_data() {
     let mut conn = common::Resp::connect(cluster.ports()[0]);
     assert_eq!(conn.cmd(&["GET", "kept"]), Frame::Bulk("yes".into()));
 }
+
+/// The sample of `name` (no labels) in a node's `/metrics`.
+fn gauge(admin_port: u16, name: &str) -> Option<f64> {
+    let text = common::http_get(admin_port, "/metrics")?;
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+}
+
+#[test]
+fn the_storage_memory_budget_is_a_setting_reported_on_metrics_info_and_status() {
+    const CACHE_BYTES: u64 = 8 * 1024 * 1024;
+    let dir = tempfile::tempdir().unwrap();
+    let cache = CACHE_BYTES.to_string();
+    let cluster = common::DevCluster::start(
+        2,
+        &dir.path().join("data"),
+        &["--storage-cache-bytes", &cache],
+    );
+    for (i, port) in cluster.ports().into_iter().enumerate() {
+        let admin = cluster.admin_port + i as u16;
+        let mut conn = common::Resp::connect(port);
+        for k in 0..200 {
+            // Keys this node owns or not: a -MOVED is fine, the writes that
+            // land fill this node's memtables.
+            let _ = conn.try_cmd(&["SET", &format!("mem:{k}"), &"x".repeat(100)]);
+        }
+        // The setting is the capacity everywhere it is reported (and
+        // `keyway dev` does not divide a size that was chosen).
+        assert_eq!(
+            gauge(admin, "keyway_storage_cache_capacity_bytes"),
+            Some(CACHE_BYTES as f64),
+            "node {i}"
+        );
+        let held = gauge(admin, "keyway_storage_cache_bytes").expect("cache gauge");
+        assert!(held <= CACHE_BYTES as f64, "node {i}: {held}");
+        assert!(
+            gauge(admin, "keyway_storage_write_buffer_bytes").expect("memtable gauge") > 0.0,
+            "node {i}: writes landed in no memtable"
+        );
+        let info = text(&conn.cmd(&["INFO", "memory"]));
+        assert_eq!(
+            field(&info, "keyway_storage_cache_capacity_bytes"),
+            Some(cache.clone()),
+            "{info}"
+        );
+        assert!(
+            field(&info, "keyway_storage_cache_bytes").is_some(),
+            "{info}"
+        );
+        assert!(
+            field(&info, "keyway_storage_write_buffer_bytes").is_some(),
+            "{info}"
+        );
+        assert_eq!(field(&info, "mem_allocator").as_deref(), Some("mimalloc"));
+        let status: serde_json::Value =
+            serde_json::from_str(&common::http_get(admin, "/status").unwrap()).unwrap();
+        assert_eq!(
+            status["storage_memory"]["cache_capacity_bytes"], CACHE_BYTES,
+            "{status}"
+        );
+    }
+    // Below the least cache accepted: refused at start, the setting named.
+    let out = std::process::Command::new(common::keyway_bin())
+        .args(["dev", "--storage-cache-bytes", "1000", "--data"])
+        .arg(dir.path().join("bad"))
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("storage_cache_bytes must be at least"),
+        "{err}"
+    );
+}

@@ -44,6 +44,10 @@ pub struct ReplicationMetrics {
     pub copies_started: Counter,
     /// Old primaries that switchovers to this node kept in sync, no copy.
     pub switchover_kept_in_sync: Counter,
+    /// Other in-sync replicas a switchover from this node dropped from the
+    /// in-sync set: they had not acknowledged the fence's seq within
+    /// `replica_switchover_grace_ms` (the new owner copies them again).
+    pub switchover_dropped: Counter,
 }
 
 impl ReplicationMetrics {
@@ -108,6 +112,11 @@ impl ReplicationMetrics {
             "replication_switchover_kept_in_sync",
             "Old primaries that a switchover to this node kept in sync (streamed to with no copy)",
             r.switchover_kept_in_sync.clone(),
+        );
+        m.register(
+            "replication_switchover_dropped",
+            "In-sync replicas a switchover from this node dropped (no ack of the fence's seq within replica_switchover_grace_ms)",
+            r.switchover_dropped.clone(),
         );
         r
     }

@@ -83,6 +83,9 @@ pub struct ReplicationConfig {
     pub lag_timeout: Duration,
     pub read_lease: Duration,
     pub heartbeat: Duration,
+    /// How long a switchover's fence waits, once its target caught up, for
+    /// the other in-sync replicas to catch up too (`switchover.rs`).
+    pub switchover_grace: Duration,
     /// The catch-up copy's throttle (the migration copy's defaults).
     pub throttle: Throttle,
 }

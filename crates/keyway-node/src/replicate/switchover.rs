@@ -11,7 +11,9 @@
 //! 3. **Fence** p: requests are held (parked); taking the fence waits for
 //!    every request admitted before it, so the last seq then covers them.
 //! 4. Wait until T's stream acked ≥ that seq (bounded by `timeout`): T
-//!    holds every write P accepted.
+//!    holds every write P accepted. Then wait up to `switchover_grace`
+//!    (`replica_switchover_grace_ms`) more for the other in-sync replicas'
+//!    streams to ack it too: they run beside T's and may be a batch behind.
 //! 5. **One CAS** conditional on (P, e): owner = T, replicas = (replicas
 //!    without T) with P, in_sync = [P], reads_from = None, epoch e + 1.
 //!    P may stay in sync: it is fenced (no write after h, the last seq at
@@ -169,16 +171,37 @@ pub async fn switchover(
         }
         // Other in-sync replicas that hold every record up to `head` (the
         // fence keeps it the last seq) hold exactly what T holds: they stay
-        // in sync with the same era at T, so nothing is copied again.
-        let caught_up: Vec<NodeId> = {
+        // in sync with the same era at T, so nothing is copied again. Their
+        // streams run beside T's, so one may be a batch behind when T's
+        // ack arrives: the fence waits for them a bounded grace (their
+        // acks are due anyway, the writes admitted before the fence wait
+        // for them) rather than drop one and copy the whole partition.
+        let others: Vec<NodeId> = {
             let inner = repl.lock();
             row.in_sync
                 .iter()
                 .copied()
                 .filter(|r| *r != target && in_sync_in(&inner.rules, partition, *r))
-                .filter(|r| inner.rules.acked_for(partition, *r) >= head)
                 .collect()
         };
+        let acked_head = |rs: &[NodeId]| {
+            let inner = repl.lock();
+            rs.iter()
+                .copied()
+                .filter(|r| inner.rules.acked_for(partition, *r) >= head)
+                .collect::<Vec<NodeId>>()
+        };
+        let grace_end = deadline.min(Instant::now() + repl.cfg.switchover_grace);
+        let mut caught_up = acked_head(&others);
+        while caught_up.len() < others.len() && Instant::now() < grace_end {
+            tokio::time::sleep(POLL).await;
+            caught_up = acked_head(&others);
+        }
+        let late: Vec<NodeId> = others
+            .iter()
+            .copied()
+            .filter(|r| !caught_up.contains(r))
+            .collect();
         let next = switched_row(&row, target, &caught_up);
         let txn = MapTxn {
             conditions: vec![OwnershipCondition {
@@ -192,6 +215,11 @@ pub async fn switchover(
             .commit(txn)
             .await
             .map_err(|e| SwitchoverError::Failed(format!("switchover CAS: {e}")))?;
+        if !late.is_empty() {
+            repl.metrics.switchover_dropped.inc_by(late.len() as u64);
+            tracing::info!(%partition, ?late, grace_ms = repl.cfg.switchover_grace.as_millis() as u64,
+                "switchover: replicas that had not acknowledged the fence's seq left the in-sync set");
+        }
         // Held requests must re-run against the committed map.
         while repl.routing.map().version < version {
             match repl.meta.get_map().await {
