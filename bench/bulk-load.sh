@@ -13,7 +13,8 @@
 # (no change for 5 s, at most --settle-s), resident memory (VmRSS of the
 # processes), Redis's `used_memory`, and disk use (du of the data
 # directories), with Keyway's ratio to Redis and its disk use against the
-# logical data (keys + values).
+# logical data (keys + values), and where Keyway's storage memory is (block
+# cache held and capacity, memtables; keyway_storage_* on /metrics).
 #
 # usage: bench/bulk-load.sh [--keys N] [--value-size BYTES] [--fsync always|everysec|no]
 #          [--rf 1|2|3] [--settle-s S]
@@ -164,6 +165,22 @@ read -r -a kowners <<< "$(write_resp $KPORT "$WORK/k")"
 K_SECS=$(load "$WORK/k" "${kowners[@]}")
 K_DU=$(settled_du "$d")
 K_RSS=$(rss_kib $KW_PID)
+# Where the storage memory is, read from /metrics (INFO memory would scan
+# the keys first and fill the cache it reports), beside the RSS.
+read -r K_CACHE K_CACHE_CAP K_MEMTABLES <<< "$(python3 - $((KPORT+100)) <<'EOF'
+import sys, urllib.request
+base = int(sys.argv[1])
+names = ["keyway_storage_cache_bytes", "keyway_storage_cache_capacity_bytes", "keyway_storage_write_buffer_bytes"]
+total = dict.fromkeys(names, 0.0)
+for i in range(3):
+    text = urllib.request.urlopen(f"http://127.0.0.1:{base + i}/metrics", timeout=10).read().decode()
+    for line in text.splitlines():
+        name, _, value = line.partition(" ")
+        if name in total:
+            total[name] += float(value)
+print(" ".join(str(int(total[n])) for n in names))
+EOF
+)"
 K_KEYS=0
 for p in $KPORT $((KPORT+1)) $((KPORT+2)); do K_KEYS=$((K_KEYS + $(redis-cli -p "$p" dbsize))); done
 stop_keyway
@@ -178,4 +195,8 @@ awk -v k="$KEYS" -v rs="$R_SECS" -v ks="$K_SECS" -v rr="$R_RSS" -v kr="$K_RSS" -
   printf "%-32s %14.0f %12.1f %12.1f %12s\n", "keyway rf=" rf, k / ks, kr / 1024, kd / 1024, "-"
   printf "keyway/redis: load %.2f, RSS %.2f, disk %.2f; keyway disk / logical data (%.1f MiB): %.2f\n",
     (k / ks) / (k / rs), kr / rr, kd / rd, lg / 1024, kd / lg
+}'
+awk -v c="$K_CACHE" -v cap="$K_CACHE_CAP" -v m="$K_MEMTABLES" 'BEGIN {
+  printf "keyway storage memory (3 nodes, /metrics at the RSS reading): block cache %.1f of %.1f MiB, memtables %.1f MiB\n",
+    c / 1048576, cap / 1048576, m / 1048576
 }'

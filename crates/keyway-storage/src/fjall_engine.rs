@@ -87,6 +87,7 @@ use crate::digest::{Digester, RangeDigest};
 use crate::engine::{Engine, EngineMemory, ScanChunk};
 use crate::error::StorageError;
 pub use crate::fjall_options::FjallOptions;
+use crate::log_marks::LogMarks;
 use crate::range::{Bounds, KeyRange};
 use crate::value::{
     ChangeRecord, MAX_KEY_LEN, Mutation, Seq, StoredValue, Value, check_mutation, corrupt,
@@ -122,6 +123,10 @@ pub struct FjallEngine {
     log_start: AtomicU64,
     /// See [`Engine::log_bytes`]: added at commit, subtracted at purge.
     log_bytes: AtomicU64,
+    /// Cumulative log sizes, so a purge subtracts what it drops without
+    /// reading it back (`log_marks.rs`). Appended under `write_lock`,
+    /// truncated under `truncate_lock`.
+    log_marks: Mutex<LogMarks>,
     /// Where the previous `delete_range_chunk` of a range stopped.
     delete_cursor: Mutex<Option<(KeyRange, Bytes)>>,
     /// [`FjallOptions::flush_journal_each_batch`].
@@ -245,6 +250,7 @@ impl FjallEngine {
             last_seq: AtomicU64::new(last_seq),
             log_start: AtomicU64::new(log_start),
             log_bytes: AtomicU64::new(0),
+            log_marks: Mutex::new(LogMarks::new(log_start - 1)),
             delete_cursor: Mutex::new(None),
             flush_each_batch: opts.flush_journal_each_batch,
             journal_rotation_bytes: opts
@@ -253,13 +259,21 @@ impl FjallEngine {
         };
         {
             let _t = lock(&engine.truncate_lock);
-            engine.purge_log(log_start - 1)?;
+            engine.drop_log_tables(log_start - 1)?;
         }
-        let mut retained = 0u64;
-        for g in engine.log.range(log_start.to_be_bytes()..) {
-            let (k, v) = g.into_inner()?;
-            retained += (k.len() + v.len()) as u64;
-        }
+        // The retained records' sizes, read once at open (the marks).
+        let retained = {
+            let mut marks = lock(&engine.log_marks);
+            let mut retained = 0u64;
+            for g in engine.log.range(log_start.to_be_bytes()..) {
+                let (k, v) = g.into_inner()?;
+                let size = (k.len() + v.len()) as u64;
+                marks.appended(decode_u64("log key", &k)?, size);
+                retained += size;
+            }
+            marks.appended(last_seq, 0);
+            retained
+        };
         engine.log_bytes.store(retained, Ordering::Release);
         tracing::debug!(path = %dir.display(), last_seq, log_start, "opened fjall storage engine");
         Ok(engine)
@@ -322,6 +336,10 @@ impl FjallEngine {
             b = b.durability(Some(PersistMode::Buffer));
         }
         b.commit()?;
+        if !plan.log.is_empty() {
+            // Before the last seq is published: a truncation never passes it.
+            lock(&self.log_marks).appended(plan.last_seq, appended);
+        }
         self.log_bytes.fetch_add(appended, Ordering::AcqRel);
         self.last_seq.store(plan.last_seq, Ordering::Release);
         Ok(plan.last_seq)
@@ -359,21 +377,41 @@ impl FjallEngine {
     /// fsync is [`StorageError::SyncFailed`], which the node treats as a
     /// failed `sync` (fail-stop).
     fn purge_log(&self, upto: Seq) -> Result<(), StorageError> {
+        // The dropped records' sizes, for `log_bytes`: the marks, plus the
+        // records after the last mark at or below `upto` (a short read; the
+        // whole range read back would fill the block cache with blocks of
+        // tables about to be dropped, `log_marks.rs`).
+        let (mark, mark_bytes) = lock(&self.log_marks).at_or_below(upto);
+        let mut after_mark = 0u64;
+        if mark < upto {
+            for g in self
+                .log
+                .range((mark + 1).to_be_bytes()..=upto.to_be_bytes())
+            {
+                let (k, v) = g.into_inner()?;
+                after_mark += (k.len() + v.len()) as u64;
+            }
+        }
+        let freed = lock(&self.log_marks).truncated(upto, mark_bytes + after_mark);
+        self.drop_log_tables(upto)?;
+        // Saturating: at open the counter is computed after the purge.
+        let _ = self
+            .log_bytes
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |b| {
+                Some(b.saturating_sub(freed))
+            });
+        Ok(())
+    }
+
+    /// The physical part of [`Self::purge_log`]: fsync `log_start`, drop the
+    /// log's tables wholly at or below `upto`, record `meta/log_purged`.
+    fn drop_log_tables(&self, upto: Seq) -> Result<(), StorageError> {
         let purged = self
             .meta
             .get(META_LOG_PURGED)?
             .map_or(Ok(0), |raw| decode_u64("meta/log_purged", &raw))?;
         if purged >= upto {
             return Ok(());
-        }
-        // The records' sizes, for `log_bytes` (a read, no write).
-        let mut freed = 0u64;
-        for g in self
-            .log
-            .range((purged + 1).to_be_bytes()..=upto.to_be_bytes())
-        {
-            let (k, v) = g.into_inner()?;
-            freed += (k.len() + v.len()) as u64;
         }
         self.db
             .persist(PersistMode::SyncData)
@@ -385,12 +423,6 @@ impl FjallEngine {
         let mut b = self.db.batch();
         b.insert(&self.meta, META_LOG_PURGED, upto.to_be_bytes());
         b.commit()?;
-        // Saturating: at open the counter is computed after the purge.
-        let _ = self
-            .log_bytes
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |b| {
-                Some(b.saturating_sub(freed))
-            });
         Ok(())
     }
 

@@ -84,3 +84,46 @@ fn records_left_below_log_start_are_never_read() {
     assert!(e.changes_since(1_000, 10).unwrap().is_empty());
     assert_eq!(e.log_bytes(), 0);
 }
+
+#[test]
+fn truncation_counts_what_it_drops_without_reading_the_log_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = FjallOptions {
+        temporary: false,
+        ..FjallOptions::for_tests()
+    };
+    let e = FjallEngine::open(dir.path(), opts.clone()).unwrap();
+    const RECORDS: u64 = 20_000;
+    for i in 0..RECORDS {
+        put(&e, i);
+    }
+    // Every record has the same size (key `key<d>`, 64-byte value).
+    let record = e.log_bytes() / RECORDS;
+    assert_eq!(e.log_bytes(), record * RECORDS);
+    assert!(
+        record * RECORDS > 10 * crate::log_marks::MARK_EVERY_BYTES,
+        "the log spans many marks"
+    );
+    e.log.rotate_memtable_and_wait().unwrap();
+    let cache_before = e.db.cache_size();
+    let mut cut = 0;
+    for upto in [1, 777, 5_000, 5_001, 12_345, 19_999] {
+        e.truncate_log(upto).unwrap();
+        cut = upto;
+        assert_eq!(e.log_bytes(), record * (RECORDS - upto), "after {upto}");
+    }
+    // What the truncations read back: at most a mark's worth each (plus
+    // the blocks they sit in), not the 1.8 MB they dropped.
+    let read = e.db.cache_size() - cache_before;
+    eprintln!("six truncations loaded {read} bytes into the block cache");
+    assert!(
+        read < 6 * 2 * crate::log_marks::MARK_EVERY_BYTES,
+        "the truncations loaded {read} bytes of log blocks into the cache"
+    );
+    drop(e);
+    let e = FjallEngine::open(dir.path(), opts).unwrap();
+    assert_eq!(e.log_bytes(), record * (RECORDS - cut), "after a reopen");
+    put(&e, 0);
+    e.truncate_log(RECORDS).unwrap();
+    assert_eq!(e.log_bytes(), record, "the marks rebuilt at open count on");
+}

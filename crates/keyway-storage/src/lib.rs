@@ -47,6 +47,7 @@ pub mod error;
 pub mod faulty;
 pub mod fjall_engine;
 pub mod fjall_options;
+pub mod log_marks;
 pub mod mem;
 pub mod range;
 pub mod value;
