@@ -8,7 +8,8 @@
 //! `deploy/prometheus/prometheus.yml` scrapes the nodes and the managers.
 //! `deploy/keyway-server.toml` names every node setting (set, or commented
 //! out with its default) and `keyway server` accepts it as it is.
-//! `deploy/systemd/*.service` start `keyway` with flags it accepts.
+//! `deploy/systemd/*.service`, `deploy/docker-compose.yml` and
+//! `deploy/Dockerfile` start `keyway` with flags it accepts.
 
 mod common;
 
@@ -236,17 +237,70 @@ fn the_systemd_units_start_keyway_with_flags_it_accepts() {
                 }
             })
             .collect();
-        // clap refuses an unknown flag before it reaches --help.
-        let out = std::process::Command::new(common::keyway_bin())
-            .args(&args)
-            .arg("--help")
-            .output()
-            .unwrap();
+        let args: Vec<String> = args.into_iter().map(String::from).collect();
+        flags_accepted(unit, &args);
+    }
+}
+
+/// Runs `keyway <args> --help`: clap refuses an unknown flag before it
+/// reaches `--help`, so success means every flag exists.
+fn flags_accepted(what: &str, args: &[String]) {
+    let out = std::process::Command::new(common::keyway_bin())
+        .args(args)
+        .arg("--help")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{what}: keyway {}: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn the_compose_file_and_the_dockerfile_run_keyway_as_it_is() {
+    let compose = deploy("docker-compose.yml");
+    let mut keyway_commands = 0;
+    for line in compose.lines() {
+        let Some(array) = line.trim().strip_prefix("command: ") else {
+            continue;
+        };
+        let args: Vec<String> = serde_json::from_str(array)
+            .unwrap_or_else(|e| panic!("a command is one JSON array ({e}): {array}"));
+        if ["server", "manager", "proxy"].contains(&args[0].as_str()) {
+            keyway_commands += 1;
+            flags_accepted("docker-compose.yml", &args);
+        }
+    }
+    assert_eq!(keyway_commands, 6, "3 nodes, 2 managers, a proxy");
+    for service in ["etcd1:", "etcd2:", "etcd3:", "prometheus:", "grafana:"] {
         assert!(
-            out.status.success(),
-            "{unit}: keyway {}: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr)
+            compose.contains(service),
+            "docker-compose.yml lacks {service}"
         );
     }
+    let dockerfile = deploy("Dockerfile");
+    let manifest =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../Cargo.toml"))
+            .unwrap();
+    let msrv = manifest
+        .lines()
+        .find_map(|l| l.strip_prefix("rust-version = "))
+        .map(|v| v.trim_matches('"'))
+        .expect("rust-version");
+    assert!(
+        dockerfile.contains(&format!("FROM rust:{msrv}-")),
+        "the build stage uses the workspace's rust-version {msrv}"
+    );
+    for needed in [
+        "cargo build --release --locked --bin keyway",
+        "ENTRYPOINT [\"/usr/local/bin/keyway\"]",
+    ] {
+        assert!(dockerfile.contains(needed), "Dockerfile lacks {needed}");
+    }
+    assert!(
+        !dockerfile.contains("protobuf-compiler"),
+        "no protoc needed"
+    );
 }
