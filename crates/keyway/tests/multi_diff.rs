@@ -15,7 +15,6 @@ use common::{DevCluster, Resp};
 use keyway_resp::Frame;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -32,11 +31,9 @@ impl Drop for RedisServer {
 }
 
 fn start_redis() -> Option<(RedisServer, u16)> {
-    let port = TcpListener::bind("127.0.0.1:0")
-        .ok()?
-        .local_addr()
-        .ok()?
-        .port();
+    // Below the ephemeral range, so no other test's bind(0) or outgoing
+    // connection takes it before redis-server binds it.
+    let port = keyway_testkit::free_port_block(1);
     let child = Command::new("redis-server")
         .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
         .args(["--save", "", "--appendonly", "no"])

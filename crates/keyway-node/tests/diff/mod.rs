@@ -8,7 +8,7 @@
 #![allow(dead_code)]
 
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -82,11 +82,11 @@ impl Redis {
     }
 
     fn spawn(extra: &[&str], dir: Option<tempfile::TempDir>) -> Option<Redis> {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .ok()?
-            .local_addr()
-            .ok()?
-            .port();
+        // Below the ephemeral range: a port that `bind(0)` handed out and
+        // released could be given to another test's outgoing connection
+        // before redis-server binds it (the full suite once saw the
+        // reference connection reset mid-test).
+        let port = keyway_testkit::free_port_block(1);
         let child = Command::new("redis-server")
             .args([
                 "--port",
