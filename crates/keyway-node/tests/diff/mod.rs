@@ -28,12 +28,18 @@ pub struct Redis {
     parser: ResponseParser,
     /// The cluster-mode server's directory (its `nodes.conf`).
     _dir: Option<tempfile::TempDir>,
+    /// Where redis-server logs, named when the connection to it fails.
+    log: std::path::PathBuf,
 }
 
 impl Drop for Redis {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        // Kept after a failure, for the panic message that names it.
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_file(&self.log);
+        }
     }
 }
 
@@ -87,6 +93,7 @@ impl Redis {
         // before redis-server binds it (the full suite once saw the
         // reference connection reset mid-test).
         let port = keyway_testkit::free_port_block(1);
+        let log = std::env::temp_dir().join(format!("keyway-diff-redis-{port}.log"));
         let child = Command::new("redis-server")
             .args([
                 "--port",
@@ -99,6 +106,8 @@ impl Redis {
                 "no",
             ])
             .args(extra)
+            .arg("--logfile")
+            .arg(&log)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -114,6 +123,7 @@ impl Redis {
                     buf: BytesMut::new(),
                     parser: ResponseParser::new(Limits::default()),
                     _dir: dir,
+                    log,
                 });
             }
             if Instant::now() > deadline {
@@ -129,14 +139,20 @@ impl Redis {
     pub fn call(&mut self, args: &[Bytes]) -> Frame {
         let mut out = BytesMut::new();
         encode_command(args, &mut out);
-        self.conn.write_all(&out).expect("write to redis");
+        let log = self.log.display();
+        self.conn
+            .write_all(&out)
+            .unwrap_or_else(|e| panic!("write to redis: {e} (its log: {log})"));
         loop {
             if let Some(frame) = self.parser.parse(&mut self.buf).expect("redis reply") {
                 return frame;
             }
             let mut chunk = [0u8; 16384];
-            let n = self.conn.read(&mut chunk).expect("read from redis");
-            assert!(n > 0, "redis closed the connection");
+            let n = self
+                .conn
+                .read(&mut chunk)
+                .unwrap_or_else(|e| panic!("read from redis: {e} (its log: {log})"));
+            assert!(n > 0, "redis closed the connection (its log: {log})");
             self.buf.extend_from_slice(&chunk[..n]);
         }
     }
