@@ -121,11 +121,10 @@ pub struct FjallEngine {
     truncate_lock: Mutex<()>,
     last_seq: AtomicU64,
     log_start: AtomicU64,
-    /// See [`Engine::log_bytes`]: added at commit, subtracted at purge.
-    log_bytes: AtomicU64,
-    /// Cumulative log sizes, so a purge subtracts what it drops without
-    /// reading it back (`log_marks.rs`). Appended under `write_lock`,
-    /// truncated under `truncate_lock`.
+    /// Cumulative log sizes: [`Engine::log_bytes`] is what they retain, and
+    /// a purge subtracts what it drops without reading it back
+    /// (`log_marks.rs`). Appended under `write_lock`, truncated under
+    /// `truncate_lock`.
     log_marks: Mutex<LogMarks>,
     /// Where the previous `delete_range_chunk` of a range stopped.
     delete_cursor: Mutex<Option<(KeyRange, Bytes)>>,
@@ -249,7 +248,6 @@ impl FjallEngine {
             truncate_lock: Mutex::new(()),
             last_seq: AtomicU64::new(last_seq),
             log_start: AtomicU64::new(log_start),
-            log_bytes: AtomicU64::new(0),
             log_marks: Mutex::new(LogMarks::new(log_start - 1)),
             delete_cursor: Mutex::new(None),
             flush_each_batch: opts.flush_journal_each_batch,
@@ -262,19 +260,14 @@ impl FjallEngine {
             engine.drop_log_tables(log_start - 1)?;
         }
         // The retained records' sizes, read once at open (the marks).
-        let retained = {
+        {
             let mut marks = lock(&engine.log_marks);
-            let mut retained = 0u64;
-            for g in engine.log.range(log_start.to_be_bytes()..) {
-                let (k, v) = g.into_inner()?;
-                let size = (k.len() + v.len()) as u64;
-                marks.appended(decode_u64("log key", &k)?, size);
-                retained += size;
+            for record in engine.log_record_sizes(log_start..=last_seq) {
+                let (seq, size) = record?;
+                marks.appended(seq, size);
             }
             marks.appended(last_seq, 0);
-            retained
-        };
-        engine.log_bytes.store(retained, Ordering::Release);
+        }
         tracing::debug!(path = %dir.display(), last_seq, log_start, "opened fjall storage engine");
         Ok(engine)
     }
@@ -340,7 +333,6 @@ impl FjallEngine {
             // Before the last seq is published: a truncation never passes it.
             lock(&self.log_marks).appended(plan.last_seq, appended);
         }
-        self.log_bytes.fetch_add(appended, Ordering::AcqRel);
         self.last_seq.store(plan.last_seq, Ordering::Release);
         Ok(plan.last_seq)
     }
@@ -356,6 +348,21 @@ impl FjallEngine {
             planner.finish()
         };
         self.commit(plan)
+    }
+
+    /// `(seq, key + value bytes)` of each log record in `seqs` (an empty
+    /// range reads nothing): what [`LogMarks`] counts, at open and for the
+    /// remainder of a purge.
+    fn log_record_sizes(
+        &self,
+        seqs: std::ops::RangeInclusive<Seq>,
+    ) -> impl Iterator<Item = Result<(Seq, u64), StorageError>> + '_ {
+        let (from, to) = seqs.into_inner();
+        let range = (from <= to).then(|| self.log.range(from.to_be_bytes()..=to.to_be_bytes()));
+        range.into_iter().flatten().map(|g| {
+            let (k, v) = g.into_inner()?;
+            Ok((decode_u64("log key", &k)?, (k.len() + v.len()) as u64))
+        })
     }
 
     /// Gives back the space of log records `<= upto` (all below
@@ -383,24 +390,11 @@ impl FjallEngine {
         // tables about to be dropped, `log_marks.rs`).
         let (mark, mark_bytes) = lock(&self.log_marks).at_or_below(upto);
         let mut after_mark = 0u64;
-        if mark < upto {
-            for g in self
-                .log
-                .range((mark + 1).to_be_bytes()..=upto.to_be_bytes())
-            {
-                let (k, v) = g.into_inner()?;
-                after_mark += (k.len() + v.len()) as u64;
-            }
+        for record in self.log_record_sizes(mark + 1..=upto) {
+            after_mark += record?.1;
         }
-        let freed = lock(&self.log_marks).truncated(upto, mark_bytes + after_mark);
-        self.drop_log_tables(upto)?;
-        // Saturating: at open the counter is computed after the purge.
-        let _ = self
-            .log_bytes
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |b| {
-                Some(b.saturating_sub(freed))
-            });
-        Ok(())
+        lock(&self.log_marks).truncated(upto, mark_bytes + after_mark);
+        self.drop_log_tables(upto)
     }
 
     /// The physical part of [`Self::purge_log`]: fsync `log_start`, drop the
@@ -654,7 +648,7 @@ impl Engine for FjallEngine {
     }
 
     fn log_bytes(&self) -> u64 {
-        self.log_bytes.load(Ordering::Acquire)
+        lock(&self.log_marks).retained_bytes()
     }
 
     fn memory(&self) -> EngineMemory {

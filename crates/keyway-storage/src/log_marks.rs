@@ -94,6 +94,12 @@ impl LogMarks {
         upto_bytes - base_bytes
     }
 
+    /// The size of the records after the base: the retained log
+    /// ([`crate::Engine::log_bytes`]).
+    pub fn retained_bytes(&self) -> u64 {
+        self.total - self.base().1
+    }
+
     /// How many marks are kept, the base included.
     pub fn kept(&self) -> usize {
         self.marks.len()
@@ -140,6 +146,11 @@ mod tests {
                 freed,
                 cumulative(&sizes, upto) - cumulative(&sizes, base),
                 "truncating ({base}, {upto}]"
+            );
+            assert_eq!(
+                marks.retained_bytes(),
+                cumulative(&sizes, 2000) - cumulative(&sizes, upto),
+                "retained after truncating through {upto}"
             );
             base = upto;
         }
