@@ -336,3 +336,95 @@ fn drain_follows_until_the_node_owns_nothing_and_detach_returns_at_once() {
         "{line}"
     );
 }
+
+/// The partition record `id` of `ctl map --json`.
+fn partition_json(meta: &str, id: u64) -> serde_json::Value {
+    let map: serde_json::Value = serde_json::from_str(&run(Command::new(keyway_bin())
+        .args(["ctl", meta, "map", "--json"])
+        .env("KEYWAY_LOG", "warn")))
+    .unwrap();
+    map["partitions"][id.to_string()].clone()
+}
+
+#[test]
+fn move_back_detach_returns_once_requested_and_the_switch_back_still_happens() {
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = DevCluster::start(
+        3,
+        dir.path(),
+        &["--replication-factor", "2", "--partitions-per-node", "1"],
+    );
+    let meta = meta_flag(cluster.meta_port);
+    let (parts, nodes) = map_of(&meta);
+    let id = parts[0].0;
+    let p = partition_json(&meta, id);
+    let old = p["owner"].as_u64().unwrap();
+    let holders: Vec<u64> = std::iter::once(old)
+        .chain(
+            p["replicas"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|r| r.as_u64().unwrap()),
+        )
+        .collect();
+    let target = nodes.iter().find(|n| !holders.contains(&n.0)).unwrap();
+    // A primary move to a node without a copy, kept revertible for a minute.
+    let out = keyway(&[
+        "ctl",
+        &meta,
+        "move",
+        &id.to_string(),
+        "--to",
+        &target.1,
+        "--fail-back-window-ms",
+        "60000",
+    ]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    keyway_testkit::wait_until(
+        "the old primary in sync under the new one",
+        std::time::Duration::from_secs(60),
+        || {
+            let p = partition_json(&meta, id);
+            (p["owner"].as_u64() == Some(target.0)
+                && p["in_sync"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|n| n.as_u64() == Some(old)))
+            .then_some(())
+        },
+    )
+    .unwrap();
+
+    // --detach: the answer is "requested", not the outcome it would wait for.
+    let out = keyway(&[
+        "ctl",
+        &meta,
+        "--json",
+        "move",
+        "--back",
+        &id.to_string(),
+        "--detach",
+    ]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rows: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(rows[0]["outcome"], "requested", "{rows}");
+    // ... and the switch back happens without anyone following it.
+    keyway_testkit::wait_until(
+        "the detached move back to switch the primary back",
+        std::time::Duration::from_secs(60),
+        || (partition_json(&meta, id)["owner"].as_u64() == Some(old)).then_some(()),
+    )
+    .unwrap();
+}

@@ -298,6 +298,11 @@ fn the_dashboard_shows_the_live_map_and_a_running_move_in_headless_chromium() {
         progress > 0.0 && progress <= 1.0,
         "migration {id} progress {progress}: {row}"
     );
+    // The load round's hot keys are on the cells (shown on hover).
+    assert!(
+        dom.contains("hot keys:\n  {"),
+        "no partition cell lists a hot key in its title"
+    );
     // The moved partition is marked moving in the heat map.
     assert!(
         dom.contains(&format!("class=\"cell moving\" data-partition=\"{moved}\""))
