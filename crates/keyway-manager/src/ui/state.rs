@@ -41,6 +41,9 @@ pub struct UiState {
     pub load_age_ms: Option<u64>,
     pub skew: Option<crate::monitor::Skew>,
     pub migrations: Vec<MigrationRow>,
+    /// Moves of replicated partitions (primary moves, replica moves): no
+    /// migration record of their own; their copy is a replica catch-up.
+    pub moves: Vec<MoveRow>,
     pub copies: Vec<CopyRow>,
     pub recovery: RecoveryRow,
     pub decisions: Vec<Decision>,
@@ -120,6 +123,27 @@ pub struct MigrationRow {
     pub started_at_ms: u64,
     pub ended_at_ms: Option<u64>,
     pub error: Option<String>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct MoveRow {
+    /// `primary` or `replica`.
+    pub kind: &'static str,
+    /// In the migration id space (never equal to a migration's id).
+    pub id: u64,
+    pub partition: u64,
+    pub from: String,
+    pub to: String,
+    /// What the move waits for or does this round (`catching_up`,
+    /// `switching`, `fail_back_window`, `adding_target`, ...).
+    pub phase: &'static str,
+    /// The target's copy, as its sender reports it (`None`: no copy
+    /// reported this round, or no size yet).
+    pub progress: Option<f64>,
+    pub rate_bytes_per_sec: Option<f64>,
+    pub eta_ms: Option<u64>,
+    /// Primary moves: ms left in the fail-back window.
+    pub fail_back_left_ms: Option<u64>,
 }
 
 #[derive(Debug, Serialize)]
@@ -267,7 +291,8 @@ pub fn build(inp: Inputs<'_>) -> UiState {
         .migrations
         .map(|list| migration_rows(list, inp.now_unix_ms))
         .unwrap_or_default();
-    let copies = inp.copies.iter().map(copy_row).collect();
+    let copies: Vec<CopyRow> = inp.copies.iter().map(copy_row).collect();
+    let moves = move_rows(inp.replication, &copies);
     let rec = &inp.replication.recovery;
     let recovery = RecoveryRow {
         under_replicated_partitions: inp.replication.under_replicated_partitions,
@@ -298,6 +323,7 @@ pub fn build(inp: Inputs<'_>) -> UiState {
             .load
             .map(|s| crate::monitor::Skew::of(&crate::monitor::node_loads(&s.map, &s.load))),
         migrations,
+        moves,
         copies,
         recovery,
         decisions,
@@ -372,6 +398,50 @@ pub fn migration_row(m: &MigrationSummary, now_ms: u64) -> MigrationRow {
         ended_at_ms: m.ended_at_ms,
         error: m.error.clone(),
     }
+}
+
+/// The live primary and replica moves, each with its target's copy.
+fn move_rows(view: &crate::replication::ReplicationView, copies: &[CopyRow]) -> Vec<MoveRow> {
+    let copy_to = |partition: u64, to: &str| {
+        copies
+            .iter()
+            .filter(|c| c.kind == "replica" && c.partition == partition && c.to == to)
+            .max_by_key(|c| c.outcome == "running")
+    };
+    let mut out = Vec::new();
+    let mut push = |kind, id, partition: u64, from, to: NodeId, phase, left| {
+        let to = node_text(to);
+        let copy = copy_to(partition, &to);
+        out.push(MoveRow {
+            kind,
+            id,
+            partition,
+            from: node_text(from),
+            progress: copy.and_then(|c| c.progress),
+            rate_bytes_per_sec: copy.and_then(|c| c.rate_bytes_per_sec),
+            eta_ms: copy.and_then(|c| c.eta_ms),
+            to,
+            phase,
+            fail_back_left_ms: left,
+        });
+    };
+    for m in &view.primary_moves {
+        let r = &m.record;
+        push(
+            "primary",
+            r.id,
+            r.partition.0,
+            r.from,
+            r.to,
+            m.doing,
+            m.fail_back_left_ms,
+        );
+    }
+    for m in &view.replica_moves {
+        let r = &m.intent;
+        push("replica", r.id, r.partition.0, r.from, r.to, m.phase, None);
+    }
+    out
 }
 
 /// One copy; its ETA only with a size estimate and a rate above zero
@@ -488,5 +558,47 @@ mod tests {
         );
         let r = copy_row(&copy(Some(1_000), Some(500.0), Some(1_000)));
         assert_eq!((r.progress, r.eta_ms), (Some(0.5), Some(1_000)));
+    }
+
+    #[test]
+    fn a_replica_move_is_listed_with_its_targets_copy() {
+        use crate::replication::moves::ReplicaMove;
+        let mut view = crate::replication::ReplicationView::default();
+        view.replica_moves
+            .push(crate::replication::ReplicaMoveView {
+                intent: ReplicaMove {
+                    id: 9,
+                    generation: 1,
+                    partition: PartitionId(4),
+                    from: NodeId(1),
+                    to: NodeId(3),
+                    started_at_ms: 0,
+                },
+                phase: "catching_up",
+            });
+        let copy = |to: u64, kind: &'static str| CopyRow {
+            kind,
+            partition: 4,
+            from: node_text(NodeId(2)),
+            to: node_text(NodeId(to)),
+            migration: 0,
+            outcome: "running",
+            bytes_sent: 10,
+            bytes_total_estimate: Some(40),
+            progress: Some(0.25),
+            rate_bytes_per_sec: Some(10.0),
+            eta_ms: Some(3_000),
+        };
+        let rows = move_rows(&view, &[copy(2, "replica"), copy(3, "replica")]);
+        assert_eq!(rows.len(), 1);
+        let r = &rows[0];
+        assert_eq!(
+            (r.kind, r.id, r.partition, r.phase),
+            ("replica", 9, 4, "catching_up")
+        );
+        assert_eq!((r.progress, r.eta_ms), (Some(0.25), Some(3_000)));
+        // No copy to the target reported: no progress, no ETA.
+        let rows = move_rows(&view, &[copy(2, "replica"), copy(3, "migration")]);
+        assert_eq!((rows[0].progress, rows[0].eta_ms), (None, None));
     }
 }
