@@ -37,6 +37,7 @@ pub async fn serve(
     decisions: DecisionLog,
     load: crate::monitor::LoadReceiver,
     replication: crate::replication::ReplicationStatus,
+    ui: crate::ui::Ui,
     listener: TcpListener,
     mut shutdown: watch::Receiver<bool>,
 ) {
@@ -53,7 +54,8 @@ pub async fn serve(
             decisions,
             load,
             replication,
-        });
+        })
+        .merge(crate::ui::router(ui));
     let stop = async move {
         while !*shutdown.borrow_and_update() {
             if shutdown.changed().await.is_err() {

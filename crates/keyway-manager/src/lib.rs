@@ -59,6 +59,8 @@
 //!   the load rounds, with bytes remaining, rate and ETA;
 //!   [`copies::CopyTracker::copy_progress`].
 //! - `admin.rs`: the admin HTTP routes.
+//! - `ui.rs`, `ui/`: the live dashboard at `/ui` ([`ui::Ui`]: the page,
+//!   `/ui/state`, the skew history).
 //! - `metrics.rs`: [`Metrics`].
 
 pub mod admin;
@@ -78,6 +80,7 @@ pub mod splitter;
 pub mod stats;
 pub mod stats_rpc;
 pub mod switchover;
+pub mod ui;
 
 pub use decisions::{Decision, DecisionLog};
 pub use driver::{
@@ -123,6 +126,8 @@ pub struct ManagerConfig {
     pub rebalance: RebalanceConfig,
     /// Failover and replica membership.
     pub replication: ReplicationConfig,
+    /// The dashboard (`/ui`).
+    pub ui: ui::UiConfig,
 }
 
 impl ManagerConfig {
@@ -134,7 +139,8 @@ impl ManagerConfig {
         self.merge.validate()?;
         self.merge.validate_against(&self.split)?;
         self.rebalance.validate()?;
-        self.replication.validate()
+        self.replication.validate()?;
+        self.ui.validate()
     }
 }
 
@@ -148,6 +154,7 @@ pub struct Manager {
     replication: Replication,
     copies: copies::CopyTracker,
     copies_task: JoinHandle<()>,
+    ui_task: JoinHandle<()>,
     admin_addr: SocketAddr,
     admin_stop: watch::Sender<bool>,
     admin: JoinHandle<()>,
@@ -182,6 +189,7 @@ impl Manager {
             merge,
             rebalance,
             replication,
+            ui,
         } = config;
         let listener = tokio::net::TcpListener::bind(admin_listen).await?;
         let admin_addr = listener.local_addr()?;
@@ -228,12 +236,24 @@ impl Manager {
             &metrics,
             copies.clone(),
         );
+        let meta_for_ui = meta.clone();
         let driver = Driver::start(
             meta,
             seat.view(),
             driver,
             metrics.clone(),
             decisions.clone(),
+        );
+        let (ui, ui_task) = ui::Ui::start(
+            &ui,
+            meta_for_ui,
+            seat.view(),
+            driver.view(),
+            decisions.clone(),
+            monitor.subscribe(),
+            replication.status(),
+            copies.clone(),
+            &metrics,
         );
         let (admin_stop, stop_rx) = watch::channel(false);
         let admin = tokio::spawn(admin::serve(
@@ -243,6 +263,7 @@ impl Manager {
             decisions.clone(),
             monitor.subscribe(),
             replication.status(),
+            ui,
             listener,
             stop_rx,
         ));
@@ -255,6 +276,7 @@ impl Manager {
             replication,
             copies,
             copies_task,
+            ui_task,
             admin_addr,
             admin_stop,
             admin,
@@ -299,6 +321,7 @@ impl Manager {
         self.driver.shutdown().await;
         self.monitor.shutdown().await;
         self.copies_task.abort();
+        self.ui_task.abort();
         self.seat.shutdown().await;
         let _ = self.admin_stop.send(true);
         let _ = self.admin.await;

@@ -97,6 +97,15 @@ pub async fn failover_cmd(
 ) -> anyhow::Result<()> {
     let map = meta.get_map().await?;
     let (subject, to) = resolve(&map, &args)?;
+    // A spinner on a terminal while the switchovers run (each bounded by
+    // --timeout-ms; the command makes them itself, so there is no --detach).
+    let bar = indicatif::ProgressBar::new_spinner();
+    bar.set_style(indicatif::ProgressStyle::with_template(
+        "{prefix} {spinner} {elapsed} (fence at most {msg} ms each)",
+    )?);
+    bar.set_prefix("failover");
+    bar.set_message(args.timeout_ms.to_string());
+    bar.enable_steady_tick(std::time::Duration::from_millis(120));
     let results = match subject {
         Subject::Partition(p) => vec![(
             p,
@@ -104,6 +113,7 @@ pub async fn failover_cmd(
         )],
         Subject::Node(n) => {
             let r = keyway_manager::switch_primaries_away(meta, n, args.timeout_ms).await?;
+            bar.finish_and_clear();
             let left = map.owned_by(n).filter(|p| p.in_sync.is_empty()).count();
             if left > 0 && !json {
                 println!(
@@ -113,6 +123,7 @@ pub async fn failover_cmd(
             r
         }
     };
+    bar.finish_and_clear();
     let failed = report(results, json)?;
     anyhow::ensure!(failed == 0, "{failed} switchover(s) failed");
     Ok(())

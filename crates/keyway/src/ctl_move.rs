@@ -86,7 +86,8 @@ pub async fn move_cmd(meta: &dyn MetaStore, args: MoveArgs, json: bool) -> anyho
     let partitions = resolve_partitions(&map, &args.what)?;
     let deadline = Instant::now() + Duration::from_secs(args.timeout_secs);
     if args.back {
-        return crate::ctl_move_primary::move_back(meta, &partitions, deadline, json).await;
+        return crate::ctl_move_primary::move_back(meta, &partitions, args.detach, deadline, json)
+            .await;
     }
     let target = resolve_node(&map, args.to.as_deref().unwrap_or_default())?;
     if let Some(from) = &args.replica {

@@ -86,6 +86,7 @@ pub async fn move_primaries(
 pub async fn move_back(
     meta: &dyn MetaStore,
     partitions: &[PartitionId],
+    detach: bool,
     deadline: Instant,
     json: bool,
 ) -> anyhow::Result<()> {
@@ -98,7 +99,13 @@ pub async fn move_back(
         );
         requested.push(mv);
     }
-    finish(meta, requested, Until::Ended, deadline, json, true).await
+    // `--detach`: back once requested (`ctl migrations` shows the move).
+    let until = if detach {
+        Until::Requested
+    } else {
+        Until::Ended
+    };
+    finish(meta, requested, until, deadline, json, true).await
 }
 
 async fn finish(
@@ -117,7 +124,8 @@ async fn finish(
         } else {
             follow(meta, &mv, until, deadline, back, json).await?
         };
-        failed += usize::from(row.outcome == "abandoned" || (back && row.outcome != "moved_back"));
+        let moved_back = row.outcome == "moved_back" || until == Until::Requested;
+        failed += usize::from(row.outcome == "abandoned" || (back && !moved_back));
         rows.push(row);
     }
     if json {

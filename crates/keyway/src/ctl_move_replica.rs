@@ -7,6 +7,7 @@
 //! `/decisions`).
 
 use crate::ctl::print_json;
+use indicatif::{ProgressBar, ProgressStyle};
 use keyway_manager::replication::moves;
 use keyway_manager::{ReplicaMove, request_replica_move};
 use keyway_map::{NodeId, PartitionId};
@@ -89,10 +90,18 @@ async fn follow(
 ) -> anyhow::Result<Row> {
     let began = Instant::now();
     let mut last = "";
+    // A spinner with the phase on a terminal; phase lines otherwise.
+    let bar = ProgressBar::new_spinner();
+    bar.set_style(ProgressStyle::with_template(
+        "{prefix} {spinner} {elapsed} {msg}",
+    )?);
+    bar.set_prefix(format!("replica move {}", mv.id));
+    bar.enable_steady_tick(Duration::from_millis(120));
     loop {
         let live = meta.get_migration(mv.id).await?.is_some();
         let map = meta.get_map().await?;
         if !live {
+            bar.finish_and_clear();
             let done = map
                 .partitions
                 .get(&mv.partition)
@@ -123,10 +132,14 @@ async fn follow(
         }
         let phase = moves::phase(mv, &map);
         if phase != last {
-            eprintln!("replica move {}: {phase}", mv.id);
+            if bar.is_hidden() {
+                eprintln!("replica move {}: {phase}", mv.id);
+            }
+            bar.set_message(phase);
             last = phase;
         }
         if Instant::now() >= deadline {
+            bar.finish_and_clear();
             anyhow::bail!("replica move {} still {phase} at the timeout", mv.id);
         }
         tokio::time::sleep(POLL).await;

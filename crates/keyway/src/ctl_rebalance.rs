@@ -38,6 +38,13 @@ pub struct DrainArgs {
     /// switches to it (a failed switchover leaves that partition to a move).
     #[arg(long, default_value_t = keyway_manager::switchover::DEFAULT_SWITCHOVER_TIMEOUT_MS)]
     switchover_timeout_ms: u64,
+    /// Return once the node is marked draining, without following the
+    /// moves (`keyway ctl nodes` and `migrations` show them).
+    #[arg(long)]
+    detach: bool,
+    /// Give up following after this many seconds (the drain continues).
+    #[arg(long, default_value_t = 3600)]
+    timeout_secs: u64,
 }
 
 #[derive(clap::Args)]
@@ -90,6 +97,10 @@ pub async fn drain_cmd(meta: &dyn MetaStore, args: DrainArgs, json: bool) -> any
         keyway_manager::switchover::MAX_SWITCHOVER_TIMEOUT_MS,
         args.switchover_timeout_ms
     );
+    user_ensure!(
+        args.timeout_secs >= 1,
+        "--timeout-secs must be at least 1, got 0"
+    );
     if !args.cancel {
         // Primaries first: a switchover pauses a partition for the last
         // writes only, where a move copies it.
@@ -100,6 +111,20 @@ pub async fn drain_cmd(meta: &dyn MetaStore, args: DrainArgs, json: bool) -> any
         }
     }
     let info = set_draining(meta, node, !args.cancel).await?;
+    if !args.cancel && !args.detach {
+        // Follow it until the node owns nothing (a progress bar on a terminal).
+        let deadline = std::time::Instant::now() + Duration::from_secs(args.timeout_secs);
+        let moved =
+            crate::ctl_drain_follow::follow(meta, node, deadline, args.timeout_secs).await?;
+        if json {
+            return print_json(&info);
+        }
+        println!(
+            "node {node} is draining and owns no partition ({moved} moved away); \
+             to remove it: keyway ctl decommission {node}"
+        );
+        return Ok(());
+    }
     if json {
         return print_json(&info);
     }
@@ -110,7 +135,8 @@ pub async fn drain_cmd(meta: &dyn MetaStore, args: DrainArgs, json: bool) -> any
         println!(
             "node {node} is draining: the leader manager moves its {owned} partition(s) away \
              (at most rebalance_max_moves_per_node at a time) and moves none to it; \
-             `keyway ctl migrations` shows the moves, `keyway ctl nodes` what it still owns. \
+             `keyway ctl migrations` shows the moves, `keyway ctl nodes` what it still owns \
+             (`keyway ctl drain {node}` without --detach follows it). \
              Once it owns none: keyway ctl decommission {node}"
         );
     }

@@ -23,6 +23,7 @@ mod cli_error;
 mod bench_migrate;
 mod bench_routing;
 mod ctl;
+mod ctl_drain_follow;
 mod ctl_failover;
 mod ctl_hotkeys;
 mod ctl_keyspace;

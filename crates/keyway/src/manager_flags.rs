@@ -15,6 +15,10 @@ pub struct ManagerFlags {
     pub rebalance: crate::rebalance_flags::RebalanceFlags,
     #[command(flatten)]
     pub replication: crate::replication_flags::ReplicationFlags,
+    /// Dashboard (`/ui`): skew samples kept for its sparkline, one per load
+    /// round, the oldest dropped first (1-100000).
+    #[arg(long, default_value_t = keyway_manager::ui::UiConfig::default().skew_history_samples)]
+    pub ui_skew_history_samples: usize,
 }
 
 impl ManagerFlags {
@@ -27,6 +31,9 @@ impl ManagerFlags {
             merge: self.split.merge_config()?,
             rebalance: self.rebalance.to_config()?,
             replication: self.replication.to_config()?,
+            ui: keyway_manager::ui::UiConfig {
+                skew_history_samples: self.ui_skew_history_samples,
+            },
         };
         config
             .validate()

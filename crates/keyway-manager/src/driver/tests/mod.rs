@@ -527,6 +527,17 @@ async fn the_admin_port_lists_migrations_and_exports_their_metrics() {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let (stop, stop_rx) = watch::channel(false);
+    let (ui, ui_task) = crate::ui::Ui::start(
+        &crate::ui::UiConfig::default(),
+        env.meta.clone(),
+        env.seat.as_ref().unwrap().view(),
+        env.driver.as_ref().unwrap().view(),
+        env.decisions.clone(),
+        watch::channel(None).1,
+        crate::replication::ReplicationStatus::default(),
+        crate::copies::CopyTracker::default(),
+        &env.metrics,
+    );
     let admin = tokio::spawn(crate::admin::serve(
         env.seat.as_ref().unwrap().view(),
         env.metrics.clone(),
@@ -534,6 +545,7 @@ async fn the_admin_port_lists_migrations_and_exports_their_metrics() {
         env.decisions.clone(),
         watch::channel(None).1,
         crate::replication::ReplicationStatus::default(),
+        ui,
         listener,
         stop_rx,
     ));
@@ -552,6 +564,28 @@ async fn the_admin_port_lists_migrations_and_exports_their_metrics() {
     assert_eq!(status["migration_stray_copies"], 0, "{status}");
     let text = http_get(addr, "/metrics").await;
     assert!(text.contains("keyway_manager_migration_cutover_pause_ms_bucket"));
+    // The dashboard: the page, and its state with the map and the move.
+    assert!(http_get(addr, "/ui").await.contains("fetch(STATE_URL"));
+    let state: serde_json::Value =
+        serde_json::from_str(&http_get(addr, "/ui/state").await).unwrap();
+    let parts = state["partitions"].as_array().unwrap();
+    assert!(
+        parts.iter().any(|p| p["id"] == env.partition.id.0),
+        "{state}"
+    );
+    let m = &state["migrations"].as_array().unwrap()[0];
+    assert_eq!(
+        (m["id"].as_u64(), m["state"].as_str()),
+        (Some(1), Some("DONE"))
+    );
+    assert_eq!(m["progress"], 1.0, "{m}");
+    assert_eq!(m["target"], env.target.to_string(), "node ids as text: {m}");
+    let text = http_get(addr, "/metrics").await;
+    assert!(
+        text.contains("keyway_manager_ui_state_served_total 1"),
+        "{text}"
+    );
+    ui_task.abort();
     let _ = stop.send(true);
     admin.await.unwrap();
     env.shutdown().await;
