@@ -123,6 +123,8 @@ pub struct ManagerConfig {
     pub rebalance: RebalanceConfig,
     /// Failover and replica membership.
     pub replication: ReplicationConfig,
+    /// The admin listener's cluster secret, limits and loopback opt-out.
+    pub admin: keyway_auth::AdminSecurity,
 }
 
 impl ManagerConfig {
@@ -182,7 +184,11 @@ impl Manager {
             merge,
             rebalance,
             replication,
+            admin: admin_security,
         } = config;
+        admin_security
+            .validate(admin_listen)
+            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
         let listener = tokio::net::TcpListener::bind(admin_listen).await?;
         let admin_addr = listener.local_addr()?;
         let metrics = Arc::new(Metrics::new());
@@ -244,6 +250,7 @@ impl Manager {
             monitor.subscribe(),
             replication.status(),
             listener,
+            admin_security,
             stop_rx,
         ));
         Ok(Manager {

@@ -17,9 +17,12 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 /// Serves the admin routes until shutdown.
+/// With `secret`, every path (the `Peer` gRPC service included) needs it
+/// (see [`keyway_auth::AdminGuard`]); the admin limits apply to plain HTTP.
 pub async fn serve(
     shared: Arc<Shared>,
     listener: TcpListener,
+    secret: Option<keyway_auth::ClusterSecret>,
     mut shutdown: watch::Receiver<bool>,
 ) {
     let app = Router::new()
@@ -57,6 +60,17 @@ pub async fn serve(
         },
     );
     let app = crate::peer::merge_routes(app, service);
+    let limits = shared.config.admin_limits();
+    let app = app
+        .layer(keyway_auth::AdminGuard::new(
+            "admin",
+            secret,
+            Some(limits),
+            shared.metrics.auth.clone(),
+        ))
+        .layer(axum::extract::DefaultBodyLimit::max(
+            usize::try_from(limits.max_body_bytes).unwrap_or(usize::MAX),
+        ));
     let stop = async move {
         let _ = shutdown.changed().await;
     };

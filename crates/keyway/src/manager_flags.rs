@@ -27,6 +27,9 @@ impl ManagerFlags {
             merge: self.split.merge_config()?,
             rebalance: self.rebalance.to_config()?,
             replication: self.replication.to_config()?,
+            // The admin listener's security: `keyway manager` and `keyway dev`
+            // set it from their secret and admin flags.
+            admin: keyway_auth::AdminSecurity::default(),
         };
         config
             .validate()

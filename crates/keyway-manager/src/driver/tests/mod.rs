@@ -535,6 +535,7 @@ async fn the_admin_port_lists_migrations_and_exports_their_metrics() {
         watch::channel(None).1,
         crate::replication::ReplicationStatus::default(),
         listener,
+        keyway_auth::AdminSecurity::default(),
         stop_rx,
     ));
     let body = http_get(addr, "/migrations").await;
