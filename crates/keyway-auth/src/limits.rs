@@ -118,10 +118,13 @@ pub fn check_admin_bind(
 mod tests {
     use super::*;
 
+    /// A change that makes the limits invalid, and the setting named.
+    type Breakage = (fn(&mut AdminLimits), &'static str);
+
     #[test]
     fn defaults_are_valid_and_each_limit_is_checked() {
         assert_eq!(AdminLimits::default().validate(), Ok(()));
-        let broken: [(fn(&mut AdminLimits), &str); 6] = [
+        let broken: [Breakage; 6] = [
             (|l| l.max_body_bytes = 0, "admin_max_body_bytes"),
             (
                 |l| l.max_body_bytes = MAX_ADMIN_MAX_BODY_BYTES + 1,
