@@ -468,3 +468,59 @@ fn admin_limits_and_start_checks() {
     let _ = child.kill();
     let _ = child.wait();
 }
+
+#[test]
+fn keyway_dev_makes_a_secret_by_default_and_says_where() {
+    use std::io::BufRead;
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let base = free_port_block(4);
+    let mut child = Command::new(keyway_bin())
+        .args(["dev", "--nodes", "1", "--replication-factor", "1"])
+        .args(["--meta-port", &base.to_string()])
+        .args(["--port", &(base + 1).to_string()])
+        .args(["--admin-port", &(base + 2).to_string()])
+        .args(["--manager-admin-port", &(base + 3).to_string()])
+        .arg("--data")
+        .arg(&data)
+        .env("KEYWAY_LOG", "warn")
+        .env_remove("KEYWAY_CLUSTER_SECRET_FILE")
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut seen = Vec::new();
+    for line in lines.by_ref() {
+        let line = line.unwrap();
+        let up = line.starts_with("Ctrl-C stops");
+        seen.push(line);
+        if up {
+            break;
+        }
+    }
+    std::thread::spawn(move || for _ in lines {});
+    let path = data.join("cluster-secret");
+    assert!(
+        seen.iter().any(|l| l.contains(&format!(
+            "cluster secret   --cluster-secret-file {}",
+            path.display()
+        ))),
+        "{seen:?}"
+    );
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+        assert_eq!(mode & 0o077, 0, "the secret file is private: {mode:o}");
+    }
+    let made = ClusterSecret::from_file(&path).unwrap();
+    assert_eq!(get(base + 2, "/status", None).0, 401);
+    assert_eq!(get(base + 2, "/status", Some(&made.bearer())).0, 200);
+    assert_eq!(get(base + 3, "/status", Some(&made.bearer())).0, 200);
+    // ctl with the printed file reaches the store; redis-cli is unaffected.
+    let (ok, stdout, stderr) = ctl(base, Some(&path), &["nodes"]);
+    assert!(ok && stdout.lines().count() == 2, "{stdout}{stderr}");
+    assert_eq!(redis_cli(base + 1, &["ping"]).trim(), "PONG");
+    let _ = child.kill();
+    let _ = child.wait();
+}
