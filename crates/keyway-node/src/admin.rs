@@ -182,6 +182,17 @@ pub struct Status {
     pub scripts: crate::script::ScriptsStatus,
     /// KEYS and RANDOMKEY answered, and the entries they walked.
     pub key_walks: crate::node_keys::KeyWalksStatus,
+    /// Whether this admin port (and its `Peer` service) needs the cluster
+    /// secret (`--cluster-secret-file`), and the requests it refused so far.
+    pub admin_auth: AdminAuthView,
+}
+
+/// The `admin_auth` field of `/status`.
+#[derive(Serialize)]
+pub struct AdminAuthView {
+    pub cluster_secret: bool,
+    /// Refused for a missing, malformed or wrong secret (`keyway_auth_refused`).
+    pub refused: u64,
 }
 
 /// The `replica_reads` field of `/status` (`keyway_replica_reads`).
@@ -286,6 +297,13 @@ async fn status(State(shared): State<Arc<Shared>>) -> impl IntoResponse {
         blocking: shared.blocking.status(),
         scripts: shared.scripts.status(),
         key_walks: shared.key_walks.status(),
+        admin_auth: AdminAuthView {
+            cluster_secret: shared.config.cluster_secret_file.is_some(),
+            refused: ["missing", "malformed", "wrong"]
+                .into_iter()
+                .map(|reason| shared.metrics.auth.refused_count("admin", reason))
+                .sum(),
+        },
     })
 }
 

@@ -167,6 +167,10 @@ fn peer_calls_without_the_secret_are_refused_and_change_nothing() {
     };
     assert_eq!(refused("missing"), 3, "{metrics}");
     assert_eq!(refused("wrong"), 3, "{metrics}");
+    let (_, _, status) = get(admin, "/status", Some(&secret().bearer()));
+    let status: serde_json::Value = serde_json::from_str(&status).unwrap();
+    assert_eq!(status["admin_auth"]["cluster_secret"], true, "{status}");
+    assert_eq!(status["admin_auth"]["refused"], 6, "{status}");
 }
 
 #[test]
