@@ -469,6 +469,9 @@ fn admin_limits_and_start_checks() {
     }
     let (status, _, _) = get(base, "/status", None);
     assert_eq!(status, 401, "the public admin listener needs the secret");
+    // With it, the proxy answers: 503, not ready (it has no map yet).
+    let (status, _, _) = get(base, "/status", Some(&secret().bearer()));
+    assert_eq!(status, 503, "the proxy's admin port with the secret");
     let _ = child.kill();
     let _ = child.wait();
 }
