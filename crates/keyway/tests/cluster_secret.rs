@@ -531,3 +531,30 @@ fn keyway_dev_makes_a_secret_by_default_and_says_where() {
     let _ = child.kill();
     let _ = child.wait();
 }
+
+#[cfg(unix)]
+#[test]
+fn a_secret_file_others_can_read_is_warned_about() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let path = secret_file(dir.path(), "shared", SECRET);
+    let warned = |mode: u32| {
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
+        let out = Command::new(keyway_bin())
+            .args([
+                "ctl",
+                "--meta",
+                "keyway://127.0.0.1:1",
+                "--cluster-secret-file",
+            ])
+            .arg(&path)
+            .arg("leases")
+            .env("KEYWAY_LOG", "warn")
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stderr).contains("readable by group or others")
+    };
+    assert!(warned(0o644));
+    assert!(warned(0o640));
+    assert!(!warned(0o600));
+}
