@@ -167,13 +167,16 @@ K_DU=$(settled_du "$d")
 K_RSS=$(rss_kib $KW_PID)
 # Where the storage memory is, read from /metrics (INFO memory would scan
 # the keys first and fill the cache it reports), beside the RSS.
-read -r K_CACHE K_CACHE_CAP K_MEMTABLES <<< "$(python3 - $((KPORT+100)) <<'EOF'
+read -r K_CACHE K_CACHE_CAP K_MEMTABLES <<< "$(python3 - $((KPORT+100)) "$d/cluster-secret" <<'EOF'
 import sys, urllib.request
 base = int(sys.argv[1])
+# `keyway dev` guards its admin ports with the secret it made in its data dir.
+auth = {"Authorization": "Bearer " + open(sys.argv[2]).read().strip()}
 names = ["keyway_storage_cache_bytes", "keyway_storage_cache_capacity_bytes", "keyway_storage_write_buffer_bytes"]
 total = dict.fromkeys(names, 0.0)
 for i in range(3):
-    text = urllib.request.urlopen(f"http://127.0.0.1:{base + i}/metrics", timeout=10).read().decode()
+    req = urllib.request.Request(f"http://127.0.0.1:{base + i}/metrics", headers=auth)
+    text = urllib.request.urlopen(req, timeout=10).read().decode()
     for line in text.splitlines():
         name, _, value = line.partition(" ")
         if name in total:

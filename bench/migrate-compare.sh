@@ -117,6 +117,9 @@ KW_PID=$!
 until grep -q 'Ctrl-C stops' "$WORK/keyway.out" 2>/dev/null; do
   kill -0 $KW_PID 2>/dev/null || { cat "$WORK/keyway.out"; exit 1; }; sleep 0.05
 done
+# The dev cluster's secret (made in its data directory): the joining
+# `keyway server` and every `ctl` below send it.
+export KEYWAY_CLUSTER_SECRET_FILE="$WORK/keyway/cluster-secret"
 
 # ---- Data: the same keys and values into both, and the check afterwards.
 data() { # load|verify port [new-node-port] -> (verify) "missing wrong keys-on-new-node"

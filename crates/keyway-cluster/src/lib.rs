@@ -442,13 +442,18 @@ async fn serve_embedded(spec: &ClusterSpec) -> Result<MetaServer, ClusterError> 
         .await
         .map_err(bind_err)?;
     let addr = listener.local_addr().map_err(bind_err)?;
+    // The nodes' cluster secret guards the metadata RPC too.
+    let secret = spec
+        .node
+        .cluster_secret()
+        .map_err(MetaError::InvalidArgument)?;
     let (stop_tx, stop_rx) = oneshot::channel();
     let served = meta.clone();
     let task = tokio::spawn(async move {
         let stop = async move {
             let _ = stop_rx.await;
         };
-        if let Err(err) = keyway_meta::serve(served, listener, stop).await {
+        if let Err(err) = keyway_meta::serve_with_secret(served, listener, secret, stop).await {
             tracing::error!(%err, "metadata RPC server failed");
         }
     });

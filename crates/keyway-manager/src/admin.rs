@@ -39,8 +39,11 @@ pub async fn serve(
     replication: crate::replication::ReplicationStatus,
     ui: crate::ui::Ui,
     listener: TcpListener,
+    security: keyway_auth::AdminSecurity,
     mut shutdown: watch::Receiver<bool>,
 ) {
+    let guard = security.guard(metrics.auth.clone());
+    let body_limit = usize::try_from(security.limits.max_body_bytes).unwrap_or(usize::MAX);
     let app = Router::new()
         .route("/status", get(status))
         .route("/migrations", get(migrations_json))
@@ -56,6 +59,11 @@ pub async fn serve(
             replication,
         })
         .merge(crate::ui::router(ui));
+    // The cluster secret and the admin limits guard every route (merged
+    // routes included): see keyway_auth::AdminGuard.
+    let app = app
+        .layer(guard)
+        .layer(axum::extract::DefaultBodyLimit::max(body_limit));
     let stop = async move {
         while !*shutdown.borrow_and_update() {
             if shutdown.changed().await.is_err() {

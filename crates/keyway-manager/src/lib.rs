@@ -128,6 +128,8 @@ pub struct ManagerConfig {
     pub replication: ReplicationConfig,
     /// The dashboard (`/ui`).
     pub ui: ui::UiConfig,
+    /// The admin listener's cluster secret, limits and loopback opt-out.
+    pub admin: keyway_auth::AdminSecurity,
 }
 
 impl ManagerConfig {
@@ -190,7 +192,11 @@ impl Manager {
             rebalance,
             replication,
             ui,
+            admin: admin_security,
         } = config;
+        admin_security
+            .validate(admin_listen)
+            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
         let listener = tokio::net::TcpListener::bind(admin_listen).await?;
         let admin_addr = listener.local_addr()?;
         let metrics = Arc::new(Metrics::new());
@@ -265,6 +271,7 @@ impl Manager {
             replication.status(),
             ui,
             listener,
+            admin_security,
             stop_rx,
         ));
         Ok(Manager {

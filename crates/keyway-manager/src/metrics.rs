@@ -32,6 +32,8 @@ pub const PAUSE_BUCKETS_MS: [f64; 13] = [
 /// Every metric a manager exports.
 pub struct Metrics {
     registry: Mutex<Registry>,
+    /// The admin guard's refusals (`keyway_manager_auth_refused`, `..._admin_limited`).
+    pub auth: keyway_auth::AuthMetrics,
     /// 1 while this manager leads (acts), else 0.
     pub leading: Gauge,
     pub elections_won: Counter,
@@ -69,6 +71,7 @@ impl Metrics {
     pub fn new() -> Self {
         let m = Metrics {
             registry: Mutex::new(Registry::with_prefix("keyway_manager")),
+            auth: keyway_auth::AuthMetrics::default(),
             leading: Gauge::default(),
             elections_won: Counter::default(),
             step_downs: Family::default(),
@@ -87,6 +90,7 @@ impl Metrics {
         };
         {
             let mut r = m.registry.lock().expect("fresh mutex");
+            m.auth.register(&mut r);
             r.register(
                 "leading",
                 "1 while this manager holds the seat and acts, else 0",

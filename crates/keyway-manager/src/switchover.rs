@@ -160,11 +160,18 @@ async fn call(
     let endpoint = tonic::transport::Endpoint::from_shared(format!("http://{hostport}"))
         .map_err(|e| format!("bad admin address {admin_addr:?}: {e}"))?
         .connect_timeout(Duration::from_secs(2));
-    let mut client = pb::peer_client::PeerClient::new(endpoint.connect_lazy());
+    let channel = keyway_auth::auth_channel(
+        endpoint.connect_lazy(),
+        keyway_auth::process_secret().as_ref(),
+    );
+    let mut client = pb::peer_client::PeerClient::new(channel);
     let mut request = tonic::Request::new(req);
     request.set_timeout(deadline);
     match tokio::time::timeout(deadline, client.switchover(request)).await {
         Ok(Ok(resp)) => Ok(resp.into_inner()),
+        Ok(Err(status)) if status.code() == tonic::Code::Unauthenticated => Err(
+            keyway_auth::refused_message("node", hostport, status.message()),
+        ),
         Ok(Err(status)) => Err(format!("{:?}: {}", status.code(), status.message())),
         Err(_) => Err(format!("no answer within {deadline:?}")),
     }

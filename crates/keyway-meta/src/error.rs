@@ -39,6 +39,10 @@ pub enum MetaError {
     /// failed fsync, ...).
     #[error("metadata store internal error: {0}")]
     Internal(String),
+    /// The metadata server refused this process's cluster secret (wrong or
+    /// missing `--cluster-secret-file`); retrying will not fix it.
+    #[error("{0}")]
+    Unauthenticated(String),
 }
 
 fn fmt_current(current: &Option<(NodeId, Epoch)>) -> String {

@@ -54,7 +54,7 @@ pub use embedded::{EmbeddedMeta, EmbeddedOptions, LOCK_FILE, MAX_LEASE_TTL_MS, S
 pub use error::MetaError;
 pub use etcd::{EtcdMeta, EtcdOptions};
 pub use rpc::client::{RemoteMeta, RemoteOptions};
-pub use rpc::server::serve;
+pub use rpc::server::{serve, serve_with_secret};
 pub use store::{
     LeaderWatch, Leadership, LeaseId, LeaseInfo, MapTxn, MapUpdate, MapWatch, MetaStore,
     Replication, StoredMigration, bootstrap_txn, election_unsupported,

@@ -72,7 +72,15 @@ pub async fn churn_worker(
         };
         *counts.requested.entry(kind).or_default() += 1;
         let refs: Vec<&str> = args.iter().map(String::as_str).collect();
-        match ctl(&target.bin, &target.meta_url, &refs, CTL_TIMEOUT).await {
+        match ctl(
+            &target.bin,
+            &target.meta_url,
+            &target.secret_file,
+            &refs,
+            CTL_TIMEOUT,
+        )
+        .await
+        {
             Ok(_) => target.log.note(&format!("ctl {}", args.join(" "))),
             Err(e) => {
                 *counts.failed.entry(kind).or_default() += 1;

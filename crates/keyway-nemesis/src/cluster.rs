@@ -268,6 +268,10 @@ impl Daemon {
 pub struct Cluster {
     spec: ClusterSpec,
     meta_url: String,
+    /// The cluster secret every process of the cluster is started with
+    /// (a random one per cluster, in its directory), and its text.
+    secret_file: PathBuf,
+    secret: String,
     meta: Option<Daemon>,
     etcd: Option<EtcdCluster>,
     /// Etcd members killed and not restarted yet.
@@ -303,6 +307,8 @@ impl Cluster {
         std::fs::create_dir_all(&logs)
             .map_err(|e| NemesisError::io(format!("create {}", logs.display()), e))?;
         let ports = keyway_testkit::free_ports(1 + 2 * spec.nodes + spec.managers);
+        let (secret_file, secret) = write_secret(&spec.dir)?;
+        let secret_path = secret_file.display().to_string();
         let network = match (spec.network, spec.meta) {
             (false, _) => None,
             (true, MetaKind::Embedded) => Some(Network::create(spec.nodes)?),
@@ -334,6 +340,8 @@ impl Cluster {
                     &n,
                     "--partitions-per-node",
                     &ppn,
+                    "--cluster-secret-file",
+                    &secret_path,
                 ]);
                 args.extend(spec.replication().bootstrap());
                 let mut meta = Daemon::new("meta", args, "keyway meta listening", &logs);
@@ -348,6 +356,8 @@ impl Cluster {
         };
         let mut cluster = Cluster {
             meta_url,
+            secret_file,
+            secret,
             meta,
             etcd,
             etcd_down: Vec::new(),
@@ -390,6 +400,8 @@ impl Cluster {
                 &spec.node_lease_ttl_ms.to_string(),
                 "--lease-margin-ms",
                 &spec.node_lease_margin_ms.to_string(),
+                "--cluster-secret-file",
+                &secret_path,
             ]);
             if spec.meta == MetaKind::Etcd {
                 args.extend(s(&["--bootstrap-nodes", &n, "--partitions-per-node", &ppn]));
@@ -430,6 +442,8 @@ impl Cluster {
                     "3000",
                     "--migration-cleanup-grace-ms",
                     "1000",
+                    "--cluster-secret-file",
+                    &secret_path,
                 ])
                 .into_iter()
                 .chain(spec.replication().manager())
@@ -446,6 +460,11 @@ impl Cluster {
             cluster.managers.push(mgr);
         }
         Ok(cluster)
+    }
+
+    /// The cluster secret's file: what `keyway ctl --cluster-secret-file` takes.
+    pub fn secret_file(&self) -> &Path {
+        &self.secret_file
     }
 
     /// `keyway://HOST:PORT` or `etcd://...`: what `keyway ctl --meta` takes.
@@ -567,8 +586,9 @@ impl Cluster {
             ));
         }
         let addr = self.node_admins[i].clone();
-        let (status, body) = http_post(&addr, "/fault/fsync-fail", ADMIN_HTTP_TIMEOUT)
-            .map_err(|e| NemesisError::io(format!("POST http://{addr}/fault/fsync-fail"), e))?;
+        let (status, body) =
+            http_post(&addr, "/fault/fsync-fail", &self.secret, ADMIN_HTTP_TIMEOUT)
+                .map_err(|e| NemesisError::io(format!("POST http://{addr}/fault/fsync-fail"), e))?;
         if status != 200 || !body.contains(r#""sync_fault":"always""#) {
             return Err(NemesisError::Invalid(format!(
                 "POST http://{addr}/fault/fsync-fail answered {status}: {body}"
@@ -767,7 +787,12 @@ impl Drop for Cluster {
 }
 
 /// A plain HTTP/1.1 POST with an empty body: (status code, body).
-fn http_post(addr: &str, path: &str, within: Duration) -> std::io::Result<(u16, String)> {
+fn http_post(
+    addr: &str,
+    path: &str,
+    secret: &str,
+    within: Duration,
+) -> std::io::Result<(u16, String)> {
     use std::io::Read;
     let sock: std::net::SocketAddr = addr
         .parse()
@@ -777,7 +802,8 @@ fn http_post(addr: &str, path: &str, within: Duration) -> std::io::Result<(u16, 
     stream.set_write_timeout(Some(within))?;
     write!(
         stream,
-        "POST {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+        "POST {path} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {secret}\r\n\
+         Content-Length: 0\r\nConnection: close\r\n\r\n"
     )?;
     let mut response = String::new();
     stream.read_to_string(&mut response)?;
@@ -788,6 +814,28 @@ fn http_post(addr: &str, path: &str, within: Duration) -> std::io::Result<(u16, 
         .and_then(|s| s.parse().ok())
         .unwrap_or(0);
     Ok((status, body.to_string()))
+}
+
+/// A random cluster secret (64 hex digits) in `dir/cluster-secret`, mode
+/// 0600: (its path, its text).
+fn write_secret(dir: &Path) -> Result<(PathBuf, String), NemesisError> {
+    use std::fmt::Write as _;
+    let path = dir.join("cluster-secret");
+    let secret = rand::random::<[u8; 32]>()
+        .iter()
+        .fold(String::new(), |mut s, b| {
+            let _ = write!(s, "{b:02x}");
+            s
+        });
+    let mut options = OpenOptions::new();
+    options.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    options
+        .open(&path)
+        .and_then(|mut f| writeln!(f, "{secret}"))
+        .map_err(|e| NemesisError::io(format!("write {}", path.display()), e))?;
+    Ok((path, secret))
 }
 
 /// The last `lines` lines of a log file.

@@ -10,6 +10,7 @@ use std::time::Duration;
 pub async fn ctl(
     bin: &Path,
     meta_url: &str,
+    secret_file: &Path,
     args: &[&str],
     within: Duration,
 ) -> Result<String, String> {
@@ -17,6 +18,8 @@ pub async fn ctl(
         .arg("ctl")
         .arg("--meta")
         .arg(meta_url)
+        .arg("--cluster-secret-file")
+        .arg(secret_file)
         .args(args)
         .env("KEYWAY_LOG", "error")
         .env("RUST_BACKTRACE", "0")

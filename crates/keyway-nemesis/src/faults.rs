@@ -432,6 +432,8 @@ pub struct Target {
     pub cluster: Arc<Mutex<Cluster>>,
     pub bin: PathBuf,
     pub meta_url: String,
+    /// The cluster secret's file (`ctl --cluster-secret-file`).
+    pub secret_file: PathBuf,
     pub log: Arc<crate::run::FaultLog>,
     pub recoveries: Arc<crate::observe::Recoveries>,
     /// How long a `permanent-loss` waits for re-replication
@@ -618,6 +620,7 @@ pub(crate) async fn current_map(target: &Target) -> Option<PartitionMap> {
     let out = ctl(
         &target.bin,
         &target.meta_url,
+        &target.secret_file,
         &["--json", "map"],
         CTL_TIMEOUT,
     )
@@ -656,6 +659,7 @@ async fn leading_manager(target: &Target) -> Option<usize> {
     let out = ctl(
         &target.bin,
         &target.meta_url,
+        &target.secret_file,
         &["--json", "manager"],
         CTL_TIMEOUT,
     )

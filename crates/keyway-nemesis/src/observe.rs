@@ -188,6 +188,7 @@ async fn migration_moves(target: &Target) -> Option<BTreeSet<Change>> {
     let out = crate::cluster::ctl(
         &target.bin,
         &target.meta_url,
+        &target.secret_file,
         &["--json", "migrations"],
         CTL_TIMEOUT,
     )

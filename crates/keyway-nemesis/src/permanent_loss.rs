@@ -102,6 +102,7 @@ async fn live_migration_targets(target: &Target) -> Option<BTreeSet<NodeId>> {
     let out = crate::cluster::ctl(
         &target.bin,
         &target.meta_url,
+        &target.secret_file,
         &["--json", "migrations"],
         CTL_TIMEOUT,
     )
@@ -269,6 +270,7 @@ async fn decommission(target: &Target, lost: NodeId, t0: Instant) -> bool {
         match crate::cluster::ctl(
             &target.bin,
             &target.meta_url,
+            &target.secret_file,
             &["decommission", "--force", &id],
             CTL_TIMEOUT,
         )

@@ -272,6 +272,7 @@ pub async fn run_one(
         .map_err(|e| NemesisError::Invalid(format!("cluster start panicked: {e}")))??;
     let seeds = cluster.node_addrs().to_vec();
     let meta_url = cluster.meta_url().to_string();
+    let secret_file = cluster.secret_file().to_path_buf();
     let etcd_members = cluster.etcd_members();
     let cluster = Arc::new(Mutex::new(cluster));
     let clock = Clock::start();
@@ -280,6 +281,7 @@ pub async fn run_one(
         cluster: cluster.clone(),
         bin: cfg.bin.clone(),
         meta_url: meta_url.clone(),
+        secret_file: secret_file.clone(),
         log: log.clone(),
         recoveries: Arc::default(),
         recovery_timeout: Duration::from_millis(cfg.recovery_timeout_ms),
@@ -445,7 +447,7 @@ pub async fn run_one(
     let _ = std::fs::write(dir.join("clients.txt"), shared.client_table());
     let _ = observer_stop.send(true);
     let map_changes = observer.await.unwrap_or_default();
-    let migrations = migration_states(&cfg.bin, &meta_url).await;
+    let migrations = migration_states(&cfg.bin, &meta_url, &secret_file).await;
     let crashes = {
         let mut c = cluster.lock().unwrap_or_else(|e| e.into_inner());
         c.note_crashes();
@@ -598,11 +600,16 @@ async fn wait_serving(
 }
 
 /// Migration records by state (`DONE`, `ABORTED`, ...), per `keyway ctl migrations`.
-async fn migration_states(bin: &std::path::Path, meta_url: &str) -> BTreeMap<String, u64> {
+async fn migration_states(
+    bin: &std::path::Path,
+    meta_url: &str,
+    secret_file: &std::path::Path,
+) -> BTreeMap<String, u64> {
     let mut states = BTreeMap::new();
     let Ok(out) = ctl(
         bin,
         meta_url,
+        secret_file,
         &["--json", "migrations"],
         faults::CTL_TIMEOUT,
     )

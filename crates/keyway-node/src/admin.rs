@@ -17,9 +17,12 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 /// Serves the admin routes until shutdown.
+/// With `secret`, every path (the `Peer` gRPC service included) needs it
+/// (see [`keyway_auth::AdminGuard`]); the admin limits apply to plain HTTP.
 pub async fn serve(
     shared: Arc<Shared>,
     listener: TcpListener,
+    secret: Option<keyway_auth::ClusterSecret>,
     mut shutdown: watch::Receiver<bool>,
 ) {
     let app = Router::new()
@@ -57,6 +60,17 @@ pub async fn serve(
         },
     );
     let app = crate::peer::merge_routes(app, service);
+    let limits = shared.config.admin_limits();
+    let app = app
+        .layer(keyway_auth::AdminGuard::new(
+            "admin",
+            secret,
+            Some(limits),
+            shared.metrics.auth.clone(),
+        ))
+        .layer(axum::extract::DefaultBodyLimit::max(
+            usize::try_from(limits.max_body_bytes).unwrap_or(usize::MAX),
+        ));
     let stop = async move {
         let _ = shutdown.changed().await;
     };
@@ -168,6 +182,17 @@ pub struct Status {
     pub scripts: crate::script::ScriptsStatus,
     /// KEYS and RANDOMKEY answered, and the entries they walked.
     pub key_walks: crate::node_keys::KeyWalksStatus,
+    /// Whether this admin port (and its `Peer` service) needs the cluster
+    /// secret (`--cluster-secret-file`), and the requests it refused so far.
+    pub admin_auth: AdminAuthView,
+}
+
+/// The `admin_auth` field of `/status`.
+#[derive(Serialize)]
+pub struct AdminAuthView {
+    pub cluster_secret: bool,
+    /// Refused for a missing, malformed or wrong secret (`keyway_auth_refused`).
+    pub refused: u64,
 }
 
 /// The `replica_reads` field of `/status` (`keyway_replica_reads`).
@@ -272,6 +297,13 @@ async fn status(State(shared): State<Arc<Shared>>) -> impl IntoResponse {
         blocking: shared.blocking.status(),
         scripts: shared.scripts.status(),
         key_walks: shared.key_walks.status(),
+        admin_auth: AdminAuthView {
+            cluster_secret: shared.config.cluster_secret_file.is_some(),
+            refused: ["missing", "malformed", "wrong"]
+                .into_iter()
+                .map(|reason| shared.metrics.auth.refused_count("admin", reason))
+                .sum(),
+        },
     })
 }
 

@@ -277,6 +277,20 @@ pub struct NodeConfig {
     /// (the `listen` IP, a free port), `off`, or an address. Its connections
     /// start `READONLY`; `CLUSTER SLOTS` lists this node's replica copies there.
     pub replica_listen: crate::replica_endpoint::ReplicaListen,
+    /// The cluster secret's file (`--cluster-secret-file`): with it, every
+    /// admin path but `/health` and every `Peer` call need the secret, and
+    /// this node's own peer and metadata calls send it (see `keyway-auth`).
+    pub cluster_secret_file: Option<PathBuf>,
+    /// Admin HTTP: request bodies over this get 413 (gRPC calls excepted).
+    pub admin_max_body_bytes: u64,
+    /// Admin HTTP: a request not answered within this gets 408 (gRPC calls,
+    /// whose streams are long-lived, are never timed out here).
+    pub admin_request_timeout_ms: u64,
+    /// Admin HTTP: requests served at once; more get 503 (gRPC excepted).
+    pub admin_max_concurrent_requests: usize,
+    /// Allow an admin listener on a non-loopback address without a cluster
+    /// secret (`--admin-allow-unauthenticated`); refused at start otherwise.
+    pub admin_allow_unauthenticated: bool,
 }
 
 impl Default for NodeConfig {
@@ -342,13 +356,44 @@ impl Default for NodeConfig {
             stray_sweep_interval_ms: 10_000,
             stray_sweep_grace_ms: 60_000,
             replica_listen: crate::replica_endpoint::ReplicaListen::Auto,
+            cluster_secret_file: None,
+            admin_max_body_bytes: keyway_auth::limits::DEFAULT_ADMIN_MAX_BODY_BYTES,
+            admin_request_timeout_ms: keyway_auth::limits::DEFAULT_ADMIN_REQUEST_TIMEOUT_MS,
+            admin_max_concurrent_requests:
+                keyway_auth::limits::DEFAULT_ADMIN_MAX_CONCURRENT_REQUESTS,
+            admin_allow_unauthenticated: false,
         }
     }
 }
 
 impl NodeConfig {
+    /// The admin HTTP listener's limits.
+    pub fn admin_limits(&self) -> keyway_auth::AdminLimits {
+        keyway_auth::AdminLimits {
+            max_body_bytes: self.admin_max_body_bytes,
+            request_timeout_ms: self.admin_request_timeout_ms,
+            max_concurrent_requests: self.admin_max_concurrent_requests,
+        }
+    }
+
+    /// The cluster secret read from `cluster_secret_file` (checked), if set.
+    pub fn cluster_secret(&self) -> Result<Option<keyway_auth::ClusterSecret>, String> {
+        self.cluster_secret_file
+            .as_deref()
+            .map(keyway_auth::ClusterSecret::from_file)
+            .transpose()
+            .map_err(|e| e.to_string())
+    }
+
     /// Checks every limit; the message names the setting.
     pub fn validate(&self) -> Result<(), String> {
+        self.admin_limits().validate()?;
+        keyway_auth::check_admin_bind(
+            self.admin_listen,
+            self.cluster_secret_file.is_some(),
+            self.admin_allow_unauthenticated,
+        )?;
+        self.cluster_secret()?;
         if let Some(z) = &self.zone {
             let ok = !z.is_empty()
                 && z.len() <= 64

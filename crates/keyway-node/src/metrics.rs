@@ -74,6 +74,8 @@ pub struct Metrics {
     /// Open client connections on the replica endpoint (also counted in
     /// `connections`).
     pub replica_endpoint_connections: Gauge,
+    /// The admin guard's refusals (`keyway_auth_refused`, `keyway_admin_limited`).
+    pub auth: keyway_auth::AuthMetrics,
 }
 
 impl Default for Metrics {
@@ -114,9 +116,11 @@ impl Metrics {
             peer_refusals: Family::default(),
             replica_reads: Family::default(),
             replica_endpoint_connections: Gauge::default(),
+            auth: keyway_auth::AuthMetrics::default(),
         };
         {
             let mut r = m.registry.lock().expect("fresh mutex");
+            m.auth.register(&mut r);
             r.register(
                 "commands",
                 "Commands executed on storage threads",

@@ -165,6 +165,7 @@ impl Node {
         engine: Arc<dyn Engine>,
     ) -> Result<Node, NodeError> {
         config.validate().map_err(NodeError::Config)?;
+        let cluster_secret = config.cluster_secret().map_err(NodeError::Config)?;
         let faults = config
             .fault_injection
             .then(|| Arc::new(FaultyEngine::wrap(engine.clone())));
@@ -351,6 +352,7 @@ impl Node {
         tasks.spawn(crate::admin::serve(
             shared.clone(),
             admin_listener,
+            cluster_secret,
             shutdown_rx.clone(),
         ));
         if let Some(replica_listener) = replica_listener {

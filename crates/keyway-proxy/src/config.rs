@@ -39,6 +39,9 @@ pub struct ProxyConfig {
     pub requirepass: Option<String>,
     /// Password the proxy sends to the nodes (their `requirepass`).
     pub node_password: Option<String>,
+    /// The admin listener's cluster secret, limits and loopback opt-out
+    /// (see `keyway-auth`).
+    pub admin: keyway_auth::AdminSecurity,
 }
 
 impl Default for ProxyConfig {
@@ -58,6 +61,7 @@ impl Default for ProxyConfig {
             max_inline_len_bytes: keyway_resp::DEFAULT_MAX_INLINE_LEN_BYTES,
             requirepass: None,
             node_password: None,
+            admin: keyway_auth::AdminSecurity::default(),
         }
     }
 }
@@ -96,6 +100,7 @@ impl ProxyConfig {
                 self.connect_timeout_ms, self.request_timeout_ms
             ));
         }
+        self.admin.validate(self.admin_listen)?;
         if self.requirepass.as_deref() == Some("") {
             return Err("requirepass must not be empty (leave it unset instead)".into());
         }

@@ -33,6 +33,8 @@ pub struct KindLabel {
 /// Every metric a proxy exports.
 pub struct Metrics {
     registry: Mutex<Registry>,
+    /// The admin guard's refusals (`keyway_proxy_auth_refused`, `..._admin_limited`).
+    pub auth: keyway_auth::AuthMetrics,
     /// Open client connections.
     pub clients: Gauge,
     pub clients_refused: Counter,
@@ -82,6 +84,7 @@ impl Metrics {
     pub fn new() -> Self {
         let m = Metrics {
             registry: Mutex::new(Registry::with_prefix("keyway_proxy")),
+            auth: keyway_auth::AuthMetrics::default(),
             clients: Gauge::default(),
             clients_refused: Counter::default(),
             requests: Family::default(),
@@ -103,6 +106,7 @@ impl Metrics {
         };
         {
             let mut r = m.registry.lock().expect("fresh mutex");
+            m.auth.register(&mut r);
             r.register("clients", "Open client connections", m.clients.clone());
             r.register(
                 "clients_refused",
@@ -271,10 +275,15 @@ pub async fn serve_admin(
     listener: TcpListener,
     mut shutdown: watch::Receiver<bool>,
 ) {
+    let security = &core.config.admin;
+    let guard = security.guard(core.metrics.auth.clone());
+    let body_limit = usize::try_from(security.limits.max_body_bytes).unwrap_or(usize::MAX);
     let app = HttpRouter::new()
         .route("/metrics", get(metrics))
         .route("/status", get(status))
-        .with_state(core);
+        .with_state(core)
+        .layer(guard)
+        .layer(axum::extract::DefaultBodyLimit::max(body_limit));
     let stop = async move {
         let _ = shutdown.changed().await;
     };

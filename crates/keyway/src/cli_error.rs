@@ -208,7 +208,10 @@ fn cause_is_user_error(e: &(dyn std::error::Error + 'static)) -> bool {
 /// A malformed request (bad `--meta` URL, unknown node) is the user's; the
 /// store being unreachable or failing is not.
 fn meta(e: &MetaError) -> bool {
-    matches!(e, MetaError::InvalidArgument(_))
+    matches!(
+        e,
+        MetaError::InvalidArgument(_) | MetaError::Unauthenticated(_)
+    )
 }
 
 /// Reports what `Cli::try_parse` returned: `--help` and `--version` as clap

@@ -17,6 +17,9 @@ pub struct CtlArgs {
     /// Print JSON instead of a table.
     #[arg(long, global = true)]
     json: bool,
+    /// The cluster's secret, sent on every metadata, peer and admin call.
+    #[command(flatten)]
+    secret: crate::secret_flags::SecretFlag,
     #[command(subcommand)]
     what: CtlCommand,
 }
@@ -68,6 +71,7 @@ enum CtlCommand {
 }
 
 pub async fn run(args: CtlArgs) -> anyhow::Result<()> {
+    args.secret.load()?;
     let meta = keyway_meta::connect(&args.meta).await?;
     match args.what {
         CtlCommand::Nodes => nodes(&*meta, args.json).await,

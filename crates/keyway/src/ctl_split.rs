@@ -196,8 +196,11 @@ pub(crate) async fn http_get(addr: &str, path: &str) -> anyhow::Result<String> {
     let mut conn = tokio::time::timeout(limit, tokio::net::TcpStream::connect(addr))
         .await
         .context("connect timed out")??;
+    // The process's cluster secret (`--cluster-secret-file`), if any.
+    let auth = keyway_auth::authorization(keyway_auth::process_secret().as_ref())
+        .map_or(String::new(), |v| format!("Authorization: {v}\r\n"));
     let request =
-        format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\nAccept: application/json\r\n\r\n");
+        format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\nAccept: application/json\r\n{auth}\r\n");
     conn.write_all(request.as_bytes()).await?;
     let mut reply = Vec::new();
     tokio::time::timeout(limit, conn.read_to_end(&mut reply))
@@ -208,6 +211,12 @@ pub(crate) async fn http_get(addr: &str, path: &str) -> anyhow::Result<String> {
         .split_once("\r\n\r\n")
         .context("malformed HTTP reply")?;
     let status = head.lines().next().unwrap_or_default();
+    if status.split_whitespace().nth(1) == Some("401") {
+        user_bail!(
+            "{}",
+            keyway_auth::refused_message("admin port", addr, body.trim())
+        );
+    }
     anyhow::ensure!(
         status.split_whitespace().nth(1) == Some("200"),
         "{path}: {status}"

@@ -47,6 +47,11 @@ pub struct DevArgs {
     /// Admin HTTP port of the in-process manager (`/status`, `/metrics`, `/migrations`); 0 picks a free port.
     #[arg(long, default_value_t = 8000)]
     manager_admin_port: u16,
+    /// Run without a cluster secret (by default, unless --cluster-secret-file
+    /// names one, `keyway dev` creates a random one in `<data>/cluster-secret`
+    /// and guards every admin port and the metadata RPC with it).
+    #[arg(long, conflicts_with = "cluster_secret_file")]
+    no_cluster_secret: bool,
     #[command(flatten)]
     node: NodeFlags,
     #[command(flatten)]
@@ -78,6 +83,11 @@ fn shared_storage_cache_bytes(nodes: usize, default_bytes: u64) -> u64 {
 }
 
 pub async fn run(args: DevArgs) -> anyhow::Result<()> {
+    let mut node = args.node.to_config()?;
+    if node.cluster_secret_file.is_none() && !args.no_cluster_secret {
+        node.cluster_secret_file = Some(dev_secret_file(&args.data)?);
+    }
+    let secret = crate::secret_flags::load_and_install(node.cluster_secret_file.as_deref())?;
     let spec = ClusterSpec {
         nodes: args.nodes,
         first_port: args.port,
@@ -92,7 +102,6 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         }
         .to_replication()?,
         node: {
-            let mut node = args.node.to_config()?;
             if !args.node.executor_threads_chosen() {
                 node.executor_threads = shared_executor_threads(
                     args.nodes,
@@ -108,14 +117,21 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         },
         manager: (!args.no_manager)
             .then(|| -> anyhow::Result<ManagerSpec> {
+                let mut config = args.manager.to_config()?;
+                config.admin = keyway_auth::AdminSecurity {
+                    secret: secret.clone(),
+                    limits: args.node.admin.limits(keyway_auth::AdminLimits::default()),
+                    allow_unauthenticated: args.node.admin.admin_allow_unauthenticated,
+                };
                 Ok(ManagerSpec {
                     admin_listen: SocketAddr::new(args.host, args.manager_admin_port),
-                    config: args.manager.to_config()?,
+                    config,
                     ..ManagerSpec::default()
                 })
             })
             .transpose()?,
     };
+    let cluster_secret_file = spec.node.cluster_secret_file.clone();
     let cluster = LocalCluster::start(spec).await?;
     // Clients read the layout once (redis-py never again unless redirected),
     // so "up" waits for the replicas to serve: a layout read earlier would
@@ -137,6 +153,14 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         map.version
     );
     println!("  metadata store   --meta {}", cluster.meta_url());
+    match &cluster_secret_file {
+        Some(path) => println!(
+            "  cluster secret   --cluster-secret-file {}   (admin HTTP: curl -H \"Authorization: Bearer $(cat {})\")",
+            path.display(),
+            path.display()
+        ),
+        None => println!("  cluster secret   none (--no-cluster-secret): the admin ports are open"),
+    }
     for i in 0..cluster.len() {
         if let Some(node) = cluster.node(i) {
             println!(
@@ -177,6 +201,32 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     cluster.shutdown().await;
     println!("stopped");
     Ok(())
+}
+
+/// `<data>/cluster-secret`, created with a random secret (mode 0600) if it
+/// does not exist yet; a restart with the same `--data` reuses it.
+fn dev_secret_file(data: &std::path::Path) -> anyhow::Result<PathBuf> {
+    use std::io::Write;
+    let path = data.join("cluster-secret");
+    if path.exists() {
+        return Ok(path);
+    }
+    std::fs::create_dir_all(data).map_err(|e| {
+        crate::cli_error::UserError(format!("cannot create {}: {e}", data.display()))
+    })?;
+    let secret: String = rand::random::<[u8; 32]>()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    let mut file = options.open(&path).map_err(|e| {
+        crate::cli_error::UserError(format!("cannot create {}: {e}", path.display()))
+    })?;
+    writeln!(file, "{secret}")?;
+    Ok(path)
 }
 
 #[cfg(test)]

@@ -43,6 +43,7 @@ mod nemesis_cmd;
 mod proxy_cmd;
 mod rebalance_flags;
 mod replication_flags;
+mod secret_flags;
 mod server_cmd;
 mod sim;
 mod split_flags;

@@ -24,6 +24,9 @@ pub struct ManagerArgs {
     admin_listen: SocketAddr,
     #[command(flatten)]
     manager: crate::manager_flags::ManagerFlags,
+    /// The cluster secret and the admin listener's limits.
+    #[command(flatten)]
+    admin: crate::secret_flags::AdminFlags,
 }
 
 pub async fn run(args: ManagerArgs) -> anyhow::Result<()> {
@@ -34,9 +37,14 @@ pub async fn run(args: ManagerArgs) -> anyhow::Result<()> {
     );
     let name = args.name.unwrap_or_else(default_name);
     user_ensure!(!name.is_empty(), "--name must not be empty");
+    let security = args.admin.to_security()?;
+    security
+        .validate(args.admin_listen)
+        .map_err(|e| crate::cli_error::UserError(format!("invalid configuration: {e}")))?;
     let meta = keyway_meta::connect(&args.meta).await?;
     let config = SeatConfig::new(name.clone(), Duration::from_millis(args.lease_ttl_ms));
-    let manager_config = args.manager.to_config()?;
+    let mut manager_config = args.manager.to_config()?;
+    manager_config.admin = security;
     let manager = Manager::start_with(meta, config, args.admin_listen, manager_config).await?;
     tracing::info!(%name, admin = %manager.admin_addr(), "keyway manager started");
     let mut states = manager.seat().subscribe();

@@ -34,6 +34,9 @@ impl ManagerFlags {
             ui: keyway_manager::ui::UiConfig {
                 skew_history_samples: self.ui_skew_history_samples,
             },
+            // The admin listener's security: `keyway manager` and `keyway dev`
+            // set it from their secret and admin flags.
+            admin: keyway_auth::AdminSecurity::default(),
         };
         config
             .validate()

@@ -25,6 +25,9 @@ pub struct MetaArgs {
     /// Recent map versions kept for delta watches.
     #[arg(long, default_value_t = 4096)]
     history_versions: usize,
+    /// With it, every RPC call needs the cluster secret.
+    #[command(flatten)]
+    secret: crate::secret_flags::SecretFlag,
 }
 
 pub async fn run(args: MetaArgs) -> anyhow::Result<()> {
@@ -41,6 +44,7 @@ pub async fn run(args: MetaArgs) -> anyhow::Result<()> {
         "--history-versions must be greater than 0"
     );
     let replication = args.replication.to_replication()?;
+    let secret = args.secret.load()?;
     let store: Arc<dyn MetaStore> = Arc::new(EmbeddedMeta::open(
         &args.data,
         EmbeddedOptions {
@@ -59,7 +63,7 @@ pub async fn run(args: MetaArgs) -> anyhow::Result<()> {
         args.partitions_per_node,
         replication,
     ));
-    keyway_meta::serve(store, listener, crate::shutdown_signal()).await?;
+    keyway_meta::serve_with_secret(store, listener, secret, crate::shutdown_signal()).await?;
     bootstrapper.abort();
     Ok(())
 }

@@ -51,6 +51,9 @@ pub struct ProxyArgs {
     /// Password of the nodes (their --requirepass).
     #[arg(long, env = "KEYWAY_REQUIREPASS")]
     node_password: Option<String>,
+    /// The cluster secret and the admin listener's limits.
+    #[command(flatten)]
+    admin: crate::secret_flags::AdminFlags,
 }
 
 impl ProxyArgs {
@@ -70,6 +73,7 @@ impl ProxyArgs {
             max_inline_len_bytes: self.max_inline_len_bytes,
             requirepass: self.requirepass.clone(),
             node_password: self.node_password.clone(),
+            admin: self.admin.to_security()?,
         };
         config
             .validate()

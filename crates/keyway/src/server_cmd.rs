@@ -140,6 +140,9 @@ pub struct NodeFlags {
     /// the manager's --migration-cleanup-grace-ms (default 60000).
     #[arg(long)]
     stray_sweep_grace_ms: Option<u64>,
+    /// The cluster secret and the admin listener's limits.
+    #[command(flatten)]
+    pub admin: crate::secret_flags::AdminFlags,
 }
 
 impl NodeFlags {
@@ -218,6 +221,7 @@ impl NodeFlags {
         if self.requirepass.is_some() {
             c.requirepass = self.requirepass.clone();
         }
+        self.admin.apply_to_node(&mut c);
         c.validate()
             .map_err(|e| crate::cli_error::UserError(format!("invalid configuration: {e}")))?;
         Ok(c)
@@ -300,6 +304,8 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
         "--partitions-per-node must be greater than 0"
     );
     let replication = args.replication.to_replication()?;
+    // This node's own peer and metadata calls carry the secret too.
+    crate::secret_flags::load_and_install(config.cluster_secret_file.as_deref())?;
     let meta = keyway_meta::connect(&args.meta).await?;
     let node = Node::start(config, meta.clone()).await?;
     let bootstrap = args.bootstrap_nodes.map(|nodes| {

@@ -25,7 +25,7 @@ use crate::{
 use futures::StreamExt;
 use keyway_map::{MapVersion, NodeId, PartitionMap};
 use std::time::Duration;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Endpoint;
 
 /// Tuning of a [`RemoteMeta`].
 #[derive(Clone, Debug)]
@@ -35,6 +35,9 @@ pub struct RemoteOptions {
     /// HTTP/2 keep-alive ping interval, and how long to wait for the answer
     /// before the connection is considered dead; default 5 s.
     pub keep_alive: Duration,
+    /// The cluster secret every call carries; default the process's
+    /// ([`keyway_auth::process_secret`]).
+    pub secret: Option<keyway_auth::ClusterSecret>,
 }
 
 impl Default for RemoteOptions {
@@ -42,6 +45,7 @@ impl Default for RemoteOptions {
         RemoteOptions {
             rpc_timeout: Duration::from_secs(2),
             keep_alive: Duration::from_secs(5),
+            secret: keyway_auth::process_secret(),
         }
     }
 }
@@ -50,7 +54,7 @@ impl Default for RemoteOptions {
 /// connection).
 #[derive(Clone)]
 pub struct RemoteMeta {
-    client: MetaClient<Channel>,
+    client: MetaClient<keyway_auth::AuthChannel>,
     addr: String,
     opts: RemoteOptions,
 }
@@ -93,7 +97,8 @@ impl RemoteMeta {
             .http2_keep_alive_interval(opts.keep_alive)
             .keep_alive_timeout(opts.keep_alive)
             .keep_alive_while_idle(true);
-        let client = MetaClient::new(endpoint.connect_lazy())
+        let channel = keyway_auth::auth_channel(endpoint.connect_lazy(), opts.secret.as_ref());
+        let client = MetaClient::new(channel)
             .max_decoding_message_size(super::MAX_MESSAGE_BYTES)
             .max_encoding_message_size(super::MAX_MESSAGE_BYTES);
         Ok(RemoteMeta {
@@ -111,11 +116,18 @@ impl RemoteMeta {
     /// Runs one call under the deadline, mapping every failure to a `MetaError`.
     async fn call<T, F, Fut>(&self, what: &str, f: F) -> Result<T, MetaError>
     where
-        F: FnOnce(MetaClient<Channel>) -> Fut,
+        F: FnOnce(MetaClient<keyway_auth::AuthChannel>) -> Fut,
         Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
     {
         match tokio::time::timeout(self.opts.rpc_timeout, f(self.client.clone())).await {
             Ok(Ok(resp)) => Ok(resp.into_inner()),
+            Ok(Err(status)) if status.code() == tonic::Code::Unauthenticated => {
+                Err(MetaError::Unauthenticated(keyway_auth::refused_message(
+                    "metadata server",
+                    &self.addr,
+                    status.message(),
+                )))
+            }
             Ok(Err(status)) => Err(error_from_status(&status)),
             Err(_) => Err(MetaError::Unavailable(format!(
                 "{what} to metadata server {} timed out after {:?}",

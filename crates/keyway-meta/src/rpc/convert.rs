@@ -47,6 +47,7 @@ pub(crate) fn status_from_error(err: &MetaError) -> Status {
             (Code::InvalidArgument, Kind::InvalidArgument(msg.clone()))
         }
         MetaError::Internal(msg) => (Code::Internal, Kind::Internal(msg.clone())),
+        MetaError::Unauthenticated(msg) => (Code::Unauthenticated, Kind::Internal(msg.clone())),
     };
     let details = pb::ErrorDetail { kind: Some(kind) }.encode_to_vec();
     Status::with_details(code, err.to_string(), details.into())

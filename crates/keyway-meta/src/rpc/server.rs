@@ -26,6 +26,20 @@ pub async fn serve(
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), MetaError> {
+    serve_with_secret(store, listener, None, shutdown).await
+}
+
+/// As [`serve`]; with `secret`, every call needs it (`Authorization: Bearer`,
+/// see [`keyway_auth::AdminGuard`]) and is otherwise refused with gRPC
+/// `UNAUTHENTICATED`.
+pub async fn serve_with_secret(
+    store: Arc<dyn MetaStore>,
+    listener: TcpListener,
+    secret: Option<keyway_auth::ClusterSecret>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), MetaError> {
+    let guard =
+        keyway_auth::AdminGuard::new("meta", secret, None, keyway_auth::AuthMetrics::default());
     if let Ok(addr) = listener.local_addr() {
         tracing::info!(%addr, "metadata server listening");
     }
@@ -44,6 +58,7 @@ pub async fn serve(
         conn
     });
     tonic::transport::Server::builder()
+        .layer(guard)
         .add_service(server)
         .serve_with_incoming_shutdown(incoming, async move {
             shutdown.await;

@@ -15,7 +15,7 @@ use keyway_storage::{ChangeRecord, KeyRange, Mutation, RangeDigest, Seq, Value};
 use prost::Message;
 use std::time::Duration;
 use tonic::Code;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Endpoint;
 
 /// What a peer call can fail with.
 #[derive(thiserror::Error, Debug, Clone, PartialEq, Eq)]
@@ -92,6 +92,9 @@ pub struct PeerOptions {
     pub rpc_timeout: Duration,
     /// HTTP/2 keep-alive ping interval and ack timeout; default 5 s.
     pub keep_alive: Duration,
+    /// The cluster secret every call carries; default the process's
+    /// ([`keyway_auth::process_secret`]).
+    pub secret: Option<keyway_auth::ClusterSecret>,
 }
 
 impl Default for PeerOptions {
@@ -99,6 +102,7 @@ impl Default for PeerOptions {
         PeerOptions {
             rpc_timeout: Duration::from_secs(30),
             keep_alive: Duration::from_secs(5),
+            secret: keyway_auth::process_secret(),
         }
     }
 }
@@ -175,7 +179,7 @@ pub struct Applied {
 /// A gRPC client of one node's `Peer` service; cheap to clone.
 #[derive(Clone)]
 pub struct PeerClient {
-    client: PbClient<Channel>,
+    client: PbClient<keyway_auth::AuthChannel>,
     addr: String,
     opts: PeerOptions,
 }
@@ -230,7 +234,8 @@ impl PeerClient {
             .http2_keep_alive_interval(opts.keep_alive)
             .keep_alive_timeout(opts.keep_alive)
             .keep_alive_while_idle(true);
-        let client = PbClient::new(endpoint.connect_lazy())
+        let channel = keyway_auth::auth_channel(endpoint.connect_lazy(), opts.secret.as_ref());
+        let client = PbClient::new(channel)
             .max_decoding_message_size(MAX_MESSAGE_BYTES)
             .max_encoding_message_size(MAX_MESSAGE_BYTES);
         Ok(PeerClient {
@@ -253,7 +258,7 @@ impl PeerClient {
         f: F,
     ) -> Result<T, PeerError>
     where
-        F: FnOnce(PbClient<Channel>, tonic::Request<Req>) -> Fut,
+        F: FnOnce(PbClient<keyway_auth::AuthChannel>, tonic::Request<Req>) -> Fut,
         Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
     {
         let mut req = tonic::Request::new(msg);
@@ -261,6 +266,9 @@ impl PeerClient {
         req.set_timeout(self.opts.rpc_timeout);
         match tokio::time::timeout(self.opts.rpc_timeout, f(self.client.clone(), req)).await {
             Ok(Ok(resp)) => Ok(resp.into_inner()),
+            Ok(Err(status)) if status.code() == Code::Unauthenticated => Err(PeerError::Remote(
+                keyway_auth::refused_message("node", &self.addr, status.message()),
+            )),
             Ok(Err(status)) => Err(PeerError::from_status(&status)),
             Err(_) => Err(PeerError::Unavailable(format!(
                 "{what} to peer {} timed out after {:?}",

@@ -74,9 +74,18 @@ impl DevCluster {
         } else {
             &["--replication-factor", "1"]
         };
+        // `keyway dev` makes a cluster secret by default; the tests that
+        // read admin ports and run `ctl` without one ask for none, the
+        // secret's own tests (`cluster_secret.rs`) pass theirs.
+        let secret: &[&str] = if extra.contains(&"--cluster-secret-file") {
+            &[]
+        } else {
+            &["--no-cluster-secret"]
+        };
         let mut child = Command::new(keyway_bin())
             .args(["dev", "--nodes", &nodes.to_string()])
             .args(rf)
+            .args(secret)
             .args([
                 "--port",
                 &first_port.to_string(),

@@ -547,6 +547,7 @@ async fn the_admin_port_lists_migrations_and_exports_their_metrics() {
         crate::replication::ReplicationStatus::default(),
         ui,
         listener,
+        keyway_auth::AdminSecurity::default(),
         stop_rx,
     ));
     let body = http_get(addr, "/migrations").await;
