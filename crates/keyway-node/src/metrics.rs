@@ -74,6 +74,11 @@ pub struct Metrics {
     /// Open client connections on the replica endpoint (also counted in
     /// `connections`).
     pub replica_endpoint_connections: Gauge,
+    /// TLS handshakes that failed or timed out (each closed only its
+    /// connection; see [`crate::tls`]).
+    pub tls_handshake_failures: Counter,
+    /// Connections refused by protected mode (see [`crate::protected_mode`]).
+    pub protected_mode_refused: Counter,
 }
 
 impl Default for Metrics {
@@ -114,6 +119,8 @@ impl Metrics {
             peer_refusals: Family::default(),
             replica_reads: Family::default(),
             replica_endpoint_connections: Gauge::default(),
+            tls_handshake_failures: Counter::default(),
+            protected_mode_refused: Counter::default(),
         };
         {
             let mut r = m.registry.lock().expect("fresh mutex");
@@ -256,6 +263,16 @@ impl Metrics {
                 "replica_endpoint_connections",
                 "Open client connections on the replica endpoint (--replica-listen)",
                 m.replica_endpoint_connections.clone(),
+            );
+            r.register(
+                "tls_handshake_failures",
+                "TLS handshakes on the tls_port that failed or timed out (only that connection closed)",
+                m.tls_handshake_failures.clone(),
+            );
+            r.register(
+                "protected_mode_refused_connections",
+                "Non-loopback connections refused with -DENIED by protected mode",
+                m.protected_mode_refused.clone(),
             );
         }
         m
