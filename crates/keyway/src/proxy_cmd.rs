@@ -75,7 +75,7 @@ pub struct ProxyArgs {
     tls_handshake_timeout_ms: u64,
     /// Redis protected-mode, yes or no: while yes and no --requirepass is
     /// set, clients not on the loopback interface get -DENIED and are closed.
-    #[arg(long, default_value = "yes", value_parser = keyway_node::protected_mode::parse_yes_no)]
+    #[arg(long, default_value = "yes", action = clap::ArgAction::Set, value_parser = keyway_node::protected_mode::parse_yes_no)]
     protected_mode: bool,
 }
 

@@ -376,7 +376,7 @@ fn invalid_tls_settings_are_refused_at_start_naming_the_setting() {
         ),
         (
             vec!["--protected-mode".into(), "maybe".into()],
-            "protected-mode",
+            "expected yes or no, got 'maybe'",
         ),
     ];
     let data = p(&dir.path().join("data"));
