@@ -137,7 +137,12 @@ fn redis_cli_and_redis_py_use_a_nodes_tls_port_and_a_client_certificate_is_requi
 fn redis_py_and_redis_cli_use_the_proxys_tls_port() {
     let dir = tempfile::tempdir().unwrap();
     let certs = Certs::generate(&dir.path().join("certs"));
-    let mut cluster = DevCluster::start(1, &dir.path().join("data"), &["--no-manager"]);
+    // Two nodes with TLS too: `keyway dev --tls-port P` gives node i P + i.
+    let node_tls = free_port_block(2);
+    let mut flags = certs.server_flags(node_tls, "yes");
+    flags.push("--no-manager".into());
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let mut cluster = DevCluster::start(2, &dir.path().join("data"), &flags);
     let base = free_port_block(3);
     let mut args: Vec<String> = [
         "proxy",
@@ -167,6 +172,10 @@ fn redis_py_and_redis_cli_use_the_proxys_tls_port() {
         ok && out == "over-tls-proxy",
         "GET over the proxy's TLS: {out}"
     );
+    for port in [node_tls, node_tls + 1] {
+        let (ok, out) = redis_cli_tls(&certs, port, &with_cert, &["PING"]);
+        assert!(ok && out == "PONG", "node TLS port {port}: {out}");
+    }
     let failures = counter(base + 1, "keyway_proxy_tls_handshake_failures");
     let (_, out) = redis_cli_tls(&certs, tls_port, &[], &["PING"]);
     assert!(
@@ -181,10 +190,11 @@ fn redis_py_and_redis_cli_use_the_proxys_tls_port() {
     .unwrap();
     // The plain ports: the proxy's and the node's see the same data.
     assert_eq!(redis_cli(base, &["GET", "tls:proxy"]), "over-tls-proxy");
-    assert_eq!(
-        redis_cli(cluster.ports()[0], &["GET", "tls:proxy"]),
-        "over-tls-proxy"
-    );
+    let owner = cluster.ports().into_iter().find_map(|port| {
+        let got = redis_cli(port, &["GET", "tls:proxy"]);
+        (!got.starts_with("MOVED")).then_some(got)
+    });
+    assert_eq!(owner.as_deref(), Some("over-tls-proxy"));
     cluster.stop();
 }
 
