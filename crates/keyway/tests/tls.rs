@@ -188,6 +188,43 @@ fn redis_py_and_redis_cli_use_the_proxys_tls_port() {
         || (counter(base + 1, "keyway_proxy_tls_handshake_failures") > failures).then_some(()),
     )
     .unwrap();
+    // tls-auth-clients optional: no certificate is fine, one from another
+    // CA is not; no: no certificate asked for.
+    for (auth, stranger_served) in [("optional", false), ("no", true)] {
+        let more = free_port_block(3);
+        let mut args: Vec<String> = [
+            "proxy",
+            "--meta",
+            &format!("keyway://127.0.0.1:{}", cluster.meta_port),
+            "--listen",
+            &format!("127.0.0.1:{more}"),
+            "--admin-listen",
+            &format!("127.0.0.1:{}", more + 1),
+        ]
+        .map(String::from)
+        .to_vec();
+        args.extend(certs.server_flags(more + 2, auth));
+        let _p = Proc::spawn(&args, "serving");
+        let (ok, out) = redis_cli_tls(&certs, more + 2, &[], &["GET", "tls:proxy"]);
+        assert!(
+            ok && out == "over-tls-proxy",
+            "{auth}, no certificate: {out}"
+        );
+        let stranger = [
+            "--cert",
+            &certs.stranger_cert.display().to_string(),
+            "--key",
+            &certs.stranger_key.display().to_string(),
+        ]
+        .map(String::from);
+        let stranger: Vec<&str> = stranger.iter().map(String::as_str).collect();
+        let (_, out) = redis_cli_tls(&certs, more + 2, &stranger, &["PING"]);
+        assert_eq!(
+            out == "PONG",
+            stranger_served,
+            "{auth}, another CA's: {out}"
+        );
+    }
     // The plain ports: the proxy's and the node's see the same data.
     assert_eq!(redis_cli(base, &["GET", "tls:proxy"]), "over-tls-proxy");
     let owner = cluster.ports().into_iter().find_map(|port| {
