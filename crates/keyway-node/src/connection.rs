@@ -131,7 +131,9 @@ pub async fn serve<S>(
             if let Some(frame) = &fatal {
                 encode(frame, session.protocol, &mut outbuf);
             }
-            if stream.write_all(&outbuf).await.is_err() {
+            // flush: a TLS stream may keep the end of a large reply in its
+            // buffer when the socket was full (a no-op for TCP).
+            if stream.write_all(&outbuf).await.is_err() || stream.flush().await.is_err() {
                 break 'conn;
             }
             outbuf.clear();

@@ -265,7 +265,9 @@ async fn serve_halves<R, W>(
             encode(frame, session.protocol, &mut outbuf);
         }
         if !outbuf.is_empty() {
-            if wr.write_all(&outbuf).await.is_err() {
+            // flush: a TLS stream may keep the end of a large reply in its
+            // buffer when the socket was full (a no-op for TCP).
+            if wr.write_all(&outbuf).await.is_err() || wr.flush().await.is_err() {
                 break;
             }
             outbuf.clear();

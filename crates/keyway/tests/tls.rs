@@ -5,7 +5,7 @@
 //!   from another CA, it is refused (a counted failed handshake); the
 //!   plain port keeps working beside it;
 //! - redis-py with `ssl=True` runs SET/GET against a node and against the
-//!   proxy, each over TLS;
+//!   proxy, each over TLS, a 4 MiB value included;
 //! - garbage, a plain-text RESP client and a client that never completes
 //!   its handshake on the TLS port are each closed, counted, and do not
 //!   disturb a TLS client connected meanwhile;
@@ -62,6 +62,27 @@ r = redis.Redis(host="127.0.0.1", port={port}, ssl=True,
                 ssl_ca_certs="{ca}", ssl_certfile="{cert}", ssl_keyfile="{key}",
                 socket_timeout=10)
 assert r.set("tls:{tag}", "over-tls-{tag}")
+# A reply far larger than one TLS write buffer reaches a slow reader (a
+# small receive buffer) whole: the server flushes what TLS kept back.
+import socket, ssl
+big = b"x" * (4 * 1024 * 1024)
+assert r.set("tls:{tag}:big", big)
+ctx = ssl.create_default_context(cafile="{ca}")
+ctx.load_cert_chain("{cert}", "{key}")
+raw = socket.socket()
+raw.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+raw.settimeout(10)
+raw.connect(("127.0.0.1", {port}))
+s = ctx.wrap_socket(raw, server_hostname="127.0.0.1")
+for _ in range(20):
+    s.sendall(b"*2\r\n$3\r\nGET\r\n$%d\r\n%s\r\n" % (len("tls:{tag}:big"), b"tls:{tag}:big"))
+    want = len(b"$%d\r\n" % len(big)) + len(big) + 2
+    got = 0
+    while got < want:
+        chunk = s.recv(65536)
+        assert chunk, "closed"
+        got += len(chunk)
+    assert got == want, (got, want)
 print(r.get("tls:{tag}").decode())
 "#,
         ca = certs.ca.display(),
