@@ -466,6 +466,8 @@ fn node_config(spec: &ClusterSpec, index: usize) -> NodeConfig {
     config.data_dir = spec.data_dir.join(format!("node-{}", index + 1));
     config.listen = SocketAddr::new(spec.meta_listen.ip(), port(spec.first_port));
     config.admin_listen = SocketAddr::new(spec.meta_listen.ip(), port(spec.first_admin_port));
+    // One `--tls-port` for the cluster: node i takes that port + i.
+    config.tls_port = config.tls_port.map(port);
     config
 }
 

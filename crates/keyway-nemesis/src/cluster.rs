@@ -402,6 +402,11 @@ impl Cluster {
                 &spec.node_lease_margin_ms.to_string(),
                 "--cluster-secret-file",
                 &secret_path,
+                // The workload and managers reach namespaced nodes from the
+                // bridge address, not loopback, and the harness sets no
+                // password: protected mode would refuse them.
+                "--protected-mode",
+                "no",
             ]);
             if spec.meta == MetaKind::Etcd {
                 args.extend(s(&["--bootstrap-nodes", &n, "--partitions-per-node", &ppn]));

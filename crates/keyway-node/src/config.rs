@@ -291,6 +291,27 @@ pub struct NodeConfig {
     /// Allow an admin listener on a non-loopback address without a cluster
     /// secret (`--admin-allow-unauthenticated`); refused at start otherwise.
     pub admin_allow_unauthenticated: bool,
+    /// TLS for clients (see [`crate::tls`]), Redis's `tls-port`: a second
+    /// client listener on the `listen` IP speaking the same protocol over
+    /// TLS (0 = a free port); unset = none.
+    pub tls_port: Option<u16>,
+    /// TLS: the server certificate chain, PEM (Redis `tls-cert-file`).
+    pub tls_cert_file: Option<PathBuf>,
+    /// TLS: the certificate's private key, PEM (Redis `tls-key-file`).
+    pub tls_key_file: Option<PathBuf>,
+    /// TLS: the CA certificates client certificates are checked against,
+    /// PEM (Redis `tls-ca-cert-file`).
+    pub tls_ca_cert_file: Option<PathBuf>,
+    /// TLS: `yes` (a client certificate signed by the CA is required),
+    /// `optional` (checked if sent) or `no` (Redis `tls-auth-clients`).
+    pub tls_auth_clients: crate::tls::TlsAuthClients,
+    /// TLS: longest one connection's handshake may take before the
+    /// connection is closed (and counted as a failed handshake).
+    pub tls_handshake_timeout_ms: u64,
+    /// Redis `protected-mode`: while on and no password is set for the
+    /// default user, clients not on the loopback interface get `-DENIED`
+    /// and are closed (see [`crate::protected_mode`]).
+    pub protected_mode: bool,
 }
 
 impl Default for NodeConfig {
@@ -362,6 +383,13 @@ impl Default for NodeConfig {
             admin_max_concurrent_requests:
                 keyway_auth::limits::DEFAULT_ADMIN_MAX_CONCURRENT_REQUESTS,
             admin_allow_unauthenticated: false,
+            tls_port: None,
+            tls_cert_file: None,
+            tls_key_file: None,
+            tls_ca_cert_file: None,
+            tls_auth_clients: crate::tls::TlsAuthClients::Yes,
+            tls_handshake_timeout_ms: crate::tls::DEFAULT_TLS_HANDSHAKE_TIMEOUT_MS,
+            protected_mode: true,
         }
     }
 }
@@ -472,6 +500,7 @@ impl NodeConfig {
         }
         self.replica_listen
             .validate(self.listen, self.admin_listen)?;
+        self.validate_tls()?;
         if self.storage_max_journal_bytes < MIN_JOURNAL_BYTES {
             return Err(format!(
                 "storage_max_journal_bytes must be at least {MIN_JOURNAL_BYTES} (fjall's minimum)"
@@ -581,6 +610,35 @@ impl NodeConfig {
                 .is_none()
         {
             return Err(format!("announce address '{addr}' must be host:port"));
+        }
+        Ok(())
+    }
+
+    /// The TLS settings (see [`crate::tls`]).
+    pub fn tls(&self) -> crate::tls::TlsSettings<'_> {
+        crate::tls::TlsSettings {
+            port: self.tls_port,
+            cert_file: self.tls_cert_file.as_deref(),
+            key_file: self.tls_key_file.as_deref(),
+            ca_cert_file: self.tls_ca_cert_file.as_deref(),
+            auth_clients: self.tls_auth_clients,
+            handshake_timeout_ms: self.tls_handshake_timeout_ms,
+        }
+    }
+
+    /// The TLS settings go together, their files load, and `tls_port`
+    /// is not a port the node already listens on.
+    fn validate_tls(&self) -> Result<(), String> {
+        self.tls().server_config()?;
+        if let Some(port) = self.tls_port.filter(|p| *p != 0) {
+            let admin = (self.admin_listen.ip() == self.listen.ip()
+                || self.admin_listen.ip().is_unspecified())
+                && self.admin_listen.port() == port;
+            if port == self.listen.port() || admin {
+                return Err(format!(
+                    "tls_port {port} is already the port of listen or admin_listen"
+                ));
+            }
         }
         Ok(())
     }

@@ -18,7 +18,7 @@ use keyway_resp::{Frame, Protocol, RequestParser, encode};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::{oneshot, watch};
 
@@ -38,23 +38,30 @@ enum Pending {
 /// Serves one client until it quits, errs, or the node shuts down.
 /// `replica_endpoint`: it connected to the replica endpoint (see
 /// [`crate::replica_endpoint`]): it starts `READONLY`.
-pub async fn serve(
+/// `local`: the address the client connected to. `stream` is a plain TCP
+/// stream or a TLS one (see [`crate::tls`]).
+pub async fn serve<S>(
     shared: Arc<Shared>,
-    mut stream: TcpStream,
+    mut stream: S,
     peer: SocketAddr,
+    local: String,
     replica_endpoint: bool,
     mut shutdown: watch::Receiver<bool>,
-) {
+) where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
     // The accept loop already counted this connection in `shared.clients`.
+    if shared.protected_mode_refuses(peer) {
+        shared.metrics.protected_mode_refused.inc();
+        crate::protected_mode::deny(&mut stream).await;
+        shared.clients.fetch_sub(1, Ordering::SeqCst);
+        return;
+    }
     shared.metrics.connections.inc();
     let id = shared.next_client_id.fetch_add(1, Ordering::SeqCst);
     let mut session = Session::new(id, shared.config.requirepass.is_some(), peer.to_string());
     session.replica_endpoint = replica_endpoint;
     session.readonly = replica_endpoint;
-    let local = stream
-        .local_addr()
-        .map(|a| a.to_string())
-        .unwrap_or_default();
     let registration = shared.server.clients.register(id, peer.to_string(), local);
     let handle = registration.handle.clone();
     session.handle = Some(handle.clone());
@@ -92,7 +99,9 @@ pub async fn serve(
                         // disconnects (the reply's receiver is dropped).
                         settle(&mut pending).await;
                         pending.push(dispatch(&shared, &mut session, args).await);
-                        if !settle_watching(&mut pending, &stream, &mut shutdown).await {
+                        if !settle_watching(&mut pending, &mut stream, &mut inbuf, &mut shutdown)
+                            .await
+                        {
                             break 'conn;
                         }
                     }
@@ -122,7 +131,9 @@ pub async fn serve(
             if let Some(frame) = &fatal {
                 encode(frame, session.protocol, &mut outbuf);
             }
-            if stream.write_all(&outbuf).await.is_err() {
+            // flush: a TLS stream may keep the end of a large reply in its
+            // buffer when the socket was full (a no-op for TCP).
+            if stream.write_all(&outbuf).await.is_err() || stream.flush().await.is_err() {
                 break 'conn;
             }
             outbuf.clear();
@@ -188,21 +199,22 @@ async fn settle(pending: &mut [Pending]) {
 
 /// [`settle`] for a blocking command: also ends (`false`) when the client
 /// closes the connection or the node shuts down while it waits. Once the
-/// client sent more requests, only the reply is awaited (the requests wait
-/// in the socket; the close is seen after the reply).
-async fn settle_watching(
+/// client sent more requests, only the reply is awaited (the first bytes
+/// read wait in `inbuf`, the rest in the socket; the close is seen after
+/// the reply). Reading instead of peeking works for TLS streams too.
+async fn settle_watching<S: AsyncRead + Unpin>(
     pending: &mut [Pending],
-    stream: &TcpStream,
+    stream: &mut S,
+    inbuf: &mut BytesMut,
     shutdown: &mut watch::Receiver<bool>,
 ) -> bool {
     let mut watch_close = true;
     for p in pending.iter_mut() {
         if let Pending::Waiting(rx, proto) = p {
             let frame = loop {
-                let mut probe = [0u8; 1];
                 tokio::select! {
                     r = &mut *rx => break r.unwrap_or_else(|_| shutting_down()),
-                    n = stream.peek(&mut probe), if watch_close => match n {
+                    n = stream.read_buf(inbuf), if watch_close => match n {
                         Ok(0) | Err(_) => return false,
                         Ok(_) => watch_close = false,
                     },
@@ -217,6 +229,31 @@ async fn settle_watching(
 
 fn shutting_down() -> Frame {
     Frame::Error("ERR server is shutting down".into())
+}
+
+/// Serves one client of a TLS listener: the handshake (on this
+/// connection's task, bounded), then [`serve`] over it. A failed handshake
+/// closes this connection only and is counted.
+pub async fn serve_tls(
+    shared: Arc<Shared>,
+    acceptor: crate::tls::TlsAcceptor,
+    stream: TcpStream,
+    peer: SocketAddr,
+    shutdown: watch::Receiver<bool>,
+) {
+    let local = stream
+        .local_addr()
+        .map(|a| a.to_string())
+        .unwrap_or_default();
+    let timeout = std::time::Duration::from_millis(shared.config.tls_handshake_timeout_ms);
+    match crate::tls::handshake(&acceptor, stream, timeout).await {
+        Ok(tls) => serve(shared, tls, peer, local, false, shutdown).await,
+        Err(why) => {
+            shared.metrics.tls_handshake_failures.inc();
+            tracing::debug!(%peer, %why, "TLS handshake failed");
+            shared.clients.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
 }
 
 /// Answers a connection over `max_clients` and closes it, as Redis does.

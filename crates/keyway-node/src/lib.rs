@@ -75,6 +75,7 @@ pub mod multi;
 pub mod node_cmd;
 pub mod node_keys;
 pub mod peer;
+pub mod protected_mode;
 pub mod replica_endpoint;
 pub mod replicate;
 pub mod replication_info;
@@ -88,6 +89,7 @@ pub mod slowlog;
 pub mod stats;
 pub mod storage_health;
 pub mod stray_sweep;
+pub mod tls;
 pub mod watcher;
 
 pub use config::{Durability, EngineKind, MIN_STORAGE_CACHE_BYTES, NodeConfig};

@@ -59,6 +59,8 @@ pub struct Shared {
     /// `host:port` of the replica endpoint, if it listens (see
     /// [`crate::replica_endpoint`]).
     pub replica_addr: Option<String>,
+    /// `host:port` of the TLS client listener, if TLS is on (see [`crate::tls`]).
+    pub tls_addr: Option<String>,
     pub routing: Arc<Routing>,
     /// The engine behind the fail-stop latch (see [`crate::storage_health`]).
     pub engine: Arc<dyn Engine>,
@@ -185,6 +187,11 @@ impl Node {
             None => local_addr(&listener)?,
         };
         let admin_addr = local_addr(&admin_listener)?;
+        let tls_listener = bind_tls(&config).await?;
+        let tls_addr = match &tls_listener {
+            Some((l, _)) => Some(local_addr(l)?),
+            None => None,
+        };
         let replica_listener = match config.replica_listen.bind_addr(config.listen) {
             Some(addr) => Some(bind(addr).await?),
             None => None,
@@ -288,6 +295,7 @@ impl Node {
             resp_addr,
             admin_addr,
             replica_addr,
+            tls_addr,
             routing,
             engine,
             storage_health,
@@ -363,12 +371,25 @@ impl Node {
             tasks.spawn(accept_loop(
                 shared.clone(),
                 replica_listener,
-                true,
+                Listening::ReplicaEndpoint,
                 shutdown_rx.clone(),
             ));
         }
-        tasks.spawn(accept_loop(shared.clone(), listener, false, shutdown_rx));
-        tracing::info!(node = %me, resp = %shared.resp_addr, replica = ?shared.replica_addr, admin = %shared.admin_addr, "node started");
+        if let Some((tls_listener, acceptor)) = tls_listener {
+            tasks.spawn(accept_loop(
+                shared.clone(),
+                tls_listener,
+                Listening::Tls(acceptor),
+                shutdown_rx.clone(),
+            ));
+        }
+        tasks.spawn(accept_loop(
+            shared.clone(),
+            listener,
+            Listening::Clients,
+            shutdown_rx,
+        ));
+        tracing::info!(node = %me, resp = %shared.resp_addr, tls = ?shared.tls_addr, replica = ?shared.replica_addr, admin = %shared.admin_addr, "node started");
         Ok(Node {
             shared,
             shutdown,
@@ -394,6 +415,11 @@ impl Node {
     /// `host:port` of the replica endpoint, if it listens.
     pub fn replica_addr(&self) -> Option<&str> {
         self.shared.replica_addr.as_deref()
+    }
+
+    /// `host:port` of the TLS client listener, if TLS is on.
+    pub fn tls_addr(&self) -> Option<&str> {
+        self.shared.tls_addr.as_deref()
     }
 
     pub fn shared(&self) -> &Arc<Shared> {
@@ -480,6 +506,19 @@ async fn open_engine(config: &NodeConfig) -> Result<Arc<dyn Engine>, NodeError> 
     }
 }
 
+/// The TLS client listener on the `listen` IP and `tls_port`, with its
+/// acceptor (the files loaded and checked), if TLS is on.
+async fn bind_tls(
+    config: &NodeConfig,
+) -> Result<Option<(TcpListener, crate::tls::TlsAcceptor)>, NodeError> {
+    let Some(acceptor) = config.tls().acceptor().map_err(NodeError::Config)? else {
+        return Ok(None);
+    };
+    let port = config.tls_port.unwrap_or(0);
+    let listener = bind(SocketAddr::new(config.listen.ip(), port)).await?;
+    Ok(Some((listener, acceptor)))
+}
+
 async fn bind(addr: SocketAddr) -> Result<TcpListener, NodeError> {
     TcpListener::bind(addr)
         .await
@@ -564,11 +603,34 @@ fn write_node_id(path: &Path, id: NodeId) -> Result<(), NodeError> {
     std::fs::rename(&tmp, path).map_err(err)
 }
 
-/// `replica_endpoint`: the listener is the replica endpoint's.
+impl Shared {
+    /// Protected mode's one condition (see [`crate::protected_mode`]):
+    /// whether a client from `peer` is refused. "The default user has no
+    /// password" is `requirepass` unset.
+    pub fn protected_mode_refuses(&self, peer: SocketAddr) -> bool {
+        crate::protected_mode::refuses(
+            self.config.protected_mode,
+            self.config.requirepass.is_some(),
+            peer,
+        )
+    }
+}
+
+/// What one listener serves.
+#[derive(Clone)]
+enum Listening {
+    /// The client port.
+    Clients,
+    /// The replica endpoint's port (see [`crate::replica_endpoint`]).
+    ReplicaEndpoint,
+    /// The TLS client port (see [`crate::tls`]).
+    Tls(crate::tls::TlsAcceptor),
+}
+
 async fn accept_loop(
     shared: Arc<Shared>,
     listener: TcpListener,
-    replica_endpoint: bool,
+    listening: Listening,
     mut shutdown: watch::Receiver<bool>,
 ) {
     let mut conns = JoinSet::new();
@@ -585,7 +647,17 @@ async fn accept_loop(
                         continue;
                     }
                     let _ = stream.set_nodelay(true);
-                    conns.spawn(crate::connection::serve(shared.clone(), stream, peer, replica_endpoint, shutdown.clone()));
+                    let (shared, shutdown) = (shared.clone(), shutdown.clone());
+                    match &listening {
+                        Listening::Tls(acceptor) => {
+                            conns.spawn(crate::connection::serve_tls(shared, acceptor.clone(), stream, peer, shutdown));
+                        }
+                        plain => {
+                            let replica_endpoint = matches!(plain, Listening::ReplicaEndpoint);
+                            let local = stream.local_addr().map(|a| a.to_string()).unwrap_or_default();
+                            conns.spawn(crate::connection::serve(shared, stream, peer, local, replica_endpoint, shutdown));
+                        }
+                    }
                 }
                 Err(err) => {
                     tracing::warn!(%err, "accept failed");

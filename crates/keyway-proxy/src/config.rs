@@ -2,8 +2,10 @@
 //! default, and is checked by [`ProxyConfig::validate`] before the proxy
 //! starts.
 
+use keyway_node::tls::{TlsAuthClients, TlsSettings};
 use keyway_resp::Limits;
 use std::net::SocketAddr;
+use std::path::PathBuf;
 
 /// Everything a proxy needs to start (besides its metadata store).
 #[derive(Clone, Debug)]
@@ -42,6 +44,22 @@ pub struct ProxyConfig {
     /// The admin listener's cluster secret, limits and loopback opt-out
     /// (see `keyway-auth`).
     pub admin: keyway_auth::AdminSecurity,
+    /// TLS for clients (see [`keyway_node::tls`]), Redis's `tls-port`: a
+    /// second client listener on the `listen` IP (0 = a free port).
+    pub tls_port: Option<u16>,
+    /// TLS: the server certificate chain, PEM.
+    pub tls_cert_file: Option<PathBuf>,
+    /// TLS: the certificate's private key, PEM.
+    pub tls_key_file: Option<PathBuf>,
+    /// TLS: the CA certificates client certificates are checked against, PEM.
+    pub tls_ca_cert_file: Option<PathBuf>,
+    /// TLS: `yes` | `no` | `optional` (Redis `tls-auth-clients`).
+    pub tls_auth_clients: TlsAuthClients,
+    /// TLS: longest one connection's handshake may take.
+    pub tls_handshake_timeout_ms: u64,
+    /// Redis `protected-mode`: while on and `requirepass` is unset, clients
+    /// not on the loopback interface get `-DENIED` and are closed.
+    pub protected_mode: bool,
 }
 
 impl Default for ProxyConfig {
@@ -62,6 +80,13 @@ impl Default for ProxyConfig {
             requirepass: None,
             node_password: None,
             admin: keyway_auth::AdminSecurity::default(),
+            tls_port: None,
+            tls_cert_file: None,
+            tls_key_file: None,
+            tls_ca_cert_file: None,
+            tls_auth_clients: TlsAuthClients::Yes,
+            tls_handshake_timeout_ms: keyway_node::tls::DEFAULT_TLS_HANDSHAKE_TIMEOUT_MS,
+            protected_mode: true,
         }
     }
 }
@@ -104,7 +129,27 @@ impl ProxyConfig {
         if self.requirepass.as_deref() == Some("") {
             return Err("requirepass must not be empty (leave it unset instead)".into());
         }
+        self.tls().server_config()?;
+        if let Some(port) = self.tls_port.filter(|p| *p != 0)
+            && (port == self.listen.port() || port == self.admin_listen.port())
+        {
+            return Err(format!(
+                "tls_port {port} is already the port of listen or admin_listen"
+            ));
+        }
         self.resp_limits().validate()
+    }
+
+    /// The TLS settings (see [`keyway_node::tls`]).
+    pub fn tls(&self) -> TlsSettings<'_> {
+        TlsSettings {
+            port: self.tls_port,
+            cert_file: self.tls_cert_file.as_deref(),
+            key_file: self.tls_key_file.as_deref(),
+            ca_cert_file: self.tls_ca_cert_file.as_deref(),
+            auth_clients: self.tls_auth_clients,
+            handshake_timeout_ms: self.tls_handshake_timeout_ms,
+        }
     }
 
     /// The request parser's limits.

@@ -33,7 +33,7 @@ use std::collections::{HashSet, VecDeque};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::watch;
 
@@ -150,12 +150,71 @@ impl Pipeline {
 /// Serves one client until it quits, errs, closes, or the proxy shuts down.
 pub async fn serve(
     core: Arc<Core>,
-    stream: TcpStream,
+    mut stream: TcpStream,
     peer: SocketAddr,
-    mut shutdown: watch::Receiver<bool>,
+    shutdown: watch::Receiver<bool>,
 ) {
     let _ = stream.set_nodelay(true);
-    let (mut rd, mut wr) = stream.into_split();
+    if refused_by_protected_mode(&core, &mut stream, peer).await {
+        return;
+    }
+    let (rd, wr) = stream.into_split();
+    serve_halves(core, rd, wr, peer, shutdown).await
+}
+
+/// Serves one client of the TLS port: the handshake (bounded by
+/// `tls_handshake_timeout_ms`, on this connection's task), then [`serve`]'s
+/// loop over the TLS stream. A failed handshake closes only this
+/// connection and is counted.
+pub async fn serve_tls(
+    core: &Arc<Core>,
+    acceptor: keyway_node::tls::TlsAcceptor,
+    stream: TcpStream,
+    peer: SocketAddr,
+    shutdown: watch::Receiver<bool>,
+) {
+    let _ = stream.set_nodelay(true);
+    let timeout = std::time::Duration::from_millis(core.config.tls_handshake_timeout_ms);
+    let mut tls = match keyway_node::tls::handshake(&acceptor, stream, timeout).await {
+        Ok(tls) => tls,
+        Err(why) => {
+            core.metrics.tls_handshake_failures.inc();
+            tracing::debug!(%peer, %why, "TLS handshake failed");
+            return;
+        }
+    };
+    if refused_by_protected_mode(core, &mut tls, peer).await {
+        return;
+    }
+    let (rd, wr) = tokio::io::split(tls);
+    serve_halves(core.clone(), rd, wr, peer, shutdown).await
+}
+
+/// Protected mode (see [`keyway_node::protected_mode`]): answers `-DENIED`
+/// and closes when `peer` is refused.
+async fn refused_by_protected_mode<S: AsyncWrite + Unpin>(
+    core: &Core,
+    stream: &mut S,
+    peer: SocketAddr,
+) -> bool {
+    if !core.protected_mode_refuses(peer) {
+        return false;
+    }
+    core.metrics.protected_mode_refused.inc();
+    keyway_node::protected_mode::deny(stream).await;
+    true
+}
+
+async fn serve_halves<R, W>(
+    core: Arc<Core>,
+    mut rd: R,
+    mut wr: W,
+    peer: SocketAddr,
+    mut shutdown: watch::Receiver<bool>,
+) where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
     let id = core.next_client_id.fetch_add(1, Ordering::SeqCst);
     let mut session = Session::new(id, core.config.requirepass.is_some(), peer.to_string());
     let mut tx = crate::transaction::ProxyTx::default();
@@ -206,7 +265,9 @@ pub async fn serve(
             encode(frame, session.protocol, &mut outbuf);
         }
         if !outbuf.is_empty() {
-            if wr.write_all(&outbuf).await.is_err() {
+            // flush: a TLS stream may keep the end of a large reply in its
+            // buffer when the socket was full (a no-op for TCP).
+            if wr.write_all(&outbuf).await.is_err() || wr.flush().await.is_err() {
                 break;
             }
             outbuf.clear();

@@ -38,6 +38,10 @@ pub struct Metrics {
     /// Open client connections.
     pub clients: Gauge,
     pub clients_refused: Counter,
+    /// TLS handshakes that failed or timed out (only that connection closed).
+    pub tls_handshake_failures: Counter,
+    /// Connections refused by protected mode.
+    pub protected_mode_refused: Counter,
     /// Client requests, by how they were served (`local`, `forwarded`, `multikey`).
     pub requests: Family<KindLabel, Counter>,
     /// Client requests of every kind (the `/status` total).
@@ -87,6 +91,8 @@ impl Metrics {
             auth: keyway_auth::AuthMetrics::default(),
             clients: Gauge::default(),
             clients_refused: Counter::default(),
+            tls_handshake_failures: Counter::default(),
+            protected_mode_refused: Counter::default(),
             requests: Family::default(),
             requests_total: Counter::default(),
             request_seconds: Histogram::new(exponential_buckets(0.000_05, 2.0, 18)),
@@ -112,6 +118,16 @@ impl Metrics {
                 "clients_refused",
                 "Connections refused at max_clients",
                 m.clients_refused.clone(),
+            );
+            r.register(
+                "tls_handshake_failures",
+                "TLS handshakes on the tls_port that failed or timed out (only that connection closed)",
+                m.tls_handshake_failures.clone(),
+            );
+            r.register(
+                "protected_mode_refused_connections",
+                "Non-loopback connections refused with -DENIED by protected mode",
+                m.protected_mode_refused.clone(),
             );
             r.register(
                 "requests",
@@ -216,6 +232,15 @@ pub struct Status {
     pub ready: bool,
     pub resp_addr: String,
     pub admin_addr: String,
+    /// The TLS client listener's address, if TLS is on.
+    pub tls_addr: Option<String>,
+    /// Whether protected mode refuses non-loopback clients right now
+    /// (`protected_mode` on and no `requirepass`).
+    pub protected_mode_active: bool,
+    /// Connections refused by protected mode so far.
+    pub protected_mode_refused: u64,
+    /// TLS handshakes that failed so far.
+    pub tls_handshake_failures: u64,
     /// The metadata store's map version the proxy routes by.
     pub map_version: u64,
     pub partitions: usize,
@@ -253,6 +278,10 @@ impl Status {
             ready: core.router.is_ready(),
             resp_addr: core.resp_addr.clone(),
             admin_addr: core.admin_addr.clone(),
+            tls_addr: core.tls_addr.clone(),
+            protected_mode_active: core.config.protected_mode && core.config.requirepass.is_none(),
+            protected_mode_refused: m.protected_mode_refused.get(),
+            tls_handshake_failures: m.tls_handshake_failures.get(),
             map_version: core.router.base_version().0,
             partitions: view.partitions.len(),
             nodes: view.nodes.len(),

@@ -43,6 +43,8 @@ pub struct Core {
     pub metrics: Arc<Metrics>,
     pub resp_addr: String,
     pub admin_addr: String,
+    /// The TLS client listener's address, if TLS is on.
+    pub tls_addr: Option<String>,
     pub clients: AtomicUsize,
     pub next_client_id: AtomicU64,
     pub started: Instant,
@@ -69,6 +71,15 @@ impl Proxy {
         };
         let resp_addr = local(&listener, config.listen)?;
         let admin_addr = local(&admin_listener, config.admin_listen)?;
+        let tls = match config.tls().acceptor().map_err(ProxyError::Config)? {
+            Some(acceptor) => {
+                let addr = SocketAddr::new(config.listen.ip(), config.tls_port.unwrap_or(0));
+                let l = bind(addr).await?;
+                let tls_addr = local(&l, addr)?;
+                Some((l, acceptor, tls_addr))
+            }
+            None => None,
+        };
         let metrics = Arc::new(Metrics::new());
         let router = Arc::new(Router::new(metrics.clone()));
         let upstreams = Upstreams::new(
@@ -88,6 +99,7 @@ impl Proxy {
             metrics,
             resp_addr,
             admin_addr,
+            tls_addr: tls.as_ref().map(|(_, _, a)| a.clone()),
             clients: AtomicUsize::new(0),
             next_client_id: AtomicU64::new(1),
             started: Instant::now(),
@@ -101,7 +113,15 @@ impl Proxy {
         ));
         tasks.spawn(watch_loop(router.clone(), meta, shutdown_rx.clone()));
         router.wait_ready().await;
-        tasks.spawn(accept_loop(core.clone(), listener, shutdown_rx));
+        if let Some((tls_listener, acceptor, _)) = tls {
+            tasks.spawn(accept_loop(
+                core.clone(),
+                tls_listener,
+                Some(acceptor),
+                shutdown_rx.clone(),
+            ));
+        }
+        tasks.spawn(accept_loop(core.clone(), listener, None, shutdown_rx));
         Ok(Proxy {
             core,
             shutdown,
@@ -112,6 +132,11 @@ impl Proxy {
     /// The address clients connect to.
     pub fn resp_addr(&self) -> &str {
         &self.core.resp_addr
+    }
+
+    /// The TLS client address, if TLS is on.
+    pub fn tls_addr(&self) -> Option<&str> {
+        self.core.tls_addr.as_deref()
     }
 
     /// The admin HTTP address.
@@ -138,7 +163,27 @@ async fn bind(addr: SocketAddr) -> Result<TcpListener, ProxyError> {
         .map_err(|source| ProxyError::Bind { addr, source })
 }
 
-async fn accept_loop(core: Arc<Core>, listener: TcpListener, mut shutdown: watch::Receiver<bool>) {
+impl Core {
+    /// Protected mode's one condition (see [`keyway_node::protected_mode`]):
+    /// whether a client from `peer` is refused. "The default user has no
+    /// password" is the proxy's `requirepass` unset.
+    pub fn protected_mode_refuses(&self, peer: SocketAddr) -> bool {
+        keyway_node::protected_mode::refuses(
+            self.config.protected_mode,
+            self.config.requirepass.is_some(),
+            peer,
+        )
+    }
+}
+
+/// `tls`: the listener is the TLS client port (each connection's handshake
+/// runs on its own task).
+async fn accept_loop(
+    core: Arc<Core>,
+    listener: TcpListener,
+    tls: Option<keyway_node::tls::TlsAcceptor>,
+    mut shutdown: watch::Receiver<bool>,
+) {
     let mut conns = JoinSet::new();
     loop {
         let accepted = tokio::select! {
@@ -165,8 +210,14 @@ async fn accept_loop(core: Arc<Core>, listener: TcpListener, mut shutdown: watch
         core.metrics.clients.inc();
         let conn_core = core.clone();
         let rx = shutdown.clone();
+        let tls = tls.clone();
         conns.spawn(async move {
-            connection::serve(conn_core.clone(), stream, peer, rx).await;
+            match tls {
+                None => connection::serve(conn_core.clone(), stream, peer, rx).await,
+                Some(acceptor) => {
+                    connection::serve_tls(&conn_core, acceptor, stream, peer, rx).await
+                }
+            }
             conn_core.clients.fetch_sub(1, Ordering::SeqCst);
             conn_core.metrics.clients.dec();
         });

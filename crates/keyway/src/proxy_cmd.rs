@@ -2,6 +2,7 @@
 
 use keyway_proxy::{Proxy, ProxyConfig};
 use std::net::SocketAddr;
+use std::path::PathBuf;
 
 #[derive(clap::Args)]
 pub struct ProxyArgs {
@@ -54,6 +55,31 @@ pub struct ProxyArgs {
     /// The cluster secret and the admin listener's limits.
     #[command(flatten)]
     admin: crate::secret_flags::AdminFlags,
+    /// TLS (Redis tls-port): also serve clients over TLS on this port of
+    /// the --listen IP (0: a free port), beside the plain port.
+    #[arg(long)]
+    tls_port: Option<u16>,
+    /// TLS: the server certificate chain, PEM (Redis tls-cert-file).
+    #[arg(long)]
+    tls_cert_file: Option<PathBuf>,
+    /// TLS: the certificate's private key, PEM (Redis tls-key-file).
+    #[arg(long)]
+    tls_key_file: Option<PathBuf>,
+    /// TLS: CA certificates, PEM, client certificates are checked against
+    /// (Redis tls-ca-cert-file).
+    #[arg(long)]
+    tls_ca_cert_file: Option<PathBuf>,
+    /// TLS: yes (a client certificate signed by the CA is required),
+    /// optional (checked if sent) or no (Redis tls-auth-clients).
+    #[arg(long, default_value = "yes")]
+    tls_auth_clients: keyway_node::tls::TlsAuthClients,
+    /// TLS: longest one client's handshake may take, milliseconds.
+    #[arg(long, default_value_t = keyway_node::tls::DEFAULT_TLS_HANDSHAKE_TIMEOUT_MS)]
+    tls_handshake_timeout_ms: u64,
+    /// Redis protected-mode, yes or no: while yes and no --requirepass is
+    /// set, clients not on the loopback interface get -DENIED and are closed.
+    #[arg(long, default_value = "yes", action = clap::ArgAction::Set, value_parser = keyway_node::protected_mode::parse_yes_no)]
+    protected_mode: bool,
 }
 
 impl ProxyArgs {
@@ -74,6 +100,13 @@ impl ProxyArgs {
             requirepass: self.requirepass.clone(),
             node_password: self.node_password.clone(),
             admin: self.admin.to_security()?,
+            tls_port: self.tls_port,
+            tls_cert_file: self.tls_cert_file.clone(),
+            tls_key_file: self.tls_key_file.clone(),
+            tls_ca_cert_file: self.tls_ca_cert_file.clone(),
+            tls_auth_clients: self.tls_auth_clients,
+            tls_handshake_timeout_ms: self.tls_handshake_timeout_ms,
+            protected_mode: self.protected_mode,
         };
         config
             .validate()
@@ -99,6 +132,9 @@ pub async fn run(args: ProxyArgs) -> anyhow::Result<()> {
         status.partitions,
         status.nodes
     );
+    if let Some(tls) = proxy.tls_addr() {
+        println!("keyway proxy serving rediss://{tls} (TLS)");
+    }
     crate::shutdown_signal().await;
     proxy.shutdown().await;
     Ok(())
