@@ -66,7 +66,14 @@ fn counter(admin: u16, name: &str) -> u64 {
 }
 
 fn dev(dir: &std::path::Path, extra: &[&str]) -> DevCluster {
-    let mut flags = vec!["--host", "0.0.0.0", "--no-manager"];
+    // `--host 0.0.0.0` puts the admin port there too; the harness runs it
+    // open (no cluster secret), which a public admin port must say.
+    let mut flags = vec![
+        "--host",
+        "0.0.0.0",
+        "--no-manager",
+        "--admin-allow-unauthenticated",
+    ];
     flags.extend(extra);
     DevCluster::start(1, dir, &flags)
 }
