@@ -29,7 +29,7 @@ pub use catalog::{CATEGORIES, Catalog, Entry};
 pub use command::acl_command;
 pub use glob::glob_match;
 pub use log::AclLog;
-pub use metrics::AclMetrics;
+pub use metrics::{AclMetrics, MetricSink, ReasonLabel};
 pub use sync::{sync_loop, sync_once};
 pub use user::{RuleError, User, hash_password};
 pub use users::{Acl, Denied, WRONGPASS};

@@ -5,7 +5,19 @@ use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::registry::Registry;
+use prometheus_client::registry::{Metric, Registry};
+
+/// Where the ACL's metrics are registered (a registry, or a process's own
+/// metrics type that adds its prefix).
+pub trait MetricSink {
+    fn add<M: Metric>(&mut self, name: &str, help: &str, metric: M);
+}
+
+impl MetricSink for Registry {
+    fn add<M: Metric>(&mut self, name: &str, help: &str, metric: M) {
+        self.register(name, help, metric);
+    }
+}
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ReasonLabel {
@@ -30,30 +42,31 @@ pub struct AclMetrics {
 }
 
 impl AclMetrics {
-    /// Registers every metric under `keyway_acl_*`.
-    pub fn register(&self, registry: &mut Registry) {
-        registry.register(
-            "keyway_acl_denied",
+    /// Registers every metric as `acl_*` (under the sink's prefix: the node's
+    /// `keyway_acl_denied`, the proxy's `keyway_proxy_acl_denied`).
+    pub fn register(&self, registry: &mut impl MetricSink) {
+        registry.add(
+            "acl_denied",
             "Requests refused -NOPERM by the ACL, by reason (command, key)",
             self.denied.clone(),
         );
-        registry.register(
-            "keyway_acl_auth_failures",
+        registry.add(
+            "acl_auth_failures",
             "AUTH or HELLO AUTH attempts refused -WRONGPASS",
             self.auth_failures.clone(),
         );
-        registry.register(
-            "keyway_acl_users",
+        registry.add(
+            "acl_users",
             "ACL users in force, the default user included",
             self.users.clone(),
         );
-        registry.register(
-            "keyway_acl_sync_errors",
+        registry.add(
+            "acl_sync_errors",
             "Polls of the metadata store's ACL records that failed (the last applied ACL stays)",
             self.sync_errors.clone(),
         );
-        registry.register(
-            "keyway_acl_changes_applied",
+        registry.add(
+            "acl_changes_applied",
             "Changes of the ACL records applied from the metadata store",
             self.applied.clone(),
         );

@@ -48,7 +48,7 @@ pub async fn serve(
     // The accept loop already counted this connection in `shared.clients`.
     shared.metrics.connections.inc();
     let id = shared.next_client_id.fetch_add(1, Ordering::SeqCst);
-    let mut session = Session::new(id, shared.config.requirepass.is_some(), peer.to_string());
+    let mut session = Session::new(id, shared.acl.new_connections_need_auth(), peer.to_string());
     session.replica_endpoint = replica_endpoint;
     session.readonly = replica_endpoint;
     let local = stream

@@ -39,6 +39,9 @@ pub struct ProxyConfig {
     pub requirepass: Option<String>,
     /// Password the proxy sends to the nodes (their `requirepass`).
     pub node_password: Option<String>,
+    /// ACL: how often the proxy reads the metadata store's ACL users and
+    /// applies a change.
+    pub acl_poll_interval_ms: u64,
 }
 
 impl Default for ProxyConfig {
@@ -58,6 +61,7 @@ impl Default for ProxyConfig {
             max_inline_len_bytes: keyway_resp::DEFAULT_MAX_INLINE_LEN_BYTES,
             requirepass: None,
             node_password: None,
+            acl_poll_interval_ms: 1_000,
         }
     }
 }
@@ -72,7 +76,11 @@ impl ProxyConfig {
             ("node_connections", self.node_connections as u64),
             ("max_node_inflight", self.max_node_inflight as u64),
             ("connect_timeout_ms", self.connect_timeout_ms),
+            ("acl_poll_interval_ms", self.acl_poll_interval_ms),
         ];
+        if self.acl_poll_interval_ms > 3_600_000 {
+            return Err("acl_poll_interval_ms must be at most 3600000 (one hour)".into());
+        }
         for (name, value) in positive {
             if value == 0 {
                 return Err(format!("{name} must be greater than 0"));

@@ -51,6 +51,9 @@ pub struct ProxyArgs {
     /// Password of the nodes (their --requirepass).
     #[arg(long, env = "KEYWAY_REQUIREPASS")]
     node_password: Option<String>,
+    /// ACL: how often the metadata store's ACL users are read and applied.
+    #[arg(long, default_value_t = 1_000)]
+    acl_poll_interval_ms: u64,
 }
 
 impl ProxyArgs {
@@ -70,6 +73,7 @@ impl ProxyArgs {
             max_inline_len_bytes: self.max_inline_len_bytes,
             requirepass: self.requirepass.clone(),
             node_password: self.node_password.clone(),
+            acl_poll_interval_ms: self.acl_poll_interval_ms,
         };
         config
             .validate()
