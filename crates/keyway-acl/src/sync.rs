@@ -12,8 +12,9 @@ use tokio::sync::watch;
 
 /// Reads and applies the records once; whether anything changed.
 pub async fn sync_once(acl: &Acl, meta: &dyn MetaStore) -> Result<bool, keyway_meta::MetaError> {
+    let mark = acl.local_changes();
     let records = meta.acl_users().await?;
-    Ok(acl.apply_records(records))
+    Ok(acl.apply_polled(records, mark))
 }
 
 /// Polls until `shutdown` turns true (or its sender goes).

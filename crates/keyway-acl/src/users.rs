@@ -56,6 +56,10 @@ struct State {
     stored: BTreeMap<String, Arc<User>>,
     /// The records last applied (to skip polls that changed nothing).
     applied: Vec<AclRecord>,
+    /// Bumped by every change made here ([`Acl::apply_put`],
+    /// [`Acl::apply_delete`]): a poll that read the store before one does
+    /// not apply what it read (it could predate the change).
+    local_changes: u64,
 }
 
 /// The users in force in one process.
@@ -78,6 +82,7 @@ impl Acl {
                 base_default,
                 stored: BTreeMap::new(),
                 applied: Vec::new(),
+                local_changes: 0,
             }),
             metrics: AclMetrics::default(),
             log: AclLog::default(),
@@ -207,12 +212,28 @@ impl Acl {
         true
     }
 
+    /// A mark to pass to [`Acl::apply_polled`] with records read after it.
+    pub fn local_changes(&self) -> u64 {
+        self.read().local_changes
+    }
+
+    /// [`Acl::apply_records`] for records read from the store after
+    /// `mark` ([`Acl::local_changes`]); skipped (false) when a change was
+    /// made here since, which the read may predate (the next poll applies).
+    pub fn apply_polled(&self, records: Vec<AclRecord>, mark: u64) -> bool {
+        if self.local_changes() != mark {
+            return false;
+        }
+        self.apply_records(records)
+    }
+
     /// Applies one record written here (before the next poll sees it).
     pub fn apply_put(&self, record: AclRecord) {
         let mut records = self.read().applied.clone();
         records.retain(|r| r.name != record.name);
         records.push(record);
         self.apply_records(records);
+        self.bump();
     }
 
     /// Applies one deletion made here.
@@ -220,6 +241,14 @@ impl Acl {
         let mut records = self.read().applied.clone();
         records.retain(|r| r.name != name);
         self.apply_records(records);
+        self.bump();
+    }
+
+    fn bump(&self) {
+        self.state
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .local_changes += 1;
     }
 }
 
