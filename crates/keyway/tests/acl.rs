@@ -48,6 +48,35 @@ fn as_app(port: u16, cluster: bool, args: &[&str]) -> String {
     cli(port, &all)
 }
 
+/// `redis-cli` as `user` reading `input`'s commands (one per line).
+fn piped(port: u16, user: &str, input: &str) -> String {
+    use std::io::Write;
+    let mut child = Command::new("redis-cli")
+        .args([
+            "-p",
+            &port.to_string(),
+            "--user",
+            user,
+            "--pass",
+            "pw",
+            "--no-auth-warning",
+        ])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("run redis-cli");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(input.as_bytes())
+        .expect("write to redis-cli");
+    let out = child.wait_with_output().expect("redis-cli output");
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let lines: Vec<&str> = text.lines().filter(|l| !l.is_empty()).collect();
+    lines.join("\n")
+}
+
 fn wait_for(what: &str, mut probe: impl FnMut() -> bool) {
     let deadline = Instant::now() + PROPAGATION;
     while !probe() {
@@ -152,6 +181,59 @@ fn acl_users_are_shared_and_enforced_by_nodes_and_the_proxy() {
     );
     assert_eq!(cli(n1, &["AUTH", "app", "pw"]), "OK");
     assert_refused("node 1", n1);
+    // redis.call inside a script runs as the script's caller.
+    assert_eq!(
+        cli(
+            n1,
+            &[
+                "ACL",
+                "SETUSER",
+                "scr",
+                "on",
+                ">pw",
+                "~app:*",
+                "+@read",
+                "+@scripting",
+                "+@transaction"
+            ]
+        ),
+        "OK"
+    );
+    let eval = |script: &str| {
+        cli(
+            n1,
+            &[
+                "-c",
+                "--user",
+                "scr",
+                "--pass",
+                "pw",
+                "--no-auth-warning",
+                "EVAL",
+                script,
+                "1",
+                "app:1",
+            ],
+        )
+    };
+    wait_for("node 2 knows scr (redirects)", || {
+        cli(n2, &["AUTH", "scr", "pw"]) == "OK"
+    });
+    assert_eq!(eval("return redis.call('get', KEYS[1])"), "v");
+    assert!(
+        eval("return redis.call('set', KEYS[1], 'x')")
+            .starts_with("ERR The user executing the script can't run this command or subcommand"),
+    );
+    assert!(
+        eval("return redis.call('get', 'other')")
+            .starts_with("ERR The user executing the script can't access at least one of the keys"),
+    );
+    // Inside MULTI: refused at queue time, and the EXEC aborts.
+    assert_eq!(
+        piped(n1, "scr", "MULTI\nSET app:1 x\nEXEC\n"),
+        format!("OK\n{NOPERM_CMD}\nEXECABORT Transaction discarded because of previous errors.")
+    );
+    assert_eq!(cli(n1, &["ACL", "DELUSER", "scr"]), "1");
     // On node 2 within the poll interval.
     wait_for("node 2 knows the user", || {
         cli(n2, &["AUTH", "app", "pw"]) == "OK"
