@@ -9,7 +9,9 @@
 //!   the proxy removes it everywhere;
 //! - `ACL SETUSER default >pw` gives the default user a password on every
 //!   node at run time;
-//! - the denials are counted on `/metrics`.
+//! - the denials are counted on `/metrics` and listed by `ACL LOG`;
+//! - refusals inside `MULTI` abort the `EXEC`; `redis.call` runs as the
+//!   script's caller.
 
 mod common;
 
@@ -181,6 +183,25 @@ fn acl_users_are_shared_and_enforced_by_nodes_and_the_proxy() {
     );
     assert_eq!(cli(n1, &["AUTH", "app", "pw"]), "OK");
     assert_refused("node 1", n1);
+    // ACL LOG: the newest denial first.
+    let log = cli(n1, &["ACL", "LOG", "1"]);
+    let fields: Vec<&str> = log.lines().collect();
+    assert_eq!(
+        &fields[..10],
+        [
+            "count",
+            "1",
+            "reason",
+            "command",
+            "context",
+            "toplevel",
+            "object",
+            "acl|whoami",
+            "username",
+            "app"
+        ],
+        "{log}"
+    );
     // redis.call inside a script runs as the script's caller.
     assert_eq!(
         cli(
