@@ -777,6 +777,43 @@ impl MetaStore for EmbeddedMeta {
         .await
     }
 
+    async fn acl_users(&self) -> Result<Vec<crate::AclRecord>, MetaError> {
+        let state = self.inner.state.lock().await;
+        state.check_healthy()?;
+        Ok(state
+            .acl_users
+            .iter()
+            .map(|(name, rules)| crate::AclRecord {
+                name: name.clone(),
+                rules: rules.clone(),
+            })
+            .collect())
+    }
+
+    async fn put_acl_user(&self, record: crate::AclRecord) -> Result<(), MetaError> {
+        self.run(move |inner| async move {
+            let mut state = inner.state.lock().await;
+            state.check_healthy()?;
+            state.acl_users.insert(record.name, record.rules);
+            inner.persist(&mut state).await
+        })
+        .await
+    }
+
+    async fn delete_acl_user(&self, name: &str) -> Result<bool, MetaError> {
+        let name = name.to_string();
+        self.run(move |inner| async move {
+            let mut state = inner.state.lock().await;
+            state.check_healthy()?;
+            if state.acl_users.remove(&name).is_none() {
+                return Ok(false);
+            }
+            inner.persist(&mut state).await?;
+            Ok(true)
+        })
+        .await
+    }
+
     async fn bootstrap_if_empty_with(
         &self,
         min_nodes: usize,

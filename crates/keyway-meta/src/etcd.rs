@@ -36,6 +36,7 @@
 //! - `etcd/nodes.rs`: node registration and bootstrap (commits).
 //! - `etcd/lease.rs`: leases.
 //! - `etcd/watch.rs`: the map watch stream.
+//! - `etcd/acl.rs`: ACL user records (`<p>/acl/users/<name>`).
 //! - `etcd/migration.rs`: migration records and their id allocator
 //!   (compare-and-set transactions on `<p>/migrations/`).
 //! - `etcd/election.rs`: leader election (etcd's `Campaign`, plus direct
@@ -43,6 +44,7 @@
 //!
 //! See `docs/etcd.md` for the key layout and the etcd behaviours relied on.
 
+mod acl;
 mod conn;
 mod election;
 mod layout;
@@ -305,6 +307,18 @@ impl MetaStore for EtcdMeta {
 
     async fn delete_migration(&self, id: u64, expected: u64) -> Result<(), MetaError> {
         self.inner.delete_migration(id, expected).await
+    }
+
+    async fn acl_users(&self) -> Result<Vec<crate::AclRecord>, MetaError> {
+        self.inner.acl_users().await
+    }
+
+    async fn put_acl_user(&self, record: crate::AclRecord) -> Result<(), MetaError> {
+        self.inner.put_acl_user(record).await
+    }
+
+    async fn delete_acl_user(&self, name: &str) -> Result<bool, MetaError> {
+        self.inner.delete_acl_user(name).await
     }
 
     async fn bootstrap_if_empty_with(

@@ -56,7 +56,7 @@ pub use etcd::{EtcdMeta, EtcdOptions};
 pub use rpc::client::{RemoteMeta, RemoteOptions};
 pub use rpc::server::{serve, serve_with_secret};
 pub use store::{
-    LeaderWatch, Leadership, LeaseId, LeaseInfo, MapTxn, MapUpdate, MapWatch, MetaStore,
-    Replication, StoredMigration, bootstrap_txn, election_unsupported,
+    AclRecord, LeaderWatch, Leadership, LeaseId, LeaseInfo, MapTxn, MapUpdate, MapWatch, MetaStore,
+    Replication, StoredMigration, acl_unsupported, bootstrap_txn, election_unsupported,
 };
 pub use url::connect;

@@ -161,6 +161,20 @@ pub fn election_unsupported() -> MetaError {
     MetaError::Internal("leader election not supported by this backend".into())
 }
 
+/// One ACL user record: the user's name and its rules as `ACL LIST` prints
+/// them after `user <name> ` (opaque to the store; `keyway-acl` writes and
+/// reads them).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AclRecord {
+    pub name: String,
+    pub rules: String,
+}
+
+/// What the ACL methods of a backend without ACL records return.
+pub fn acl_unsupported() -> MetaError {
+    MetaError::Internal("ACL records not supported by this backend".into())
+}
+
 /// The metadata store: authoritative home of the partition map, the node
 /// registry and leases.
 ///
@@ -336,6 +350,28 @@ pub trait MetaStore: Send + Sync + 'static {
     /// `expected`; otherwise [`MetaError::MigrationConflict`] (`current:
     /// None` when there is no record). The id stays allocated.
     async fn delete_migration(&self, id: u64, expected: u64) -> Result<(), MetaError>;
+
+    // ---- ACL users (shared by every node and proxy). ----
+    //
+    // One record per user name; a write replaces the user's record whole
+    // (last writer wins), durably, before it returns.
+
+    /// Every ACL record, ordered by name.
+    async fn acl_users(&self) -> Result<Vec<AclRecord>, MetaError> {
+        Err(acl_unsupported())
+    }
+
+    /// Creates or replaces the record of `record.name`.
+    async fn put_acl_user(&self, record: AclRecord) -> Result<(), MetaError> {
+        let _ = record;
+        Err(acl_unsupported())
+    }
+
+    /// Deletes the record of `name`; whether there was one.
+    async fn delete_acl_user(&self, name: &str) -> Result<bool, MetaError> {
+        let _ = name;
+        Err(acl_unsupported())
+    }
 
     /// If the map has no keyspace yet and at least `min_nodes` nodes are
     /// registered, creates the bootstrap map

@@ -169,6 +169,10 @@ pub struct NodeConfig {
     pub kw_scan_reroute_timeout_ms: u64,
     /// `KW.SCAN`: deadline of one `RangeScan` call to another node.
     pub kw_scan_rpc_timeout_ms: u64,
+    /// ACL: how often the node reads the metadata store's ACL users and
+    /// applies a change (`ACL SETUSER` on another node or the proxy is
+    /// enforced here within about this long).
+    pub acl_poll_interval_ms: u64,
     /// Load statistics: the window request rates and hot keys are measured over.
     pub stats_window_ms: u64,
     /// Load statistics: about one request in this many is sampled for the
@@ -345,6 +349,7 @@ impl Default for NodeConfig {
             kw_scan_max_limit: 10_000,
             kw_scan_reroute_timeout_ms: 10_000,
             kw_scan_rpc_timeout_ms: 5_000,
+            acl_poll_interval_ms: 1_000,
             stats_window_ms: 10_000,
             stats_sample_every: 16,
             hot_keys_k: 16,
@@ -467,6 +472,7 @@ impl NodeConfig {
                 self.kw_scan_reroute_timeout_ms,
             ),
             ("kw_scan_rpc_timeout_ms", self.kw_scan_rpc_timeout_ms),
+            ("acl_poll_interval_ms", self.acl_poll_interval_ms),
             ("stats_sample_every", u64::from(self.stats_sample_every)),
             ("hot_keys_k", self.hot_keys_k as u64),
             ("stats_split_min_samples", self.stats_split_min_samples),
@@ -519,6 +525,9 @@ impl NodeConfig {
         }
         if self.log_truncate_chunk_records > 1_000_000 {
             return Err("log_truncate_chunk_records must be at most 1000000".into());
+        }
+        if self.acl_poll_interval_ms > 3_600_000 {
+            return Err("acl_poll_interval_ms must be at most 3600000 (one hour)".into());
         }
         if self.active_expire_cycle_budget_ms > self.active_expire_interval_ms {
             return Err(format!(

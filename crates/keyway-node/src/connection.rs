@@ -59,7 +59,7 @@ pub async fn serve<S>(
     }
     shared.metrics.connections.inc();
     let id = shared.next_client_id.fetch_add(1, Ordering::SeqCst);
-    let mut session = Session::new(id, shared.config.requirepass.is_some(), peer.to_string());
+    let mut session = Session::new(id, shared.acl.new_connections_need_auth(), peer.to_string());
     session.replica_endpoint = replica_endpoint;
     session.readonly = replica_endpoint;
     let registration = shared.server.clients.register(id, peer.to_string(), local);

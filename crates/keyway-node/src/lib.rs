@@ -49,6 +49,7 @@
 //! - `storage_health.rs`: fail-stop after an fsync failure (the latch, the engine wrapper).
 //! - `clock.rs`: the clock trait (wall and monotonic time), for simulation.
 
+pub mod acl;
 pub mod active_expire;
 pub mod admin;
 pub mod blocking;

@@ -52,6 +52,14 @@ pub async fn dispatch(shared: &Arc<Shared>, session: &mut Session, args: Vec<Byt
     if !session.authenticated && !matches!(name, "AUTH" | "HELLO" | "QUIT") {
         return err("NOAUTH Authentication required.");
     }
+    // ACL: the command and its keys, before anything is admitted or queued
+    // (a refusal inside MULTI flags the transaction, as in Redis).
+    if !matches!(name, "AUTH" | "HELLO" | "QUIT")
+        && let Some(denied) = crate::acl::check_request(&shared.acl, session, &args)
+    {
+        crate::multi::flag_dirty(session);
+        return denied.into();
+    }
     if shared.scripts.is_busy() && !crate::script::allowed_while_busy(name, &args) {
         return crate::script::refuse_busy(shared, session, name);
     }
@@ -69,15 +77,13 @@ pub async fn dispatch(shared: &Arc<Shared>, session: &mut Session, args: Vec<Byt
             Frame::ok().into()
         }
         "HELLO" => {
-            let reply = session::hello(
-                session,
-                shared.config.requirepass.as_deref(),
-                &args,
-                "cluster",
-            );
+            let reply = session::hello(session, &shared.acl, &args, "cluster");
             replica_role_in_hello(reply, session.replica_endpoint).into()
         }
-        "AUTH" => session::auth(session, shared.config.requirepass.as_deref(), &args).into(),
+        "AUTH" => session::auth(session, &shared.acl, &args).into(),
+        "ACL" => keyway_acl::acl_command(&shared.acl, &*shared.meta, &session.user, &args)
+            .await
+            .into(),
         "SELECT" => select(&args),
         "CLIENT" => client(shared, session, &args),
         "COMMAND" => cmd::table::command_reply(&args[1..]).into(),

@@ -96,6 +96,9 @@ pub struct Shared {
     pub copies: Arc<crate::copies::Copies>,
     pub clock: Arc<dyn Clock>,
     pub meta: Arc<dyn MetaStore>,
+    /// The ACL users in force ([`crate::acl`]; kept in step with the
+    /// metadata store by `keyway_acl::sync_loop`).
+    pub acl: Arc<keyway_acl::Acl>,
     /// The default (Redis) keyspace, `0`, hash routing.
     pub keyspace: Keyspace,
     pub scan_cursors: Mutex<ScanCursors>,
@@ -282,6 +285,11 @@ impl Node {
         let tx_metrics = crate::multi::TxMetrics::register(&metrics);
         let flush_metrics = crate::flush::FlushMetrics::register(&metrics);
         let server = crate::server_cmd::ServerState::new(&config, clock.unix_ms() / 1000);
+        let acl = crate::acl::new_acl(config.requirepass.as_deref());
+        crate::acl::register_metrics(&acl, &metrics);
+        if let Err(e) = keyway_acl::sync_once(&acl, &*meta).await {
+            tracing::warn!(error = %e, "cannot read the ACL users yet; the default user from requirepass applies until the store answers");
+        }
         let shared = Arc::new(Shared {
             stats,
             copies,
@@ -314,6 +322,7 @@ impl Node {
             server,
             clock,
             meta,
+            acl,
             keyspace: Keyspace {
                 id: DEFAULT_KEYSPACE,
                 name: "default".into(),
@@ -336,6 +345,12 @@ impl Node {
             shutdown_rx.clone(),
         ));
         tasks.spawn(wake_held(shared.clone(), shutdown_rx.clone()));
+        tasks.spawn(keyway_acl::sync_loop(
+            shared.acl.clone(),
+            shared.meta.clone(),
+            Duration::from_millis(shared.config.acl_poll_interval_ms.max(1)),
+            shutdown_rx.clone(),
+        ));
         tasks.spawn(shared.replication.clone().run(shutdown_rx.clone()));
         tasks.spawn(shared.stats.clone().run(shutdown_rx.clone()));
         tasks.spawn(crate::active_expire::run(
@@ -610,7 +625,8 @@ impl Shared {
     pub fn protected_mode_refuses(&self, peer: SocketAddr) -> bool {
         crate::protected_mode::refuses(
             self.config.protected_mode,
-            self.config.requirepass.is_some(),
+            // `requirepass`, or an `ACL SETUSER default >pw` since.
+            self.acl.default_user_has_password(),
             peer,
         )
     }

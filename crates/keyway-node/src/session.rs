@@ -1,4 +1,5 @@
-//! Per-connection state: protocol version, client name, authentication,
+//! Per-connection state: protocol version, client name, authentication
+//! (the ACL user, see `keyway-acl`),
 //! `READONLY`;
 //! and the connection commands that change it (`AUTH`, `HELLO`), shared
 //! with `keyway proxy`.
@@ -6,6 +7,7 @@
 use crate::cmd::table::arity_error;
 use crate::node_cmd::REDIS_COMPAT_VERSION;
 use bytes::Bytes;
+use keyway_acl::{Acl, WRONGPASS};
 use keyway_resp::{Frame, Protocol};
 
 /// What a node remembers about one client connection.
@@ -20,8 +22,11 @@ pub struct Session {
     /// `CLIENT SETINFO LIB-NAME` / `LIB-VER`.
     pub lib_name: Option<Bytes>,
     pub lib_ver: Option<Bytes>,
-    /// False while `requirepass` is set and the client has not sent AUTH.
+    /// False while the default user needs a password and the client has
+    /// not sent AUTH.
     pub authenticated: bool,
+    /// The ACL user the connection runs as (`default` until `AUTH`).
+    pub user: String,
     /// Set by QUIT: close after the reply is written.
     pub closing: bool,
     /// Remote address, for `CLIENT INFO`.
@@ -57,6 +62,7 @@ impl Session {
             lib_name: None,
             lib_ver: None,
             authenticated: !needs_auth,
+            user: "default".to_string(),
             closing: false,
             peer,
             readonly: false,
@@ -70,20 +76,22 @@ impl Session {
     }
 }
 
-/// `AUTH [default] <password>` against `requirepass`, with Redis's replies.
-/// Shared by the node and `keyway proxy`.
-pub fn auth(session: &mut Session, requirepass: Option<&str>, args: &[Bytes]) -> Frame {
-    let pass = match args.len() {
-        2 => &args[1],
-        3 if args[1].eq_ignore_ascii_case(b"default") => &args[2],
-        3 => return Frame::Error(WRONGPASS.into()),
+/// `AUTH [user] <password>` against the ACL users (the default user's
+/// password is `requirepass` unless `ACL SETUSER default` changed it), with
+/// Redis's replies. Shared by the node and `keyway proxy`.
+pub fn auth(session: &mut Session, acl: &Acl, args: &[Bytes]) -> Frame {
+    let (user, pass) = match args.len() {
+        2 => {
+            if acl.user("default").is_some_and(|u| u.nopass) {
+                return Frame::Error("ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?".into());
+            }
+            (&b"default"[..], &args[1])
+        }
+        3 => (&args[1][..], &args[2]),
         _ => return arity_error("auth"),
     };
-    match check_password(requirepass, pass) {
-        Ok(()) => {
-            session.authenticated = true;
-            Frame::ok()
-        }
+    match login(session, acl, user, pass) {
+        Ok(()) => Frame::ok(),
         Err(frame) => frame,
     }
 }
@@ -91,12 +99,7 @@ pub fn auth(session: &mut Session, requirepass: Option<&str>, args: &[Bytes]) ->
 /// `HELLO [protover [AUTH user pass] [SETNAME name]]` for a server in
 /// `mode` (`cluster` for a node, `standalone` for the proxy), with Redis's
 /// replies and errors. Shared by the node and `keyway proxy`.
-pub fn hello(
-    session: &mut Session,
-    requirepass: Option<&str>,
-    args: &[Bytes],
-    mode: &'static str,
-) -> Frame {
+pub fn hello(session: &mut Session, acl: &Acl, args: &[Bytes], mode: &'static str) -> Frame {
     let error = |text: &str| Frame::Error(text.into());
     let mut proto = session.protocol;
     if let Some(ver) = args.get(1) {
@@ -115,10 +118,9 @@ pub fn hello(
     while i < args.len() {
         match args[i].to_ascii_uppercase().as_slice() {
             b"AUTH" if i + 2 < args.len() => {
-                if let Err(frame) = check_password(requirepass, &args[i + 2]) {
+                if let Err(frame) = login(session, acl, &args[i + 1], &args[i + 2]) {
                     return frame;
                 }
-                session.authenticated = true;
                 i += 3;
             }
             b"SETNAME" if i + 1 < args.len() => {
@@ -154,12 +156,23 @@ pub fn hello(
     ])
 }
 
-const WRONGPASS: &str = "WRONGPASS invalid username-password pair or user is disabled.";
-
-fn check_password(requirepass: Option<&str>, given: &[u8]) -> Result<(), Frame> {
-    match requirepass {
-        Some(pass) if pass.as_bytes() == given => Ok(()),
-        Some(_) => Err(Frame::Error(WRONGPASS.into())),
-        None => Err(Frame::Error("ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?".into())),
+/// Logs the connection in as `user` if the password matches.
+fn login(session: &mut Session, acl: &Acl, user: &[u8], pass: &[u8]) -> Result<(), Frame> {
+    match acl.authenticate(user, pass) {
+        Some(u) => {
+            session.authenticated = true;
+            session.user = u.name.clone();
+            Ok(())
+        }
+        None => {
+            acl.log.add(
+                "auth",
+                "toplevel",
+                "AUTH".into(),
+                String::from_utf8_lossy(user).to_string(),
+                format!("id={} addr={}", session.id, session.peer),
+            );
+            Err(Frame::Error(WRONGPASS.into()))
+        }
     }
 }

@@ -113,6 +113,15 @@ pub fn plan(
     if !session.authenticated && !matches!(name.as_str(), "AUTH" | "HELLO" | "QUIT") {
         return err("NOAUTH Authentication required.");
     }
+    // ACL: the command and its keys, checked here before anything is
+    // forwarded or queued (a refusal inside MULTI flags the transaction).
+    if !matches!(name.as_str(), "AUTH" | "HELLO" | "QUIT")
+        && let Some(denied) = keyway_node::acl::check_request(&core.acl, session, &args)
+    {
+        tx.flag_dirty();
+        core.metrics.request("local");
+        return Plan::Reply(denied);
+    }
     let deadline = Instant::now() + Duration::from_millis(core.config.request_timeout_ms);
     if let Some(planned) = crate::transaction::intercept(tx, &name, &args, deadline) {
         core.metrics.request(match &planned {
@@ -135,17 +144,8 @@ pub fn plan(
             session.closing = true;
             reply(Frame::ok())
         }
-        "HELLO" => reply(node_session::hello(
-            session,
-            core.config.requirepass.as_deref(),
-            &args,
-            "standalone",
-        )),
-        "AUTH" => reply(node_session::auth(
-            session,
-            core.config.requirepass.as_deref(),
-            &args,
-        )),
+        "HELLO" => reply(node_session::hello(session, &core.acl, &args, "standalone")),
+        "AUTH" => reply(node_session::auth(session, &core.acl, &args)),
         "SELECT" => select(&args),
         "CLIENT" => client(session, &args),
         "COMMAND" => reply(table::command_reply(&args[1..])),
@@ -210,6 +210,27 @@ pub fn plan(
         Plan::Forward(_) => "forwarded",
     });
     planned
+}
+
+/// Whether `args` is an `ACL ...` that [`acl`] answers: from an
+/// authenticated connection whose user may run it, outside `MULTI` (else
+/// [`plan`] answers it: NOAUTH, NOPERM, the transaction's refusal).
+pub fn is_acl(
+    core: &Core,
+    session: &Session,
+    tx: &crate::transaction::ProxyTx,
+    args: &[Bytes],
+) -> bool {
+    args.first().is_some_and(|n| n.eq_ignore_ascii_case(b"acl"))
+        && session.authenticated
+        && !tx.in_multi()
+        && core.acl.check(&session.user, args, Vec::new).is_ok()
+}
+
+/// `ACL ...`: the reply, once the metadata store took a change.
+pub async fn acl(core: &Core, session: &Session, args: &[Bytes]) -> Frame {
+    core.metrics.request("local");
+    keyway_acl::acl_command(&core.acl, &*core.meta, &session.user, args).await
 }
 
 /// A Redis data command: by slot, split by slot, or refused across slots.

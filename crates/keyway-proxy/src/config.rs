@@ -60,6 +60,9 @@ pub struct ProxyConfig {
     /// Redis `protected-mode`: while on and `requirepass` is unset, clients
     /// not on the loopback interface get `-DENIED` and are closed.
     pub protected_mode: bool,
+    /// ACL: how often the proxy reads the metadata store's ACL users and
+    /// applies a change.
+    pub acl_poll_interval_ms: u64,
 }
 
 impl Default for ProxyConfig {
@@ -87,6 +90,7 @@ impl Default for ProxyConfig {
             tls_auth_clients: TlsAuthClients::Yes,
             tls_handshake_timeout_ms: keyway_node::tls::DEFAULT_TLS_HANDSHAKE_TIMEOUT_MS,
             protected_mode: true,
+            acl_poll_interval_ms: 1_000,
         }
     }
 }
@@ -101,7 +105,11 @@ impl ProxyConfig {
             ("node_connections", self.node_connections as u64),
             ("max_node_inflight", self.max_node_inflight as u64),
             ("connect_timeout_ms", self.connect_timeout_ms),
+            ("acl_poll_interval_ms", self.acl_poll_interval_ms),
         ];
+        if self.acl_poll_interval_ms > 3_600_000 {
+            return Err("acl_poll_interval_ms must be at most 3600000 (one hour)".into());
+        }
         for (name, value) in positive {
             if value == 0 {
                 return Err(format!("{name} must be greater than 0"));

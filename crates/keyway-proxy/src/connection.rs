@@ -216,7 +216,7 @@ async fn serve_halves<R, W>(
     W: AsyncWrite + Unpin,
 {
     let id = core.next_client_id.fetch_add(1, Ordering::SeqCst);
-    let mut session = Session::new(id, core.config.requirepass.is_some(), peer.to_string());
+    let mut session = Session::new(id, core.acl.new_connections_need_auth(), peer.to_string());
     let mut tx = crate::transaction::ProxyTx::default();
     let mut parser = RequestParser::new(core.config.resp_limits());
     let mut inbuf = BytesMut::with_capacity(READ_BUFFER_BYTES);
@@ -235,7 +235,13 @@ async fn serve_halves<R, W>(
             match parser.parse(&mut inbuf) {
                 Ok(Some(args)) => {
                     let proto_before = session.protocol;
-                    let entry = match command::plan(&core, &mut session, &mut tx, args) {
+                    let planned = if command::is_acl(&core, &session, &tx, &args) {
+                        // `ACL ...`: answered here, after the store took a change.
+                        Plan::Reply(command::acl(&core, &session, &args).await)
+                    } else {
+                        command::plan(&core, &mut session, &mut tx, args)
+                    };
+                    let entry = match planned {
                         // HELLO switches protocol: its own reply is already in the new one.
                         Plan::Reply(frame) => Entry {
                             state: State::Ready(frame),

@@ -85,6 +85,12 @@ impl Default for Metrics {
 }
 
 impl Metrics {
+    /// Registers the ACL's metrics (`keyway_proxy_acl_*`).
+    pub fn register_acl(&self, acl: &keyway_acl::AclMetrics) {
+        let mut r = self.registry.lock().unwrap_or_else(|e| e.into_inner());
+        acl.register(&mut *r);
+    }
+
     pub fn new() -> Self {
         let m = Metrics {
             registry: Mutex::new(Registry::with_prefix("keyway_proxy")),
@@ -255,6 +261,10 @@ pub struct Status {
     pub dedicated_calls: u64,
     /// Reads sent to a partition's `reads_from` replica.
     pub reads_from_sent: u64,
+    /// ACL users in force (the default user included).
+    pub acl_users: i64,
+    /// Requests refused -NOPERM by the ACL.
+    pub acl_denied: u64,
     /// Of those, refused there and sent to the owner instead.
     pub reads_from_fallbacks: u64,
 }
@@ -294,6 +304,17 @@ impl Status {
             dedicated_calls: m.dedicated_calls.get(),
             reads_from_sent,
             reads_from_fallbacks,
+            acl_users: core.acl.metrics.users.get(),
+            acl_denied: ["command", "key"]
+                .iter()
+                .map(|reason| {
+                    core.acl
+                        .metrics
+                        .denied
+                        .get_or_create(&keyway_acl::ReasonLabel { reason })
+                        .get()
+                })
+                .sum(),
         }
     }
 }

@@ -41,6 +41,10 @@ pub struct Core {
     pub router: Arc<Router>,
     pub upstreams: Upstreams,
     pub metrics: Arc<Metrics>,
+    /// The ACL users in force (kept in step with the metadata store).
+    pub acl: Arc<keyway_acl::Acl>,
+    /// The metadata store (the map watch, `ACL SETUSER`/`DELUSER`).
+    pub meta: Arc<dyn MetaStore>,
     pub resp_addr: String,
     pub admin_addr: String,
     /// The TLS client listener's address, if TLS is on.
@@ -92,11 +96,18 @@ impl Proxy {
             },
             metrics.clone(),
         );
+        let acl = keyway_node::acl::new_acl(config.requirepass.as_deref());
+        metrics.register_acl(&acl.metrics);
+        if let Err(e) = keyway_acl::sync_once(&acl, &*meta).await {
+            tracing::warn!(error = %e, "cannot read the ACL users yet; the default user from requirepass applies until the store answers");
+        }
         let core = Arc::new(Core {
             config,
             router: router.clone(),
             upstreams,
             metrics,
+            acl,
+            meta: meta.clone(),
             resp_addr,
             admin_addr,
             tls_addr: tls.as_ref().map(|(_, _, a)| a.clone()),
@@ -109,6 +120,12 @@ impl Proxy {
         tasks.spawn(crate::metrics::serve_admin(
             core.clone(),
             admin_listener,
+            shutdown_rx.clone(),
+        ));
+        tasks.spawn(keyway_acl::sync_loop(
+            core.acl.clone(),
+            meta.clone(),
+            Duration::from_millis(core.config.acl_poll_interval_ms),
             shutdown_rx.clone(),
         ));
         tasks.spawn(watch_loop(router.clone(), meta, shutdown_rx.clone()));
@@ -170,7 +187,8 @@ impl Core {
     pub fn protected_mode_refuses(&self, peer: SocketAddr) -> bool {
         keyway_node::protected_mode::refuses(
             self.config.protected_mode,
-            self.config.requirepass.is_some(),
+            // `requirepass`, or an `ACL SETUSER default >pw` since.
+            self.acl.default_user_has_password(),
             peer,
         )
     }

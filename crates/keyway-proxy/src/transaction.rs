@@ -101,6 +101,21 @@ fn forward(op: TxOp, args: Vec<Bytes>, keys: Vec<Bytes>, deadline: Instant) -> O
     }))
 }
 
+impl ProxyTx {
+    /// Whether the connection is between `MULTI` and `EXEC`/`DISCARD`.
+    pub fn in_multi(&self) -> bool {
+        self.queue.is_some()
+    }
+
+    /// Flags an open transaction (a command refused before it was queued):
+    /// its `EXEC` is `-EXECABORT`.
+    pub fn flag_dirty(&mut self) {
+        if let Some(q) = self.queue.as_mut() {
+            q.dirty = true;
+        }
+    }
+}
+
 /// The transaction commands, and every command inside `MULTI`; `None` for
 /// anything else (planned as usual).
 pub fn intercept(tx: &mut ProxyTx, name: &str, args: &[Bytes], deadline: Instant) -> Option<Plan> {

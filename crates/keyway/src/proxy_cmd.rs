@@ -80,6 +80,9 @@ pub struct ProxyArgs {
     /// set, clients not on the loopback interface get -DENIED and are closed.
     #[arg(long, default_value = "yes", action = clap::ArgAction::Set, value_parser = keyway_node::protected_mode::parse_yes_no)]
     protected_mode: bool,
+    /// ACL: how often the metadata store's ACL users are read and applied.
+    #[arg(long, default_value_t = 1_000)]
+    acl_poll_interval_ms: u64,
 }
 
 impl ProxyArgs {
@@ -107,6 +110,7 @@ impl ProxyArgs {
             tls_auth_clients: self.tls_auth_clients,
             tls_handshake_timeout_ms: self.tls_handshake_timeout_ms,
             protected_mode: self.protected_mode,
+            acl_poll_interval_ms: self.acl_poll_interval_ms,
         };
         config
             .validate()

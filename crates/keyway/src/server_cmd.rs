@@ -40,6 +40,10 @@ pub struct NodeFlags {
     /// Redis requirepass.
     #[arg(long, env = "KEYWAY_REQUIREPASS")]
     requirepass: Option<String>,
+    /// ACL: how often the metadata store's ACL users are read and applied,
+    /// milliseconds (default 1000).
+    #[arg(long)]
+    acl_poll_interval_ms: Option<u64>,
     /// Most client connections per node.
     #[arg(long)]
     max_clients: Option<usize>,
@@ -244,7 +248,8 @@ impl NodeFlags {
             replica_switchover_grace_ms,
             replica_copy_max_bytes_per_sec,
             stray_sweep_interval_ms,
-            stray_sweep_grace_ms
+            stray_sweep_grace_ms,
+            acl_poll_interval_ms
         );
         if self.requirepass.is_some() {
             c.requirepass = self.requirepass.clone();

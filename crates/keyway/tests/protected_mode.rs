@@ -3,7 +3,8 @@
 //! - a node bound to 0.0.0.0 with no password answers the namespaced client
 //!   Redis 7.0.15's exact `-DENIED` error and closes, on its client port
 //!   and on its replica endpoint, and counts it; loopback gets `PONG`;
-//! - with `requirepass` the namespaced client can AUTH and PING; with
+//! - with `requirepass`, or a default-user password set with `ACL SETUSER`,
+//!   the namespaced client can AUTH and PING; with
 //!   `--protected-mode no` it gets `PONG` without a password;
 //! - the proxy, the same three ways.
 //!
@@ -102,6 +103,16 @@ fn a_node_without_a_password_refuses_non_loopback_clients() {
     assert_eq!(
         counter(admin, "keyway_protected_mode_refused_connections"),
         2
+    );
+    // A password given to the default user at run time (ACL, not
+    // requirepass) ends protected mode too: the rule asks the ACL.
+    assert_eq!(
+        redis_cli(port, &["ACL", "SETUSER", "default", ">runtime-pw"]),
+        "OK"
+    );
+    assert_eq!(
+        ns_redis_cli(&net, port, &["-a", "runtime-pw", "PING"]),
+        "PONG"
     );
     cluster.stop();
 

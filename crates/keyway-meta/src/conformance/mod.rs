@@ -76,6 +76,8 @@ macro_rules! meta_conformance_tests {
             one!(migration_generation_must_increase);
             one!(migration_delete_checks_the_generation);
             one!(migration_ids_are_distinct_under_concurrency);
+            one!(acl_users_are_written_listed_replaced_and_deleted);
+            one!(acl_user_names_are_kept_apart);
         }
     };
 }
@@ -167,6 +169,7 @@ fn first_partition(map: &PartitionMap) -> PartitionRecord {
         .clone()
 }
 
+mod acl;
 mod commit;
 mod election;
 mod lease;
@@ -175,6 +178,7 @@ mod nodes;
 mod restart;
 mod watch;
 
+pub use acl::{acl_user_names_are_kept_apart, acl_users_are_written_listed_replaced_and_deleted};
 pub use commit::{
     cas_race_has_exactly_one_winner, commit_applies_changes_as_the_next_version,
     commit_is_refused_when_the_resulting_map_is_invalid, conflict_carries_what_is_there_now,

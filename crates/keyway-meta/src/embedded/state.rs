@@ -50,6 +50,8 @@ pub(crate) struct State {
     pub leases: LeaseTable,
     pub elections: Elections,
     pub migrations: Migrations,
+    /// ACL user records by name (`rules` as `keyway-acl` wrote them).
+    pub acl_users: BTreeMap<String, String>,
     /// Set when a write to disk failed: memory may be ahead of the disk, so
     /// the store refuses everything until it is reopened.
     pub failed: Option<String>,
@@ -67,6 +69,7 @@ struct PersistedRef<'a> {
     elections: BTreeMap<String, Vec<CandidacyRecord>>,
     next_migration_id: u64,
     migrations: Vec<MigrationRecord>,
+    acl_users: &'a BTreeMap<String, String>,
 }
 
 #[derive(Deserialize)]
@@ -85,6 +88,8 @@ struct Persisted {
     next_migration_id: u64,
     #[serde(default)]
     migrations: Vec<MigrationRecord>,
+    #[serde(default)]
+    acl_users: BTreeMap<String, String>,
 }
 
 impl State {
@@ -98,6 +103,7 @@ impl State {
             leases: LeaseTable::default(),
             elections: Elections::default(),
             migrations: Migrations::default(),
+            acl_users: BTreeMap::new(),
             failed: None,
         }
     }
@@ -141,6 +147,7 @@ impl State {
             leases: LeaseTable::restore(p.leases, p.next_lease_id, now),
             elections: Elections::restore(p.elections, p.next_candidacy_id),
             migrations: Migrations::restore(p.migrations, p.next_migration_id),
+            acl_users: p.acl_users,
             failed: None,
         };
         state.trim_history();
@@ -164,6 +171,7 @@ impl State {
             elections: self.elections.records(),
             next_migration_id: self.migrations.next_id(),
             migrations: self.migrations.records(),
+            acl_users: &self.acl_users,
         };
         serde_json::to_vec(&view).map_err(|e| MetaError::Internal(format!("encode state: {e}")))
     }

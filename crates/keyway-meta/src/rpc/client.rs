@@ -396,6 +396,48 @@ impl MetaStore for RemoteMeta {
         .await?;
         Ok(())
     }
+
+    async fn acl_users(&self) -> Result<Vec<crate::AclRecord>, MetaError> {
+        let req = self.request(pb::AclUsersRequest {});
+        let resp = self
+            .call("AclUsers", |mut c| async move { c.acl_users(req).await })
+            .await?;
+        Ok(resp
+            .users
+            .into_iter()
+            .map(|u| crate::AclRecord {
+                name: u.name,
+                rules: u.rules,
+            })
+            .collect())
+    }
+
+    async fn put_acl_user(&self, record: crate::AclRecord) -> Result<(), MetaError> {
+        let req = self.request(pb::PutAclUserRequest {
+            user: Some(pb::AclRecord {
+                name: record.name,
+                rules: record.rules,
+            }),
+        });
+        self.call(
+            "PutAclUser",
+            |mut c| async move { c.put_acl_user(req).await },
+        )
+        .await?;
+        Ok(())
+    }
+
+    async fn delete_acl_user(&self, name: &str) -> Result<bool, MetaError> {
+        let req = self.request(pb::DeleteAclUserRequest {
+            name: name.to_string(),
+        });
+        let resp = self
+            .call("DeleteAclUser", |mut c| async move {
+                c.delete_acl_user(req).await
+            })
+            .await?;
+        Ok(resp.deleted)
+    }
 }
 
 /// Turns a gRPC server stream into our item stream: each message converted

@@ -370,6 +370,51 @@ impl meta_server::Meta for MetaService {
             .map_err(status)?;
         Ok(Response::new(pb::DeleteMigrationResponse {}))
     }
+
+    async fn acl_users(
+        &self,
+        _: Request<pb::AclUsersRequest>,
+    ) -> Result<Response<pb::AclUsersResponse>, Status> {
+        let users = self.store.acl_users().await.map_err(status)?;
+        Ok(Response::new(pb::AclUsersResponse {
+            users: users
+                .into_iter()
+                .map(|u| pb::AclRecord {
+                    name: u.name,
+                    rules: u.rules,
+                })
+                .collect(),
+        }))
+    }
+
+    async fn put_acl_user(
+        &self,
+        req: Request<pb::PutAclUserRequest>,
+    ) -> Result<Response<pb::PutAclUserResponse>, Status> {
+        let Some(user) = req.into_inner().user else {
+            return Err(Status::invalid_argument("PutAclUser without a user"));
+        };
+        self.store
+            .put_acl_user(crate::AclRecord {
+                name: user.name,
+                rules: user.rules,
+            })
+            .await
+            .map_err(status)?;
+        Ok(Response::new(pb::PutAclUserResponse {}))
+    }
+
+    async fn delete_acl_user(
+        &self,
+        req: Request<pb::DeleteAclUserRequest>,
+    ) -> Result<Response<pb::DeleteAclUserResponse>, Status> {
+        let deleted = self
+            .store
+            .delete_acl_user(&req.into_inner().name)
+            .await
+            .map_err(status)?;
+        Ok(Response::new(pb::DeleteAclUserResponse { deleted }))
+    }
 }
 
 #[cfg(test)]

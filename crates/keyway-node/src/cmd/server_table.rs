@@ -33,6 +33,9 @@ pub(super) static SERVER_COMMANDS: &[CommandSpec] = &[
     nokey("server", "role", 1, &["noscript", "loading", "stale", "fast"], &["@admin", "@fast", "@dangerous"], "2.8.12", "Return the role of the instance in the context of replication"),
     nokey("server", "config", -2, &[], &["@slow"], "2.0.0", "A container for server configuration commands")
         .complexity("Depends on subcommand."),
+    // ACL (crate::acl, keyway-acl); Redis's summary ends with a space.
+    nokey("server", "acl", -2, &[], &["@slow"], "6.0.0", "A container for Access List Control commands ")
+        .complexity("Depends on subcommand."),
     nokey("server", "slowlog", -2, &[], &["@slow"], "2.2.12", "A container for slow log commands")
         .complexity("Depends on subcommand."),
     nokey("server", "latency", -2, &[], &["@slow"], "2.8.13", "A container for latency diagnostics commands")

@@ -123,6 +123,9 @@ pub struct Call<'a> {
     /// The script's slot (its declared keys'), `None` without keys.
     pub slot: Option<u16>,
     pub running: Arc<Running>,
+    /// The ACL and the user `redis.call` checks each command for (as
+    /// Redis's `scriptCall` does); `None`: unchecked.
+    pub acl: Option<(&'a keyway_acl::Acl, &'a str)>,
 }
 
 /// Runs `call` against `db`: the script's reply, as RESP2 or RESP3 frames
@@ -387,6 +390,19 @@ fn run_command(db: &mut Db<'_>, call: &Call<'_>, argv: &[Bytes]) -> Result<Frame
             }));
         }
     };
+    if let Some((acl, user)) = call.acl {
+        match acl.check(user, argv, || crate::acl::key_positions(argv)) {
+            Ok(()) => {}
+            Err(keyway_acl::Denied::Key(_)) => {
+                return Ok(Frame::Error("ERR The user executing the script can't access at least one of the keys mentioned in the command arguments".into()));
+            }
+            Err(_) => {
+                return Ok(Frame::Error(
+                    "ERR The user executing the script can't run this command or subcommand".into(),
+                ));
+            }
+        }
+    }
     if command.is_write() && call.read_only {
         return Ok(Frame::Error(
             "ERR Write commands are not allowed from read-only scripts.".into(),

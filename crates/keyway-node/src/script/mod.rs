@@ -331,6 +331,8 @@ pub struct Eval {
     read_only: bool,
     /// The declared keys' slot (`None`: no keys).
     slot: Option<u16>,
+    /// The ACL user the script's `redis.call`s run as (`None`: unchecked).
+    acl_user: Option<String>,
 }
 
 impl Eval {
@@ -381,6 +383,7 @@ impl Eval {
             args: args[split..].to_vec(),
             read_only: name.ends_with("_RO"),
             slot,
+            acl_user: None,
         })
     }
 
@@ -391,6 +394,7 @@ impl Eval {
         db: &mut Db<'_>,
         scripts: &Scripts,
         busy_after_ms: u64,
+        acl: Option<&keyway_acl::Acl>,
     ) -> Result<Frame, StorageError> {
         let guard = scripts.start(busy_after_ms);
         lua::run(
@@ -403,6 +407,7 @@ impl Eval {
                 read_only: self.read_only,
                 slot: self.slot,
                 running: guard.running.clone(),
+                acl: acl.zip(self.acl_user.as_deref()),
             },
         )
     }
@@ -418,7 +423,10 @@ pub async fn eval(
     expected: Option<(PartitionId, Epoch)>,
 ) -> Reply {
     let eval = match Eval::parse(&shared.scripts, name, args) {
-        Ok(eval) => eval,
+        Ok(mut eval) => {
+            eval.acl_user = Some(session.user.clone());
+            eval
+        }
         Err(frame) => {
             if matches!(&frame, Frame::Error(e) if e.starts_with("CROSSSLOT")) {
                 shared.metrics.rejected("crossslot");
@@ -479,6 +487,11 @@ impl SlotWork for ScriptWork {
     }
     fn execute(&self, db: &mut Db<'_>) -> Result<Frame, StorageError> {
         let busy_after_ms = self.shared.server.busy_reply_threshold_ms();
-        self.eval.run(db, &self.shared.scripts, busy_after_ms)
+        self.eval.run(
+            db,
+            &self.shared.scripts,
+            busy_after_ms,
+            Some(&self.shared.acl),
+        )
     }
 }

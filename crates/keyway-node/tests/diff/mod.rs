@@ -201,7 +201,7 @@ impl Keyway {
                 Err(f) => f,
                 Ok(eval) => {
                     let mut db = Db::new(&self.engine, &self.ks, now_ms(), &self.limits);
-                    let reply = eval.run(&mut db, &self.scripts, 0).expect("storage");
+                    let reply = eval.run(&mut db, &self.scripts, 0, None).expect("storage");
                     self.engine.apply(&db.into_mutations()).expect("apply");
                     reply
                 }
