@@ -47,6 +47,7 @@ mod secret_flags;
 mod server_cmd;
 mod sim;
 mod split_flags;
+mod tls_flags;
 
 use clap::{Parser, Subcommand};
 

@@ -2,7 +2,6 @@
 
 use keyway_proxy::{Proxy, ProxyConfig};
 use std::net::SocketAddr;
-use std::path::PathBuf;
 
 #[derive(clap::Args)]
 pub struct ProxyArgs {
@@ -55,31 +54,9 @@ pub struct ProxyArgs {
     /// The cluster secret and the admin listener's limits.
     #[command(flatten)]
     admin: crate::secret_flags::AdminFlags,
-    /// TLS (Redis tls-port): also serve clients over TLS on this port of
-    /// the --listen IP (0: a free port), beside the plain port.
-    #[arg(long)]
-    tls_port: Option<u16>,
-    /// TLS: the server certificate chain, PEM (Redis tls-cert-file).
-    #[arg(long)]
-    tls_cert_file: Option<PathBuf>,
-    /// TLS: the certificate's private key, PEM (Redis tls-key-file).
-    #[arg(long)]
-    tls_key_file: Option<PathBuf>,
-    /// TLS: CA certificates, PEM, client certificates are checked against
-    /// (Redis tls-ca-cert-file).
-    #[arg(long)]
-    tls_ca_cert_file: Option<PathBuf>,
-    /// TLS: yes (a client certificate signed by the CA is required),
-    /// optional (checked if sent) or no (Redis tls-auth-clients).
-    #[arg(long, default_value = "yes")]
-    tls_auth_clients: keyway_node::tls::TlsAuthClients,
-    /// TLS: longest one client's handshake may take, milliseconds.
-    #[arg(long, default_value_t = keyway_node::tls::DEFAULT_TLS_HANDSHAKE_TIMEOUT_MS)]
-    tls_handshake_timeout_ms: u64,
-    /// Redis protected-mode, yes or no: while yes and no --requirepass is
-    /// set, clients not on the loopback interface get -DENIED and are closed.
-    #[arg(long, default_value = "yes", action = clap::ArgAction::Set, value_parser = keyway_node::protected_mode::parse_yes_no)]
-    protected_mode: bool,
+    /// Client TLS and protected mode.
+    #[command(flatten)]
+    tls: crate::tls_flags::TlsFlags,
     /// ACL: how often the metadata store's ACL users are read and applied.
     #[arg(long, default_value_t = 1_000)]
     acl_poll_interval_ms: u64,
@@ -87,7 +64,7 @@ pub struct ProxyArgs {
 
 impl ProxyArgs {
     fn to_config(&self) -> anyhow::Result<ProxyConfig> {
-        let config = ProxyConfig {
+        let mut config = ProxyConfig {
             listen: self.listen,
             admin_listen: self.admin_listen,
             max_clients: self.max_clients,
@@ -103,15 +80,10 @@ impl ProxyArgs {
             requirepass: self.requirepass.clone(),
             node_password: self.node_password.clone(),
             admin: self.admin.to_security()?,
-            tls_port: self.tls_port,
-            tls_cert_file: self.tls_cert_file.clone(),
-            tls_key_file: self.tls_key_file.clone(),
-            tls_ca_cert_file: self.tls_ca_cert_file.clone(),
-            tls_auth_clients: self.tls_auth_clients,
-            tls_handshake_timeout_ms: self.tls_handshake_timeout_ms,
-            protected_mode: self.protected_mode,
             acl_poll_interval_ms: self.acl_poll_interval_ms,
+            ..ProxyConfig::default()
         };
+        self.tls.apply_to_proxy(&mut config);
         config
             .validate()
             .map_err(|e| crate::cli_error::UserError(format!("invalid configuration: {e}")))?;

@@ -147,34 +147,9 @@ pub struct NodeFlags {
     /// The cluster secret and the admin listener's limits.
     #[command(flatten)]
     pub admin: crate::secret_flags::AdminFlags,
-    /// TLS (Redis tls-port): also serve clients over TLS on this port of
-    /// the --listen IP (0: a free port), beside the plain port. Needs
-    /// --tls-cert-file and --tls-key-file (and --tls-ca-cert-file unless
-    /// --tls-auth-clients no).
-    #[arg(long)]
-    tls_port: Option<u16>,
-    /// TLS: the server certificate chain, PEM (Redis tls-cert-file).
-    #[arg(long)]
-    tls_cert_file: Option<PathBuf>,
-    /// TLS: the certificate's private key, PEM (Redis tls-key-file).
-    #[arg(long)]
-    tls_key_file: Option<PathBuf>,
-    /// TLS: CA certificates, PEM, client certificates are checked against
-    /// (Redis tls-ca-cert-file).
-    #[arg(long)]
-    tls_ca_cert_file: Option<PathBuf>,
-    /// TLS: yes (default: a client certificate signed by the CA is
-    /// required), optional (checked if sent) or no (Redis tls-auth-clients).
-    #[arg(long)]
-    tls_auth_clients: Option<keyway_node::tls::TlsAuthClients>,
-    /// TLS: longest one client's handshake may take, milliseconds (default 10000).
-    #[arg(long)]
-    tls_handshake_timeout_ms: Option<u64>,
-    /// Redis protected-mode, yes (default) or no: while yes and no
-    /// --requirepass is set, clients not on the loopback interface get
-    /// -DENIED and are closed.
-    #[arg(long, value_parser = keyway_node::protected_mode::parse_yes_no)]
-    protected_mode: Option<bool>,
+    /// Client TLS and protected mode.
+    #[command(flatten)]
+    pub tls: crate::tls_flags::TlsFlags,
 }
 
 impl NodeFlags {
@@ -255,19 +230,7 @@ impl NodeFlags {
             c.requirepass = self.requirepass.clone();
         }
         self.admin.apply_to_node(&mut c);
-        set!(tls_auth_clients, tls_handshake_timeout_ms, protected_mode);
-        if self.tls_port.is_some() {
-            c.tls_port = self.tls_port;
-        }
-        for (flag, setting) in [
-            (&self.tls_cert_file, &mut c.tls_cert_file),
-            (&self.tls_key_file, &mut c.tls_key_file),
-            (&self.tls_ca_cert_file, &mut c.tls_ca_cert_file),
-        ] {
-            if flag.is_some() {
-                setting.clone_from(flag);
-            }
-        }
+        self.tls.apply_to_node(&mut c);
         c.validate()
             .map_err(|e| crate::cli_error::UserError(format!("invalid configuration: {e}")))?;
         Ok(c)
