@@ -16,6 +16,8 @@ use keyway_manager::switchover::{
 use keyway_map::{NodeId, PartitionId, PartitionMap};
 use keyway_meta::MetaStore;
 use serde::Serialize;
+use std::ffi::OsString;
+use std::path::PathBuf;
 
 #[derive(clap::Args, Debug)]
 pub struct FailoverArgs {
@@ -29,6 +31,15 @@ pub struct FailoverArgs {
     /// (1-60000); past it the switchover is abandoned and the primary stays.
     #[arg(long, default_value_t = DEFAULT_SWITCHOVER_TIMEOUT_MS)]
     timeout_ms: u64,
+    /// Return at once: the switchovers run in a detached `keyway ctl
+    /// failover` with the same arguments, which writes its report to
+    /// --log-file.
+    #[arg(long)]
+    detach: bool,
+    /// With --detach: the background run's report (default:
+    /// keyway-failover-<pid>.log in the temporary directory).
+    #[arg(long)]
+    log_file: Option<PathBuf>,
 }
 
 /// What `what` names.
@@ -97,8 +108,11 @@ pub async fn failover_cmd(
 ) -> anyhow::Result<()> {
     let map = meta.get_map().await?;
     let (subject, to) = resolve(&map, &args)?;
+    if args.detach {
+        return detach(&args, json);
+    }
     // A spinner on a terminal while the switchovers run (each bounded by
-    // --timeout-ms; the command makes them itself, so there is no --detach).
+    // --timeout-ms).
     let bar = indicatif::ProgressBar::new_spinner();
     bar.set_style(indicatif::ProgressStyle::with_template(
         "{prefix} {spinner} {elapsed} (fence at most {msg} ms each)",
@@ -127,6 +141,65 @@ pub async fn failover_cmd(
     let failed = report(results, json)?;
     anyhow::ensure!(failed == 0, "{failed} switchover(s) failed");
     Ok(())
+}
+
+/// `--detach`: the switchovers are made by this command (it calls each
+/// primary's `Switchover`), so detaching starts this same command again
+/// without `--detach`/`--log-file`, in its own process group (a Ctrl-C at
+/// the terminal does not reach it), its output to the log file, and
+/// returns. The arguments were checked above, so a user error still shows
+/// here; what happens later is in the log.
+fn detach(args: &FailoverArgs, json: bool) -> anyhow::Result<()> {
+    use std::os::unix::process::CommandExt;
+    let log = args.log_file.clone().unwrap_or_else(|| {
+        std::env::temp_dir().join(format!("keyway-failover-{}.log", std::process::id()))
+    });
+    let out = std::fs::File::create(&log)
+        .map_err(|e| crate::cli_error::UserError(format!("--log-file {}: {e}", log.display())))?;
+    let err = out.try_clone()?;
+    let argv = without_detach(std::env::args_os().skip(1));
+    // Never waited for: this process exits now, and init reaps the child.
+    #[allow(clippy::zombie_processes)]
+    let child = std::process::Command::new(std::env::current_exe()?)
+        .args(argv)
+        .stdin(std::process::Stdio::null())
+        .stdout(out)
+        .stderr(err)
+        .process_group(0)
+        .spawn()?;
+    if json {
+        print_json(&serde_json::json!({
+            "detached": true,
+            "pid": child.id(),
+            "log_file": log,
+        }))?;
+    } else {
+        println!(
+            "failover of {} runs in the background (pid {}); its report goes to {}",
+            args.what,
+            child.id(),
+            log.display()
+        );
+    }
+    Ok(())
+}
+
+/// The command line without `--detach` and `--log-file [=]FILE`.
+fn without_detach(args: impl Iterator<Item = OsString>) -> Vec<OsString> {
+    let mut kept = Vec::new();
+    let mut skip_value = false;
+    for a in args {
+        if std::mem::take(&mut skip_value) {
+            continue;
+        }
+        match a.to_str() {
+            Some("--detach") => {}
+            Some("--log-file") => skip_value = true,
+            Some(s) if s.starts_with("--log-file=") => {}
+            _ => kept.push(a),
+        }
+    }
+    kept
 }
 
 /// Prints each outcome; returns how many failed.
@@ -196,6 +269,8 @@ mod tests {
             what: what.into(),
             to: to.map(str::to_string),
             timeout_ms,
+            detach: false,
+            log_file: None,
         }
     }
 
@@ -233,6 +308,40 @@ mod tests {
         assert!(
             err.contains("--to names the replica for one partition"),
             "{err}"
+        );
+    }
+
+    #[test]
+    fn the_detached_run_gets_the_same_arguments_without_detach() {
+        let args = [
+            "ctl",
+            "--meta",
+            "keyway://x:1",
+            "failover",
+            "--detach",
+            "2",
+            "--log-file",
+            "/tmp/f.log",
+            "--json",
+            "--log-file=/tmp/g",
+            "--timeout-ms",
+            "100",
+        ]
+        .map(OsString::from);
+        let kept = without_detach(args.into_iter());
+        assert_eq!(
+            kept,
+            [
+                "ctl",
+                "--meta",
+                "keyway://x:1",
+                "failover",
+                "2",
+                "--json",
+                "--timeout-ms",
+                "100"
+            ]
+            .map(OsString::from)
         );
     }
 

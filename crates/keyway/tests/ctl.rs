@@ -199,4 +199,37 @@ fn ctl_shows_replicas_and_checks_replication_and_failover_arguments() {
     assert!(out.status.success());
     assert_eq!(now["owner"], row["replicas"][0], "{now}");
     assert_eq!(now["epoch"].as_u64(), row["epoch"].as_u64().map(|e| e + 1));
+
+    // `--detach`: the command returns with the background run's pid and
+    // log; that run makes the switchover and writes its report there.
+    let row = after["partitions"]["2"].clone();
+    let log = dir.path().join("failover-2.log");
+    let out = Command::new(env!("CARGO_BIN_EXE_keyway"))
+        .args(["ctl", "--meta", &format!("keyway://127.0.0.1:{port}")])
+        .args(["failover", "2", "--detach", "--log-file"])
+        .arg(&log)
+        .env("KEYWAY_LOG", "warn")
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "{said}");
+    assert!(
+        said.contains("runs in the background (pid ") && said.contains("failover-2.log"),
+        "{said}"
+    );
+    let report = keyway_testkit::wait_until(
+        "the detached failover's report",
+        std::time::Duration::from_secs(60),
+        || {
+            std::fs::read_to_string(&log)
+                .ok()
+                .filter(|t| t.contains("partition 2:"))
+        },
+    )
+    .unwrap();
+    assert!(report.contains("partition 2: primary node"), "{report}");
+    let now: serde_json::Value = serde_json::from_str(&ctl(port, &["map", "--json"])).unwrap();
+    let now = &now["partitions"]["2"];
+    assert_eq!(now["owner"], row["replicas"][0], "{now}");
+    assert_eq!(now["epoch"].as_u64(), row["epoch"].as_u64().map(|e| e + 1));
 }
