@@ -52,7 +52,7 @@ pub async fn serve<S>(
 {
     // The accept loop already counted this connection in `shared.clients`.
     if shared.protected_mode_refuses(peer) {
-        shared.metrics.protected_mode_refused.inc();
+        shared.metrics.access.protected_mode_refused.inc();
         crate::protected_mode::deny(&mut stream).await;
         shared.clients.fetch_sub(1, Ordering::SeqCst);
         return;
@@ -249,7 +249,7 @@ pub async fn serve_tls(
     match crate::tls::handshake(&acceptor, stream, timeout).await {
         Ok(tls) => serve(shared, tls, peer, local, false, shutdown).await,
         Err(why) => {
-            shared.metrics.tls_handshake_failures.inc();
+            shared.metrics.access.tls_handshake_failures.inc();
             tracing::debug!(%peer, %why, "TLS handshake failed");
             shared.clients.fetch_sub(1, Ordering::SeqCst);
         }

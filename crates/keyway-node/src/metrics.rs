@@ -76,11 +76,8 @@ pub struct Metrics {
     pub replica_endpoint_connections: Gauge,
     /// The admin guard's refusals (`keyway_auth_refused`, `keyway_admin_limited`).
     pub auth: keyway_auth::AuthMetrics,
-    /// TLS handshakes that failed or timed out (each closed only its
-    /// connection; see [`crate::tls`]).
-    pub tls_handshake_failures: Counter,
-    /// Connections refused by protected mode (see [`crate::protected_mode`]).
-    pub protected_mode_refused: Counter,
+    /// Failed TLS handshakes and protected-mode refusals ([`crate::tls::AccessMetrics`]).
+    pub access: crate::tls::AccessMetrics,
 }
 
 impl Default for Metrics {
@@ -122,8 +119,7 @@ impl Metrics {
             replica_reads: Family::default(),
             replica_endpoint_connections: Gauge::default(),
             auth: keyway_auth::AuthMetrics::default(),
-            tls_handshake_failures: Counter::default(),
-            protected_mode_refused: Counter::default(),
+            access: Default::default(),
         };
         {
             let mut r = m.registry.lock().expect("fresh mutex");
@@ -268,16 +264,7 @@ impl Metrics {
                 "Open client connections on the replica endpoint (--replica-listen)",
                 m.replica_endpoint_connections.clone(),
             );
-            r.register(
-                "tls_handshake_failures",
-                "TLS handshakes on the tls_port that failed or timed out (only that connection closed)",
-                m.tls_handshake_failures.clone(),
-            );
-            r.register(
-                "protected_mode_refused_connections",
-                "Non-loopback connections refused with -DENIED by protected mode",
-                m.protected_mode_refused.clone(),
-            );
+            m.access.register(&mut r);
         }
         m
     }

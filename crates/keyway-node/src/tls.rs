@@ -216,3 +216,31 @@ pub async fn handshake(
         Err(_) => Err(format!("no handshake within {} ms", timeout.as_millis())),
     }
 }
+
+/// What the client listeners (plain, TLS, replica endpoint; node and proxy
+/// alike) close before serving: failed TLS handshakes and protected-mode
+/// refusals. One struct so node and proxy export the same two counters.
+#[derive(Clone, Debug, Default)]
+pub struct AccessMetrics {
+    /// TLS handshakes that failed or timed out (each closed only its
+    /// connection).
+    pub tls_handshake_failures: prometheus_client::metrics::counter::Counter,
+    /// Connections refused by protected mode (see [`crate::protected_mode`]).
+    pub protected_mode_refused: prometheus_client::metrics::counter::Counter,
+}
+
+impl AccessMetrics {
+    /// Registers both counters in `registry` (its prefix names the process).
+    pub fn register(&self, registry: &mut prometheus_client::registry::Registry) {
+        registry.register(
+            "tls_handshake_failures",
+            "TLS handshakes on the tls_port that failed or timed out (only that connection closed)",
+            self.tls_handshake_failures.clone(),
+        );
+        registry.register(
+            "protected_mode_refused_connections",
+            "Non-loopback connections refused with -DENIED by protected mode",
+            self.protected_mode_refused.clone(),
+        );
+    }
+}

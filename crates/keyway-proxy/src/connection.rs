@@ -178,7 +178,7 @@ pub async fn serve_tls(
     let mut tls = match keyway_node::tls::handshake(&acceptor, stream, timeout).await {
         Ok(tls) => tls,
         Err(why) => {
-            core.metrics.tls_handshake_failures.inc();
+            core.metrics.access.tls_handshake_failures.inc();
             tracing::debug!(%peer, %why, "TLS handshake failed");
             return;
         }
@@ -200,7 +200,7 @@ async fn refused_by_protected_mode<S: AsyncWrite + Unpin>(
     if !core.protected_mode_refuses(peer) {
         return false;
     }
-    core.metrics.protected_mode_refused.inc();
+    core.metrics.access.protected_mode_refused.inc();
     keyway_node::protected_mode::deny(stream).await;
     true
 }

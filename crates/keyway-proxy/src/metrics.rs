@@ -38,10 +38,8 @@ pub struct Metrics {
     /// Open client connections.
     pub clients: Gauge,
     pub clients_refused: Counter,
-    /// TLS handshakes that failed or timed out (only that connection closed).
-    pub tls_handshake_failures: Counter,
-    /// Connections refused by protected mode.
-    pub protected_mode_refused: Counter,
+    /// Failed TLS handshakes and protected-mode refusals ([`keyway_node::tls::AccessMetrics`]).
+    pub access: keyway_node::tls::AccessMetrics,
     /// Client requests, by how they were served (`local`, `forwarded`, `multikey`).
     pub requests: Family<KindLabel, Counter>,
     /// Client requests of every kind (the `/status` total).
@@ -97,8 +95,7 @@ impl Metrics {
             auth: keyway_auth::AuthMetrics::default(),
             clients: Gauge::default(),
             clients_refused: Counter::default(),
-            tls_handshake_failures: Counter::default(),
-            protected_mode_refused: Counter::default(),
+            access: Default::default(),
             requests: Family::default(),
             requests_total: Counter::default(),
             request_seconds: Histogram::new(exponential_buckets(0.000_05, 2.0, 18)),
@@ -125,16 +122,7 @@ impl Metrics {
                 "Connections refused at max_clients",
                 m.clients_refused.clone(),
             );
-            r.register(
-                "tls_handshake_failures",
-                "TLS handshakes on the tls_port that failed or timed out (only that connection closed)",
-                m.tls_handshake_failures.clone(),
-            );
-            r.register(
-                "protected_mode_refused_connections",
-                "Non-loopback connections refused with -DENIED by protected mode",
-                m.protected_mode_refused.clone(),
-            );
+            m.access.register(&mut r);
             r.register(
                 "requests",
                 "Client requests, by how they were served",
@@ -290,8 +278,8 @@ impl Status {
             admin_addr: core.admin_addr.clone(),
             tls_addr: core.tls_addr.clone(),
             protected_mode_active: core.config.protected_mode && core.config.requirepass.is_none(),
-            protected_mode_refused: m.protected_mode_refused.get(),
-            tls_handshake_failures: m.tls_handshake_failures.get(),
+            protected_mode_refused: m.access.protected_mode_refused.get(),
+            tls_handshake_failures: m.access.tls_handshake_failures.get(),
             map_version: core.router.base_version().0,
             partitions: view.partitions.len(),
             nodes: view.nodes.len(),

@@ -17,7 +17,7 @@ mod common;
 
 use common::{DevCluster, Proc, free_port_block, http_get};
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const NOPERM_CMD: &str = "NOPERM this user has no permissions to run the 'set' command";
 const NOPERM_KEY: &str =
@@ -80,11 +80,8 @@ fn piped(port: u16, user: &str, input: &str) -> String {
 }
 
 fn wait_for(what: &str, mut probe: impl FnMut() -> bool) {
-    let deadline = Instant::now() + PROPAGATION;
-    while !probe() {
-        assert!(Instant::now() < deadline, "timed out waiting for: {what}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    keyway_testkit::wait_until(what, PROPAGATION, || probe().then_some(()))
+        .unwrap_or_else(|e| panic!("{e}"));
 }
 
 fn python() -> String {
