@@ -55,6 +55,9 @@ pub struct User {
     category_rules: Vec<CategoryRule>,
     /// One bit per catalog entry.
     allowed: Vec<bool>,
+    /// How many of `allowed` are set (kept by [`User::set_allowed`], so
+    /// [`User::unrestricted`], asked on every command, is not a scan).
+    allowed_count: usize,
 }
 
 /// SHA-256 of `password` as lowercase hex (how Redis keeps passwords).
@@ -88,6 +91,7 @@ impl User {
             all_commands_base: false,
             category_rules: Vec::new(),
             allowed: vec![false; catalog.len()],
+            allowed_count: 0,
         }
     }
 
@@ -256,13 +260,13 @@ impl User {
     fn set_all_commands(&mut self, allow: bool) {
         self.all_commands_base = allow;
         self.category_rules.clear();
-        self.allowed.iter_mut().for_each(|b| *b = allow);
+        (0..self.allowed.len()).for_each(|i| self.set_allowed(i, allow));
     }
 
     fn set_category(&mut self, catalog: &Catalog, category: &str, allow: bool) {
         for i in 0..catalog.len() {
             if catalog.in_category(i, category) {
-                self.allowed[i] = allow;
+                self.set_allowed(i, allow);
             }
         }
         self.category_rules.retain(|r| r.category != category);
@@ -274,16 +278,30 @@ impl User {
 
     /// One command; a container with all its subcommands.
     fn set_command(&mut self, catalog: &Catalog, index: usize, allow: bool) {
-        self.allowed[index] = allow;
+        self.set_allowed(index, allow);
         let name = &catalog.entry(index).name;
         if catalog.is_container(name) {
             let prefix = format!("{name}|");
             for (i, e) in catalog.entries().iter().enumerate() {
                 if e.name.starts_with(&prefix) {
-                    self.allowed[i] = allow;
+                    self.set_allowed(i, allow);
                 }
             }
         }
+    }
+
+    /// The one place an entry of `allowed` changes.
+    fn set_allowed(&mut self, index: usize, allow: bool) {
+        let was = std::mem::replace(&mut self.allowed[index], allow);
+        match (was, allow) {
+            (false, true) => self.allowed_count += 1,
+            (true, false) => self.allowed_count -= 1,
+            _ => {}
+        }
+        debug_assert_eq!(
+            self.allowed_count,
+            self.allowed.iter().filter(|b| **b).count()
+        );
     }
 
     /// Whether the user may run catalog entry `index`.
@@ -298,7 +316,7 @@ impl User {
 
     /// Whether nothing is checked for this user (every command, every key).
     pub fn unrestricted(&self) -> bool {
-        self.all_keys && self.allowed.iter().all(|b| *b)
+        self.all_keys && self.allowed_count == self.allowed.len()
     }
 
     /// Whether `password` logs this user in (any password for `nopass`).

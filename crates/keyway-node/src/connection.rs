@@ -79,7 +79,7 @@ pub async fn serve<S>(
         };
         match read {
             Ok(0) | Err(_) => break,
-            Ok(_) => {}
+            Ok(_) => handle.active_now(),
         }
         loop {
             let mut pending = Vec::new();

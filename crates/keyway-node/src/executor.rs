@@ -841,8 +841,12 @@ fn storage_failed(why: &str) -> Frame {
 }
 
 fn release(replies: Vec<Released>, latency: &LatencyGauge) {
+    // The gauge keeps the slowest: one clock read and one observation per
+    // group (the oldest reply is the slowest), not per reply.
+    if let Some(oldest) = replies.iter().map(|r| r.since).min() {
+        latency.observe(oldest.elapsed());
+    }
     for r in replies {
-        latency.observe(r.since.elapsed());
         match r.defer {
             Some(defer) => defer(r.reply, r.frame),
             None => {

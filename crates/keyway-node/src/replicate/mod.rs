@@ -103,6 +103,39 @@ struct Inner {
     pending: HashMap<WaiterId, Pending>,
 }
 
+/// The lock on [`Inner`]; on release it publishes whether any partition
+/// has a replica ([`Replication::has_waited`]'s lock-free answer).
+struct InnerGuard<'a> {
+    guard: std::sync::MutexGuard<'a, Inner>,
+    tracked: &'a std::sync::atomic::AtomicBool,
+}
+
+impl std::ops::Deref for InnerGuard<'_> {
+    type Target = Inner;
+    fn deref(&self) -> &Inner {
+        &self.guard
+    }
+}
+
+impl std::ops::DerefMut for InnerGuard<'_> {
+    fn deref_mut(&mut self) -> &mut Inner {
+        &mut self.guard
+    }
+}
+
+impl Drop for InnerGuard<'_> {
+    fn drop(&mut self) {
+        let tracked = self
+            .guard
+            .rules
+            .parts()
+            .values()
+            .any(|p| !p.replicas.is_empty());
+        self.tracked
+            .store(tracked, std::sync::atomic::Ordering::Release);
+    }
+}
+
 /// The node's replication roles (see the module docs).
 pub struct Replication {
     me: NodeId,
@@ -117,6 +150,8 @@ pub struct Replication {
     pub metrics: Arc<ReplicationMetrics>,
     cfg: ReplicationConfig,
     inner: Mutex<Inner>,
+    /// Whether any partition has a replica (see [`InnerGuard`]).
+    tracked: std::sync::atomic::AtomicBool,
     cmds: mpsc::UnboundedSender<Command>,
     cmd_rx: Mutex<Option<mpsc::UnboundedReceiver<Command>>>,
     streams: Mutex<BTreeMap<NodeId, Arc<Stream>>>,
@@ -179,14 +214,18 @@ impl Replication {
                 rules,
                 pending: HashMap::new(),
             }),
+            tracked: std::sync::atomic::AtomicBool::new(true),
             cmds,
             cmd_rx: Mutex::new(Some(rx)),
             streams: Mutex::new(BTreeMap::new()),
         })
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
-        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    fn lock(&self) -> InnerGuard<'_> {
+        InnerGuard {
+            guard: self.inner.lock().unwrap_or_else(|e| e.into_inner()),
+            tracked: &self.tracked,
+        }
     }
 
     /// Connects this node's migrations to the read-lease rules (see
@@ -198,6 +237,12 @@ impl Replication {
 
     /// Whether a reply of `partition` waits on replication now.
     pub fn has_waited(&self, partition: PartitionId) -> bool {
+        // No partition has a replica: nothing is waited for, and the lock
+        // (taken by every write otherwise) is not needed. Set under the
+        // lock, so this is as fresh as taking the lock a moment earlier.
+        if !self.tracked.load(std::sync::atomic::Ordering::Acquire) {
+            return false;
+        }
         self.lock().rules.has_waited(partition, Instant::now())
     }
 
@@ -229,7 +274,7 @@ impl Replication {
 
     /// Executes `cmds`: releases inline (after dropping the lock), the
     /// rest on the driver.
-    fn finish(&self, mut inner: std::sync::MutexGuard<'_, Inner>, cmds: Vec<Command>) {
+    fn finish(&self, mut inner: InnerGuard<'_>, cmds: Vec<Command>) {
         let mut out = Vec::new();
         for cmd in cmds {
             match cmd {
