@@ -261,6 +261,21 @@ impl Replication {
     ) {
         let mut inner = self.lock();
         let (id, cmds) = inner.rules.queue(partition, seq, in_sync, Instant::now());
+        // Already covered (a read, or replicas ahead): released at once,
+        // without the round trip through `pending` (every read of a
+        // replicated partition comes here).
+        if let [Command::Release { waiter, ok: true }] = cmds.as_slice()
+            && *waiter == id
+        {
+            drop(inner);
+            match then {
+                Some(then) => then(tx, frame),
+                None => {
+                    let _ = tx.send(frame);
+                }
+            }
+            return;
+        }
         inner.pending.insert(id, Pending { tx, frame, then });
         self.finish(inner, cmds);
     }
