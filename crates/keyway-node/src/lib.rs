@@ -76,7 +76,6 @@ pub mod multi;
 pub mod node_cmd;
 pub mod node_keys;
 pub mod peer;
-pub mod protected_mode;
 pub mod replica_endpoint;
 pub mod replicate;
 pub mod replication_info;
@@ -90,8 +89,12 @@ pub mod slowlog;
 pub mod stats;
 pub mod storage_health;
 pub mod stray_sweep;
-pub mod tls;
 pub mod watcher;
+
+// TLS and protected mode are keyway-tls (shared with the proxy); the node's
+// modules keep naming them `crate::tls` and `crate::protected_mode`.
+use keyway_tls as tls;
+use keyway_tls::protected_mode;
 
 pub use config::{Durability, EngineKind, MIN_STORAGE_CACHE_BYTES, NodeConfig};
 pub use server::{Node, NodeError};
