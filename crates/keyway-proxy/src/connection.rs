@@ -27,7 +27,7 @@ use bytes::{Bytes, BytesMut};
 use futures::StreamExt;
 use futures::future::BoxFuture;
 use futures::stream::FuturesUnordered;
-use keyway_node::session::Session;
+use keyway_command::session::Session;
 use keyway_resp::{Frame, Protocol, RequestParser, encode};
 use std::collections::{HashSet, VecDeque};
 use std::net::SocketAddr;

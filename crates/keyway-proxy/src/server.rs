@@ -96,7 +96,7 @@ impl Proxy {
             },
             metrics.clone(),
         );
-        let acl = keyway_node::acl::new_acl(config.requirepass.as_deref());
+        let acl = keyway_command::acl::new_acl(config.requirepass.as_deref());
         metrics.register_acl(&acl.metrics);
         if let Err(e) = keyway_acl::sync_once(&acl, &*meta).await {
             tracing::warn!(error = %e, "cannot read the ACL users yet; the default user from requirepass applies until the store answers");
