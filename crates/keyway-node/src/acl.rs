@@ -4,15 +4,10 @@
 
 use crate::session::Session;
 use bytes::Bytes;
-use keyway_acl::{Acl, Denied, MetricSink};
+use keyway_acl::{Acl, MetricSink};
 use keyway_resp::Frame;
 
-pub use keyway_command::acl::{catalog, key_positions, new_acl};
-
-/// [`keyway_command::acl::check`], in the connection's `MULTI` context.
-pub fn check(acl: &Acl, session: &Session, args: &[Bytes]) -> Result<(), Denied> {
-    keyway_command::acl::check(acl, session, session.tx.in_multi(), args)
-}
+pub use keyway_command::acl::{key_positions, new_acl};
 
 /// [`keyway_command::acl::check_request`], in the connection's `MULTI` context.
 pub fn check_request(acl: &Acl, session: &mut Session, args: &[Bytes]) -> Option<Frame> {
