@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # Keeps the crate boundaries of docs/ARCHITECTURE.md ("Crates and the
 # dependency rule"): the manager talks to nodes through keyway-peer and must
-# not link the node (its executor, axum handlers) nor the fjall engine.
+# not link the node (its executor, axum handlers) nor the fjall engine; nor
+# may the shared crates it and the proxy build on.
 # `cargo tree` resolves each crate's normal dependencies with only the
 # features it asks for, as a build of that crate alone would.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # keyway-proxy joins this list once it no longer links keyway-node (see
-# ARCHITECTURE.md: the data-command parsers and `Session` are still there).
-crates=(keyway-manager keyway-peer keyway-tls)
+# ARCHITECTURE.md: the data-command parsers `cmd::parse` are still there).
+crates=(keyway-manager keyway-peer keyway-command keyway-tls)
 status=0
 for crate in "${crates[@]}"; do
   tree=$(cargo tree --locked -p "$crate" -e normal --prefix none)
