@@ -12,6 +12,8 @@ fi
 bash scripts/setup.sh
 # The vendored etcd-client differs from upstream only in its build script.
 bash scripts/check-vendor.sh
+# The manager links neither keyway-node nor fjall (the crate boundaries).
+bash scripts/check-deps.sh
 # The README's first command needs only the Rust toolchain: a release build
 # with no protoc reachable, and `keyway dev` from it serving SET/GET.
 bash scripts/check-no-protoc.sh

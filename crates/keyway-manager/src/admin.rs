@@ -71,7 +71,7 @@ pub async fn serve(
             }
         }
     };
-    if let Err(err) = axum::serve(keyway_node::admin::nodelay(listener), app)
+    if let Err(err) = axum::serve(keyway_peer::admin::nodelay(listener), app)
         .with_graceful_shutdown(stop)
         .await
     {

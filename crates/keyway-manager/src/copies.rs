@@ -18,7 +18,7 @@
 //! average over the whole copy.
 
 use keyway_map::{NodeId, PartitionId};
-use keyway_node::copies::{CopyKind, CopyOutcome, CopyReport};
+use keyway_peer::copies::{CopyKind, CopyOutcome, CopyReport};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};

@@ -64,7 +64,7 @@ pub struct ClusterLoad {
     pub unreachable: Vec<NodeId>,
     /// The copies each answering node sends (running, then its last
     /// finished ones; see [`crate::copies`]).
-    pub copies: BTreeMap<NodeId, Vec<keyway_node::copies::CopyReport>>,
+    pub copies: BTreeMap<NodeId, Vec<keyway_peer::copies::CopyReport>>,
 }
 
 /// One round of the load monitor: the map it asked under and the answers.

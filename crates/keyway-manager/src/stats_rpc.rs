@@ -12,8 +12,8 @@
 
 use crate::stats::{ClusterLoad, HotKey, PartitionLoad, StatsSource};
 use keyway_map::{NodeId, NodeState, PartitionMap};
-use keyway_node::peer::{PeerClient, PeerError, PeerOptions};
-use keyway_node::stats::{NodeReport, PartitionReport};
+use keyway_peer::stats::{NodeReport, PartitionReport};
+use keyway_peer::{PeerClient, PeerError, PeerOptions};
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;
@@ -142,7 +142,7 @@ mod tests {
             writes_per_sec: 2.0,
             load_split_key: None,
             size_split_key: Some(Bytes::from_static(&[0, 9])),
-            hot_keys: vec![keyway_node::stats::HotKeyReport {
+            hot_keys: vec![keyway_peer::stats::HotKeyReport {
                 key: Bytes::from_static(b"k"),
                 per_sec: 2.0,
             }],

@@ -10,7 +10,7 @@
 
 use keyway_map::{Epoch, NodeId, PartitionId, PartitionMap, PartitionRecord};
 use keyway_meta::{MetaError, MetaStore};
-use keyway_node::peer::pb;
+use keyway_peer::pb;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::time::Duration;

@@ -799,14 +799,7 @@ fn round_to_64_bits(x: u128) -> u128 {
     kept << drop
 }
 
-/// Whether `args` is a blocking command (flag `blocking` in the table):
-/// the connection orders it like a node-wide read and watches for the
-/// client's disconnection while it waits.
-pub fn is_blocking(args: &[Bytes]) -> bool {
-    args.first()
-        .and_then(|n| crate::cmd::table::lookup(n))
-        .is_some_and(|spec| spec.flags.contains(&"blocking"))
-}
+pub use keyway_command::table::is_blocking;
 
 #[cfg(test)]
 #[path = "blocking_tests.rs"]

@@ -49,49 +49,52 @@
 //! - `storage_health.rs`: fail-stop after an fsync failure (the latch, the engine wrapper).
 //! - `clock.rs`: the clock trait (wall and monotonic time), for simulation.
 
-pub mod acl;
-pub mod active_expire;
-pub mod admin;
-pub mod blocking;
-pub mod clients;
+pub(crate) mod acl;
+pub(crate) mod active_expire;
+pub(crate) mod admin;
+pub(crate) mod blocking;
+pub(crate) mod clients;
 pub mod clock;
-pub mod cluster_cmd;
+pub(crate) mod cluster_cmd;
 pub mod cmd;
 pub mod coll;
-pub mod config;
-pub mod connection;
-pub mod copies;
+pub(crate) mod config;
+pub(crate) mod connection;
+pub(crate) mod copies;
 pub mod db;
-pub mod executor;
-pub mod flush;
+pub(crate) mod executor;
+pub(crate) mod flush;
 pub mod info;
 pub mod kw;
-pub mod lease;
-pub mod log_gc;
+pub(crate) mod lease;
+pub(crate) mod log_gc;
 pub mod map_history;
-pub mod memory;
+pub(crate) mod memory;
 pub mod metrics;
-pub mod migrate;
-pub mod multi;
-pub mod node_cmd;
-pub mod node_keys;
+pub(crate) mod migrate;
+pub(crate) mod multi;
+pub(crate) mod node_cmd;
+pub(crate) mod node_keys;
 pub mod peer;
-pub mod protected_mode;
 pub mod replica_endpoint;
 pub mod replicate;
-pub mod replication_info;
-pub mod routing;
+pub(crate) mod replication_info;
+pub(crate) mod routing;
 pub mod scan;
 pub mod script;
 pub mod server;
-pub mod server_cmd;
-pub mod session;
-pub mod slowlog;
+pub(crate) mod server_cmd;
+pub(crate) mod session;
+pub(crate) mod slowlog;
 pub mod stats;
-pub mod storage_health;
-pub mod stray_sweep;
-pub mod tls;
-pub mod watcher;
+pub(crate) mod storage_health;
+pub(crate) mod stray_sweep;
+pub(crate) mod watcher;
+
+// TLS and protected mode are keyway-tls (shared with the proxy); the node's
+// modules keep naming them `crate::tls` and `crate::protected_mode`.
+use keyway_tls as tls;
+use keyway_tls::protected_mode;
 
 pub use config::{Durability, EngineKind, MIN_STORAGE_CACHE_BYTES, NodeConfig};
 pub use server::{Node, NodeError};

@@ -81,7 +81,7 @@ pub const LOCAL_IN_MULTI: &[&str] = &[
     "lastsave",
 ];
 
-pub const EXECABORT: &str = "EXECABORT Transaction discarded because of previous errors.";
+pub use keyway_command::reply::EXECABORT;
 const CROSSSLOT: &str = "CROSSSLOT Keys in request don't hash to the same slot";
 const NOT_IN_TX: &str = "ERR Command not allowed inside a transaction";
 

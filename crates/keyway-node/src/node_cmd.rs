@@ -31,8 +31,7 @@ impl From<Frame> for Reply {
     }
 }
 
-/// The Redis version Keyway reports to clients (for feature detection).
-pub const REDIS_COMPAT_VERSION: &str = "7.0.0";
+pub use keyway_command::reply::{REDIS_COMPAT_VERSION, unknown_command};
 
 fn err(msg: impl Into<String>) -> Reply {
     Reply::Frame(Frame::Error(msg.into()))
@@ -188,27 +187,6 @@ pub fn is_node_wide(args: &[Bytes]) -> bool {
         .iter()
         .any(|n| name.eq_ignore_ascii_case(n))
     })
-}
-
-/// `-ERR unknown command 'x', with args beginning with: 'a' 'b' ` as Redis formats it.
-pub fn unknown_command(args: &[Bytes]) -> Frame {
-    let mut rest = String::new();
-    for arg in &args[1..] {
-        if rest.len() >= 128 {
-            break;
-        }
-        let room = 128 - rest.len();
-        let text = String::from_utf8_lossy(arg);
-        let cut: String = text.chars().take(room).collect();
-        rest.push_str(&format!("'{cut}' "));
-    }
-    let name: String = String::from_utf8_lossy(&args[0])
-        .chars()
-        .take(128)
-        .collect();
-    Frame::Error(format!(
-        "ERR unknown command '{name}', with args beginning with: {rest}"
-    ))
 }
 
 fn ping(args: &[Bytes]) -> Reply {

@@ -54,7 +54,7 @@ fn acl_categories_match_redis_7_0() {
         eprintln!("acl_redis_diff: redis-server not available, skipped");
         return;
     };
-    let catalog = keyway_node::acl::catalog();
+    let catalog = keyway_command::acl::catalog();
     let (mut checked, mut failures) = (0, Vec::new());
     for entry in catalog.entries() {
         if entry.name.starts_with("kw.") {
@@ -136,7 +136,7 @@ async fn acl_replies_match_redis_7_0() {
     };
     let dir = tempfile::tempdir().unwrap();
     let meta = EmbeddedMeta::open(dir.path(), EmbeddedOptions::default()).unwrap();
-    let acl = keyway_node::acl::new_acl(None);
+    let acl = keyway_command::acl::new_acl(None);
     // Single-command rules are listed in catalog order by Keyway and in
     // command-id order by Redis: each case below has at most one.
     let cases: &[&[&str]] = &[
@@ -231,7 +231,7 @@ async fn acl_replies_match_redis_7_0() {
     }
     // ACL CAT <category>: the same commands (Redis lists them in its
     // dictionary's order, and lists commands Keyway does not implement).
-    let catalog = keyway_node::acl::catalog();
+    let catalog = keyway_command::acl::catalog();
     for category in keyway_acl::CATEGORIES {
         let a = args(&["ACL", "CAT", category]);
         let redis_set: BTreeSet<String> = strings(&redis.call(&a)).into_iter().collect();

@@ -3,9 +3,8 @@
 //! through `PeerClient`, `copy_range` and `catch_up`.
 
 use bytes::Bytes;
-use keyway_node::peer::{
-    self, CopyChunk, PeerClient, PeerError, catch_up, copy_range, serve_engine,
-};
+use keyway_node::peer::serve_engine;
+use keyway_peer::{self as peer, CopyChunk, PeerClient, PeerError, catch_up, copy_range};
 use keyway_storage::{
     ChangeRecord, Engine, FjallEngine, FjallOptions, KeyRange, Mutation, RangeDigest, Seq,
     ValueKind,

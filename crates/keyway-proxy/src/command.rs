@@ -31,11 +31,11 @@ use crate::forward::{self, Target};
 use crate::multikey::{self, Merge};
 use crate::server::Core;
 use bytes::Bytes;
+use keyway_command::kw::{KwCommand, MAX_RANGE_SCAN_ENTRIES, ScanLimits};
+use keyway_command::reply::{REDIS_COMPAT_VERSION, unknown_command};
+use keyway_command::session::{self as node_session, Session};
+use keyway_command::table::{self, arity_error};
 use keyway_map::key_hash_slot;
-use keyway_node::cmd::table::{self, arity_error};
-use keyway_node::kw::{KwCommand, MAX_RANGE_SCAN_ENTRIES, ScanLimits};
-use keyway_node::node_cmd::{REDIS_COMPAT_VERSION, unknown_command};
-use keyway_node::session::{self as node_session, Session};
 use keyway_resp::{Frame, Protocol};
 use std::sync::atomic::Ordering;
 use tokio::time::{Duration, Instant};
@@ -116,7 +116,7 @@ pub fn plan(
     // ACL: the command and its keys, checked here before anything is
     // forwarded or queued (a refusal inside MULTI flags the transaction).
     if !matches!(name.as_str(), "AUTH" | "HELLO" | "QUIT")
-        && let Some(denied) = keyway_node::acl::check_request(&core.acl, session, &args)
+        && let Some(denied) = keyway_command::acl::check_request(&core.acl, session, false, &args)
     {
         tx.flag_dirty();
         core.metrics.request("local");
@@ -253,7 +253,7 @@ fn data(args: Vec<Bytes>, deadline: Instant) -> Plan {
     let Some(first) = keys.first() else {
         // A script without keys runs on whichever node gets it (it may
         // touch no key there).
-        if spec.family == Some(keyway_node::cmd::table::Family::Script) {
+        if spec.family == Some(keyway_command::table::Family::Script) {
             let retry_safe = forward::retry_safe(&args);
             return Plan::Forward(Forwarded {
                 op: Op::Single {
@@ -296,7 +296,7 @@ fn data(args: Vec<Bytes>, deadline: Instant) -> Plan {
 fn blocking_deadline(args: &[Bytes], deadline: Instant) -> Instant {
     /// What "forever" is to an `Instant` (a `BLPOP k 0` through the proxy).
     const FOREVER: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
-    if !keyway_node::blocking::is_blocking(args) {
+    if !keyway_command::table::is_blocking(args) {
         return deadline;
     }
     let waits_ms = match keyway_node::cmd::parse(args) {
@@ -330,7 +330,7 @@ fn kw(core: &Core, args: Vec<Bytes>, deadline: Instant) -> Plan {
         default_limit: 1,
         max_limit: MAX_RANGE_SCAN_ENTRIES as usize,
     };
-    let command = match keyway_node::kw::parse::parse(&args, limits) {
+    let command = match keyway_command::kw::parse(&args, limits) {
         Ok(c) => c,
         Err(frame) => return reply(frame),
     };
@@ -404,7 +404,7 @@ pub fn restore_null_array(args: &[Bytes], reply: Frame) -> Frame {
         return reply;
     }
     let name = args[0].to_ascii_lowercase();
-    let null_array = keyway_node::blocking::is_blocking(args)
+    let null_array = keyway_command::table::is_blocking(args)
         || matches!(&name[..], b"lmpop" | b"zmpop")
         || (matches!(&name[..], b"lpop" | b"rpop") && args.len() == 3);
     match null_array {

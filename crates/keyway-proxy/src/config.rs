@@ -2,8 +2,8 @@
 //! default, and is checked by [`ProxyConfig::validate`] before the proxy
 //! starts.
 
-use keyway_node::tls::{TlsAuthClients, TlsSettings};
 use keyway_resp::Limits;
+use keyway_tls::{TlsAuthClients, TlsSettings};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
@@ -44,7 +44,7 @@ pub struct ProxyConfig {
     /// The admin listener's cluster secret, limits and loopback opt-out
     /// (see `keyway-auth`).
     pub admin: keyway_auth::AdminSecurity,
-    /// TLS for clients (see [`keyway_node::tls`]), Redis's `tls-port`: a
+    /// TLS for clients (see [`keyway_tls`]), Redis's `tls-port`: a
     /// second client listener on the `listen` IP (0 = a free port).
     pub tls_port: Option<u16>,
     /// TLS: the server certificate chain, PEM.
@@ -88,7 +88,7 @@ impl Default for ProxyConfig {
             tls_key_file: None,
             tls_ca_cert_file: None,
             tls_auth_clients: TlsAuthClients::Yes,
-            tls_handshake_timeout_ms: keyway_node::tls::DEFAULT_TLS_HANDSHAKE_TIMEOUT_MS,
+            tls_handshake_timeout_ms: keyway_tls::DEFAULT_TLS_HANDSHAKE_TIMEOUT_MS,
             protected_mode: true,
             acl_poll_interval_ms: 1_000,
         }
@@ -148,7 +148,7 @@ impl ProxyConfig {
         self.resp_limits().validate()
     }
 
-    /// The TLS settings (see [`keyway_node::tls`]).
+    /// The TLS settings (see [`keyway_tls`]).
     pub fn tls(&self) -> TlsSettings<'_> {
         TlsSettings {
             port: self.tls_port,

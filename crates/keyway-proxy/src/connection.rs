@@ -27,7 +27,7 @@ use bytes::{Bytes, BytesMut};
 use futures::StreamExt;
 use futures::future::BoxFuture;
 use futures::stream::FuturesUnordered;
-use keyway_node::session::Session;
+use keyway_command::session::Session;
 use keyway_resp::{Frame, Protocol, RequestParser, encode};
 use std::collections::{HashSet, VecDeque};
 use std::net::SocketAddr;
@@ -168,14 +168,14 @@ pub async fn serve(
 /// connection and is counted.
 pub async fn serve_tls(
     core: &Arc<Core>,
-    acceptor: keyway_node::tls::TlsAcceptor,
+    acceptor: keyway_tls::TlsAcceptor,
     stream: TcpStream,
     peer: SocketAddr,
     shutdown: watch::Receiver<bool>,
 ) {
     let _ = stream.set_nodelay(true);
     let timeout = std::time::Duration::from_millis(core.config.tls_handshake_timeout_ms);
-    let mut tls = match keyway_node::tls::handshake(&acceptor, stream, timeout).await {
+    let mut tls = match keyway_tls::handshake(&acceptor, stream, timeout).await {
         Ok(tls) => tls,
         Err(why) => {
             core.metrics.access.tls_handshake_failures.inc();
@@ -190,7 +190,7 @@ pub async fn serve_tls(
     serve_halves(core.clone(), rd, wr, peer, shutdown).await
 }
 
-/// Protected mode (see [`keyway_node::protected_mode`]): answers `-DENIED`
+/// Protected mode (see [`keyway_tls::protected_mode`]): answers `-DENIED`
 /// and closes when `peer` is refused.
 async fn refused_by_protected_mode<S: AsyncWrite + Unpin>(
     core: &Core,
@@ -201,7 +201,7 @@ async fn refused_by_protected_mode<S: AsyncWrite + Unpin>(
         return false;
     }
     core.metrics.access.protected_mode_refused.inc();
-    keyway_node::protected_mode::deny(stream).await;
+    keyway_tls::protected_mode::deny(stream).await;
     true
 }
 

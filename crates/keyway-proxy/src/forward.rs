@@ -71,7 +71,7 @@ pub async fn send(
     // The reads-from replica refused this read: the owner serves it.
     let mut owner_only = false;
     // BLPOP and the like wait at the node: on a connection of their own.
-    let blocking = keyway_node::blocking::is_blocking(args);
+    let blocking = keyway_command::table::is_blocking(args);
     loop {
         changes.borrow_and_update();
         let route = match target {
@@ -328,11 +328,11 @@ mod tests {
     /// the `write` flag is retry-safe, and every listed read is such a command.
     #[test]
     fn the_shared_reads_are_the_node_tables_reads() {
-        let table = keyway_node::cmd::table::commands();
+        let table = keyway_command::table::commands();
         // EVAL and EVALSHA carry no `write` flag (as in Redis) but may
         // write; containers (XGROUP, XINFO) have none of their own: their
         // subcommands decide (XGROUP's write).
-        let script = Some(keyway_node::cmd::table::Family::Script);
+        let script = Some(keyway_command::table::Family::Script);
         for spec in table.iter().filter(|c| {
             c.family.is_some()
                 && !c.is_write()
@@ -346,7 +346,7 @@ mod tests {
             );
         }
         for name in keyway_resp::READ_COMMANDS {
-            let spec = keyway_node::cmd::table::lookup(name.as_bytes()).expect(name);
+            let spec = keyway_command::table::lookup(name.as_bytes()).expect(name);
             assert!(spec.family.is_some() && !spec.is_write(), "{name}");
         }
     }

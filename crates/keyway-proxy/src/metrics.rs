@@ -38,8 +38,8 @@ pub struct Metrics {
     /// Open client connections.
     pub clients: Gauge,
     pub clients_refused: Counter,
-    /// Failed TLS handshakes and protected-mode refusals ([`keyway_node::tls::AccessMetrics`]).
-    pub access: keyway_node::tls::AccessMetrics,
+    /// Failed TLS handshakes and protected-mode refusals ([`keyway_tls::AccessMetrics`]).
+    pub access: keyway_tls::AccessMetrics,
     /// Client requests, by how they were served (`local`, `forwarded`, `multikey`).
     pub requests: Family<KindLabel, Counter>,
     /// Client requests of every kind (the `/status` total).

@@ -122,7 +122,7 @@ impl Router {
 
     /// The keyspace named `arg`, or with numeric id `arg` (as a node resolves it).
     pub fn keyspace(&self, arg: &[u8]) -> Option<Keyspace> {
-        keyway_node::kw::resolve_keyspace(&self.view(), arg).ok()
+        keyway_command::kw::resolve_keyspace(&self.view(), arg).ok()
     }
 
     /// Installs the metadata store's map `map` as the new base (if it is

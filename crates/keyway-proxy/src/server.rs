@@ -96,7 +96,7 @@ impl Proxy {
             },
             metrics.clone(),
         );
-        let acl = keyway_node::acl::new_acl(config.requirepass.as_deref());
+        let acl = keyway_command::acl::new_acl(config.requirepass.as_deref());
         metrics.register_acl(&acl.metrics);
         if let Err(e) = keyway_acl::sync_once(&acl, &*meta).await {
             tracing::warn!(error = %e, "cannot read the ACL users yet; the default user from requirepass applies until the store answers");
@@ -181,11 +181,11 @@ async fn bind(addr: SocketAddr) -> Result<TcpListener, ProxyError> {
 }
 
 impl Core {
-    /// Protected mode's one condition (see [`keyway_node::protected_mode`]):
+    /// Protected mode's one condition (see [`keyway_tls::protected_mode`]):
     /// whether a client from `peer` is refused. "The default user has no
     /// password" is the proxy's `requirepass` unset.
     pub fn protected_mode_refuses(&self, peer: SocketAddr) -> bool {
-        keyway_node::protected_mode::refuses(
+        keyway_tls::protected_mode::refuses(
             self.config.protected_mode,
             // `requirepass`, or an `ACL SETUSER default >pw` since.
             self.acl.default_user_has_password(),
@@ -199,7 +199,7 @@ impl Core {
 async fn accept_loop(
     core: Arc<Core>,
     listener: TcpListener,
-    tls: Option<keyway_node::tls::TlsAcceptor>,
+    tls: Option<keyway_tls::TlsAcceptor>,
     mut shutdown: watch::Receiver<bool>,
 ) {
     let mut conns = JoinSet::new();

@@ -11,6 +11,7 @@ use crate::value::Seq;
 #[non_exhaustive]
 pub enum StorageError {
     /// Error reported by fjall.
+    #[cfg(feature = "fjall")]
     #[error("fjall: {0}")]
     Fjall(#[from] fjall::Error),
     /// Plain I/O error (e.g. creating the data directory).

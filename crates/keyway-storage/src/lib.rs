@@ -11,6 +11,10 @@
 //! * [`FjallEngine`] — durable, on fjall 3 (LSM tree + journal);
 //! * [`MemEngine`] — `BTreeMap`s behind a mutex, for tests and simulations.
 //!
+//! `FjallEngine` is behind the `fjall` feature (on by default; the workspace
+//! dependency turns it off): crates that only carry the record and range
+//! types on the wire (`keyway-peer`, the manager) do not link fjall.
+//!
 //! # Layout
 //!
 //! * [`value`] — [`Value`], [`Mutation`], [`ChangeRecord`] and their binary encodings;
@@ -41,11 +45,16 @@
 //! * make a write durable before [`Engine::sync`] is called (group commit is
 //!   the node's decision).
 
+// Without the engine, its on-disk encodings (`StoredValue`, `Marker`) go unused.
+#![cfg_attr(not(feature = "fjall"), allow(dead_code))]
+
 pub mod digest;
 pub mod engine;
 pub mod error;
 pub mod faulty;
+#[cfg(feature = "fjall")]
 pub mod fjall_engine;
+#[cfg(feature = "fjall")]
 pub mod fjall_options;
 pub mod log_marks;
 pub mod mem;
@@ -60,6 +69,7 @@ pub use digest::{Digester, RangeDigest};
 pub use engine::{Engine, EngineMemory, ScanChunk};
 pub use error::StorageError;
 pub use faulty::{FaultState, FaultyEngine, SyncFault};
+#[cfg(feature = "fjall")]
 pub use fjall_engine::{FjallEngine, FjallOptions};
 pub use mem::MemEngine;
 pub use range::{KeyRange, prefix_successor};
@@ -67,7 +77,7 @@ pub use value::{
     ChangeRecord, MAX_KEY_LEN, Mutation, OP_BATCH_CONTINUES, Seq, Value, ValueKind, whole_batches,
 };
 
-#[cfg(test)]
+#[cfg(all(test, feature = "fjall"))]
 mod tests {
     use super::*;
 

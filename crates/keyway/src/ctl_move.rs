@@ -15,7 +15,7 @@ use keyway_manager::{request_abort, request_move};
 use keyway_map::{DEFAULT_KEYSPACE, NodeId, PartitionId, PartitionMap};
 use keyway_meta::MetaStore;
 use keyway_migration::{MigrationId, MigrationRecord, MigrationState};
-use keyway_node::peer::PeerClient;
+use keyway_peer::PeerClient;
 use serde::Serialize;
 use std::time::{Duration, Instant};
 

@@ -22,7 +22,7 @@ use keyway_manager::copies::{CopyProgress, CopyTotals, CopyTracker, RateBasis, t
 use keyway_manager::replication::membership::wanted_copies;
 use keyway_map::{NodeId, NodeState, PartitionMap};
 use keyway_meta::MetaStore;
-use keyway_node::copies::CopyReport;
+use keyway_peer::copies::CopyReport;
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
@@ -504,10 +504,10 @@ mod tests {
         row.in_sync.clear();
         let copy = keyway_manager::copies::progress(
             row.owner,
-            &keyway_node::copies::CopyReport {
+            &keyway_peer::copies::CopyReport {
                 partition: hit,
                 peer: target,
-                kind: keyway_node::copies::CopyKind::Replica,
+                kind: keyway_peer::copies::CopyKind::Replica,
                 migration: 0,
                 bytes_sent: 100,
                 bytes_written: 100,
@@ -515,7 +515,7 @@ mod tests {
                 started_at_ms: 1,
                 finished_at_ms: None,
                 duration_ms: 1_000,
-                outcome: keyway_node::copies::CopyOutcome::Running,
+                outcome: keyway_peer::copies::CopyOutcome::Running,
                 error: None,
             },
             None,

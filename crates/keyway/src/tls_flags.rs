@@ -5,8 +5,8 @@
 //! default), so the defaults live in one place, the configs.
 
 use keyway_node::NodeConfig;
-use keyway_node::tls::TlsAuthClients;
 use keyway_proxy::ProxyConfig;
+use keyway_tls::TlsAuthClients;
 use std::path::PathBuf;
 
 /// `--tls-*` and `--protected-mode`.
@@ -38,7 +38,7 @@ pub struct TlsFlags {
     /// Redis protected-mode, yes (default) or no: while yes and the default
     /// user has no password (--requirepass, ACL), clients not on the
     /// loopback interface get -DENIED and are closed.
-    #[arg(long, value_parser = keyway_node::protected_mode::parse_yes_no)]
+    #[arg(long, value_parser = keyway_tls::protected_mode::parse_yes_no)]
     pub protected_mode: Option<bool>,
 }
 

@@ -91,10 +91,10 @@ fn runtime() -> tokio::runtime::Runtime {
         .unwrap()
 }
 
-fn peer(port: u16, secret: Option<ClusterSecret>) -> keyway_node::peer::PeerClient {
-    keyway_node::peer::PeerClient::connect_with(
+fn peer(port: u16, secret: Option<ClusterSecret>) -> keyway_peer::PeerClient {
+    keyway_peer::PeerClient::connect_with(
         &format!("127.0.0.1:{port}"),
-        keyway_node::peer::PeerOptions {
+        keyway_peer::PeerOptions {
             rpc_timeout: Duration::from_secs(5),
             secret,
             ..Default::default()

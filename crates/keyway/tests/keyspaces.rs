@@ -513,7 +513,7 @@ async fn a_scan_continues_across_a_split_and_a_live_move_between_its_pages() {
     // record of the partition now covering the key.
     let map = c.map().await.unwrap();
     let admin = map.nodes[&old.owner].admin_addr.clone();
-    let peer = keyway_node::peer::PeerClient::connect(&admin).unwrap();
+    let peer = keyway_peer::PeerClient::connect(&admin).unwrap();
     let route = keyway_node::kw::rpc::Route {
         record: old.clone(),
         admin_addr: admin,

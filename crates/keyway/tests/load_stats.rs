@@ -9,8 +9,8 @@ use keyway_client::{Client, ClientConfig};
 use keyway_cluster::{ClusterSpec, LocalCluster};
 use keyway_manager::MonitorConfig;
 use keyway_map::{DEFAULT_KEYSPACE, PartitionId, key_hash_slot};
-use keyway_node::peer::PeerClient;
-use keyway_node::stats::NodeReport;
+use keyway_peer::PeerClient;
+use keyway_peer::stats::NodeReport;
 use keyway_resp::Frame;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -185,7 +185,7 @@ async fn a_hammered_key_is_reported_first_and_sizes_match_what_was_written() {
 }
 
 /// The owner's report of the one partition of range keyspace `name`.
-async fn range_report(c: &LocalCluster, name: &str) -> keyway_node::stats::PartitionReport {
+async fn range_report(c: &LocalCluster, name: &str) -> keyway_peer::stats::PartitionReport {
     let map = c.map().await.unwrap();
     let ks = map.keyspace_by_name(name).unwrap();
     let p = map.keyspace_partitions(ks.id).next().unwrap().clone();

@@ -12,7 +12,7 @@ use keyway_map::{
     DEFAULT_KEYSPACE, Epoch, MapChange, NodeId, OwnershipCondition, PartitionRecord, key_hash_slot,
 };
 use keyway_meta::MapTxn;
-use keyway_node::peer::{MigrationRef, PeerClient, PeerError, PushSpec, RefusalReason, Throttle};
+use keyway_peer::{MigrationRef, PeerClient, PeerError, PushSpec, RefusalReason, Throttle};
 use keyway_resp::Frame;
 use keyway_storage::{ChangeRecord, KeyRange, Mutation};
 use std::time::Duration;
@@ -134,7 +134,7 @@ impl Setup {
             })
             .await
             .unwrap();
-        let flipped = |v: Option<keyway_node::peer::PartitionView>| {
+        let flipped = |v: Option<keyway_peer::PartitionView>| {
             v.is_some_and(|v| v.owner == self.target_id && v.epoch.0 == p.epoch.0 + 1)
         };
         assert!(
@@ -431,7 +431,7 @@ async fn a_lifted_fence_runs_the_held_requests_and_a_stopped_push_is_not_found()
     s.source.migrate_stop(9).await.unwrap();
     assert!(matches!(
         s.source.migrate_status(9).await,
-        Err(keyway_node::peer::PeerError::NotFound(_))
+        Err(keyway_peer::PeerError::NotFound(_))
     ));
     s.cluster.shutdown().await;
 }
@@ -467,7 +467,7 @@ async fn a_fence_does_not_outlive_its_migration_when_no_manager_is_left_to_lift_
         wait_until(WAIT, || async {
             matches!(
                 s.source.migrate_status(id).await,
-                Err(keyway_node::peer::PeerError::NotFound(_))
+                Err(keyway_peer::PeerError::NotFound(_))
             )
         })
         .await

@@ -21,7 +21,7 @@ use std::process::Command;
 
 /// The `-DENIED` line as `redis-cli` prints it (no `-`, no CRLF).
 fn denied_text() -> &'static str {
-    keyway_node::protected_mode::DENIED
+    keyway_tls::protected_mode::DENIED
         .strip_prefix('-')
         .unwrap()
         .trim_end()

@@ -17,7 +17,7 @@ use keyway_map::{
     PartitionRecord, Routing as KeyRouting, key_hash_slot,
 };
 use keyway_meta::MapTxn;
-use keyway_node::peer::PeerClient;
+use keyway_peer::PeerClient;
 use keyway_resp::Frame;
 use keyway_testkit::eventually;
 use std::time::{Duration, Instant};

@@ -26,7 +26,7 @@ use keyway_map::{
 };
 use keyway_meta::{MapTxn, MetaError};
 use keyway_migration::{Actor, Command, Event, MigrationRecord, MigrationState, RangeDigest};
-use keyway_node::peer::{MigrationRef, PeerError, PushSpec};
+use keyway_peer::{MigrationRef, PeerError, PushSpec};
 use keyway_storage::KeyRange;
 use std::time::Duration;
 use tokio::time::Instant;
@@ -369,7 +369,7 @@ impl Task {
         &self,
         node: &PeerAddr,
         pid: PartitionId,
-        ok: impl Fn(&keyway_node::peer::PartitionView) -> bool,
+        ok: impl Fn(&keyway_peer::PartitionView) -> bool,
     ) -> Option<bool> {
         let deadline = Instant::now() + self.shared.config.retry();
         loop {

@@ -61,7 +61,7 @@ use keyway_migration::{
     AbortReason, Command, Event, Migration, MigrationConfig, MigrationId, MigrationRecord,
     MigrationState,
 };
-use keyway_node::peer::Throttle;
+use keyway_peer::Throttle;
 use keyway_storage::KeyRange;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -120,7 +120,7 @@ impl DriverConfig {
         if self.drop_chunk_entries == 0 {
             return bad("drop_chunk_entries must be positive");
         }
-        if self.drop_chunk_entries > keyway_node::peer::MAX_DROP_ENTRIES as usize {
+        if self.drop_chunk_entries > keyway_peer::MAX_DROP_ENTRIES as usize {
             return bad("drop_chunk_entries exceeds the node's MAX_DROP_ENTRIES");
         }
         if self.stray_retry_interval_ms == 0 {

@@ -4,7 +4,7 @@
 //! client per admin address).
 
 use keyway_map::{NodeId, PartitionId};
-use keyway_node::peer::{
+use keyway_peer::{
     FenceDigests, MigrationRef, PartitionView, PeerClient, PeerError, PushSpec, PushStatus,
 };
 use keyway_storage::{KeyRange, Seq};
@@ -19,7 +19,7 @@ pub struct PeerAddr {
     pub admin_addr: String,
 }
 
-/// The node-side calls of a migration (see `keyway_node::peer` for their
+/// The node-side calls of a migration (see `keyway_peer` for their
 /// contracts). Every call is safe to repeat; [`PeerError::NotFound`] from a
 /// `migrate_*` call means the node lost (or never had) the migration.
 #[async_trait::async_trait]

@@ -7,7 +7,7 @@ use crate::decisions::Decision;
 use keyway_map::NodeId;
 use keyway_meta::Leadership;
 use keyway_migration::{Actor, Command, Event, Migration, MigrationRecord, MigrationState};
-use keyway_node::peer::PeerError;
+use keyway_peer::PeerError;
 use keyway_storage::KeyRange;
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;

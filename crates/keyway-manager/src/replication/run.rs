@@ -632,7 +632,7 @@ impl Loop {
         let mut out = String::new();
         for n in to {
             if let Some(p) = self.copies.copy_progress(partition, *n)
-                && p.outcome == keyway_node::copies::CopyOutcome::Done
+                && p.outcome == keyway_peer::copies::CopyOutcome::Done
             {
                 out.push_str(&format!(
                     "; copy to node {}: {} bytes sent, {} written in {} ms ({:.0} B/s)",

@@ -531,7 +531,7 @@ mod tests {
 
     #[test]
     fn a_copy_without_a_size_or_a_rate_has_an_unknown_eta() {
-        use keyway_node::copies::{CopyKind, CopyOutcome};
+        use keyway_peer::copies::{CopyKind, CopyOutcome};
         let copy = |estimate: Option<u64>, rate: Option<f64>, eta: Option<u64>| CopyProgress {
             partition: PartitionId(1),
             from: NodeId(1),

@@ -23,37 +23,30 @@
 //! re-exported by `table`) and `long_double.rs`
 //! (the x87 arithmetic INCRBYFLOAT needs to print what Redis prints).
 
-pub mod table;
+/// The command table is keyway-command's (shared with the proxy).
+pub use keyway_command::table;
 
 mod bits;
 mod coll_scan;
-mod command;
 mod counter;
 mod dump;
 mod expire;
 mod hash;
-mod hash_table;
 mod keys;
 pub mod keyspace;
 mod lcs;
 mod list;
 mod list_store;
-mod list_table;
 pub(crate) mod long_double;
-pub mod name;
+pub use keyway_command::name;
 mod rdb;
-mod script_table;
-mod server_table;
 mod set;
-mod set_table;
 mod sort;
 mod stream;
-mod stream_table;
 mod string;
 #[cfg(test)]
 mod testing;
 mod zset;
-mod zset_table;
 
 use bytes::Bytes;
 use keyway_resp::Frame;
@@ -171,12 +164,8 @@ pub fn parse(args: &[Bytes]) -> Option<Result<Command, Frame>> {
     })))
 }
 
-/// The longest user key a command may create: the engine's
-/// [`MAX_KEY_LEN`](keyway_storage::MAX_KEY_LEN) less the storage-key prefix
-/// (keyspace id and slot). Redis has no such limit; longer keys read as
-/// absent, and commands that would create one reply
-/// `ERR key is too long (max 65529 bytes)`.
-pub const MAX_KEY_BYTES: usize = keyway_storage::MAX_KEY_LEN - 6;
+/// See [`keyway_command::MAX_KEY_BYTES`] (shared with the `KW.*` grammar).
+pub use keyway_command::MAX_KEY_BYTES;
 
 impl Command {
     /// Whether the command may create a key (as opposed to reading, deleting
@@ -329,7 +318,7 @@ pub(crate) mod errors {
     pub const NAN_OR_INF: &str = "ERR increment would produce NaN or Infinity";
     pub const TOO_BIG: &str = "ERR string exceeds maximum allowed size (proto-max-bulk-len)";
     pub const OFFSET_RANGE: &str = "ERR offset is out of range";
-    pub const KEY_TOO_LONG: &str = "ERR key is too long (max 65529 bytes)";
+    pub use keyway_command::reply::KEY_TOO_LONG;
 }
 
 /// An error reply as a [`CmdError`].
@@ -354,40 +343,7 @@ pub(crate) fn is_string(v: &Value) -> bool {
     matches!(v.kind, ValueKind::String)
 }
 
-/// Redis's `string2ll`: a strict base-10 `i64` (no sign `+`, no leading
-/// zeros, no spaces, at most 20 bytes).
-pub(crate) fn parse_i64(s: &[u8]) -> Option<i64> {
-    if s.is_empty() || s.len() > 20 {
-        return None;
-    }
-    if s == b"0" {
-        return Some(0);
-    }
-    let (neg, digits) = match s.split_first() {
-        Some((b'-', rest)) => (true, rest),
-        _ => (false, s),
-    };
-    match digits.first() {
-        Some(b'1'..=b'9') => {}
-        _ => return None,
-    }
-    let mut v: u64 = 0;
-    for &d in digits {
-        if !d.is_ascii_digit() {
-            return None;
-        }
-        v = v.checked_mul(10)?.checked_add(u64::from(d - b'0'))?;
-    }
-    if neg {
-        if v > i64::MAX as u64 + 1 {
-            None
-        } else {
-            Some((v as i64).wrapping_neg())
-        }
-    } else {
-        i64::try_from(v).ok()
-    }
-}
+pub(crate) use keyway_command::parse_i64;
 
 /// `parse_i64` or `ERR value is not an integer or out of range`.
 pub(crate) fn int_arg(s: &[u8]) -> Result<i64, Frame> {

@@ -37,11 +37,12 @@
 //! - `scan.rs`: the `KW.SCAN` walk across partitions and nodes.
 
 pub mod owned;
-pub mod parse;
+/// The `KW.*` grammar is keyway-command's (shared with the proxy).
+pub use keyway_command::kw as parse;
 pub mod rpc;
 mod scan;
 
-pub use parse::{KwCommand, ScanLimits, is_kw_command};
+pub use parse::{KwCommand, ScanLimits, is_kw_command, resolve_keyspace};
 pub use rpc::MAX_RANGE_SCAN_ENTRIES;
 
 use crate::db::{Db, DbLimits};
@@ -51,7 +52,7 @@ use crate::peer::{PeerClient, PeerOptions};
 use crate::routing::Rejection;
 use crate::server::Shared;
 use bytes::Bytes;
-use keyway_map::{Epoch, Keyspace, KeyspaceId, PartitionId, PartitionMap, key_hash_slot};
+use keyway_map::{Epoch, Keyspace, PartitionId, key_hash_slot};
 use keyway_resp::Frame;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -104,19 +105,6 @@ pub async fn dispatch_at(
         }
         KwCommand::Del { keys, .. } => submit(shared, keyspace, Op::Del(keys), expected).await,
     }
-}
-
-/// The keyspace named `arg` (or, failing that, with numeric id `arg`).
-pub fn resolve_keyspace(map: &PartitionMap, arg: &[u8]) -> Result<Keyspace, Frame> {
-    let text = String::from_utf8_lossy(arg);
-    map.keyspace_by_name(&text)
-        .or_else(|| {
-            text.parse::<u32>()
-                .ok()
-                .and_then(|id| map.keyspaces.get(&KeyspaceId(id)))
-        })
-        .cloned()
-        .ok_or_else(|| Frame::Error(format!("ERR unknown keyspace '{text}'")))
 }
 
 /// A single-partition keyspace command.
@@ -275,40 +263,5 @@ impl PeerCache {
         let client = PeerClient::connect_with(addr, self.opts.clone())?;
         clients.insert(addr.to_string(), client.clone());
         Ok(client)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use keyway_map::{MapChange, MapVersion, NodeId, NodeInfo, Routing as KeyRouting};
-
-    #[test]
-    fn keyspaces_resolve_by_name_then_by_id() {
-        let mut map =
-            PartitionMap::bootstrap(&[NodeInfo::up(NodeId(1), "127.0.0.1:7001".into())], 1)
-                .unwrap();
-        map.apply(
-            MapVersion(2),
-            &[MapChange::UpsertKeyspace(Keyspace {
-                id: KeyspaceId(3),
-                name: "events".into(),
-                routing: KeyRouting::Range,
-                replication_factor: 1,
-                min_in_sync: 1,
-            })],
-        )
-        .unwrap();
-        assert_eq!(resolve_keyspace(&map, b"events").unwrap().id, KeyspaceId(3));
-        assert_eq!(resolve_keyspace(&map, b"3").unwrap().name, "events");
-        assert_eq!(
-            resolve_keyspace(&map, b"default").unwrap().id,
-            KeyspaceId(0)
-        );
-        assert_eq!(
-            resolve_keyspace(&map, b"nope").unwrap_err(),
-            Frame::Error("ERR unknown keyspace 'nope'".into())
-        );
-        assert!(resolve_keyspace(&map, b"9").is_err());
     }
 }

@@ -17,8 +17,7 @@ use keyway_map::{Epoch, KeyspaceId, NodeId, PartitionId, PartitionRecord, Partit
 use std::sync::Arc;
 use tonic::Status;
 
-/// Most entries one `RangeScan` answer carries (larger requests are clamped).
-pub const MAX_RANGE_SCAN_ENTRIES: u32 = 10_000;
+pub use keyway_command::kw::MAX_RANGE_SCAN_ENTRIES;
 
 /// Answers one `RangeScan` request from this node's engine and routing view:
 /// one step queued by `reads` on a storage thread (under the routing read

@@ -31,7 +31,7 @@ pub(crate) mod push;
 pub(crate) mod receive;
 
 pub use digest::{KEYS_PER_DIGEST, keys_digest};
-pub use push::{Checkpoint, Push, PushLimits, PushPlan};
+pub use push::{Push, PushLimits, PushPlan};
 pub use receive::{MigrationRef, Receiving, Refusal, RefusalReason};
 
 use crate::executor::LatencyGauge;

@@ -31,26 +31,7 @@ use keyway_map::{Epoch, NodeId, PartitionId, PartitionMap, PartitionRecord};
 use keyway_storage::KeyRange;
 use std::collections::BTreeMap;
 
-/// The migration a data-changing peer call acts for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct MigrationRef {
-    /// The migration record's id.
-    pub id: u64,
-    pub partition: PartitionId,
-    /// e: the partition's epoch when the migration was created (the
-    /// record's; the flip moves it to e+1 at the target).
-    pub epoch: Epoch,
-}
-
-impl std::fmt::Display for MigrationRef {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "migration {} (partition {} at epoch {})",
-            self.id, self.partition, self.epoch
-        )
-    }
-}
+pub use keyway_peer::{MigrationRef, RefusalReason};
 
 /// One incoming migration this node accepts foreign records for.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -64,38 +45,6 @@ pub struct Receiving {
 
 /// The incoming migrations, by partition.
 pub type Incoming = BTreeMap<PartitionId, Receiving>;
-
-/// Why a data-changing peer call was refused.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum RefusalReason {
-    /// No incoming migration of that id, partition and epoch is registered.
-    NotReceiving,
-    /// This node owns (part of) the range: its data is not a copy.
-    Owned,
-    /// This node receives (part of) the range under another migration.
-    ReceivingOther,
-    /// The partition moved past the epoch, or a newer migration of it is
-    /// registered: the call is late.
-    Stale,
-    /// This node's map does not show the partition at that epoch yet: retry.
-    MapBehind,
-    /// A record's key lies outside the partition's range.
-    OutOfRange,
-}
-
-impl RefusalReason {
-    /// The metric label.
-    pub fn label(self) -> &'static str {
-        match self {
-            RefusalReason::NotReceiving => "not_receiving",
-            RefusalReason::Owned => "owned",
-            RefusalReason::ReceivingOther => "receiving_other",
-            RefusalReason::Stale => "stale",
-            RefusalReason::MapBehind => "map_behind",
-            RefusalReason::OutOfRange => "out_of_range",
-        }
-    }
-}
 
 /// A refused data-changing peer call: the reason and a sentence for logs.
 #[derive(thiserror::Error, Clone, Debug, PartialEq, Eq)]

@@ -28,9 +28,10 @@ use tonic::{Code, Request, Response, Status};
 
 use crate::migrate::{MigrationRef, Migrations, Refusal, RefusalReason, RoleError};
 use crate::peer::PushSpec;
-use crate::peer::control::digest_to_pb;
 use crate::routing::Routing;
 use keyway_map::PartitionId;
+use keyway_peer::control::digest_to_pb;
+use keyway_peer::migration::{reason_to_pb, ref_from_pb};
 
 /// The `Peer` gRPC service over one engine. Cheap to clone.
 #[derive(Clone)]
@@ -167,7 +168,7 @@ pub async fn serve_engine(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let app = merge_routes(axum::Router::new(), PeerService::new(engine));
-    axum::serve(crate::admin::nodelay(listener), app)
+    axum::serve(keyway_peer::admin::nodelay(listener), app)
         .with_graceful_shutdown(shutdown)
         .await
 }
@@ -202,47 +203,6 @@ const APPLY_SUB_BATCH: usize = 128;
 /// Entries per engine call of a `DropRangeChunk` (each checked under its
 /// own routing guard, so a map install never waits for a whole chunk).
 const DROP_SUB_CHUNK_ENTRIES: usize = 1_000;
-
-pub(crate) fn ref_from_pb(m: pb::MigrationRef) -> MigrationRef {
-    MigrationRef {
-        id: m.id,
-        partition: PartitionId(m.partition),
-        epoch: keyway_map::Epoch(m.epoch),
-    }
-}
-
-pub(crate) fn ref_to_pb(m: &MigrationRef) -> pb::MigrationRef {
-    pb::MigrationRef {
-        id: m.id,
-        partition: m.partition.0,
-        epoch: m.epoch.0,
-    }
-}
-
-pub(crate) fn reason_to_pb(r: RefusalReason) -> pb::peer_refusal::Reason {
-    use pb::peer_refusal::Reason;
-    match r {
-        RefusalReason::NotReceiving => Reason::NotReceiving,
-        RefusalReason::Owned => Reason::Owned,
-        RefusalReason::ReceivingOther => Reason::ReceivingOther,
-        RefusalReason::Stale => Reason::Stale,
-        RefusalReason::MapBehind => Reason::MapBehind,
-        RefusalReason::OutOfRange => Reason::OutOfRange,
-    }
-}
-
-pub(crate) fn reason_from_pb(r: i32) -> Option<RefusalReason> {
-    use pb::peer_refusal::Reason;
-    Some(match Reason::try_from(r).ok()? {
-        Reason::Unspecified => return None,
-        Reason::NotReceiving => RefusalReason::NotReceiving,
-        Reason::Owned => RefusalReason::Owned,
-        Reason::ReceivingOther => RefusalReason::ReceivingOther,
-        Reason::Stale => RefusalReason::Stale,
-        Reason::MapBehind => RefusalReason::MapBehind,
-        Reason::OutOfRange => RefusalReason::OutOfRange,
-    })
-}
 
 /// `FAILED_PRECONDITION` with a [`pb::PeerRefusal`] detail; `UNAVAILABLE`
 /// (retry) while the node's map is behind.
@@ -657,7 +617,7 @@ impl peer_server::Peer for PeerService {
         let node = self.node()?;
         let mut report = node.stats.report();
         report.copies = node.copies.list();
-        Ok(Response::new(crate::stats::wire::to_pb(&report)))
+        Ok(Response::new(keyway_peer::stats::to_pb(&report)))
     }
 
     async fn range_scan(

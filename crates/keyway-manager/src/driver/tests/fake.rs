@@ -7,7 +7,7 @@ use crate::driver::{MigrationPeers, PeerAddr};
 use bytes::Bytes;
 use keyway_map::{NodeId, PartitionId};
 use keyway_meta::{EmbeddedMeta, MetaStore};
-use keyway_node::peer::{
+use keyway_peer::{
     FenceDigests, MigrationRef, PartitionView, PeerError, PushSpec, PushStatus, RefusalReason,
 };
 use keyway_storage::{KeyRange, RangeDigest, Seq};

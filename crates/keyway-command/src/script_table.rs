@@ -1,5 +1,5 @@
 //! The scripting commands' rows of the command table (Redis 7.0.15's
-//! `COMMAND INFO` / `COMMAND DOCS`). They run in [`crate::script`], not
+//! `COMMAND INFO` / `COMMAND DOCS`). They run in `keyway_node::script`, not
 //! through `cmd::parse`; the family only marks them as data commands with
 //! keys (so the proxy routes them by their `numkeys` keys).
 

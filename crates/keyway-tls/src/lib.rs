@@ -1,7 +1,12 @@
+//! What the client listeners of the node and the proxy check before they
+//! serve a connection: TLS for Redis clients (this file) and protected mode
+//! ([`protected_mode`]), with the two counters they share
+//! ([`AccessMetrics`]). A crate of its own so the proxy links neither the
+//! node nor its engine for them.
+//!
 //! TLS for Redis clients, with Redis's settings: `tls_port`,
 //! `tls_cert_file`, `tls_key_file`, `tls_ca_cert_file`, `tls_auth_clients`
-//! (`yes` | `no` | `optional`, default `yes`). Shared by the node and the
-//! proxy.
+//! (`yes` | `no` | `optional`, default `yes`).
 //!
 //! The TLS listener serves the same protocol as the plain one, beside it;
 //! each accepted connection's handshake runs on that connection's own task
@@ -19,6 +24,8 @@
 //! `tls_auth_clients`, as Redis: `yes` requires a client certificate
 //! signed by the CA, `optional` checks one if the client sends it, `no`
 //! asks for none.
+
+pub mod protected_mode;
 
 use rustls::RootCertStore;
 use rustls::pki_types::pem::PemObject;

@@ -6,13 +6,13 @@
 //! step, ACL categories, tips, the key spec) and what `COMMAND DOCS` reports
 //! (summary, since, group, complexity, deprecation). The values are Redis
 //! 7.0.15's own `COMMAND INFO` / `COMMAND DOCS` output (checked by
-//! `tests/cmd_redis_diff.rs`); argument docs, history and container
+//! keyway-node's `tests/cmd_redis_diff.rs`); argument docs, history and container
 //! subcommands are not listed.
 //!
 //! The replies to `COMMAND` and its subcommands are built from this table in
 //! `command.rs` and re-exported here ([`command_reply`] is the entry point).
 //! The data commands use the table for their arity check and `is_write` (see
-//! [`super::parse`]).
+//! keyway-node's `cmd::parse`).
 
 use bytes::Bytes;
 use keyway_resp::Frame;
@@ -22,7 +22,7 @@ pub use super::command::{
     command_list_reply, command_reply, glob_match,
 };
 
-/// Which `cmd/` module implements a data command.
+/// Which module of keyway-node's `cmd/` implements a data command.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Family {
     /// `cmd/string.rs`.
@@ -47,7 +47,7 @@ pub enum Family {
     List,
     /// `cmd/zset/`.
     ZSet,
-    /// `crate::script` (EVAL and its kind: not parsed into a `Command`).
+    /// keyway-node's `script` (EVAL and its kind: not parsed into a `Command`).
     Script,
     /// `cmd/stream/`.
     Stream,
@@ -565,7 +565,7 @@ impl CommandSpec {
             return self.key_positions(args.len());
         }
         let at = self.keynum_index as usize;
-        let Some(n) = args.get(at).and_then(|a| super::parse_i64(a)) else {
+        let Some(n) = args.get(at).and_then(|a| crate::parse_i64(a)) else {
             return Vec::new();
         };
         if n <= 0 || n as u64 >= (args.len() - at) as u64 {
@@ -795,7 +795,7 @@ fn range_spec_frame(
     Frame::Map(map)
 }
 
-pub(super) fn arity_ok(arity: i64, argc: usize) -> bool {
+pub fn arity_ok(arity: i64, argc: usize) -> bool {
     let argc = argc as i64;
     if arity >= 0 {
         argc == arity
@@ -822,4 +822,13 @@ pub fn arity_error(name: &str) -> Frame {
     err(format!(
         "ERR wrong number of arguments for '{name}' command"
     ))
+}
+
+/// Whether `args` is a blocking command (flag `blocking` in the table):
+/// a node's connection orders it like a node-wide read and watches for the
+/// client's disconnection while it waits.
+pub fn is_blocking(args: &[Bytes]) -> bool {
+    args.first()
+        .and_then(|n| lookup(n))
+        .is_some_and(|spec| spec.flags.contains(&"blocking"))
 }

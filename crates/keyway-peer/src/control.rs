@@ -5,9 +5,9 @@
 //! [`PeerError::NotFound`] means the node lost (or never had) the
 //! migration's volatile state.
 
-use super::client::{PeerClient, PeerError};
-use super::pb;
-use crate::migrate::MigrationRef;
+use crate::client::{PeerClient, PeerError};
+use crate::migration::{MigrationRef, ref_to_pb};
+use crate::pb;
 use bytes::Bytes;
 use keyway_map::{Epoch, MapVersion, NodeId, PartitionId};
 use keyway_storage::{KeyRange, RangeDigest, Seq};
@@ -73,7 +73,7 @@ pub struct PushStatus {
     pub backoffs: u64,
     /// Source seq of the verified checkpoint (0 = none yet).
     pub checkpoint_seq: Seq,
-    /// The copy's cost so far (all 0 without a copy; see `crate::copies`).
+    /// The copy's cost so far (all 0 without a copy; see `keyway_node::copies`).
     pub copy_bytes_sent: u64,
     pub copy_bytes_written: u64,
     /// So far, or from the push's start to `copy_done`.
@@ -94,7 +94,7 @@ pub struct FenceDigests {
     pub delta_keys: u64,
 }
 
-pub(crate) fn digest_from_pb(d: Option<pb::DigestResponse>) -> RangeDigest {
+pub fn digest_from_pb(d: Option<pb::DigestResponse>) -> RangeDigest {
     let d = d.unwrap_or_default();
     RangeDigest {
         keys: d.keys,
@@ -103,7 +103,7 @@ pub(crate) fn digest_from_pb(d: Option<pb::DigestResponse>) -> RangeDigest {
     }
 }
 
-pub(crate) fn digest_to_pb(d: RangeDigest) -> pb::DigestResponse {
+pub fn digest_to_pb(d: RangeDigest) -> pb::DigestResponse {
     pb::DigestResponse {
         keys: d.keys,
         bytes: d.bytes,
@@ -247,7 +247,7 @@ impl PeerClient {
     /// target's map is behind (retry).
     pub async fn migrate_receive(&self, m: &MigrationRef, on: bool) -> Result<(), PeerError> {
         let msg = pb::MigrateReceiveRequest {
-            migration: Some(super::server::ref_to_pb(m)),
+            migration: Some(ref_to_pb(m)),
             on,
         };
         self.call("MigrateReceive", msg, |mut c, r| async move {

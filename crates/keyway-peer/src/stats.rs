@@ -1,9 +1,63 @@
-//! [`NodeReport`] to and from the `PartitionStats` Peer RPC's messages.
+//! A node's per-partition load statistics as the `PartitionStats` Peer RPC
+//! carries them ([`NodeReport`]), and their conversion to and from its
+//! messages. The node computes them (`keyway_node::stats`); the manager
+//! polls them.
 
-use super::{HotKeyReport, NodeReport, PartitionReport};
 use crate::copies::{CopyKind, CopyOutcome, CopyReport};
-use crate::peer::pb;
+use crate::pb;
+use bytes::Bytes;
 use keyway_map::{Epoch, NodeId, PartitionId};
+
+/// One sampled key and its estimated rate.
+#[derive(Clone, Debug, PartialEq)]
+pub struct HotKeyReport {
+    /// The user key.
+    pub key: Bytes,
+    /// Estimated requests per second: its share of the samples times the
+    /// partition's request rate.
+    pub per_sec: f64,
+}
+
+/// One owned partition's statistics (the fields of the manager's
+/// `PartitionLoad`, plus whether the size is known yet).
+#[derive(Clone, Debug, PartialEq)]
+pub struct PartitionReport {
+    pub partition: PartitionId,
+    pub epoch: Epoch,
+    /// False until the first size scan of the partition's current range
+    /// (`keys`, `bytes` and `size_split_key` are then 0, 0, `None`).
+    pub size_known: bool,
+    pub keys: u64,
+    pub bytes: u64,
+    pub reads_per_sec: f64,
+    pub writes_per_sec: f64,
+    pub load_split_key: Option<Bytes>,
+    pub size_split_key: Option<Bytes>,
+    /// Busiest first, at most `hot_keys_k`.
+    pub hot_keys: Vec<HotKeyReport>,
+    /// Share (0..=1) of the sampled requests that went to the busiest key.
+    pub top_key_share: f64,
+    /// Sampled requests behind these figures (weighted over the window).
+    pub samples: f64,
+}
+
+impl PartitionReport {
+    pub fn requests_per_sec(&self) -> f64 {
+        self.reads_per_sec + self.writes_per_sec
+    }
+}
+
+/// Every partition this node owns in its installed map.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NodeReport {
+    pub node: NodeId,
+    pub map_version: u64,
+    pub window_ms: u64,
+    pub partitions: Vec<PartitionReport>,
+    /// The copies this node sends (running, then the last finished), as
+    /// the node's `Copies::list` has them (filled in by the RPC).
+    pub copies: Vec<CopyReport>,
+}
 
 pub fn to_pb(r: &NodeReport) -> pb::PartitionStatsResponse {
     pb::PartitionStatsResponse {
@@ -111,7 +165,6 @@ pub fn from_pb(r: pb::PartitionStatsResponse) -> NodeReport {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use bytes::Bytes;
 
     #[test]
     fn a_report_survives_the_wire() {

@@ -1,6 +1,6 @@
 //! The transaction and server commands' rows of the command table (Redis
 //! 7.0.15's `COMMAND INFO` / `COMMAND DOCS`), answered by the node itself
-//! (`crate::multi`, `crate::server_cmd`, `crate::flush`, `crate::slowlog`).
+//! (keyway-node's `multi`, `server_cmd`, `flush`, `slowlog`).
 
 use super::table::{CommandSpec, Strs, nokey};
 

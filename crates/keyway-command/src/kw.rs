@@ -5,10 +5,15 @@
 //! the caller, after parsing, so the error order is: wrong arity, bad
 //! arguments, unknown keyspace, routing.
 
-use crate::cmd::MAX_KEY_BYTES;
-use crate::cmd::table::arity_error;
+use crate::MAX_KEY_BYTES;
+use crate::table::arity_error;
 use bytes::Bytes;
+use keyway_map::{Keyspace, KeyspaceId, PartitionMap};
 use keyway_resp::Frame;
+
+/// Most entries one `RangeScan` answer carries (larger requests are clamped):
+/// the largest `KW.SCAN` LIMIT anyone may configure.
+pub const MAX_RANGE_SCAN_ENTRIES: u32 = 10_000;
 
 /// A parsed `KW.*` keyspace command.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -60,7 +65,7 @@ pub fn parse(args: &[Bytes], limits: ScanLimits) -> Result<KwCommand, Frame> {
         }),
         ("kw.set", 4) => {
             if args[2].len() > MAX_KEY_BYTES {
-                return Err(Frame::Error(crate::cmd::errors::KEY_TOO_LONG.into()));
+                return Err(Frame::Error(crate::reply::KEY_TOO_LONG.into()));
             }
             Ok(KwCommand::Set {
                 ks: arg(1),
@@ -105,9 +110,23 @@ fn parse_limit(arg: &[u8], limits: ScanLimits) -> Result<usize, Frame> {
         })
 }
 
+/// The keyspace named `arg` (or, failing that, with numeric id `arg`).
+pub fn resolve_keyspace(map: &PartitionMap, arg: &[u8]) -> Result<Keyspace, Frame> {
+    let text = String::from_utf8_lossy(arg);
+    map.keyspace_by_name(&text)
+        .or_else(|| {
+            text.parse::<u32>()
+                .ok()
+                .and_then(|id| map.keyspaces.get(&KeyspaceId(id)))
+        })
+        .cloned()
+        .ok_or_else(|| Frame::Error(format!("ERR unknown keyspace '{text}'")))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use keyway_map::{MapChange, MapVersion, NodeId, NodeInfo, Routing as KeyRouting};
 
     const LIMITS: ScanLimits = ScanLimits {
         default_limit: 100,
@@ -217,5 +236,34 @@ mod tests {
             err("ERR key is too long (max 65529 bytes)")
         );
         assert!(p(&["kw.get", "ks", &long]).is_ok());
+    }
+
+    #[test]
+    fn keyspaces_resolve_by_name_then_by_id() {
+        let mut map =
+            PartitionMap::bootstrap(&[NodeInfo::up(NodeId(1), "127.0.0.1:7001".into())], 1)
+                .unwrap();
+        map.apply(
+            MapVersion(2),
+            &[MapChange::UpsertKeyspace(Keyspace {
+                id: KeyspaceId(3),
+                name: "events".into(),
+                routing: KeyRouting::Range,
+                replication_factor: 1,
+                min_in_sync: 1,
+            })],
+        )
+        .unwrap();
+        assert_eq!(resolve_keyspace(&map, b"events").unwrap().id, KeyspaceId(3));
+        assert_eq!(resolve_keyspace(&map, b"3").unwrap().name, "events");
+        assert_eq!(
+            resolve_keyspace(&map, b"default").unwrap().id,
+            KeyspaceId(0)
+        );
+        assert_eq!(
+            resolve_keyspace(&map, b"nope").unwrap_err(),
+            Frame::Error("ERR unknown keyspace 'nope'".into())
+        );
+        assert!(resolve_keyspace(&map, b"9").is_err());
     }
 }

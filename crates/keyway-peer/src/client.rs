@@ -7,9 +7,9 @@
 //! (for `apply_foreign` / `drop_range_chunk` the outcome is then unknown, but
 //! both are safe to repeat while their migration permits them).
 
-use super::pb::{self, peer_client::PeerClient as PbClient};
-use super::{MAX_CHANGES_RECORDS, MAX_CHUNK_BYTES, MAX_MESSAGE_BYTES, MAX_SNAPSHOT_ENTRIES};
-use crate::migrate::{MigrationRef, RefusalReason};
+use crate::migration::{MigrationRef, RefusalReason, reason_from_pb, ref_to_pb};
+use crate::pb::{self, peer_client::PeerClient as PbClient};
+use crate::{MAX_CHANGES_RECORDS, MAX_CHUNK_BYTES, MAX_MESSAGE_BYTES, MAX_SNAPSHOT_ENTRIES};
 use bytes::Bytes;
 use keyway_storage::{ChangeRecord, KeyRange, Mutation, RangeDigest, Seq, Value};
 use prost::Message;
@@ -39,7 +39,7 @@ pub enum PeerError {
     #[error("not found at peer: {0}")]
     NotFound(String),
     /// The peer refused a data-changing call for its migration (see
-    /// `crate::migrate::receive`): it owns the range, receives it under
+    /// `keyway_node::migrate::receive`): it owns the range, receives it under
     /// another migration, does not receive this one, ... Not retryable.
     #[error("refused by peer ({reason:?}): {detail}")]
     Refused {
@@ -62,15 +62,13 @@ impl PeerError {
                     Some(pb::error_detail::Kind::LogTruncated(t)) => PeerError::LogTruncated {
                         log_start: t.log_start,
                     },
-                    Some(pb::error_detail::Kind::Refused(r)) => {
-                        match super::server::reason_from_pb(r.reason) {
-                            Some(reason) => PeerError::Refused {
-                                reason,
-                                detail: status.message().to_string(),
-                            },
-                            None => PeerError::Remote(status.message().to_string()),
-                        }
-                    }
+                    Some(pb::error_detail::Kind::Refused(r)) => match reason_from_pb(r.reason) {
+                        Some(reason) => PeerError::Refused {
+                            reason,
+                            detail: status.message().to_string(),
+                        },
+                        None => PeerError::Remote(status.message().to_string()),
+                    },
                     None => PeerError::Remote(status.message().to_string()),
                 }
             }
@@ -123,7 +121,7 @@ impl SnapshotEntry {
     /// The record that installs this entry at a target through
     /// `apply_foreign`: a `Put` with seq **`as_of`** (not `value.version`,
     /// which may come from another node's seq space; see the module docs of
-    /// [`crate::peer`]). Any later source record for the key (`seq > as_of`)
+    /// [`crate`]). Any later source record for the key (`seq > as_of`)
     /// replayed by catch-up wins over it; any earlier one is ignored.
     pub fn to_change_record(&self) -> ChangeRecord {
         ChangeRecord {
@@ -383,7 +381,7 @@ impl PeerClient {
     /// Applies `records` (another node's log records) at a peer serving a
     /// bare engine (tests, tools: a node refuses a call that names no
     /// migration), versioned and idempotent; returns the peer's own last seq
-    /// afterwards. At most [`super::MAX_APPLY_RECORDS`] records per call.
+    /// afterwards. At most [`crate::MAX_APPLY_RECORDS`] records per call.
     pub async fn apply_foreign(&self, records: &[ChangeRecord]) -> Result<Seq, PeerError> {
         Ok(self
             .apply_foreign_report(None, records, false)
@@ -415,7 +413,7 @@ impl PeerClient {
         let msg = pb::ApplyForeignRequest {
             records: records.iter().map(|r| Bytes::from(r.encode())).collect(),
             sync,
-            migration: m.map(super::server::ref_to_pb),
+            migration: m.map(ref_to_pb),
         };
         let r = self
             .call("ApplyForeign", msg, |mut c, r| async move {
@@ -429,7 +427,7 @@ impl PeerClient {
         })
     }
 
-    /// One call of a replication stream or catch-up (see `crate::replicate`).
+    /// One call of a replication stream or catch-up (see `keyway_node::replicate`).
     pub async fn replicate(
         &self,
         msg: pb::ReplicateRequest,
@@ -499,7 +497,7 @@ impl PeerClient {
         let msg = pb::DropRangeChunkRequest {
             range: Some(range_to_pb(range)),
             limit: to_u32("limit", limit)?,
-            migration: m.map(super::server::ref_to_pb),
+            migration: m.map(ref_to_pb),
         };
         let r = self
             .call("DropRangeChunk", msg, |mut c, r| async move {
@@ -523,7 +521,7 @@ impl PeerClient {
     }
 
     /// The load statistics of every partition the peer owns in its
-    /// installed map (see [`crate::stats`]).
+    /// installed map (see `keyway_node::stats`).
     pub async fn partition_stats(&self) -> Result<crate::stats::NodeReport, PeerError> {
         let r = self
             .call(
@@ -532,10 +530,10 @@ impl PeerClient {
                 |mut c, r| async move { c.partition_stats(r).await },
             )
             .await?;
-        Ok(crate::stats::wire::from_pb(r))
+        Ok(crate::stats::from_pb(r))
     }
 
-    /// One `RangeScan` step (see [`crate::kw::rpc`]): entries of a partition
+    /// One `RangeScan` step (see `keyway_node::kw::rpc`): entries of a partition
     /// the peer owns at the request's epoch, or its refusal.
     pub async fn range_scan(
         &self,
