@@ -26,16 +26,13 @@
 //!    blocked on a key it pushed to, see [`crate::blocking`]) run on the
 //!    same thread right after it, before any job queued meanwhile, as Redis
 //!    serves blocked clients before its next command.
-//! 6. Each shard thread is an event loop (a current-thread tokio runtime):
-//!    its queue is one task on it, and client connections are placed on
-//!    the shard threads round robin ([`Executor::connection_runtime`]). A
-//!    connection's command for a slot its own thread owns is queued and
-//!    answered without waking another thread (two cross-thread wake-ups per
-//!    request were most of a GET's cost: issue 15). Engine calls still run
-//!    only in storage tasks, never on the shared runtime's workers; a slow
-//!    engine call delays this thread's connections only, as Redis's event
-//!    loop does. Control-plane work (leases, map installs, peers,
-//!    migrations) stays on the shared runtime.
+//! 6. Each shard thread runs its queue as a task on a current-thread
+//!    runtime of its own. Client connections stay on the shared runtime:
+//!    placing them on the shard threads (tried in issue 15: SET 0.56x ->
+//!    0.83x, GET 0.50x -> 0.80x of Redis at `-P 1`) starves them while a
+//!    busy script runs on that thread, so `-BUSY` and `SCRIPT KILL` cannot
+//!    be answered (`tests/scripting.rs`). That needs the script to yield
+//!    to its thread's connections first.
 //!
 //! # Order per slot (nothing overtakes a parked request)
 //! Every task is queued with its *order key*: the slot (or, for `KW.*`
@@ -316,12 +313,8 @@ pub struct Executor {
     shards: RwLock<Vec<mpsc::Sender<Job>>>,
     threads: Mutex<Vec<JoinHandle<()>>>,
     latency: Arc<LatencyGauge>,
-    /// Each shard thread's event loop (connections are placed on them).
-    runtimes: Vec<tokio::runtime::Handle>,
     /// Spreads node-wide reads over the threads.
     next_node_wide: AtomicU64,
-    /// Spreads client connections over the shard threads.
-    next_connection: AtomicU64,
     durable: Arc<DurableSeq>,
 }
 
@@ -388,7 +381,6 @@ impl Executor {
         };
         handles.push(syncer);
         let mut shards = Vec::with_capacity(threads);
-        let mut runtimes = Vec::with_capacity(threads);
         for i in 0..threads {
             let (tx, rx) = mpsc::channel::<Job>(SHARD_QUEUE_DEPTH);
             let engine = engine.clone();
@@ -403,45 +395,27 @@ impl Executor {
                 health: health.clone(),
                 durable: durable.clone(),
             };
-            let (runtime_tx, runtime_rx) = std_mpsc::channel();
             let handle = std::thread::Builder::new()
                 .name(format!("kw-exec-{i}"))
                 .spawn(move || {
-                    // The shard thread's own event loop: its queue and the
-                    // connections placed on it (see the module doc, 6).
+                    // The shard thread's own runtime (see the module doc, 6).
                     let runtime = tokio::runtime::Builder::new_current_thread()
                         .enable_all()
                         .build()
                         .expect("build a shard thread's runtime");
-                    let _ = runtime_tx.send(runtime.handle().clone());
                     runtime.block_on(shard_loop(&*engine, ctx, rx, group_tx, &metrics));
                 })
                 .expect("spawn executor thread");
-            runtimes.push(
-                runtime_rx
-                    .recv()
-                    .expect("a shard thread hands over its runtime"),
-            );
             shards.push(tx);
             handles.push(handle);
         }
         Executor {
             shards: RwLock::new(shards),
-            runtimes,
             threads: Mutex::new(handles),
             latency,
             next_node_wide: AtomicU64::new(0),
-            next_connection: AtomicU64::new(0),
             durable,
         }
-    }
-
-    /// The shard thread a new client connection is served on (round robin):
-    /// its commands for the slots that thread owns then run without a
-    /// hand-off between threads.
-    pub fn connection_runtime(&self) -> &tokio::runtime::Handle {
-        let n = self.next_connection.fetch_add(1, Ordering::Relaxed) as usize;
-        &self.runtimes[n % self.runtimes.len()]
     }
 
     /// The durable seq (see [`DurableSeq`]).
