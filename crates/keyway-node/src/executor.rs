@@ -26,13 +26,11 @@
 //!    blocked on a key it pushed to, see [`crate::blocking`]) run on the
 //!    same thread right after it, before any job queued meanwhile, as Redis
 //!    serves blocked clients before its next command.
-//! 6. Each shard thread runs its queue as a task on a current-thread
-//!    runtime of its own. Client connections stay on the shared runtime:
-//!    placing them on the shard threads (tried in issue 15: SET 0.56x ->
-//!    0.83x, GET 0.50x -> 0.80x of Redis at `-P 1`) starves them while a
-//!    busy script runs on that thread, so `-BUSY` and `SCRIPT KILL` cannot
-//!    be answered (`tests/scripting.rs`). That needs the script to yield
-//!    to its thread's connections first.
+//! 6. Client connections stay on the shared runtime: placing them on the
+//!    shard threads (tried in issue 15: SET 0.56x -> 0.83x, GET 0.50x ->
+//!    0.80x of Redis at `-P 1`) starves them while a busy script runs on
+//!    that thread, so `-BUSY` and `SCRIPT KILL` go unanswered
+//!    (`tests/scripting.rs`); it needs the script to yield first.
 //!
 //! # Order per slot (nothing overtakes a parked request)
 //! Every task is queued with its *order key*: the slot (or, for `KW.*`
@@ -397,14 +395,7 @@ impl Executor {
             };
             let handle = std::thread::Builder::new()
                 .name(format!("kw-exec-{i}"))
-                .spawn(move || {
-                    // The shard thread's own runtime (see the module doc, 6).
-                    let runtime = tokio::runtime::Builder::new_current_thread()
-                        .enable_all()
-                        .build()
-                        .expect("build a shard thread's runtime");
-                    runtime.block_on(shard_loop(&*engine, ctx, rx, group_tx, &metrics));
-                })
+                .spawn(move || shard_loop(&*engine, ctx, rx, group_tx, &metrics))
                 .expect("spawn executor thread");
             shards.push(tx);
             handles.push(handle);
@@ -504,7 +495,7 @@ fn shutting_down() -> Frame {
     Frame::Error("ERR server is shutting down".into())
 }
 
-async fn shard_loop(
+fn shard_loop(
     engine: &dyn Engine,
     mut ctx: ShardContext,
     mut rx: mpsc::Receiver<Job>,
@@ -512,9 +503,9 @@ async fn shard_loop(
     metrics: &Metrics,
 ) {
     let mut parked: Vec<Parked> = Vec::new();
-    while let Some(first) = rx.recv().await {
-        // Only while this batch runs (no await until it is filed): a
-        // connection task on this thread is not a storage task.
+    while let Some(first) = rx.blocking_recv() {
+        // Only while this batch runs: outside a task, `run_next` gives
+        // its work back.
         RUN_NEXT.with(|next| *next.borrow_mut() = Some(Vec::new()));
         let mut group = Group {
             replies: Vec::with_capacity(16),
