@@ -13,7 +13,7 @@ command -v etcd >/dev/null 2>&1 || need_apt+=(etcd-server)
 # ioredis (crates/keyway/tests/js) runs on Node.js.
 command -v node >/dev/null 2>&1 || need_apt+=(nodejs)
 command -v npm >/dev/null 2>&1 || need_apt+=(npm)
-# The dashboard test (crates/keyway/tests/dashboard.rs) loads /ui in headless Chromium.
+# The dashboard test (crates/keyway/tests/it/dashboard.rs) loads /ui in headless Chromium.
 [ -x /usr/bin/chromium ] || need_apt+=(chromium)
 
 if [ ${#need_apt[@]} -gt 0 ]; then

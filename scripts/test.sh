@@ -18,5 +18,8 @@ bash scripts/check-deps.sh
 # with no protoc reachable, and `keyway dev` from it serving SET/GET.
 bash scripts/check-no-protoc.sh
 export RUST_BACKTRACE=1
+# A fresh clone gains nothing from incremental caches, and they cost disk
+# (CI's ran out once): off unless the caller asks for them.
+export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
 # Integration tests spawn clusters; two at a time keeps a 2-core machine responsive.
 cargo test --workspace --locked -- --test-threads="${KEYWAY_TEST_THREADS:-2}"

@@ -26,11 +26,23 @@
 //!    blocked on a key it pushed to, see [`crate::blocking`]) run on the
 //!    same thread right after it, before any job queued meanwhile, as Redis
 //!    serves blocked clients before its next command.
-//! 6. Client connections stay on the shared runtime: placing them on the
-//!    shard threads (tried in issue 15: SET 0.56x -> 0.83x, GET 0.50x ->
-//!    0.80x of Redis at `-P 1`) starves them while a busy script runs on
-//!    that thread, so `-BUSY` and `SCRIPT KILL` go unanswered
-//!    (`tests/scripting.rs`); it needs the script to yield first.
+//! 6. Each shard thread is an event loop (a current-thread tokio runtime):
+//!    its queue is one task on it, and client connections are placed on
+//!    the shard threads round robin ([`Executor::connection_runtime`]). A
+//!    connection's command for a slot its own thread owns is queued and
+//!    answered without waking another thread (two cross-thread wake-ups per
+//!    request were most of a GET's cost: issue 15). Engine calls still run
+//!    only in storage tasks, never on the shared runtime's workers; a slow
+//!    engine call delays this thread's connections only, as Redis's event
+//!    loop does. Control-plane work (leases, map installs, peers,
+//!    migrations) stays on the shared runtime.
+//! 7. A task that may run for long (a script: [`Executor::submit_aside`])
+//!    runs *aside*, on the runtime's blocking pool, while its shard thread
+//!    awaits it: the thread runs no other task meanwhile (the script stays
+//!    atomic for its slots), but its connections are still served, so they
+//!    get `-BUSY` once it runs past `busy-reply-threshold` and can send
+//!    `SCRIPT KILL` (`tests/it/scripting.rs`). What the task queues with
+//!    [`run_next`] comes back with it and runs next on the shard thread.
 //!
 //! # Order per slot (nothing overtakes a parked request)
 //! Every task is queued with its *order key*: the slot (or, for `KW.*`
@@ -123,6 +135,7 @@ enum Job {
         reply: oneshot::Sender<Frame>,
         since: Instant,
         slot: OrderKey,
+        aside: bool,
     },
     /// Re-check parked tasks (the routing view changed, or time passed).
     Wake,
@@ -152,6 +165,7 @@ pub fn run_next(
                 reply,
                 since: Instant::now(),
                 slot: Some(slot),
+                aside: false,
             });
             Ok(())
         }
@@ -164,6 +178,8 @@ struct Parked {
     reply: oneshot::Sender<Frame>,
     since: Instant,
     slot: OrderKey,
+    /// Runs aside (see the module doc, 7).
+    aside: bool,
 }
 
 struct Released {
@@ -311,8 +327,12 @@ pub struct Executor {
     shards: RwLock<Vec<mpsc::Sender<Job>>>,
     threads: Mutex<Vec<JoinHandle<()>>>,
     latency: Arc<LatencyGauge>,
+    /// Each shard thread's event loop (connections are placed on them).
+    runtimes: Vec<tokio::runtime::Handle>,
     /// Spreads node-wide reads over the threads.
     next_node_wide: AtomicU64,
+    /// Spreads client connections over the shard threads.
+    next_connection: AtomicU64,
     durable: Arc<DurableSeq>,
 }
 
@@ -379,6 +399,7 @@ impl Executor {
         };
         handles.push(syncer);
         let mut shards = Vec::with_capacity(threads);
+        let mut runtimes = Vec::with_capacity(threads);
         for i in 0..threads {
             let (tx, rx) = mpsc::channel::<Job>(SHARD_QUEUE_DEPTH);
             let engine = engine.clone();
@@ -393,20 +414,45 @@ impl Executor {
                 health: health.clone(),
                 durable: durable.clone(),
             };
+            let (runtime_tx, runtime_rx) = std_mpsc::channel();
             let handle = std::thread::Builder::new()
                 .name(format!("kw-exec-{i}"))
-                .spawn(move || shard_loop(&*engine, ctx, rx, group_tx, &metrics))
+                .spawn(move || {
+                    // The shard thread's own event loop: its queue and the
+                    // connections placed on it (see the module doc, 6).
+                    let runtime = tokio::runtime::Builder::new_current_thread()
+                        .enable_all()
+                        .build()
+                        .expect("build a shard thread's runtime");
+                    let _ = runtime_tx.send(runtime.handle().clone());
+                    runtime.block_on(shard_loop(&engine, ctx, rx, group_tx, &metrics));
+                })
                 .expect("spawn executor thread");
+            runtimes.push(
+                runtime_rx
+                    .recv()
+                    .expect("a shard thread hands over its runtime"),
+            );
             shards.push(tx);
             handles.push(handle);
         }
         Executor {
             shards: RwLock::new(shards),
+            runtimes,
             threads: Mutex::new(handles),
             latency,
             next_node_wide: AtomicU64::new(0),
+            next_connection: AtomicU64::new(0),
             durable,
         }
+    }
+
+    /// The shard thread a new client connection is served on (round robin):
+    /// its commands for the slots that thread owns then run without a
+    /// hand-off between threads.
+    pub fn connection_runtime(&self) -> &tokio::runtime::Handle {
+        let n = self.next_connection.fetch_add(1, Ordering::Relaxed) as usize;
+        &self.runtimes[n % self.runtimes.len()]
     }
 
     /// The durable seq (see [`DurableSeq`]).
@@ -441,14 +487,29 @@ impl Executor {
     /// can queue a whole pipeline before waiting. It runs after every task
     /// queued earlier for `slot` (parked ones included).
     pub async fn submit(&self, slot: u16, task: Task) -> Result<oneshot::Receiver<Frame>, Frame> {
-        self.queue(slot as usize, Some(slot), task).await
+        self.queue(slot as usize, Some(slot), task, false).await
+    }
+
+    /// As [`Executor::submit`] (or, with no slot, [`Executor::submit_node_wide`])
+    /// for a task that may run for long (a script): it runs aside, so its
+    /// thread's connections are served meanwhile (see the module doc, 7).
+    pub async fn submit_aside(
+        &self,
+        slot: Option<u16>,
+        task: Task,
+    ) -> Result<oneshot::Receiver<Frame>, Frame> {
+        let pick = match slot {
+            Some(slot) => slot as usize,
+            None => self.next_node_wide.fetch_add(1, Ordering::Relaxed) as usize,
+        };
+        self.queue(pick, slot, task, true).await
     }
 
     /// Queues a node-wide read (no order key: the caller orders it with its
     /// connection's other requests) on some thread.
     pub async fn submit_node_wide(&self, task: Task) -> Result<oneshot::Receiver<Frame>, Frame> {
         let n = self.next_node_wide.fetch_add(1, Ordering::Relaxed);
-        self.queue(n as usize, None, task).await
+        self.queue(n as usize, None, task, false).await
     }
 
     async fn queue(
@@ -456,6 +517,7 @@ impl Executor {
         pick: usize,
         slot: OrderKey,
         task: Task,
+        aside: bool,
     ) -> Result<oneshot::Receiver<Frame>, Frame> {
         let (tx, rx) = oneshot::channel();
         let shard = {
@@ -471,6 +533,7 @@ impl Executor {
                 reply: tx,
                 since: Instant::now(),
                 slot,
+                aside,
             })
             .await
             .map_err(|_| shutting_down())?;
@@ -495,17 +558,17 @@ fn shutting_down() -> Frame {
     Frame::Error("ERR server is shutting down".into())
 }
 
-fn shard_loop(
-    engine: &dyn Engine,
+async fn shard_loop(
+    engine: &Arc<dyn Engine>,
     mut ctx: ShardContext,
     mut rx: mpsc::Receiver<Job>,
     group_tx: std_mpsc::Sender<Group>,
     metrics: &Metrics,
 ) {
     let mut parked: Vec<Parked> = Vec::new();
-    while let Some(first) = rx.blocking_recv() {
-        // Only while this batch runs: outside a task, `run_next` gives
-        // its work back.
+    while let Some(first) = rx.recv().await {
+        // Only while this batch runs (and not while a task runs aside):
+        // a connection task on this thread is not a storage task.
         RUN_NEXT.with(|next| *next.borrow_mut() = Some(Vec::new()));
         let mut group = Group {
             replies: Vec::with_capacity(16),
@@ -518,13 +581,14 @@ fn shard_loop(
             // held request never falls behind a later one for its slot.
             if !parked.is_empty() && (wake || ctx.changes.has_changed().unwrap_or(false)) {
                 ctx.changes.mark_unchanged();
-                rerun_parked(engine, &ctx, &mut group, &mut parked, metrics);
+                rerun_parked(engine, &ctx, &mut group, &mut parked, metrics).await;
             }
             if let Job::Run {
                 task,
                 reply,
                 since,
                 slot,
+                aside,
             } = job
             {
                 if slot.is_some() && parked.iter().any(|p| p.slot == slot) {
@@ -538,6 +602,7 @@ fn shard_loop(
                         reply,
                         since,
                         slot,
+                        aside,
                     });
                 } else {
                     if parked.is_empty() {
@@ -548,11 +613,12 @@ fn shard_loop(
                         reply,
                         since,
                         slot,
+                        aside,
                     };
-                    run(engine, &ctx, job, &mut group, &mut parked, metrics);
+                    run(engine, &ctx, job, &mut group, &mut parked, metrics).await;
                 }
             }
-            run_queued_next(engine, &ctx, &mut group, &mut parked, metrics);
+            run_queued_next(engine, &ctx, &mut group, &mut parked, metrics).await;
             next = if group.replies.len() < ctx.max_group {
                 rx.try_recv().ok()
             } else {
@@ -578,8 +644,8 @@ fn shard_loop(
 
 /// Runs what [`run_next`] queued, and what those queued in turn, in order
 /// (behind its slot's parked tasks if it has any).
-fn run_queued_next(
-    engine: &dyn Engine,
+async fn run_queued_next(
+    engine: &Arc<dyn Engine>,
     ctx: &ShardContext,
     group: &mut Group,
     parked: &mut Vec<Parked>,
@@ -597,7 +663,7 @@ fn run_queued_next(
                 metrics.held_in_order.inc();
                 parked.push(job);
             } else {
-                run(engine, ctx, job, group, parked, metrics);
+                run(engine, ctx, job, group, parked, metrics).await;
             }
         }
     }
@@ -605,8 +671,8 @@ fn run_queued_next(
 
 /// Re-runs the parked tasks in arrival order. Once a task of slot `s`
 /// parks again, every later one of slot `s` stays parked without running.
-fn rerun_parked(
-    engine: &dyn Engine,
+async fn rerun_parked(
+    engine: &Arc<dyn Engine>,
     ctx: &ShardContext,
     group: &mut Group,
     parked: &mut Vec<Parked>,
@@ -631,7 +697,7 @@ fn rerun_parked(
         }
         let slot = p.slot;
         let before = parked.len();
-        run(engine, ctx, p, group, parked, metrics);
+        run(engine, ctx, p, group, parked, metrics).await;
         if let Some(s) = slot
             && parked.len() > before
         {
@@ -641,8 +707,8 @@ fn rerun_parked(
 }
 
 /// Runs one task and files its reply (or parks it).
-fn run(
-    engine: &dyn Engine,
+async fn run(
+    engine: &Arc<dyn Engine>,
     ctx: &ShardContext,
     job: Parked,
     group: &mut Group,
@@ -654,8 +720,13 @@ fn run(
         reply,
         since,
         slot,
+        aside,
     } = job;
-    let mut out = task(engine);
+    let mut out = if aside {
+        run_aside(engine, task).await
+    } else {
+        task(&**engine)
+    };
     metrics.commands.inc();
     let defer = match out.follow {
         Follow::Release => None,
@@ -667,13 +738,14 @@ fn run(
                 reply,
                 since,
                 slot,
+                aside,
             });
             return;
         }
     };
     if ctx.durability == Durability::Always {
         let covered = engine.last_seq();
-        if out.wrote && !sync_now(engine, metrics, &ctx.health) {
+        if out.wrote && !sync_now(&**engine, metrics, &ctx.health) {
             out.reply = fsync_failed();
         } else if let Some(why) = ctx.health.failure() {
             // Storage failed meanwhile (another thread's fsync): this reply
@@ -690,6 +762,38 @@ fn run(
         since,
         defer,
     });
+}
+
+/// Runs `task` on the runtime's blocking pool while this shard thread
+/// awaits it (see the module doc, 7). What it queues with [`run_next`]
+/// is queued here, to run next as if it had run inline.
+async fn run_aside(engine: &Arc<dyn Engine>, task: Task) -> TaskOutput {
+    // While it runs, this thread's connection tasks run: they must find no
+    // batch to queue into.
+    let batch = RUN_NEXT.with(|next| next.borrow_mut().take());
+    debug_assert!(batch.is_some(), "a task runs aside only inside a batch");
+    let engine = engine.clone();
+    let ran = tokio::task::spawn_blocking(move || {
+        RUN_NEXT.with(|next| *next.borrow_mut() = Some(Vec::new()));
+        let out = task(&*engine);
+        let queued = RUN_NEXT.with(|next| next.borrow_mut().take());
+        (out, queued.unwrap_or_default())
+    })
+    .await;
+    let (out, queued) = match ran {
+        Ok(ran) => ran,
+        Err(err) => match err.try_into_panic() {
+            Ok(panic) => std::panic::resume_unwind(panic),
+            // Cancelled before it started: only when the runtime shuts down.
+            Err(_) => (TaskOutput::reply(shutting_down(), false), Vec::new()),
+        },
+    };
+    RUN_NEXT.with(|next| {
+        let mut batch = batch.unwrap_or_default();
+        batch.extend(queued);
+        *next.borrow_mut() = Some(batch);
+    });
+    out
 }
 
 fn held_too_long(max_hold: Duration) -> Frame {
@@ -824,6 +928,10 @@ fn release(replies: Vec<Released>, latency: &LatencyGauge) {
 #[cfg(test)]
 #[path = "executor_order_tests.rs"]
 mod order_tests;
+
+#[cfg(test)]
+#[path = "executor_aside_tests.rs"]
+mod aside_tests;
 
 #[cfg(test)]
 mod tests {

@@ -42,19 +42,7 @@ fn rig() -> Rig {
     routing.set_fenced(fenced, true);
     let engine = Arc::new(MemEngine::new());
     let (changes, rx) = watch::channel(0);
-    let executor = Executor::start(
-        engine.clone(),
-        ExecutorConfig {
-            threads: 1,
-            durability: Durability::None,
-            periodic_sync_ms: 1_000,
-            max_group_commands: 64,
-            max_hold: Duration::from_secs(30),
-            health: crate::storage_health::StorageHealth::new(),
-        },
-        rx,
-        Arc::new(Metrics::new()),
-    );
+    let executor = one_thread_executor(engine.clone(), rx);
     Rig {
         routing,
         executor,
@@ -63,6 +51,26 @@ fn rig() -> Rig {
         applied: Arc::default(),
         fenced,
     }
+}
+
+/// One executor thread, `none` durability, 30 s hold limit.
+pub(super) fn one_thread_executor(
+    engine: Arc<dyn Engine>,
+    changes: watch::Receiver<u64>,
+) -> Executor {
+    Executor::start(
+        engine,
+        ExecutorConfig {
+            threads: 1,
+            durability: Durability::None,
+            periodic_sync_ms: 1_000,
+            max_group_commands: 64,
+            max_hold: Duration::from_secs(30),
+            health: crate::storage_health::StorageHealth::new(),
+        },
+        changes,
+        Arc::new(Metrics::new()),
+    )
 }
 
 fn key(slot: u16) -> Bytes {

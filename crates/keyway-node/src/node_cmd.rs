@@ -571,6 +571,11 @@ pub(crate) trait SlotWork: Send + 'static {
     fn refused(&self, frame: Frame) -> Frame {
         frame
     }
+    /// It may run for long (a script): run aside, so its thread's
+    /// connections are served meanwhile (`executor.rs`, 7).
+    fn runs_aside(&self) -> bool {
+        false
+    }
     /// Whether its writes are applied and `reply` sent: `false` drops both
     /// (a blocking command's attempt whose client waits, see
     /// [`crate::blocking`]).
@@ -614,8 +619,14 @@ async fn submit_with<W: SlotWork>(
         readonly: session.readonly,
         replica_endpoint: session.replica_endpoint,
     };
+    let aside = work.runs_aside();
     let task = storage_task(shared.clone(), work, slot, expected, on, slow);
-    match shared.executor.submit(slot, task).await {
+    let queued = if aside {
+        shared.executor.submit_aside(Some(slot), task).await
+    } else {
+        shared.executor.submit(slot, task).await
+    };
+    match queued {
         Ok(rx) => Reply::Waiting(rx),
         Err(frame) => frame.into(),
     }

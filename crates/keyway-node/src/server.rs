@@ -23,7 +23,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
@@ -663,17 +663,40 @@ async fn accept_loop(
                         continue;
                     }
                     let _ = stream.set_nodelay(true);
+                    // Served on a shard thread's event loop (see
+                    // `executor.rs`, 6): re-registered with that loop's
+                    // reactor, so its readiness wakes no other thread.
+                    let stream = match stream.into_std() {
+                        Ok(stream) => stream,
+                        Err(err) => {
+                            shared.clients.fetch_sub(1, Ordering::SeqCst);
+                            tracing::warn!(%err, "could not hand a connection to a shard thread");
+                            continue;
+                        }
+                    };
+                    let runtime = shared.executor.connection_runtime().clone();
                     let (shared, shutdown) = (shared.clone(), shutdown.clone());
-                    match &listening {
-                        Listening::Tls(acceptor) => {
-                            conns.spawn(crate::connection::serve_tls(shared, acceptor.clone(), stream, peer, shutdown));
+                    let listening = listening.clone();
+                    conns.spawn_on(async move {
+                        let stream = match TcpStream::from_std(stream) {
+                            Ok(stream) => stream,
+                            Err(err) => {
+                                shared.clients.fetch_sub(1, Ordering::SeqCst);
+                                tracing::warn!(%err, "could not register a connection on a shard thread");
+                                return;
+                            }
+                        };
+                        match listening {
+                            Listening::Tls(acceptor) => {
+                                crate::connection::serve_tls(shared, acceptor, stream, peer, shutdown).await
+                            }
+                            plain => {
+                                let replica_endpoint = matches!(plain, Listening::ReplicaEndpoint);
+                                let local = stream.local_addr().map(|a| a.to_string()).unwrap_or_default();
+                                crate::connection::serve(shared, stream, peer, local, replica_endpoint, shutdown).await
+                            }
                         }
-                        plain => {
-                            let replica_endpoint = matches!(plain, Listening::ReplicaEndpoint);
-                            let local = stream.local_addr().map(|a| a.to_string()).unwrap_or_default();
-                            conns.spawn(crate::connection::serve(shared, stream, peer, local, replica_endpoint, shutdown));
-                        }
-                    }
+                    }, &runtime);
                 }
                 Err(err) => {
                     tracing::warn!(%err, "accept failed");

@@ -9,7 +9,7 @@
 //! them inside `MULTI`/`EXEC` (where they never block), Keyway runs
 //! `Command::execute` (what its MULTI and a blocking command's attempt run).
 //! Their blocking itself is tested against a live node in
-//! `crates/keyway/tests/blocking.rs`.
+//! `crates/keyway/tests/it/blocking.rs`.
 //!
 //! Also: `COMMAND INFO` (RESP3), `COMMAND DOCS` and `COMMAND GETKEYS` of the
 //! list commands match Redis 7.0.

@@ -466,7 +466,7 @@ async fn keyless(shared: &Arc<Shared>, work: ScriptWork) -> Reply {
         debug_assert!(db.into_mutations().is_empty(), "a keyless script wrote");
         crate::executor::TaskOutput::reply(reply, false)
     });
-    match shared.executor.submit_node_wide(task).await {
+    match shared.executor.submit_aside(None, task).await {
         Ok(rx) => Reply::Waiting(rx),
         Err(frame) => frame.into(),
     }
@@ -484,6 +484,9 @@ impl SlotWork for ScriptWork {
     }
     fn first_key(&self) -> Option<&[u8]> {
         self.eval.keys.first().map(|k| &k[..])
+    }
+    fn runs_aside(&self) -> bool {
+        true
     }
     fn execute(&self, db: &mut Db<'_>) -> Result<Frame, StorageError> {
         let busy_after_ms = self.shared.server.busy_reply_threshold_ms();

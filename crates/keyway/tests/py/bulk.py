@@ -1,5 +1,5 @@
 """Bulk load and verify of N keys through redis-py's RedisCluster, for the
-recovery test (crates/keyway/tests/recovery_redis_py.rs).
+recovery test (crates/keyway/tests/it/recovery_redis_py.rs).
 
 usage: bulk.py load|verify PORT[,PORT...] N VALUE_BYTES [--batch B]
 

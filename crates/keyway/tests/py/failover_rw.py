@@ -1,5 +1,5 @@
 """redis-py RedisCluster writing and reading back unique values continuously,
-while the test runner (crates/keyway/tests/failover_redis_py.rs) kills nodes.
+while the test runner (crates/keyway/tests/it/failover_redis_py.rs) kills nodes.
 
 usage: failover_rw.py PORT[,PORT...] GROUPS OUT_JSON [--threads N (default: one per group)] [--keys-per-group K]
   GROUPS: slot ranges "a-b,c-d,..." (inclusive), one per partition: the
