@@ -418,6 +418,8 @@ impl Executor {
             let handle = std::thread::Builder::new()
                 .name(format!("kw-exec-{i}"))
                 .spawn(move || {
+                    // Its applies reach the OS once per group (`hand_to_os`).
+                    keyway_storage::defer_os_flush_on_this_thread();
                     // The shard thread's own event loop: its queue and the
                     // connections placed on it (see the module doc, 6).
                     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -633,6 +635,10 @@ async fn shard_loop(
                 }
             }
             _ => {
+                // `periodic` and `none`: this thread's applies are handed
+                // to the OS once for the group, before any reply leaves (a
+                // read's too: it may show another thread's deferred apply).
+                hand_to_os(&**engine, &ctx, &mut group, metrics);
                 // `always` fsynced each write (and published); `periodic` and
                 // `none` follow the last seq: wake the replication streams.
                 ctx.durable.publish(engine.last_seq());
@@ -896,6 +902,23 @@ fn sync_now(engine: &dyn Engine, metrics: &Metrics, health: &StorageHealth) -> b
         health.fail(format!("fsync error: {err}"));
     }
     result.is_ok()
+}
+
+/// Hands the group's deferred applies to the OS ([`Engine::flush_deferred`]).
+/// A failed write latches `health` as a failed fsync does (the batches may
+/// be lost with the process), and no reply of the group says otherwise.
+fn hand_to_os(engine: &dyn Engine, ctx: &ShardContext, group: &mut Group, metrics: &Metrics) {
+    if ctx.health.failure().is_none()
+        && let Err(err) = engine.flush_deferred()
+    {
+        metrics.fsync_errors.inc();
+        ctx.health.fail(format!("journal write error: {err}"));
+    }
+    if let Some(why) = ctx.health.failure() {
+        for r in &mut group.replies {
+            r.frame = storage_failed(why);
+        }
+    }
 }
 
 fn fsync_failed() -> Frame {

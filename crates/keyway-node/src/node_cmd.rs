@@ -655,7 +655,8 @@ fn storage_task<W: SlotWork>(
     slow: Option<SlowCtx>,
 ) -> Task {
     Box::new(move |engine| {
-        let began = std::time::Instant::now();
+        // The node clock, read once for the task (load statistics, slowlog).
+        let began = shared.clock.now();
         let guard = shared.routing.read();
         // An epoch-carrying read on a READONLY connection of a partition
         // whose reads_from is this node at exactly that epoch (the smart
@@ -752,7 +753,7 @@ fn storage_task<W: SlotWork>(
             let write = command.is_write();
             shared
                 .stats
-                .record_key(partition, &shared.keyspace, key, write);
+                .record_key(partition, &shared.keyspace, key, write, began);
         }
         let mut db = Db::new(engine, &shared.keyspace, shared.clock.unix_ms(), &limits)
             .with_cursors(&shared.scan_cursors);
@@ -772,7 +773,7 @@ fn storage_task<W: SlotWork>(
             reply,
         );
         if let Some(slow) = &slow {
-            slow.record(&shared, began.elapsed());
+            slow.record(&shared, shared.clock.now().saturating_duration_since(began));
         }
         out
     })

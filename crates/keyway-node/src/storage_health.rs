@@ -119,6 +119,13 @@ impl Engine for FailStopEngine {
         })
     }
 
+    fn flush_deferred(&self) -> Result<(), StorageError> {
+        self.health.check()?;
+        self.inner.flush_deferred().inspect_err(|err| {
+            self.health.fail(format!("journal write error: {err}"));
+        })
+    }
+
     fn last_seq(&self) -> Seq {
         self.inner.last_seq()
     }

@@ -50,6 +50,16 @@ pub trait Engine: Send + Sync + 'static {
     /// Group commit: many `apply` calls, one `sync`. Costs ~1–6 ms on this hardware.
     fn sync(&self) -> Result<(), StorageError>;
 
+    /// Hands to the OS (one `write(2)`, no fsync) what applies on threads
+    /// that called [`defer_os_flush_on_this_thread`] left in user-space
+    /// buffers; a no-op when nothing waits, and for engines that hand every
+    /// batch over at once or keep nothing in user space. Whoever lets an
+    /// acknowledgement or a read of such an apply leave the process calls
+    /// it first. No default: a wrapping engine that did not pass it on
+    /// would lose acknowledged writes to a process crash
+    /// (`tests/it/crash.rs` caught one).
+    fn flush_deferred(&self) -> Result<(), StorageError>;
+
     /// The last seq assigned (0 = nothing written yet).
     fn last_seq(&self) -> Seq;
 
@@ -201,4 +211,24 @@ pub struct EngineMemory {
     pub cache_capacity_bytes: u64,
     /// Memtables, active and sealed, not yet flushed to tables.
     pub write_buffer_bytes: u64,
+}
+
+thread_local! {
+    static DEFER_OS_FLUSH: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// From now on, an engine that hands each batch to the OS as it is applied
+/// (fjall's `flush_journal_each_batch`) leaves the batches applied on this
+/// thread in its user-space buffer until [`Engine::flush_deferred`]: one
+/// `write(2)` per group of applies instead of one per apply (the node's
+/// storage threads, which release a group's replies only after it, as
+/// Redis writes its AOF buffer once per event-loop turn, before replies).
+pub fn defer_os_flush_on_this_thread() {
+    DEFER_OS_FLUSH.with(|d| d.set(true));
+}
+
+/// Whether this thread defers its OS hand-over (see
+/// [`defer_os_flush_on_this_thread`]).
+pub fn os_flush_deferred_here() -> bool {
+    DEFER_OS_FLUSH.with(|d| d.get())
 }

@@ -295,6 +295,11 @@ impl Engine for FaultyEngine {
         result
     }
 
+    fn flush_deferred(&self) -> Result<(), StorageError> {
+        self.check_up()?;
+        self.live.flush_deferred()
+    }
+
     fn last_seq(&self) -> Seq {
         self.live.last_seq()
     }

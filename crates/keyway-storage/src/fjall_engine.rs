@@ -38,7 +38,9 @@
 //!   `write(2)`, no fsync) before `apply` returns, so a process crash loses nothing applied and only a
 //!   machine crash loses what was not synced (the node sets it for
 //!   `periodic` and `none` durability, whose acknowledgements do not wait for
-//!   a sync).
+//!   a sync). On a thread that called
+//!   [`crate::defer_os_flush_on_this_thread`] the hand-over waits for the
+//!   next [`Engine::flush_deferred`] instead (one `write(2)` per group).
 //! * A batch becomes visible to *snapshots* atomically (fjall publishes its
 //!   seqno after inserting all items), so the last seq read from a snapshot
 //!   (its log's top record) tells exactly which of our seqs it reflects. Plain keyspace
@@ -75,7 +77,7 @@
 //!   covers every batch committed before it began.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 use bytes::Bytes;
@@ -130,6 +132,10 @@ pub struct FjallEngine {
     delete_cursor: Mutex<Option<(KeyRange, Bytes)>>,
     /// [`FjallOptions::flush_journal_each_batch`].
     flush_each_batch: bool,
+    /// A batch was committed without its OS hand-over, deferred to
+    /// [`Engine::flush_deferred`]. Set after the batch is in the journal's
+    /// buffer, so a flush that clears it covers the batch.
+    unflushed: AtomicBool,
     /// The active journal's rotation size (fjall's default when unset).
     journal_rotation_bytes: u64,
 }
@@ -251,6 +257,7 @@ impl FjallEngine {
             log_marks: Mutex::new(LogMarks::new(log_start - 1)),
             delete_cursor: Mutex::new(None),
             flush_each_batch: opts.flush_journal_each_batch,
+            unflushed: AtomicBool::new(false),
             journal_rotation_bytes: opts
                 .journal_rotation_bytes
                 .unwrap_or(FJALL_JOURNAL_ROTATION_BYTES),
@@ -325,10 +332,16 @@ impl FjallEngine {
                 );
             }
         }
-        if self.flush_each_batch {
+        // Handed to the OS now, or (on a thread that defers) by the next
+        // `flush_deferred`, which the flag below tells to flush.
+        let deferred = self.flush_each_batch && crate::engine::os_flush_deferred_here();
+        if self.flush_each_batch && !deferred {
             b = b.durability(Some(PersistMode::Buffer));
         }
         b.commit()?;
+        if deferred {
+            self.unflushed.store(true, Ordering::Release);
+        }
         if !plan.log.is_empty() {
             // Before the last seq is published: a truncation never passes it.
             lock(&self.log_marks).appended(plan.last_seq, appended);
@@ -483,6 +496,15 @@ impl Engine for FjallEngine {
 
     fn sync(&self) -> Result<(), StorageError> {
         Ok(self.db.persist(PersistMode::SyncData)?)
+    }
+
+    fn flush_deferred(&self) -> Result<(), StorageError> {
+        if self.unflushed.swap(false, Ordering::AcqRel) {
+            self.db
+                .persist(PersistMode::Buffer)
+                .map_err(|e| StorageError::SyncFailed(format!("journal write: {e}")))?;
+        }
+        Ok(())
     }
 
     fn last_seq(&self) -> Seq {

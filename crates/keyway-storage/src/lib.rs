@@ -66,7 +66,9 @@ pub mod versioning;
 pub mod conformance;
 
 pub use digest::{Digester, RangeDigest};
-pub use engine::{Engine, EngineMemory, ScanChunk};
+pub use engine::{
+    Engine, EngineMemory, ScanChunk, defer_os_flush_on_this_thread, os_flush_deferred_here,
+};
 pub use error::StorageError;
 pub use faulty::{FaultState, FaultyEngine, SyncFault};
 #[cfg(feature = "fjall")]

@@ -148,6 +148,11 @@ impl Engine for MemEngine {
         Ok(())
     }
 
+    fn flush_deferred(&self) -> Result<(), StorageError> {
+        // Nothing is buffered on the way to the OS: there is no OS copy.
+        Ok(())
+    }
+
     fn last_seq(&self) -> Seq {
         self.last_seq.load(Ordering::Acquire)
     }

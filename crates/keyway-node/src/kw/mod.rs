@@ -188,9 +188,13 @@ fn op_task(
         }
         // Load statistics (what the splitter cuts range partitions by): one
         // request, by its first key.
-        shared
-            .stats
-            .record_key(partition.id, &keyspace, op.first_key(), write);
+        shared.stats.record_key(
+            partition.id,
+            &keyspace,
+            op.first_key(),
+            write,
+            shared.clock.now(),
+        );
         let limits = DbLimits {
             max_value_bytes: shared.config.max_value_bytes,
             stream_node_max_entries: shared.server.stream_node_max_entries(),

@@ -32,7 +32,7 @@
 pub mod lua;
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -95,6 +95,9 @@ pub struct ScriptsStatus {
 pub struct Scripts {
     cache: Mutex<HashMap<String, Bytes>>,
     running: Mutex<Vec<Arc<Running>>>,
+    /// How many scripts run now: [`Scripts::is_busy`], asked by every
+    /// command, takes no lock while none runs.
+    running_count: AtomicUsize,
     pub metrics: ScriptMetrics,
 }
 
@@ -108,6 +111,9 @@ impl Drop for RunGuard<'_> {
     fn drop(&mut self) {
         let mut running = self.scripts.lock_running();
         running.retain(|r| !Arc::ptr_eq(r, &self.running));
+        self.scripts
+            .running_count
+            .store(running.len(), Ordering::Release);
     }
 }
 
@@ -132,6 +138,7 @@ impl Scripts {
         Scripts {
             cache: Mutex::new(HashMap::new()),
             running: Mutex::new(Vec::new()),
+            running_count: AtomicUsize::new(0),
             metrics: m,
         }
     }
@@ -159,6 +166,11 @@ impl Scripts {
 
     /// Whether a script runs past its busy threshold now.
     pub fn is_busy(&self) -> bool {
+        // A script that starts meanwhile is not busy yet (it becomes busy
+        // only after `busy_after_ms`).
+        if self.running_count.load(Ordering::Acquire) == 0 {
+            return false;
+        }
         self.lock_running().iter().any(|r| r.busy())
     }
 
@@ -186,7 +198,11 @@ impl Scripts {
             wrote: AtomicBool::new(false),
             kill: AtomicBool::new(false),
         });
-        self.lock_running().push(running.clone());
+        {
+            let mut all = self.lock_running();
+            all.push(running.clone());
+            self.running_count.store(all.len(), Ordering::Release);
+        }
         self.metrics.runs.inc();
         RunGuard {
             scripts: self,

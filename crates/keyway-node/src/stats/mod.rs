@@ -47,7 +47,7 @@ use size::{PartitionSize, ScanError, Sizes};
 use std::collections::HashSet;
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
 /// Pause after a failed size scan before the next attempt.
@@ -196,15 +196,25 @@ impl Stats {
     /// Counts one request to `partition` (a write if `write`), whose
     /// keyspace-local routing key is `routing_key`.
     pub fn record(&self, partition: PartitionId, routing_key: &[u8], write: bool) {
-        self.shards
-            .record(partition, write, || Bytes::copy_from_slice(routing_key));
+        let now = self.clock.now();
+        self.shards.record(partition, write, now, || {
+            Bytes::copy_from_slice(routing_key)
+        });
     }
 
-    /// [`Stats::record`] by user key: the routing key is built only when
-    /// the request is sampled.
-    pub fn record_key(&self, partition: PartitionId, keyspace: &Keyspace, key: &[u8], write: bool) {
+    /// [`Stats::record`] by user key, for a request made at `now` (the
+    /// node clock's): the routing key is built only when the request is
+    /// sampled.
+    pub fn record_key(
+        &self,
+        partition: PartitionId,
+        keyspace: &Keyspace,
+        key: &[u8],
+        write: bool,
+        now: Instant,
+    ) {
         self.shards
-            .record(partition, write, || keyspace.local_routing_key(key));
+            .record(partition, write, now, || keyspace.local_routing_key(key));
     }
 
     /// The statistics of one owned partition of `map`.

@@ -189,22 +189,29 @@ impl Shards {
 
     /// The current window's index and the fraction of it elapsed.
     fn position(&self) -> (u64, f64) {
+        self.position_at(self.clock.now())
+    }
+
+    fn position_at(&self, now: Instant) -> (u64, f64) {
         let window_ms = self.config.window.as_millis().max(1) as u64;
-        let ms = self
-            .clock
-            .now()
-            .saturating_duration_since(self.base)
-            .as_millis() as u64;
+        let ms = now.saturating_duration_since(self.base).as_millis() as u64;
         (ms / window_ms, (ms % window_ms) as f64 / window_ms as f64)
     }
 
-    /// Counts one request; `key` builds its routing key, called only when
-    /// the request is sampled.
-    pub fn record(&self, partition: PartitionId, write: bool, key: impl FnOnce() -> Bytes) {
+    /// Counts one request made at `now` (the node clock's; the caller's
+    /// read, so a request reads the clock once); `key` builds its routing
+    /// key, called only when the request is sampled.
+    pub fn record(
+        &self,
+        partition: PartitionId,
+        write: bool,
+        now: Instant,
+        key: impl FnOnce() -> Bytes,
+    ) {
         let sampled = self.config.sample_every <= 1
             || next_random().is_multiple_of(u64::from(self.config.sample_every));
         let key = sampled.then(key);
-        let (index, _) = self.position();
+        let (index, _) = self.position_at(now);
         let shard = MY_SHARD.with(|s| *s);
         let mut shard = self.shards[shard].lock().unwrap_or_else(|e| e.into_inner());
         let windows = shard.entry(partition).or_insert_with(|| PartitionWindows {

@@ -113,7 +113,9 @@ impl World {
     fn hit(&self, key: &str, times: usize, write: bool) {
         let p = self.partition_of(key.as_bytes());
         for _ in 0..times {
-            self.stats.record_key(p.id, &ks(), key.as_bytes(), write);
+            let now = self.clock.now();
+            self.stats
+                .record_key(p.id, &ks(), key.as_bytes(), write, now);
         }
     }
 
