@@ -292,33 +292,41 @@ async fn concurrent_rejections_share_one_refresh_and_the_interval_limits_them() 
     assert_eq!(d.rejections, moved.len() as u64, "one per moved partition");
     assert_eq!(d.refreshes_suppressed, d.rejections);
 
-    // 32 tasks, all routed by the stale map, rejected at about once.
-    let before = shared.stats();
-    let start = Arc::new(tokio::sync::Barrier::new(moved_keys.len()));
-    let tasks: Vec<_> = moved_keys
-        .iter()
-        .cloned()
-        .map(|key| {
-            let (client, start) = (shared.clone(), start.clone());
-            tokio::spawn(async move {
-                start.wait().await;
-                let got = client.get(key.as_bytes()).await.unwrap();
-                assert_eq!(got.as_deref(), Some(value(&key).as_bytes()));
+    // 32 tasks, all routed by the stale map, rejected at about once. On a
+    // loaded machine the first one may finish its refresh before the
+    // others are even sent (one rejection: nothing concurrent to share):
+    // then the partitions move on and the burst is tried again.
+    const ATTEMPTS: usize = 5;
+    for attempt in 1..=ATTEMPTS {
+        let before = shared.stats();
+        let start = Arc::new(tokio::sync::Barrier::new(moved_keys.len()));
+        let tasks: Vec<_> = moved_keys
+            .iter()
+            .cloned()
+            .map(|key| {
+                let (client, start) = (shared.clone(), start.clone());
+                tokio::spawn(async move {
+                    start.wait().await;
+                    let got = client.get(key.as_bytes()).await.unwrap();
+                    assert_eq!(got.as_deref(), Some(value(&key).as_bytes()));
+                })
             })
-        })
-        .collect();
-    for t in tasks {
-        t.await.unwrap();
+            .collect();
+        for t in tasks {
+            t.await.unwrap();
+        }
+        let d = shared.stats().since(&before);
+        println!("concurrent, attempt {attempt}: {d:?}");
+        assert!(d.rejections >= 1, "the map was stale: {d:?}");
+        if d.rejections > 1 {
+            assert_eq!(d.refreshes, 1, "one refresh for all of them: {d:?}");
+            assert!(d.refreshes_coalesced >= 1, "{d:?}");
+            c.shutdown().await;
+            return;
+        }
+        move_all(&c, &moved).await;
     }
-    let d = shared.stats().since(&before);
-    println!("concurrent: {d:?}");
-    assert!(
-        d.rejections > 1,
-        "the tasks were rejected concurrently: {d:?}"
-    );
-    assert_eq!(d.refreshes, 1, "one refresh for all of them: {d:?}");
-    assert!(d.refreshes_coalesced >= 1, "{d:?}");
-    c.shutdown().await;
+    panic!("in {ATTEMPTS} bursts no two tasks were rejected concurrently");
 }
 
 /// A raw RESP connection (for `KW.MAP SINCE` on the wire).
