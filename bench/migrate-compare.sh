@@ -109,8 +109,11 @@ for i in 0 1 2 3; do until redis-cli -p $((RPORT+i)) ping >/dev/null 2>&1; do sl
 redis-cli --cluster create 127.0.0.1:$RPORT 127.0.0.1:$((RPORT+1)) 127.0.0.1:$((RPORT+2)) --cluster-yes >/dev/null
 until redis-cli -p $RPORT cluster info | grep -q 'cluster_state:ok'; do sleep 0.05; done
 
-# ---- Keyway: `keyway dev` with 3 nodes x 4 partitions.
-$KW dev --nodes 3 --partitions-per-node 4 --port $KPORT --admin-port $KADMIN --meta-port $KMETA \
+# ---- Keyway: `keyway dev` with 3 nodes x 4 partitions, one copy each
+# (Redis's side has no replicas; with replicas `ctl move` of a primary is a
+# replica add and switchover, not the live migration compared here).
+$KW dev --nodes 3 --partitions-per-node 4 --replication-factor 1 \
+  --port $KPORT --admin-port $KADMIN --meta-port $KMETA \
   --manager-admin-port 0 --data "$WORK/keyway" --durability "$KW_DUR" \
   --migration-cleanup-grace-ms "$GRACE_MS" > "$WORK/keyway.out" 2>&1 &
 KW_PID=$!
@@ -241,7 +244,8 @@ deadline=$(( $(date +%s) + 600 ))
 while :; do
   if [ -z "$K_FLIP" ] && [ "$(owned)" = "$NMOVES" ]; then K_FLIP=$(python3 -c "print(f'{$(now)-$t:.2f}')"); fi
   [ "$(ended)" = "$NMOVES" ] && break
-  [ "$(date +%s)" -lt $deadline ] || { log "Keyway: moves did not end in 600 s"; migrations; exit 1; }
+  [ "$(date +%s)" -lt $deadline ] || {
+    log "Keyway: moves did not end in 600 s"; migrations; cat "$WORK/keyway-move.out" >&2; exit 1; }
   sleep 0.1
 done
 K_DONE=$(python3 -c "print(f'{$(now)-$t:.2f}')")
