@@ -506,18 +506,19 @@ impl Executor {
         slot: Option<u16>,
         task: Task,
     ) -> Result<oneshot::Receiver<Frame>, Frame> {
-        let pick = match slot {
-            Some(slot) => slot as usize,
-            None => self.next_node_wide.fetch_add(1, Ordering::Relaxed) as usize,
-        };
+        let pick = slot.map_or_else(|| self.node_wide_pick(), usize::from);
         self.queue(pick, slot, task, true).await
     }
 
     /// Queues a node-wide read (no order key: the caller orders it with its
     /// connection's other requests) on some thread.
     pub async fn submit_node_wide(&self, task: Task) -> Result<oneshot::Receiver<Frame>, Frame> {
-        let n = self.next_node_wide.fetch_add(1, Ordering::Relaxed);
-        self.queue(n as usize, None, task, false).await
+        self.queue(self.node_wide_pick(), None, task, false).await
+    }
+
+    /// The thread for a task without a slot (round robin).
+    fn node_wide_pick(&self) -> usize {
+        self.next_node_wide.fetch_add(1, Ordering::Relaxed) as usize
     }
 
     async fn queue(
@@ -919,7 +920,9 @@ fn sync_now(engine: &dyn Engine, metrics: &Metrics, health: &StorageHealth) -> b
 
 /// Hands the group's deferred applies to the OS ([`Engine::flush_deferred`]).
 /// A failed write latches `health` as a failed fsync does (the batches may
-/// be lost with the process), and no reply of the group says otherwise.
+/// be lost with the process; counted in `fsync_errors`, the journal write
+/// being the first half of an fsync), and no reply of the group says
+/// otherwise.
 fn hand_to_os(engine: &dyn Engine, ctx: &ShardContext, group: &mut Group, metrics: &Metrics) {
     if ctx.health.failure().is_none()
         && let Err(err) = engine.flush_deferred()
