@@ -182,6 +182,23 @@ pub trait Engine: Send + Sync + 'static {
     /// snapshot, and the seq that snapshot reflects. Cost: a full read of the range.
     fn digest(&self, range: &KeyRange) -> Result<(RangeDigest, Seq), StorageError>;
 
+    /// The keys of `range` that change records in `(after, seq]` wrote, in
+    /// key order and each once, with their digests in parts of `part_keys`
+    /// keys (a present key as in a [`RangeDigest`], an absent one as
+    /// [`crate::Digester::add_absent`]), all read at **one** snapshot whose
+    /// seq is `seq`: what a migration's rolling checkpoint compares with the
+    /// target while the source keeps serving (keyway-node
+    /// `migrate/digest.rs`). [`StorageError::LogTruncated`] if records after
+    /// `after` are gone; `part_keys == 0` is an
+    /// [`StorageError::InvalidArgument`]. Cost: the log after `after` and
+    /// one point read per written key.
+    fn written_digests(
+        &self,
+        range: &KeyRange,
+        after: Seq,
+        part_keys: usize,
+    ) -> Result<WrittenDigests, StorageError>;
+
     /// `(keys, bytes)` of `range`: the number of live *user* keys (entries
     /// of every kind but [`crate::ValueKind::Sub`], the collections'
     /// sub-entries) and the sum of `key.len() + data.len()` over all entries
@@ -200,6 +217,46 @@ pub trait Engine: Send + Sync + 'static {
     /// Atomic like [`Engine::apply`]; returns this node's last seq afterwards.
     /// Full rules: [`crate::versioning`].
     fn apply_foreign(&self, records: &[ChangeRecord]) -> Result<Seq, StorageError>;
+}
+
+/// [`Engine::written_digests`]: the keys written in `(after, seq]` and
+/// their digests, as of the snapshot at `seq`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct WrittenDigests {
+    /// The snapshot's seq.
+    pub seq: Seq,
+    /// The written keys of the range, ascending, each once.
+    pub keys: Vec<Bytes>,
+    /// One digest per `part_keys` keys, in order.
+    pub parts: Vec<RangeDigest>,
+}
+
+impl WrittenDigests {
+    /// Digests `keys` (sorted, deduplicated) in parts of `part_keys` with
+    /// `read` as the snapshot's point read.
+    pub fn build(
+        seq: Seq,
+        keys: Vec<Bytes>,
+        part_keys: usize,
+        mut read: impl FnMut(&[u8]) -> Result<Option<Value>, StorageError>,
+    ) -> Result<WrittenDigests, StorageError> {
+        if part_keys == 0 {
+            return Err(StorageError::InvalidArgument("part_keys must be > 0"));
+        }
+        debug_assert!(keys.windows(2).all(|w| w[0] < w[1]), "sorted, once each");
+        let mut parts = Vec::with_capacity(keys.len().div_ceil(part_keys));
+        for chunk in keys.chunks(part_keys) {
+            let mut d = crate::digest::Digester::new();
+            for key in chunk {
+                match read(key)? {
+                    Some(v) => d.add(key, &v),
+                    None => d.add_absent(key),
+                }
+            }
+            parts.push(d.finish());
+        }
+        Ok(WrittenDigests { seq, keys, parts })
+    }
 }
 
 /// [`Engine::memory`]: the engine's own memory, in bytes.

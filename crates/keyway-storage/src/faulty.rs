@@ -367,6 +367,16 @@ impl Engine for FaultyEngine {
         self.live.digest(range)
     }
 
+    fn written_digests(
+        &self,
+        range: &KeyRange,
+        after: Seq,
+        part_keys: usize,
+    ) -> Result<crate::WrittenDigests, StorageError> {
+        self.check_up()?;
+        self.live.written_digests(range, after, part_keys)
+    }
+
     fn range_stats(&self, range: &KeyRange) -> Result<(u64, u64), StorageError> {
         self.check_up()?;
         self.live.range_stats(range)

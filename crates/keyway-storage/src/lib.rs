@@ -67,7 +67,8 @@ pub mod conformance;
 
 pub use digest::{Digester, RangeDigest};
 pub use engine::{
-    Engine, EngineMemory, ScanChunk, defer_os_flush_on_this_thread, os_flush_deferred_here,
+    Engine, EngineMemory, ScanChunk, WrittenDigests, defer_os_flush_on_this_thread,
+    os_flush_deferred_here,
 };
 pub use error::StorageError;
 pub use faulty::{FaultState, FaultyEngine, SyncFault};

@@ -246,6 +246,34 @@ impl Engine for MemEngine {
         self.lock().log_start
     }
 
+    fn written_digests(
+        &self,
+        range: &KeyRange,
+        after: Seq,
+        part_keys: usize,
+    ) -> Result<crate::engine::WrittenDigests, StorageError> {
+        let st = self.lock();
+        if after.saturating_add(1) < st.log_start {
+            return Err(StorageError::LogTruncated {
+                after,
+                log_start: st.log_start,
+            });
+        }
+        let keys: std::collections::BTreeSet<Bytes> = st
+            .log
+            .range(after + 1..)
+            .map(|(_, (m, _))| m.key())
+            .filter(|k| range.contains(k))
+            .cloned()
+            .collect();
+        crate::engine::WrittenDigests::build(
+            st.last_seq,
+            keys.into_iter().collect(),
+            part_keys,
+            |k| Ok(st.data.get(k).map(|sv| sv.value.clone())),
+        )
+    }
+
     fn truncate_log(&self, upto: Seq) -> Result<(), StorageError> {
         let mut st = self.lock();
         let upto = upto.min(st.last_seq);

@@ -1,11 +1,12 @@
 //! Range operations: paged scans (bounds, cursors, snapshots), chunked
-//! local range deletion, and range digests/stats.
+//! local range deletion, range digests/stats, and written-key digests.
 
 use super::{
     del, digest_of, expire, log_all, ok, put, put_exp, rec, rk, scan_all, slot_range, val,
 };
-use crate::digest::RangeDigest;
+use crate::digest::{Digester, RangeDigest};
 use crate::engine::Engine;
+use crate::error::StorageError;
 use crate::range::KeyRange;
 use crate::value::Mutation;
 
@@ -265,4 +266,83 @@ pub fn digest_and_stats<E: Engine>(make: &dyn Fn() -> E) {
         .collect();
     ok(c.apply_foreign(&recs));
     assert_eq!(ok(c.digest(&KeyRange::all())).0, da);
+}
+
+/// [`Engine::written_digests`]: the keys of the range written after a seq,
+/// once each and sorted, digested in parts at one snapshot (absent keys
+/// count), and refused once the log after that seq is gone.
+pub fn written_digests<E: Engine>(make: &dyn Fn() -> E) {
+    let e = make();
+    let (x, y, z, w) = (rk(1, "x"), rk(1, "y"), rk(1, "z"), rk(2, "w"));
+    ok(e.apply(&[put(&x, "0"), put(&w, "0")]));
+    let after = e.last_seq();
+    ok(e.apply(&[put(&z, "1"), put(&x, "2")]));
+    ok(e.apply(&[put(&y, "3"), del(&z)]));
+    ok(e.apply(&[put(&w, "4"), put(&x, "5")]));
+    let got = ok(e.written_digests(&slot_range(1), after, 2));
+    assert_eq!(got.seq, e.last_seq());
+    assert_eq!(got.keys, vec![x.clone(), y.clone(), z.clone()]);
+    assert_eq!(got.parts.len(), 2, "3 keys in parts of 2");
+    let mut d = Digester::new();
+    d.add(&x, &ok(e.get(&x)).expect("x is live"));
+    d.add(&y, &ok(e.get(&y)).expect("y is live"));
+    assert_eq!(got.parts[0], d.finish());
+    let mut d = Digester::new();
+    d.add_absent(&z);
+    assert_eq!(got.parts[1], d.finish());
+    // Nothing written since: no keys, no parts, the same seq.
+    let none = ok(e.written_digests(&slot_range(1), e.last_seq(), 2));
+    assert_eq!(
+        (none.seq, none.keys.len(), none.parts.len()),
+        (e.last_seq(), 0, 0)
+    );
+    assert!(matches!(
+        e.written_digests(&slot_range(1), after, 0),
+        Err(StorageError::InvalidArgument(_))
+    ));
+    // A truncated log cannot tell what was written.
+    ok(e.truncate_log(after + 2));
+    assert!(matches!(
+        e.written_digests(&slot_range(1), after, 2),
+        Err(StorageError::LogTruncated { .. })
+    ));
+    let rest = ok(e.written_digests(&slot_range(1), after + 2, 8));
+    assert_eq!(rest.keys, vec![x, y, z]);
+    // One snapshot: under concurrent writes of a pair in one batch, both
+    // keys always read from the same batch, and the seq is a batch end.
+    let (a, b) = (rk(3, "a"), rk(3, "b"));
+    let from = e.last_seq();
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            for i in 1..=300u32 {
+                ok(e.apply(&[put(&a, &i.to_string()), put(&b, &i.to_string())]));
+            }
+            stop.store(true, std::sync::atomic::Ordering::Release);
+        });
+        while !stop.load(std::sync::atomic::Ordering::Acquire) {
+            let got = ok(e.written_digests(&slot_range(3), from, 1));
+            assert_eq!((got.seq - from) % 2, 0, "seq must be a batch end");
+            if got.keys.is_empty() {
+                continue;
+            }
+            let same = ok(e.get(&a)).map(|v| v.data);
+            let mut pair = Digester::new();
+            let value = crate::value::Value {
+                kind: crate::value::ValueKind::String,
+                expire_at_ms: None,
+                version: 0,
+                data: bytes::Bytes::from(((got.seq - from) / 2).to_string()),
+            };
+            pair.add(&a, &value);
+            assert_eq!(
+                got.parts[0],
+                pair.finish(),
+                "a read at the snapshot ({same:?} now)"
+            );
+            let mut pair = Digester::new();
+            pair.add(&b, &value);
+            assert_eq!(got.parts[1], pair.finish(), "b read at the snapshot");
+        }
+    });
 }
