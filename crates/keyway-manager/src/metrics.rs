@@ -24,6 +24,18 @@ pub struct OutcomeLabel {
     pub outcome: &'static str,
 }
 
+/// A cutover step (`fence`, `digest`, `flip`, `serve`; see
+/// `keyway_migration::CutoverSteps`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StepLabel {
+    pub step: &'static str,
+}
+
+/// Buckets of the cutover step histograms, in milliseconds.
+pub const STEP_BUCKETS_MS: [f64; 14] = [
+    0.1, 0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0,
+];
+
 /// Buckets of the cutover write pause histogram, in milliseconds.
 pub const PAUSE_BUCKETS_MS: [f64; 13] = [
     1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0, 2000.0, 5000.0, 10000.0,
@@ -55,6 +67,8 @@ pub struct Metrics {
     pub migration_catchup_lag: Gauge,
     /// The measured cutover write pause per migration, milliseconds.
     pub cutover_pause_ms: Histogram,
+    /// Each cutover step's duration per migration, milliseconds, by step.
+    pub cutover_step_ms: Family<StepLabel, Histogram>,
     /// Migrations over with a copy still left on a node (`stray`).
     pub migration_stray_copies: Gauge,
     /// Times the driver gave up dropping a copy and left it for later.
@@ -85,6 +99,7 @@ impl Metrics {
             migration_copy_rate: Gauge::default(),
             migration_catchup_lag: Gauge::default(),
             cutover_pause_ms: Histogram::new(PAUSE_BUCKETS_MS),
+            cutover_step_ms: Family::new_with_constructor(|| Histogram::new(STEP_BUCKETS_MS)),
             migration_stray_copies: Gauge::default(),
             migration_cleanup_give_ups: Counter::default(),
         };
@@ -157,6 +172,13 @@ impl Metrics {
                 m.cutover_pause_ms.clone(),
             );
             r.register(
+                "migration_cutover_step_ms",
+                "Each cutover step per migration, ms, by step: fence (fence request to the source's \
+                 answer, the drain included), digest, flip (flip request persisted and CAS), serve \
+                 (until the target serves)",
+                m.cutover_step_ms.clone(),
+            );
+            r.register(
                 "migration_stray_copies",
                 "Migrations over with a copy of their range still left on a node that could not be reached (dropped when it is back)",
                 m.migration_stray_copies.clone(),
@@ -187,6 +209,20 @@ impl Metrics {
     /// Counts one step-down for `reason`.
     pub fn stepped_down(&self, reason: &'static str) {
         self.step_downs.get_or_create(&ReasonLabel { reason }).inc();
+    }
+
+    /// Records one cutover's steps.
+    pub fn cutover_steps(&self, s: &keyway_migration::CutoverSteps) {
+        for (step, us) in [
+            ("fence", s.fence_us),
+            ("digest", s.digest_us),
+            ("flip", s.flip_us),
+            ("serve", s.serve_us),
+        ] {
+            self.cutover_step_ms
+                .get_or_create(&StepLabel { step })
+                .observe(us as f64 / 1000.0);
+        }
     }
 
     /// Counts one finished migration (`done` or `aborted`).

@@ -12,14 +12,18 @@
 //! `CLEANUP`, a durable time), or `DropSourceRange` if it has passed.
 
 use crate::command::Command;
+use crate::event::CutoverSteps;
 use crate::machine::{Migration, Outcome, RejectReason};
 use crate::record::MigrationState;
 
 impl Migration {
-    pub(crate) fn enter_cleanup(&mut self, pause_ms: u64) -> Vec<Command> {
+    pub(crate) fn enter_cleanup(&mut self, pause_ms: u64, steps: CutoverSteps) -> Vec<Command> {
         self.vol.drop_issued = false;
         self.vol.cleanup_failures = 0;
-        let persist = self.transition(MigrationState::Cleanup, |r| r.pause_ms = Some(pause_ms));
+        let persist = self.transition(MigrationState::Cleanup, |r| {
+            r.pause_ms = Some(pause_ms);
+            r.cutover_steps = Some(steps);
+        });
         vec![
             persist,
             Command::RecordPause { ms: pause_ms },

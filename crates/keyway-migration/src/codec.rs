@@ -1,10 +1,12 @@
 //! The compact binary encoding of a [`MigrationRecord`] (what the metadata
 //! store keeps; serde stays available for JSON in admin APIs).
 //!
-//! Format: `MAGIC 'M'`, `FORMAT 3`, then the fields in declaration order
+//! Format: `MAGIC 'M'`, `FORMAT 4`, then the fields in declaration order
 //! (format 1, without the trailing `stray` and `map_version`, still
 //! decodes: none and 0; format 2, without the trailing copy cost
-//! `bytes_sent`, `bytes_written`, `copy_duration_ms`, decodes with 0s).
+//! `bytes_sent`, `bytes_written`, `copy_duration_ms`, decodes with 0s;
+//! format 3, without the trailing `cutover_steps`, decodes with none). The
+//! cutover steps come last, as a `0`/`1` tag then four varints.
 //! Integers are LEB128 varints; an `Option` is a `0`/`1` tag then the value;
 //! strings are length-prefixed UTF-8. The partition row is embedded as
 //! keyway-map's own change encoding of one `UpsertPartition`, so the row's
@@ -34,11 +36,13 @@ pub fn is_replica_move_record(bytes: &[u8]) -> bool {
         Some(&(REPLICA_MOVE_MAGIC | PRIMARY_MOVE_MAGIC))
     )
 }
-const FORMAT: u8 = 3;
+const FORMAT: u8 = 4;
 /// The format before `stray` was added (decoded with `stray: None`).
 const FORMAT_1: u8 = 1;
 /// The format before the copy cost was added (decoded with 0s).
 const FORMAT_2: u8 = 2;
+/// The format before the cutover steps were added (decoded with none).
+const FORMAT_3: u8 = 3;
 
 /// Bytes that are not an encoded migration record.
 #[derive(thiserror::Error, Debug, Clone, PartialEq, Eq)]
@@ -82,6 +86,16 @@ impl MigrationRecord {
         w.var(self.bytes_sent);
         w.var(self.bytes_written);
         w.var(self.copy_duration_ms);
+        match &self.cutover_steps {
+            None => w.u8(0),
+            Some(s) => {
+                w.u8(1);
+                w.var(s.fence_us);
+                w.var(s.digest_us);
+                w.var(s.flip_us);
+                w.var(s.serve_us);
+            }
+        }
         w.into_inner()
     }
 
@@ -92,7 +106,7 @@ impl MigrationRecord {
             return Err(DecodeError("bad magic"));
         }
         let format = r.u8()?;
-        if ![FORMAT, FORMAT_1, FORMAT_2].contains(&format) {
+        if ![FORMAT, FORMAT_1, FORMAT_2, FORMAT_3].contains(&format) {
             return Err(DecodeError("unknown format version"));
         }
         let id = MigrationId(r.var()?);
@@ -120,6 +134,7 @@ impl MigrationRecord {
             flip_requested_ms: r.opt()?,
             flip_done_ms: r.opt()?,
             pause_ms: r.opt()?,
+            cutover_steps: None,
             aborted_from: match r.u8()? {
                 0 => None,
                 1 => Some(r.state()?),
@@ -140,10 +155,22 @@ impl MigrationRecord {
             record.stray = r.opt()?.map(NodeId);
             record.map_version = r.var()?;
         }
-        if format >= FORMAT {
+        if format >= FORMAT_3 {
             record.bytes_sent = r.var()?;
             record.bytes_written = r.var()?;
             record.copy_duration_ms = r.var()?;
+        }
+        if format >= FORMAT {
+            record.cutover_steps = match r.u8()? {
+                0 => None,
+                1 => Some(crate::event::CutoverSteps {
+                    fence_us: r.var()?,
+                    digest_us: r.var()?,
+                    flip_us: r.var()?,
+                    serve_us: r.var()?,
+                }),
+                _ => return Err(DecodeError("option tag")),
+            };
         }
         r.finish()?;
         Ok(record)
@@ -275,6 +302,7 @@ impl RecordRead for Reader<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::event::CutoverSteps;
     use crate::record::tests::record;
     use proptest::prelude::*;
 
@@ -328,9 +356,12 @@ mod tests {
             ),
             (opt(), opt(), opt(), proptest::option::of(0u8..8)),
             (proptest::option::of(reasons()), opt(), any::<u64>()),
-            (any::<u64>(), any::<u64>(), any::<u64>()),
+            (
+                (any::<u64>(), any::<u64>(), any::<u64>()),
+                proptest::option::of(any::<(u64, u64, u64, u64)>()),
+            ),
         )
-            .prop_map(|(a, b, c, (reason, stray, map_version), cost)| {
+            .prop_map(|(a, b, c, (reason, stray, map_version), (cost, steps))| {
                 let mut r = record();
                 (r.id, r.target) = (MigrationId(a.0), NodeId(a.1));
                 r.state = MigrationState::from_code(a.2).unwrap();
@@ -343,6 +374,12 @@ mod tests {
                 r.stray = stray.map(NodeId);
                 r.map_version = map_version;
                 (r.bytes_sent, r.bytes_written, r.copy_duration_ms) = cost;
+                r.cutover_steps = steps.map(|s| CutoverSteps {
+                    fence_us: s.0,
+                    digest_us: s.1,
+                    flip_us: s.2,
+                    serve_us: s.3,
+                });
                 r
             })
     }
@@ -388,7 +425,7 @@ mod tests {
             Err(DecodeError("bad magic"))
         );
         let mut format = bytes;
-        format[1] = 4;
+        format[1] = 5;
         assert_eq!(
             MigrationRecord::decode(&format),
             Err(DecodeError("unknown format version"))
@@ -405,6 +442,7 @@ mod tests {
         r.stray = Some(NodeId(3));
         r.map_version = 7;
         let mut old = r.encode();
+        assert_eq!(old.pop(), Some(0), "the trailing cutover steps tag");
         for what in ["copy_duration_ms", "bytes_written", "bytes_sent"] {
             assert_eq!(old.pop(), Some(0), "the trailing {what}");
         }
@@ -426,11 +464,35 @@ mod tests {
         );
     }
 
+    /// A record stored before the cutover steps existed (format 3: a
+    /// format-4 encoding without the trailing steps tag) decodes with none;
+    /// a format-4 record keeps them.
+    #[test]
+    fn a_format_3_record_decodes_without_cutover_steps() {
+        let mut r = record();
+        r.state = MigrationState::Done;
+        r.pause_ms = Some(3);
+        let mut old = r.encode();
+        assert_eq!(old.pop(), Some(0), "the trailing cutover steps tag");
+        old[1] = FORMAT_3;
+        assert_eq!(MigrationRecord::decode(&old).unwrap(), r);
+        r.cutover_steps = Some(CutoverSteps {
+            fence_us: 1_200,
+            digest_us: 300,
+            flip_us: 900,
+            serve_us: 400,
+        });
+        let new = r.encode();
+        assert_eq!(new[1], FORMAT);
+        assert_eq!(MigrationRecord::decode(&new).unwrap(), r);
+    }
+
     #[test]
     fn a_format_1_record_decodes_without_a_stray_copy() {
         let mut r = record();
         r.stray = None;
         let mut old = r.encode();
+        assert_eq!(old.pop(), Some(0), "the trailing cutover steps tag");
         for what in ["copy_duration_ms", "bytes_written", "bytes_sent"] {
             assert_eq!(old.pop(), Some(0), "the trailing {what}");
         }

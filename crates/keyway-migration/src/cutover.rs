@@ -40,8 +40,8 @@
 //! doubt → `CommitFlip` again; flipped → `AwaitTargetServing` again.
 
 use crate::command::Command;
-use crate::event::FlipEvidence;
 use crate::event::RangeDigest;
+use crate::event::{CutoverSteps, FlipEvidence};
 use crate::machine::{Migration, Outcome, RejectReason};
 use crate::record::{AbortReason, MigrationState};
 use keyway_map::{Epoch, NodeId};
@@ -209,7 +209,7 @@ impl Migration {
         ]
     }
 
-    pub(crate) fn on_target_serving(&mut self, now: u64) -> Outcome {
+    pub(crate) fn on_target_serving(&mut self, now: u64, steps: CutoverSteps) -> Outcome {
         match self.rec.state {
             MigrationState::Cutover if self.rec.flipped() => {}
             MigrationState::Cleanup => {
@@ -222,7 +222,7 @@ impl Migration {
             .rec
             .fence_started_ms
             .expect("a flipped record has a fence time");
-        Ok(self.enter_cleanup(now.saturating_sub(fenced_at)))
+        Ok(self.enter_cleanup(now.saturating_sub(fenced_at), steps))
     }
 
     pub(crate) fn cutover_tick(&mut self) -> Vec<Command> {
@@ -267,7 +267,7 @@ impl Migration {
 #[cfg(test)]
 mod tests {
     use crate::command::Command;
-    use crate::event::{Actor, FlipEvidence, RangeDigest};
+    use crate::event::{Actor, CutoverSteps, FlipEvidence, RangeDigest};
     use crate::machine::RejectReason;
     use crate::machine::fixture::*;
     use crate::record::{AbortReason, MigrationState};
@@ -537,7 +537,15 @@ mod tests {
     #[test]
     fn target_serving_records_the_pause_and_enters_cleanup() {
         let mut m = after(11);
-        let cmds = m.handle(Event::TargetServing { now: 1_035 }).unwrap();
+        let steps = CutoverSteps {
+            fence_us: 2_000,
+            digest_us: 500,
+            flip_us: 1_500,
+            serve_us: 700,
+        };
+        let cmds = m
+            .handle(Event::TargetServing { now: 1_035, steps })
+            .unwrap();
         assert_eq!(
             cmds,
             vec![
@@ -546,11 +554,15 @@ mod tests {
                 Command::StartGrace { ms: 5_000 }
             ]
         );
+        // The steps are persisted with the pause, in the same record write.
         assert_eq!(
-            (m.state(), m.record().pause_ms),
-            (MigrationState::Cleanup, Some(30))
+            (m.state(), m.record().pause_ms, m.record().cutover_steps),
+            (MigrationState::Cleanup, Some(30), Some(steps))
         );
-        let early = after(10).handle(Event::TargetServing { now: 2_030 });
+        let early = after(10).handle(Event::TargetServing {
+            now: 2_030,
+            steps: Default::default(),
+        });
         assert_eq!(early.unwrap_err().why, RejectReason::WrongState);
     }
 
@@ -593,7 +605,10 @@ mod tests {
             .handle(Event::FlipCommitted { now: 2_060 })
             .unwrap();
         reloaded
-            .handle(Event::TargetServing { now: 2_070 })
+            .handle(Event::TargetServing {
+                now: 2_070,
+                steps: Default::default(),
+            })
             .unwrap();
         assert_eq!(reloaded.record().pause_ms, Some(1_065));
     }

@@ -55,6 +55,30 @@ impl FlipEvidence {
     }
 }
 
+/// The cutover's steps as the driver timed them, in microseconds: where
+/// the write pause goes (seed 003's fence window, issue 15). `fence_us`
+/// runs from the fence request to the source's answer (it includes the
+/// drain: the target has every write the source admitted, fsynced); the
+/// write pause starts inside it, when the source fences. The others follow
+/// in order: `digest_us` (both sides' digests at the fence point),
+/// `flip_us` (persisting the flip request, then the CAS), `serve_us` (until
+/// the target answers that it serves at e + 1). A step repeated after a
+/// retry adds up.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct CutoverSteps {
+    pub fence_us: u64,
+    pub digest_us: u64,
+    pub flip_us: u64,
+    pub serve_us: u64,
+}
+
+impl CutoverSteps {
+    /// Fence request to target serving: the longest any write waited.
+    pub fn total_us(&self) -> u64 {
+        self.fence_us + self.digest_us + self.flip_us + self.serve_us
+    }
+}
+
 /// Who failed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -109,8 +133,9 @@ pub enum Event {
     /// The metadata store could not be reached: the CAS outcome is unknown
     /// (`MetaError::Unavailable`).
     FlipUnavailable,
-    /// The target serves the partition at epoch e + 1.
-    TargetServing { now: u64 },
+    /// The target serves the partition at epoch e + 1; `steps` is what the
+    /// driver measured of the cutover's steps (recorded with the pause).
+    TargetServing { now: u64, steps: CutoverSteps },
     /// The grace timer started by `StartGrace` fired.
     GraceElapsed,
     /// The source dropped the range and keeps the "moved" note (in `DONE`

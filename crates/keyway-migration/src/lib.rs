@@ -80,7 +80,7 @@ mod stray;
 
 pub use codec::{DecodeError, PRIMARY_MOVE_MAGIC, REPLICA_MOVE_MAGIC, is_replica_move_record};
 pub use command::Command;
-pub use event::{Actor, Event, FlipEvidence, RangeDigest};
+pub use event::{Actor, CutoverSteps, Event, FlipEvidence, RangeDigest};
 pub use machine::{
     ConfigError, MAX_CLEANUP_ATTEMPTS, Migration, MigrationConfig, MigrationError, RejectReason,
     Rejected,

@@ -265,7 +265,7 @@ impl Migration {
             Event::FlipCommitted { now } => self.on_flip_committed(now),
             Event::FlipConflict { evidence } => self.on_flip_conflict(evidence),
             Event::FlipUnavailable => self.on_flip_unavailable(),
-            Event::TargetServing { now } => self.on_target_serving(now),
+            Event::TargetServing { now, steps } => self.on_target_serving(now, steps),
             Event::GraceElapsed => self.on_grace_elapsed(),
             Event::SourceDropped => self.on_source_dropped(),
             Event::TargetDropped => Err(self.reject(name, RejectReason::WrongState)),
@@ -598,7 +598,13 @@ pub(crate) mod fixture {
                 Cutover,
             ),
             (Event::FlipCommitted { now: 1_015 }, Cutover),
-            (Event::TargetServing { now: 1_035 }, Cleanup),
+            (
+                Event::TargetServing {
+                    now: 1_035,
+                    steps: Default::default(),
+                },
+                Cleanup,
+            ),
             (Event::GraceElapsed, Cleanup),
             (Event::SourceDropped, Done),
         ]

@@ -181,6 +181,10 @@ pub struct MigrationRecord {
     pub flip_done_ms: Option<u64>,
     /// The measured write pause: fence confirmed → target serving.
     pub pause_ms: Option<u64>,
+    /// The cutover's steps as the driver timed them (recorded with
+    /// `pause_ms`; `None` in records written before this field existed).
+    #[serde(default)]
+    pub cutover_steps: Option<crate::event::CutoverSteps>,
     /// The state an abort happened in (decides what reverting undoes).
     pub aborted_from: Option<MigrationState>,
     pub abort_reason: Option<AbortReason>,
@@ -255,6 +259,7 @@ impl MigrationRecord {
             flip_requested_ms: None,
             flip_done_ms: None,
             pause_ms: None,
+            cutover_steps: None,
             aborted_from: None,
             abort_reason: None,
             stray: None,

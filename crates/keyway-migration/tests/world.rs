@@ -147,7 +147,10 @@ fn invalid(w: &mut World, kind: u8) {
     let event = match kind % 6 {
         0 if r.state != Pending => Event::Started { now },
         1 if r.state != Cleanup => Event::GraceElapsed,
-        2 if !(r.state == Cutover && r.flipped()) => Event::TargetServing { now },
+        2 if !(r.state == Cutover && r.flipped()) => Event::TargetServing {
+            now,
+            steps: Default::default(),
+        },
         3 if !(r.state == Cutover && r.flip_in_doubt()) => Event::FlipCommitted { now },
         4 if r.state != Copying => Event::CopyDone,
         5 if r.state != Cutover => Event::Digests {

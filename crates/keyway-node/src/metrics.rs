@@ -54,6 +54,9 @@ pub struct Metrics {
     pub migration_copied_bytes: Counter,
     /// Change records this node forwarded to migration targets.
     pub migration_forwarded_records: Counter,
+    /// Times a streaming push moved its checkpoint forward (the rolling
+    /// checkpoint that keeps the cutover's digest small).
+    pub migration_checkpoint_refreshes: Counter,
     /// Times a snapshot copy backed off for foreground latency.
     pub migration_backoffs: Counter,
     /// Migrations this node is the source of (pushes running).
@@ -110,6 +113,7 @@ impl Metrics {
             held_in_order: Counter::default(),
             migration_copied_bytes: Counter::default(),
             migration_forwarded_records: Counter::default(),
+            migration_checkpoint_refreshes: Counter::default(),
             migration_backoffs: Counter::default(),
             migration_pushes: Gauge::default(),
             migration_lag_records: Gauge::default(),
@@ -223,6 +227,11 @@ impl Metrics {
                 "migration_forwarded_records",
                 "Change records forwarded to migration targets (catch-up and dual writes)",
                 m.migration_forwarded_records.clone(),
+            );
+            r.register(
+                "migration_checkpoint_refreshes",
+                "Times a migration push moved its checkpoint forward (keys written since digested on both sides)",
+                m.migration_checkpoint_refreshes.clone(),
             );
             r.register(
                 "migration_backoffs",

@@ -309,6 +309,31 @@ impl Routing {
         }
     }
 
+    /// The installed map once `ok` holds for it, or when `wait` ends
+    /// (whichever comes first): a wait for an install without polling.
+    pub async fn wait_for(
+        &self,
+        wait: Duration,
+        ok: impl Fn(&PartitionMap) -> bool,
+    ) -> Arc<PartitionMap> {
+        let mut changes = self.subscribe();
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            // Marked seen before the check: an install after it wakes the wait.
+            changes.borrow_and_update();
+            let map = self.map();
+            if ok(&map) {
+                return map;
+            }
+            if tokio::time::timeout_at(deadline, changes.changed())
+                .await
+                .is_err()
+            {
+                return self.map();
+            }
+        }
+    }
+
     /// The current map (a cheap clone of an `Arc`).
     pub fn map(&self) -> Arc<PartitionMap> {
         self.read().map.map.clone()
@@ -624,6 +649,48 @@ mod tests {
             .unwrap();
         r.set_lease_deadline(Instant::now() + Duration::from_secs(60));
         r
+    }
+
+    /// `wait_for` answers as soon as an install satisfies it (no polling
+    /// interval: the cutover's serve step waits on it), and with the
+    /// installed map when the wait ends.
+    #[tokio::test]
+    async fn wait_for_wakes_on_the_install_and_ends_at_its_deadline() {
+        let r = Arc::new(routing());
+        let mut map = (*r.map()).clone();
+        let pid = *map.partitions.keys().next().unwrap();
+        let epoch = map.partitions[&pid].epoch;
+        let next = Epoch(epoch.0 + 1);
+        let waiting = {
+            let r = r.clone();
+            tokio::spawn(async move {
+                let started = Instant::now();
+                let map = r
+                    .wait_for(Duration::from_secs(30), |m| {
+                        m.partitions[&pid].epoch >= next
+                    })
+                    .await;
+                (map.partitions[&pid].epoch, started.elapsed())
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        map.partitions.get_mut(&pid).unwrap().epoch = next;
+        map.version = MapVersion(map.version.0 + 1);
+        r.install(map).unwrap();
+        let (seen, took) = waiting.await.unwrap();
+        assert_eq!(seen, next);
+        assert!(
+            took < Duration::from_secs(10),
+            "woken by the install, not the deadline"
+        );
+        let started = Instant::now();
+        let map = r
+            .wait_for(Duration::from_millis(30), |m| {
+                m.partitions[&pid].epoch > next
+            })
+            .await;
+        assert_eq!(map.partitions[&pid].epoch, next);
+        assert!(started.elapsed() >= Duration::from_millis(30));
     }
 
     #[test]

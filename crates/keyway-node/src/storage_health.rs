@@ -192,6 +192,16 @@ impl Engine for FailStopEngine {
         self.inner.digest(range)
     }
 
+    fn written_digests(
+        &self,
+        range: &KeyRange,
+        after: Seq,
+        part_keys: usize,
+    ) -> Result<keyway_storage::WrittenDigests, StorageError> {
+        self.health.check()?;
+        self.inner.written_digests(range, after, part_keys)
+    }
+
     fn range_stats(&self, range: &KeyRange) -> Result<(u64, u64), StorageError> {
         self.health.check()?;
         self.inner.range_stats(range)

@@ -202,6 +202,18 @@ impl PeerClient {
         Ok(r.seq)
     }
 
+    /// Source: move push `id`'s checkpoint to the present before a fence;
+    /// `(checkpoint seq, whether it moved in time)`.
+    pub async fn migrate_checkpoint(&self, id: u64) -> Result<(Seq, bool), PeerError> {
+        let msg = pb::MigrateIdRequest { id };
+        let r = self
+            .call("MigrateCheckpoint", msg, |mut c, r| async move {
+                c.migrate_checkpoint(r).await
+            })
+            .await?;
+        Ok((r.seq, r.moved))
+    }
+
     /// Source: stop push `id` (no-op for an unknown id).
     pub async fn migrate_stop(&self, id: u64) -> Result<(), PeerError> {
         let msg = pb::MigrateIdRequest { id };
@@ -284,8 +296,24 @@ impl PeerClient {
         &self,
         partition: PartitionId,
     ) -> Result<Option<PartitionView>, PeerError> {
+        self.partition_view_wait(partition, Epoch(0), std::time::Duration::ZERO)
+            .await
+    }
+
+    /// [`Self::partition_view`], answered once the peer's map shows the
+    /// partition at `min_epoch` or later (or no longer shows it), or after
+    /// `wait` (capped by the peer at [`crate::MAX_VIEW_WAIT_MS`]): a wait
+    /// for an install without polling.
+    pub async fn partition_view_wait(
+        &self,
+        partition: PartitionId,
+        min_epoch: Epoch,
+        wait: std::time::Duration,
+    ) -> Result<Option<PartitionView>, PeerError> {
         let msg = pb::PartitionViewRequest {
             partition: partition.0,
+            wait_epoch: min_epoch.0,
+            wait_ms: wait.as_millis().min(u64::MAX as u128) as u64,
         };
         let r = self
             .call("PartitionView", msg, |mut c, r| async move {

@@ -115,6 +115,9 @@ pub const MAX_CHANGES_RECORDS: u32 = 10_000;
 /// Most records one `ApplyForeign` call accepts (more is `INVALID_ARGUMENT`:
 /// a write cannot be clamped).
 pub const MAX_APPLY_RECORDS: usize = 10_000;
+/// Longest a `PartitionView` call waits for an install (longer waits are
+/// clamped; well under every caller's RPC deadline).
+pub const MAX_VIEW_WAIT_MS: u64 = 5_000;
 /// Most entries one `DropRangeChunk` call deletes (larger requests are clamped).
 pub const MAX_DROP_ENTRIES: u32 = 10_000;
 /// Largest gRPC message either side sends or accepts. Above the chunk caps

@@ -242,18 +242,31 @@ fn outcome_line(rec: &MigrationRecord) -> String {
     }
 }
 
+/// ` (fence 1.2, digest 0.3, flip 0.9, serve 0.4 ms)`: where the pause went.
+fn steps_text(s: keyway_migration::CutoverSteps) -> String {
+    let ms = |us: u64| format!("{:.1}", us as f64 / 1000.0);
+    format!(
+        " (fence {}, digest {}, flip {}, serve {} ms)",
+        ms(s.fence_us),
+        ms(s.digest_us),
+        ms(s.flip_us),
+        ms(s.serve_us)
+    )
+}
+
 fn outcome(rec: &MigrationRecord) -> String {
     let took = rec.state_entered_at_ms.saturating_sub(rec.started_at_ms);
     match rec.state {
         MigrationState::Done => format!(
-            "migration {} DONE: partition {} moved {} -> {} at epoch {} in {took} ms, {} bytes, cutover pause {} ms",
+            "migration {} DONE: partition {} moved {} -> {} at epoch {} in {took} ms, {} bytes, cutover pause {} ms{}",
             rec.id,
             rec.partition_id(),
             rec.source(),
             rec.target,
             rec.flipped_epoch(),
             rec.total_bytes,
-            rec.pause_ms.map(|p| p.to_string()).unwrap_or("?".into())
+            rec.pause_ms.map(|p| p.to_string()).unwrap_or("?".into()),
+            rec.cutover_steps.map(steps_text).unwrap_or_default()
         ),
         _ => format!(
             "migration {} {}: partition {} stays on {} ({})",
@@ -367,6 +380,8 @@ struct Row {
     copy_duration_ms: u64,
     duration_ms: Option<u64>,
     pause_ms: Option<u64>,
+    /// Where the pause went, step by step (see `keyway_migration::CutoverSteps`).
+    cutover_steps: Option<keyway_migration::CutoverSteps>,
     abort_reason: Option<String>,
     /// A node still holding a copy this migration left behind.
     stray: Option<String>,
@@ -390,6 +405,7 @@ impl Row {
                 .is_terminal()
                 .then(|| r.state_entered_at_ms.saturating_sub(r.started_at_ms)),
             pause_ms: r.pause_ms,
+            cutover_steps: r.cutover_steps,
             abort_reason: r.abort_reason.as_ref().map(|a| format!("{a:?}")),
             stray: r.stray.map(|n| n.to_string()),
         }

@@ -25,7 +25,9 @@ use keyway_map::{
     Epoch, MapChange, NodeId, OwnershipCondition, PartitionId, PartitionMap, PartitionRecord,
 };
 use keyway_meta::{MapTxn, MetaError};
-use keyway_migration::{Actor, Command, Event, MigrationRecord, MigrationState, RangeDigest};
+use keyway_migration::{
+    Actor, Command, CutoverSteps, Event, MigrationRecord, MigrationState, RangeDigest,
+};
 use keyway_peer::{MigrationRef, PeerError, PushSpec};
 use keyway_storage::KeyRange;
 use std::time::Duration;
@@ -34,9 +36,33 @@ use tokio::time::Instant;
 /// Attempts of a node call that finds the node unreachable before the
 /// failure counts.
 const UNAVAILABLE_ATTEMPTS: u32 = 3;
-/// How often a node's view of the partition is polled while waiting for it
-/// to install the flip (the wait is part of the cutover pause).
+/// How long to wait before asking a node's view again when it answered
+/// early without the view waited for (see `Task::wait_view`).
 const VIEW_POLL: Duration = Duration::from_millis(2);
+/// Longest single wait at a node for an install (`PartitionView` with a
+/// wait; the node caps it at `keyway_peer::MAX_VIEW_WAIT_MS`).
+const VIEW_WAIT: Duration = Duration::from_secs(1);
+
+/// The cutover step a command belongs to, if any.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum CutoverStep {
+    Digest,
+    Flip,
+    Serve,
+}
+
+fn cutover_step(command: &Command) -> Option<CutoverStep> {
+    match command {
+        Command::ComputeDigests => Some(CutoverStep::Digest),
+        // The flip request's persist, the CAS, and the persist of its outcome.
+        Command::Persist(rec) if rec.state == MigrationState::Cutover && rec.flip_requested() => {
+            Some(CutoverStep::Flip)
+        }
+        Command::CommitFlip { .. } => Some(CutoverStep::Flip),
+        Command::AwaitTargetServing { .. } => Some(CutoverStep::Serve),
+        _ => None,
+    }
+}
 
 fn convert(d: keyway_storage::RangeDigest) -> RangeDigest {
     RangeDigest {
@@ -47,7 +73,29 @@ fn convert(d: keyway_storage::RangeDigest) -> RangeDigest {
 }
 
 impl Task {
+    /// Runs `command`, timing it if it is a step of the cutover (see
+    /// [`CutoverSteps`]; the fence times itself, from its request on).
     pub(super) async fn execute(&mut self, command: Command) -> Step {
+        let timed = cutover_step(&command);
+        let started = Instant::now();
+        let mut step = self.run_command(command).await;
+        if let Some(which) = timed {
+            let us = started.elapsed().as_micros().min(u64::MAX as u128) as u64;
+            let slot = match which {
+                CutoverStep::Digest => &mut self.cutover.digest_us,
+                CutoverStep::Flip => &mut self.cutover.flip_us,
+                CutoverStep::Serve => &mut self.cutover.serve_us,
+            };
+            *slot += us;
+        }
+        if let Step::Report(Event::TargetServing { steps, .. }) = &mut step {
+            *steps = self.cutover;
+            self.shared.metrics.cutover_steps(steps);
+        }
+        step
+    }
+
+    async fn run_command(&mut self, command: Command) -> Step {
         match command {
             Command::Persist(rec) => self.persist(rec).await,
             Command::TakeSnapshot => self.take_snapshot().await,
@@ -259,13 +307,33 @@ impl Task {
             Err(step) => return step,
         };
         let (peers, id) = (self.shared.peers.clone(), self.id());
+        if matches!(what, Toggle::Fence) && on {
+            // Before the pause: the source moves its checkpoint to the
+            // present, so the digest inside the pause covers only what is
+            // written from here to the fence. Best effort: without it the
+            // digest covers more (a push that is gone fails the fence next).
+            match peers.migrate_checkpoint(&source, id).await {
+                Ok((seq, moved)) => {
+                    tracing::debug!(migration = id, seq, moved, "checkpoint before the fence")
+                }
+                Err(e) => tracing::debug!(migration = id, %e, "checkpoint before the fence"),
+            }
+        }
         // The pause starts when the fence is asked for (measured, never
         // under-reported).
         let asked_at = now_ms();
+        let asked = Instant::now();
         let result = match what {
             Toggle::Dual => self.call(|| peers.migrate_dual(&source, id, on)).await,
             Toggle::Fence => self.call(|| peers.migrate_fence(&source, id, on)).await,
         };
+        if matches!(what, Toggle::Fence) && on {
+            // The first step of a new cutover.
+            self.cutover = CutoverSteps {
+                fence_us: asked.elapsed().as_micros().min(u64::MAX as u128) as u64,
+                ..CutoverSteps::default()
+            };
+        }
         match (result, what, on) {
             (Ok(at_seq), Toggle::Dual, true) => Step::Report(Event::DualEnabled { at_seq }),
             (Ok(_), Toggle::Fence, true) => Step::Report(Event::SourceFenced { now: asked_at }),
@@ -346,15 +414,37 @@ impl Task {
             Err(step) => return step,
         };
         let owner = self.record().target;
+        // The common case first, without reading the map: the partition
+        // kept its id, and the target's install of the flip wakes the wait.
+        let first = self.shared.peers.partition_view(
+            &target,
+            self.record().partition_id(),
+            epoch,
+            VIEW_WAIT.min(self.shared.config.retry()),
+        );
+        if let Ok(Some(v)) = first.await
+            && v.owner == owner
+            && v.epoch >= epoch
+        {
+            return Step::Report(Event::TargetServing {
+                now: now_ms(),
+                steps: CutoverSteps::default(),
+            });
+        }
         let (pid, epoch) = match self.shared.meta.get_map().await {
             Ok(map) => self.moved_row(&map, owner, epoch),
             Err(_) => (self.record().partition_id(), epoch),
         };
         let done = self
-            .wait_view(&target, pid, |v| v.owner == owner && v.epoch >= epoch)
+            .wait_view(&target, pid, epoch, |v| {
+                v.owner == owner && v.epoch >= epoch
+            })
             .await;
         match done {
-            Some(true) => Step::Report(Event::TargetServing { now: now_ms() }),
+            Some(true) => Step::Report(Event::TargetServing {
+                now: now_ms(),
+                steps: CutoverSteps::default(),
+            }),
             _ => {
                 tracing::debug!(migration = self.id(), partition = %pid, "target not serving yet");
                 Step::Done
@@ -362,13 +452,18 @@ impl Task {
         }
     }
 
-    /// Polls `node`'s view of the partition until `ok` holds, for at most the
-    /// retry interval. `Some(true)`: it held; `Some(false)`: timed out;
-    /// `None`: leadership lost.
+    /// Waits until `node`'s view of the partition satisfies `ok`, for at
+    /// most the retry interval: each call waits at the node until its map
+    /// shows the partition at `min_epoch` or later (an install wakes it, no
+    /// polling interval in the write pause), then `ok` decides; a view that
+    /// answers without satisfying it (a split or merge took the id, an
+    /// error) is asked again after [`VIEW_POLL`]. `Some(true)`: it held;
+    /// `Some(false)`: timed out; `None`: leadership lost.
     async fn wait_view(
         &self,
         node: &PeerAddr,
         pid: PartitionId,
+        min_epoch: Epoch,
         ok: impl Fn(&keyway_peer::PartitionView) -> bool,
     ) -> Option<bool> {
         let deadline = Instant::now() + self.shared.config.retry();
@@ -376,17 +471,28 @@ impl Task {
             if !self.leads() {
                 return None;
             }
-            match self.shared.peers.partition_view(node, pid).await {
+            let wait = deadline
+                .saturating_duration_since(Instant::now())
+                .min(VIEW_WAIT);
+            let asked = Instant::now();
+            match self
+                .shared
+                .peers
+                .partition_view(node, pid, min_epoch, wait)
+                .await
+            {
                 Ok(Some(view)) if ok(&view) => return Some(true),
                 Ok(_) => {}
                 Err(err) => tracing::debug!(migration = self.id(), %err, "partition view"),
             }
-            // Short: the target-serving wait is inside the write pause.
-            let poll = VIEW_POLL;
-            if Instant::now() + poll >= deadline {
+            if Instant::now() + VIEW_POLL >= deadline {
                 return Some(false);
             }
-            tokio::time::sleep(poll).await;
+            // The node answered before its wait ended without the view we
+            // want: do not ask again at once.
+            if asked.elapsed() < wait {
+                tokio::time::sleep(VIEW_POLL).await;
+            }
         }
     }
 
@@ -498,7 +604,9 @@ impl Task {
         };
         let (pid, epoch) = self.moved_row(&map, moved_to, epoch);
         let installed = self
-            .wait_view(&source, pid, |v| v.owner != source_id && v.epoch >= epoch)
+            .wait_view(&source, pid, epoch, |v| {
+                v.owner != source_id && v.epoch >= epoch
+            })
             .await;
         match installed {
             Some(true) => {}

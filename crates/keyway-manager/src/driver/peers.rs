@@ -3,13 +3,14 @@
 //! [`RpcPeers`] is the real implementation over [`PeerClient`] (one cached
 //! client per admin address).
 
-use keyway_map::{NodeId, PartitionId};
+use keyway_map::{Epoch, NodeId, PartitionId};
 use keyway_peer::{
     FenceDigests, MigrationRef, PartitionView, PeerClient, PeerError, PushSpec, PushStatus,
 };
 use keyway_storage::{KeyRange, Seq};
 use std::collections::HashMap;
 use std::sync::Mutex;
+use std::time::Duration;
 
 /// A node as the driver addresses it: its id (for logs and fakes) and its
 /// admin address (`NodeInfo::admin_addr`, where its `Peer` service listens).
@@ -54,12 +55,19 @@ pub trait MigrationPeers: Send + Sync + 'static {
     async fn migrate_fence(&self, node: &PeerAddr, id: u64, on: bool) -> Result<Seq, PeerError>;
     /// Source: stop push `id`, dual-writing and the fence (ok for an unknown id).
     async fn migrate_stop(&self, node: &PeerAddr, id: u64) -> Result<(), PeerError>;
-    /// The partition as the node's installed map has it.
+    /// The partition as the node's installed map has it, answered once it
+    /// shows the partition at `min_epoch` or later (or no longer shows it)
+    /// or after `wait` (zero: at once).
     async fn partition_view(
         &self,
         node: &PeerAddr,
         partition: PartitionId,
+        min_epoch: Epoch,
+        wait: Duration,
     ) -> Result<Option<PartitionView>, PeerError>;
+    /// Source, right before a fence: move push `id`'s checkpoint to the
+    /// present; `(checkpoint seq, moved in time)`.
+    async fn migrate_checkpoint(&self, node: &PeerAddr, id: u64) -> Result<(Seq, bool), PeerError>;
     /// Source, while fenced: both sides' digests of migration `id`'s range
     /// (incremental since the push's checkpoint when it has one).
     async fn migrate_digest(&self, node: &PeerAddr, id: u64) -> Result<FenceDigests, PeerError>;
@@ -141,8 +149,16 @@ impl MigrationPeers for RpcPeers {
         &self,
         node: &PeerAddr,
         partition: PartitionId,
+        min_epoch: Epoch,
+        wait: Duration,
     ) -> Result<Option<PartitionView>, PeerError> {
-        self.client(node)?.partition_view(partition).await
+        self.client(node)?
+            .partition_view_wait(partition, min_epoch, wait)
+            .await
+    }
+
+    async fn migrate_checkpoint(&self, node: &PeerAddr, id: u64) -> Result<(Seq, bool), PeerError> {
+        self.client(node)?.migrate_checkpoint(id).await
     }
 
     async fn migrate_digest(&self, node: &PeerAddr, id: u64) -> Result<FenceDigests, PeerError> {

@@ -6,7 +6,9 @@ use super::{Shared, load, now_ms, storage_range};
 use crate::decisions::Decision;
 use keyway_map::NodeId;
 use keyway_meta::Leadership;
-use keyway_migration::{Actor, Command, Event, Migration, MigrationRecord, MigrationState};
+use keyway_migration::{
+    Actor, Command, CutoverSteps, Event, Migration, MigrationRecord, MigrationState,
+};
 use keyway_peer::PeerError;
 use keyway_storage::KeyRange;
 use std::collections::{BTreeMap, VecDeque};
@@ -51,6 +53,8 @@ pub(crate) struct Task {
     /// The record was already over when the task started: it only drops a
     /// stray copy (not counted as a finished migration again).
     pub(super) cleanup_only: bool,
+    /// The cutover's steps timed so far (reported with `TargetServing`).
+    pub(super) cutover: CutoverSteps,
 }
 
 impl Task {
@@ -66,6 +70,7 @@ impl Task {
             push_started: false,
             grace_at: None,
             need_reload: false,
+            cutover: CutoverSteps::default(),
             need_recover: false,
             finished: false,
             last_copy: None,

@@ -323,7 +323,10 @@ impl World {
                     "target asked to serve without the flip"
                 );
                 self.tgt.view = Some(self.map);
-                self.observe(Event::TargetServing { now: self.now });
+                self.observe(Event::TargetServing {
+                    now: self.now,
+                    steps: Default::default(),
+                });
             }
             Command::UnfenceSource => {
                 assert_eq!(

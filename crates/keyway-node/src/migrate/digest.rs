@@ -64,7 +64,7 @@ fn written_keys(
 }
 
 /// Chains a checkpoint digest with the digests of the key parts.
-fn chain(checkpoint: &RangeDigest, parts: &[RangeDigest]) -> RangeDigest {
+pub(crate) fn chain(checkpoint: &RangeDigest, parts: &[RangeDigest]) -> RangeDigest {
     let mut d = Digester::new();
     d.add_digest(checkpoint);
     parts.iter().for_each(|p| d.add_digest(p));
@@ -117,10 +117,117 @@ pub async fn fence_digests(
             .map_err(|e| format!("target keys digest: {e}"))?;
         target_parts.push(d);
     }
-    Ok(FenceDigests {
+    let out = FenceDigests {
         source: chain(&cp.source, &source_parts),
         target: chain(&cp.target, &target_parts),
         incremental: true,
         delta_keys: keys.len() as u64,
+    };
+    if out.source != out.target {
+        explain_mismatch(engine, push).await;
+    }
+    Ok(out)
+}
+
+/// Entries read per side by [`explain_mismatch`] at most.
+const EXPLAIN_MAX_ENTRIES: usize = 200_000;
+/// Differing keys [`explain_mismatch`] logs at most.
+const EXPLAIN_MAX_LOGGED: usize = 20;
+
+/// A digest mismatch aborts the migration (the safety net held), but a
+/// target that diverged from its source is a bug somewhere: logs which keys
+/// differ, with both sides' values and versions, so the cause can be found
+/// (read while fenced, so neither side changes meanwhile). Bounded by
+/// [`EXPLAIN_MAX_ENTRIES`] per side; best effort.
+async fn explain_mismatch(engine: &Arc<dyn Engine>, push: &Push) {
+    use keyway_storage::Value;
+    use std::collections::BTreeMap;
+    let range = push.plan.range.clone();
+    let e = engine.clone();
+    let r = range.clone();
+    let source = blocking(move || {
+        let mut out = BTreeMap::new();
+        let mut after: Option<Bytes> = None;
+        loop {
+            let chunk = e.scan(&r, after.as_deref(), 4_000)?;
+            out.extend(chunk.entries);
+            match chunk.next {
+                Some(next) if out.len() < EXPLAIN_MAX_ENTRIES => after = Some(next),
+                _ => return Ok(out),
+            }
+        }
     })
+    .await;
+    let mut target: BTreeMap<Bytes, Value> = BTreeMap::new();
+    let mut after: Option<Bytes> = None;
+    loop {
+        match push
+            .target()
+            .snapshot_chunk(&range, after.as_ref(), 4_000, 4 << 20)
+            .await
+        {
+            Ok(chunk) => {
+                target.extend(chunk.entries.into_iter().map(|e| (e.key, e.value)));
+                match chunk.next {
+                    Some(next) if target.len() < EXPLAIN_MAX_ENTRIES => after = Some(next),
+                    _ => break,
+                }
+            }
+            Err(err) => {
+                tracing::warn!(migration = push.plan.id, %err, "digest mismatch: cannot read the target's range");
+                return;
+            }
+        }
+    }
+    let source = match source {
+        Ok(s) => s,
+        Err(err) => {
+            tracing::warn!(migration = push.plan.id, %err, "digest mismatch: cannot read the source's range");
+            return;
+        }
+    };
+    let same = |a: &Value, b: &Value| {
+        a.kind == b.kind && a.expire_at_ms == b.expire_at_ms && a.data == b.data
+    };
+    let show = |v: Option<&Value>| match v {
+        None => "absent".to_string(),
+        Some(v) => format!(
+            "{:?} version {} expire {:?} data {:?}",
+            v.kind,
+            v.version,
+            v.expire_at_ms,
+            String::from_utf8_lossy(&v.data[..v.data.len().min(48)])
+        ),
+    };
+    let keys: std::collections::BTreeSet<&Bytes> = source.keys().chain(target.keys()).collect();
+    let mut differing = 0usize;
+    for key in keys {
+        let (s, t) = (source.get(key), target.get(key));
+        let differs = match (s, t) {
+            (Some(a), Some(b)) => !same(a, b),
+            _ => true,
+        };
+        if !differs {
+            continue;
+        }
+        differing += 1;
+        if differing <= EXPLAIN_MAX_LOGGED {
+            tracing::warn!(
+                migration = push.plan.id,
+                key = %String::from_utf8_lossy(key).escape_debug(),
+                source = %show(s),
+                target = %show(t),
+                checkpoint_seq = push.checkpoint().map(|c| c.seq),
+                after_seq = push.plan.after_seq,
+                "digest mismatch: key differs"
+            );
+        }
+    }
+    tracing::warn!(
+        migration = push.plan.id,
+        differing,
+        source_keys = source.len(),
+        target_keys = target.len(),
+        "digest mismatch: keys compared"
+    );
 }

@@ -46,6 +46,10 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+/// How long a `MigrateCheckpoint` waits for the checkpoint to move to the
+/// present (`Migrations::checkpoint`).
+const CHECKPOINT_WAIT: Duration = Duration::from_secs(1);
+
 /// Why a role call failed.
 #[derive(thiserror::Error, Debug, Clone, PartialEq, Eq)]
 pub enum RoleError {
@@ -330,6 +334,20 @@ impl Migrations {
                 tracing::debug!(migration = push.plan.id, %e, "could not end the target's registration");
             }
         });
+    }
+
+    /// Moves push `id`'s checkpoint to the present (the driver asks right
+    /// before it fences, so the digest inside the write pause covers only
+    /// what is written from then to the fence: `push.rs`, "Rolling
+    /// checkpoint"); `(checkpoint seq, moved in time)`. Not in time: the
+    /// fence digest covers more, nothing else changes.
+    pub async fn checkpoint(&self, id: u64) -> Result<(Seq, bool), RoleError> {
+        let push = self.push(id)?;
+        if let Some(e) = push.error() {
+            return Err(RoleError::Failed(e));
+        }
+        let moved = push.refresh_checkpoint_now(CHECKPOINT_WAIT).await;
+        Ok((push.checkpoint().map_or(0, |c| c.seq), moved))
     }
 
     /// Both sides' digests of the range at the fence (see `digest.rs`).

@@ -33,6 +33,21 @@
 //! `log_retention_bytes`, the truncator fails the push with
 //! [`crate::log_gc::RETENTION_EXCEEDED`].
 //!
+//! **Rolling checkpoint** (issue 15: the cutover's digest must not grow with
+//! the time since the copy): every [`CHECKPOINT_REFRESH`] while it streams,
+//! and once more right before the fence (`Migrations::fence` asks with
+//! [`Push::refresh_checkpoint_now`]), the push moves the checkpoint from Y
+//! to Y2: the keys of the range written in `(Y, Y2]` are digested here at
+//! one snapshot (seq Y2, [`keyway_storage::Engine::written_digests`]), the
+//! stream is brought to exactly Y2 and holds there while the target digests
+//! the same keys, and both sides' checkpoint digests are chained with their
+//! parts. Sound for the reason the fence digest is (`digest.rs`): after Y
+//! the target's copy changes only through the push's records, which carry
+//! exactly the keys written after Y. A mismatch is kept in the chain (the
+//! fence then aborts) and logged. The stream holds for one digest call of
+//! the target (dual replies wait that long), so the fence's own digest only
+//! covers what was written since the last refresh.
+//!
 //! Why the replay after S converges onto the snapshot is explained in
 //! `crate::peer` (fuzzy snapshot plus replay from the first chunk's seq;
 //! versions make every repeat harmless).
@@ -65,6 +80,9 @@ const IDLE_POLL: Duration = Duration::from_millis(10);
 const MAX_BACKOFF: Duration = Duration::from_secs(1);
 /// Back-offs in a row after which one chunk is copied anyway (progress).
 const MAX_BACKOFFS_IN_A_ROW: u32 = 8;
+/// How often a streaming push moves its checkpoint forward (see the
+/// module docs, "Rolling checkpoint").
+pub(crate) const CHECKPOINT_REFRESH: Duration = Duration::from_millis(100);
 
 /// Limits of a push, from the node configuration.
 #[derive(Clone, Copy, Debug)]
@@ -145,6 +163,10 @@ pub struct Push {
     target_latency_us: AtomicU64,
     acked: watch::Sender<Seq>,
     checkpoint: Mutex<Option<Checkpoint>>,
+    /// Asked to move the checkpoint now (before a fence); the stream sends
+    /// the checkpoint seq it reached on `refreshed`.
+    refresh_asked: AtomicBool,
+    refreshed: watch::Sender<Seq>,
     error: Mutex<Option<String>>,
     waiters: Mutex<Waiters>,
     wake: Notify,
@@ -186,6 +208,8 @@ impl Push {
             target_latency_us: AtomicU64::new(0),
             acked: watch::channel(after).0,
             checkpoint: Mutex::new(None),
+            refresh_asked: AtomicBool::new(false),
+            refreshed: watch::channel(0).0,
             error: Mutex::new(None),
             waiters: Mutex::new(Waiters::default()),
             wake: Notify::new(),
@@ -602,6 +626,7 @@ impl Push {
     }
 
     async fn stream(&self) -> Result<(), String> {
+        let mut refreshed_at = Instant::now();
         loop {
             if self.stopped() {
                 return Ok(());
@@ -615,12 +640,101 @@ impl Push {
                     self.limits.dual_ack_timeout.as_millis()
                 ));
             }
+            let asked = self.refresh_asked.swap(false, Ordering::AcqRel);
+            if asked || refreshed_at.elapsed() >= CHECKPOINT_REFRESH {
+                self.refresh_checkpoint().await?;
+                refreshed_at = Instant::now();
+                continue;
+            }
             if self.acked_seq() >= self.engine.last_seq() {
                 let _ = tokio::time::timeout(IDLE_POLL, self.wake.notified()).await;
                 continue;
             }
             self.step(Seq::MAX).await?;
         }
+    }
+
+    /// Moves the checkpoint to the source's seq now (see the module docs,
+    /// "Rolling checkpoint"); a no-op without a checkpoint or without
+    /// records since it. Runs on the stream's task only.
+    async fn refresh_checkpoint(&self) -> Result<(), String> {
+        let Some(cp) = self.checkpoint() else {
+            self.refreshed.send_replace(self.acked_seq());
+            return Ok(());
+        };
+        if self.engine.last_seq() <= cp.seq {
+            self.refreshed.send_replace(cp.seq);
+            return Ok(());
+        }
+        let engine = self.engine.clone();
+        let range = self.plan.range.clone();
+        let written = blocking(move || {
+            engine.written_digests(&range, cp.seq, super::digest::KEYS_PER_DIGEST)
+        })
+        .await?;
+        while self.acked_seq() < written.seq {
+            if self.stopped() {
+                return Err("stopped".into());
+            }
+            self.step(written.seq).await?;
+        }
+        // The target now holds exactly the records up to `written.seq`, and
+        // nothing else reaches it until this returns.
+        let mut target_parts = Vec::with_capacity(written.parts.len());
+        for chunk in written.keys.chunks(super::digest::KEYS_PER_DIGEST) {
+            let d = self
+                .retry(|| self.target.keys_digest(chunk))
+                .await
+                .map_err(|e| format!("checkpoint refresh: {e}"))?;
+            target_parts.push(d);
+        }
+        let next = Checkpoint {
+            seq: written.seq,
+            source: super::digest::chain(&cp.source, &written.parts),
+            target: super::digest::chain(&cp.target, &target_parts),
+        };
+        if written.parts != target_parts && cp.source == cp.target {
+            tracing::warn!(
+                migration = self.plan.id,
+                from = cp.seq,
+                to = written.seq,
+                keys = written.keys.len(),
+                "checkpoint refresh: digests of the keys written since differ"
+            );
+        }
+        *self.checkpoint.lock().unwrap_or_else(|e| e.into_inner()) = Some(next);
+        self.metrics.migration_checkpoint_refreshes.inc();
+        if let Some(hold) = &*self.hold.lock().unwrap_or_else(|e| e.into_inner()) {
+            hold.advance(hold_from(self.acked_seq(), Some(next.seq)));
+        }
+        self.refreshed.send_replace(next.seq);
+        Ok(())
+    }
+
+    /// Asks the stream to move the checkpoint now and waits (at most
+    /// `timeout`) until it did: called before a fence, so the fence's own
+    /// digest covers only what was written since. `false` if it did not
+    /// happen in time (the fence digest then covers more; nothing else
+    /// changes).
+    pub async fn refresh_checkpoint_now(&self, timeout: Duration) -> bool {
+        let mut rx = self.refreshed.subscribe();
+        let target = self.engine.last_seq();
+        if self.checkpoint().is_none_or(|cp| cp.seq >= target) {
+            return true;
+        }
+        self.refresh_asked.store(true, Ordering::Release);
+        self.wake.notify_one();
+        let wait = async {
+            loop {
+                if *rx.borrow_and_update() >= target {
+                    return true;
+                }
+                if self.error().is_some() || rx.changed().await.is_err() {
+                    return false;
+                }
+            }
+        };
+        tokio::time::timeout(timeout, wait).await.unwrap_or(false)
     }
 
     /// Forwards one batch of the range's records after `acked_seq`, none

@@ -487,6 +487,19 @@ impl peer_server::Peer for PeerService {
         Ok(Response::new(pb::MigrateFenceResponse { seq }))
     }
 
+    async fn migrate_checkpoint(
+        &self,
+        req: Request<pb::MigrateIdRequest>,
+    ) -> Result<Response<pb::MigrateCheckpointResponse>, Status> {
+        let (seq, moved) = self
+            .node()?
+            .migrations
+            .checkpoint(req.into_inner().id)
+            .await
+            .map_err(status_from_role)?;
+        Ok(Response::new(pb::MigrateCheckpointResponse { seq, moved }))
+    }
+
     async fn migrate_stop(
         &self,
         req: Request<pb::MigrateIdRequest>,
@@ -638,8 +651,21 @@ impl peer_server::Peer for PeerService {
         &self,
         req: Request<pb::PartitionViewRequest>,
     ) -> Result<Response<pb::PartitionViewResponse>, Status> {
-        let pid = PartitionId(req.into_inner().partition);
-        let map = self.node()?.routing.map();
+        let req = req.into_inner();
+        let pid = PartitionId(req.partition);
+        let routing = &self.node()?.routing;
+        let map = match req.wait_ms {
+            0 => routing.map(),
+            ms => {
+                let wait = std::time::Duration::from_millis(ms.min(keyway_peer::MAX_VIEW_WAIT_MS));
+                let epoch = keyway_map::Epoch(req.wait_epoch);
+                routing
+                    .wait_for(wait, |map| {
+                        map.partitions.get(&pid).is_none_or(|p| p.epoch >= epoch)
+                    })
+                    .await
+            }
+        };
         let resp = match map.partitions.get(&pid) {
             Some(p) => pb::PartitionViewResponse {
                 found: true,

@@ -330,6 +330,7 @@ async fn run_move(
             .filter(|&ms| ms > 0)
             .map(|ms| rec.total_bytes as f64 * 1000.0 / ms as f64),
         pause_ms: rec.pause_ms,
+        cutover_steps: rec.cutover_steps,
         client_stall_ms: None,
         client_writes_in_cutover: 0,
         client_worst_move_ms: None,

@@ -64,6 +64,8 @@ pub(super) struct MoveResult {
     pub(super) copy_ms: Option<u64>,
     pub(super) copy_bytes_per_sec: Option<f64>,
     pub(super) pause_ms: Option<u64>,
+    /// The cutover's steps as the driver timed them.
+    pub(super) cutover_steps: Option<keyway_migration::CutoverSteps>,
     /// Slowest write to the partition in flight during the cutover (client view).
     pub(super) client_stall_ms: Option<f64>,
     /// Writes to the partition in flight during the cutover.
@@ -92,6 +94,12 @@ pub(super) struct SizeSummary {
     moves: usize,
     done: usize,
     pause_ms: Option<Pcts>,
+    /// Fence request -> target serving (the drain included), and its steps.
+    fence_to_serving_ms: Option<Pcts>,
+    fence_ms: Option<Pcts>,
+    digest_ms: Option<Pcts>,
+    flip_ms: Option<Pcts>,
+    serve_ms: Option<Pcts>,
     client_stall_ms: Option<Pcts>,
     copy_bytes_per_sec_p50: Option<f64>,
     copy_vs_throttle: Option<f64>,
@@ -176,7 +184,19 @@ pub(super) fn summarize(l: &Loaded, moves: &[MoveResult], throttle: u64) -> Size
         .collect();
     let done: Vec<&&MoveResult> = mine.iter().filter(|m| m.state == "DONE").collect();
     let copy = median(done.iter().filter_map(|m| m.copy_bytes_per_sec).collect());
+    let step = |f: fn(&keyway_migration::CutoverSteps) -> u64| {
+        pcts(
+            done.iter()
+                .filter_map(|m| m.cutover_steps.as_ref().map(|s| f(s) as f64 / 1000.0))
+                .collect(),
+        )
+    };
     SizeSummary {
+        fence_to_serving_ms: step(|s| s.total_us()),
+        fence_ms: step(|s| s.fence_us),
+        digest_ms: step(|s| s.digest_us),
+        flip_ms: step(|s| s.flip_us),
+        serve_ms: step(|s| s.serve_us),
         size_bytes: l.requested_bytes,
         partition: l.partition,
         moves: mine.len(),
@@ -435,6 +455,26 @@ pub(super) fn print_report(r: &Report) {
         );
     }
     println!("(copy MiB/s and flip/done seconds are medians; flip = request -> target serving)");
+    println!();
+    println!(
+        "Cutover steps as the driver timed them, ms p50/p99/max (total = fence request -> target \
+         serving: the write pause starts inside the fence step, when the source fences)"
+    );
+    println!(
+        "{:<10} {:>20} {:>20} {:>20} {:>20} {:>20}",
+        "size", "total", "fence+drain", "digest", "flip", "serve"
+    );
+    for s in &r.sizes {
+        println!(
+            "{:<10} {:>20} {:>20} {:>20} {:>20} {:>20}",
+            fmt_size(s.size_bytes),
+            trip(s.fence_to_serving_ms),
+            trip(s.fence_ms),
+            trip(s.digest_ms),
+            trip(s.flip_ms),
+            trip(s.serve_ms),
+        );
+    }
     if let Some(f) = &r.foreground {
         println!();
         println!(

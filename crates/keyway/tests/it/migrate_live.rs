@@ -10,7 +10,8 @@
 //!
 //! The partitions and targets come from a seeded RNG; the seed is printed and
 //! `KEYWAY_TEST_SEED=N` replays it. `KEYWAY_TEST_LOG=info` turns the cluster's
-//! logs (stderr) on.
+//! logs (stderr) on. For a soak, `KEYWAY_TEST_MOVES=N` makes it N moves and
+//! `KEYWAY_TEST_TRUNCATE_MS=T` truncates every T ms.
 
 use crate::common;
 
@@ -26,6 +27,14 @@ use std::time::Instant;
 const MOVES: usize = 20;
 const THREADS: usize = 4;
 
+/// `KEYWAY_TEST_MOVES=N` runs N moves instead of [`MOVES`] (a longer soak).
+fn moves() -> usize {
+    std::env::var("KEYWAY_TEST_MOVES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(MOVES)
+}
+
 #[test]
 fn twenty_live_moves_under_a_redis_py_workload_lose_nothing() {
     let seed: u64 = match std::env::var("KEYWAY_TEST_SEED") {
@@ -38,6 +47,8 @@ fn twenty_live_moves_under_a_redis_py_workload_lose_nothing() {
 
     let dir = tempfile::tempdir().unwrap();
     let log = std::env::var("KEYWAY_TEST_LOG").unwrap_or_else(|_| "warn".into());
+    // `KEYWAY_TEST_TRUNCATE_MS` changes how often the logs are truncated.
+    let truncate_ms = std::env::var("KEYWAY_TEST_TRUNCATE_MS").unwrap_or_else(|_| "50".into());
     let cluster = DevCluster::start(
         3,
         &dir.path().join("data"),
@@ -46,7 +57,7 @@ fn twenty_live_moves_under_a_redis_py_workload_lose_nothing() {
             "200",
             "--no-rebalance",
             "--log-truncate-interval-ms",
-            "50",
+            &truncate_ms,
             "--log",
             &log,
         ],
@@ -59,7 +70,8 @@ fn twenty_live_moves_under_a_redis_py_workload_lose_nothing() {
 
     // Where each moved partition must end up.
     let mut expected_owner = BTreeMap::new();
-    for n in 1..=MOVES {
+    let moves = moves();
+    for n in 1..=moves {
         let (partitions, nodes) = read_map(&meta);
         let ids: Vec<u64> = partitions.keys().copied().collect();
         let partition = ids[rng.random_range(0..ids.len())];
@@ -83,13 +95,13 @@ fn twenty_live_moves_under_a_redis_py_workload_lose_nothing() {
         let stdout = String::from_utf8_lossy(&out.stdout);
         assert!(
             out.status.success() && stdout.contains(" DONE"),
-            "move {n}/{MOVES}: partition {partition} node {owner} -> node {target} ({to}) \
+            "move {n}/{moves}: partition {partition} node {owner} -> node {target} ({to}) \
              failed ({}):\n{stdout}\n{}",
             out.status,
             String::from_utf8_lossy(&out.stderr)
         );
         println!(
-            "move {n:2}/{MOVES}: partition {partition:2} node {owner} -> node {target} in {:4} ms \
+            "move {n:2}/{moves}: partition {partition:2} node {owner} -> node {target} in {:4} ms \
              ({} writes meanwhile): {}",
             start.elapsed().as_millis(),
             workload.writes().saturating_sub(writes),
@@ -99,7 +111,7 @@ fn twenty_live_moves_under_a_redis_py_workload_lose_nothing() {
         workload.assert_running();
     }
     let writes_during_moves = workload.writes().saturating_sub(writes_before);
-    println!("{MOVES} moves done after {:?}", began.elapsed());
+    println!("{moves} moves done after {:?}", began.elapsed());
 
     let (partitions, _) = read_map(&meta);
     for (partition, target) in &expected_owner {
@@ -123,7 +135,7 @@ fn twenty_live_moves_under_a_redis_py_workload_lose_nothing() {
         "only {writes_during_moves} writes acknowledged during the moves"
     );
     assert!(
-        report["redirects"]["moved"].as_u64().unwrap_or(0) >= MOVES as u64,
+        report["redirects"]["moved"].as_u64().unwrap_or(0) >= moves as u64,
         "the clients followed fewer MOVED redirects than there were moves: {}",
         report["redirects"]
     );
@@ -147,12 +159,12 @@ fn twenty_live_moves_under_a_redis_py_workload_lose_nothing() {
     println!("cutover pauses (ms): {pauses:?}");
     assert_eq!(
         done.len(),
-        MOVES,
-        "expected {MOVES} DONE migrations: {migrations:#?}"
+        moves,
+        "expected {moves} DONE migrations: {migrations:#?}"
     );
     assert_eq!(
         migrations.len(),
-        MOVES,
+        moves,
         "unexpected extra migrations: {migrations:#?}"
     );
     // The logs were truncated while the moves ran.

@@ -264,29 +264,25 @@ async fn dual_writes_are_at_the_target_when_acknowledged_and_a_held_write_gets_m
         );
     }
 
-    // Fence: a write is held (no reply, no error) ...
-    let before = held_count(&s.cluster, source_index(&s)).await;
+    // The driver moves the checkpoint to the present right before it
+    // fences (the rolling checkpoint, `push.rs`), so the digests at the
+    // fence agree and cover nothing written before it: the 20 dual writes
+    // were digested on both sides just before.
+    let (_, moved) = s.source.migrate_checkpoint(7).await.unwrap();
+    assert!(moved, "the checkpoint moves to the present");
     s.source.migrate_fence(7, true).await.unwrap();
-    let port = s.source_port;
-    let key = s.keys[0].clone();
-    let held = tokio::task::spawn_blocking(move || Resp::connect(port).cmd(&["SET", &key, "held"]));
-    let idx = source_index(&s);
-    assert!(
-        wait_until(WAIT, || async {
-            held_count(&s.cluster, idx).await != before
-        })
-        .await,
-        "the write is parked"
-    );
-    assert!(!held.is_finished());
-
-    // At the fence the digests agree, read incrementally: only the 20 keys
-    // written since the checkpoint taken after the copy.
     let d = s.source.migrate_digest(7).await.unwrap();
     assert!(d.incremental);
     assert_eq!(d.source, d.target);
-    assert_eq!(d.delta_keys, 20);
-    // A key of the target that differs is caught.
+    assert_eq!(
+        d.delta_keys, 0,
+        "the fence's digest covers only what came after the refresh"
+    );
+    s.source.migrate_fence(7, false).await.unwrap();
+
+    // A key the target lost (a record that did not come from the push)
+    // and that the source writes again is caught by the next refresh, and
+    // the chained checkpoint carries the difference to the fence.
     let chunk = s
         .target
         .snapshot_chunk(&s.range, None, 1_000, 1 << 20)
@@ -311,10 +307,33 @@ async fn dual_writes_are_at_the_target_when_acknowledged_and_a_held_write_gets_m
         )
         .await
         .unwrap();
+    let port = s.source_port;
+    let k1 = s.keys[1].clone();
+    tokio::task::spawn_blocking(move || ok(Resp::connect(port).cmd(&["SET", &k1, "again"])))
+        .await
+        .unwrap();
+
+    // Fence: a write is held (no reply, no error) ...
+    let (_, moved) = s.source.migrate_checkpoint(7).await.unwrap();
+    assert!(moved);
+    let before = held_count(&s.cluster, source_index(&s)).await;
+    s.source.migrate_fence(7, true).await.unwrap();
+    let port = s.source_port;
+    let key = s.keys[0].clone();
+    let held = tokio::task::spawn_blocking(move || Resp::connect(port).cmd(&["SET", &key, "held"]));
+    let idx = source_index(&s);
+    assert!(
+        wait_until(WAIT, || async {
+            held_count(&s.cluster, idx).await != before
+        })
+        .await,
+        "the write is parked"
+    );
+    assert!(!held.is_finished());
     let d = s.source.migrate_digest(7).await.unwrap();
     assert_ne!(
         d.source, d.target,
-        "a lost key on the target goes unnoticed"
+        "a key lost on the target goes unnoticed"
     );
 
     // A client sent to the target early (before it has the flip) is held

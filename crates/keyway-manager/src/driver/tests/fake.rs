@@ -5,7 +5,7 @@
 
 use crate::driver::{MigrationPeers, PeerAddr};
 use bytes::Bytes;
-use keyway_map::{NodeId, PartitionId};
+use keyway_map::{Epoch, NodeId, PartitionId};
 use keyway_meta::{EmbeddedMeta, MetaStore};
 use keyway_peer::{
     FenceDigests, MigrationRef, PartitionView, PeerError, PushSpec, PushStatus, RefusalReason,
@@ -14,6 +14,7 @@ use keyway_storage::{KeyRange, RangeDigest, Seq};
 use std::collections::BTreeMap;
 use std::hash::{Hash, Hasher};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 /// What goes wrong, switchable while a migration runs.
 #[derive(Clone, Debug, Default)]
@@ -423,10 +424,22 @@ impl MigrationPeers for FakeCluster {
         })
     }
 
+    async fn migrate_checkpoint(&self, node: &PeerAddr, id: u64) -> Result<(Seq, bool), PeerError> {
+        self.reachable(node)?;
+        let mut st = self.lock();
+        Self::note(&mut st, node, format!("checkpoint {id}"));
+        Self::push_of(&mut st, node, id)?;
+        Ok((st.nodes[&node.node].seq, true))
+    }
+
+    /// Answers at once whatever `min_epoch` and `wait` say (the driver
+    /// waits again until the view is what it wants).
     async fn partition_view(
         &self,
         node: &PeerAddr,
         partition: PartitionId,
+        _min_epoch: Epoch,
+        _wait: Duration,
     ) -> Result<Option<PartitionView>, PeerError> {
         self.reachable_for_cleanup(node)?;
         let map = self

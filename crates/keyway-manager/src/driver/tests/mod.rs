@@ -273,11 +273,28 @@ async fn a_move_runs_to_done_and_the_target_owns_the_partition_at_e_plus_1() {
     let fence = log.iter().position(|l| l.ends_with("fence 1 on")).unwrap();
     let digest = log.iter().position(|l| l.ends_with("digest")).unwrap();
     assert!(fence < digest, "digests at the fence point: {log:?}");
+    // The checkpoint moves to the present right before the fence, outside
+    // the pause (the rolling checkpoint).
+    let checkpoint = log
+        .iter()
+        .position(|l| l.ends_with("checkpoint 1"))
+        .unwrap();
+    assert_eq!(
+        checkpoint + 1,
+        fence,
+        "the checkpoint just before the fence: {log:?}"
+    );
+    // Each step of the cutover is timed and kept with the pause.
+    let steps = done
+        .cutover_steps
+        .expect("the record keeps the cutover steps");
+    assert!(steps.fence_us > 0 && steps.flip_us > 0, "{steps:?}");
     let text = env.metrics.encode();
     for line in [
         "keyway_manager_migrations_started_total 1",
         "keyway_manager_migrations_finished_total{outcome=\"done\"} 1",
         "keyway_manager_migration_cutover_pause_ms_count 1",
+        "keyway_manager_migration_cutover_step_ms_count{step=\"flip\"} 1",
         "keyway_manager_migrations_active 0",
     ] {
         assert!(text.contains(line), "missing {line:?} in\n{text}");
