@@ -32,10 +32,12 @@
 //! applied under the lock and persisted before it is answered.
 
 mod election;
+mod journal;
 mod lease;
 mod migration;
 mod state;
 
+pub use journal::JOURNAL_FILE;
 pub use lease::MAX_LEASE_TTL_MS;
 pub use state::STATE_FILE;
 
@@ -89,6 +91,9 @@ pub struct EmbeddedMeta {
 
 struct Inner {
     dir: PathBuf,
+    /// Where each mutation is made durable (`embedded/journal.rs`); used
+    /// under `state`'s lock, on a blocking thread.
+    journal: Arc<std::sync::Mutex<journal::Journal>>,
     state: Mutex<State>,
     events: broadcast::Sender<Arc<Entry>>,
     /// Bumped on every change to any election queue.
@@ -147,11 +152,12 @@ impl EmbeddedMeta {
                 Err(std::fs::TryLockError::Error(e)) => return Err(io("lock", e)),
             }
         }
-        let state = State::load(dir, opts.history_versions, Instant::now())?;
+        let (state, journal) = State::load(dir, opts.history_versions, Instant::now())?;
         let (events, _) = broadcast::channel(opts.watch_capacity.max(1));
         let store = EmbeddedMeta {
             inner: Arc::new(Inner {
                 dir: dir.to_path_buf(),
+                journal: Arc::new(std::sync::Mutex::new(journal)),
                 state: Mutex::new(state),
                 events,
                 elections_changed: watch::channel(0).0,
@@ -200,13 +206,19 @@ impl Inner {
     /// Writes the state durably (on a blocking thread). On failure the store
     /// is marked failed: the caller already changed memory.
     async fn persist(&self, state: &mut State) -> Result<(), MetaError> {
+        state.write_seq += 1;
         let result = match state.encode(Instant::now()) {
             Ok(bytes) => {
-                let dir = self.dir.clone();
-                tokio::task::spawn_blocking(move || state::write_state(&dir, &bytes))
-                    .await
-                    .map_err(|e| e.to_string())
-                    .and_then(|r| r.map_err(|e| e.to_string()))
+                let journal = self.journal.clone();
+                tokio::task::spawn_blocking(move || {
+                    journal
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .write(&bytes)
+                })
+                .await
+                .map_err(|e| e.to_string())
+                .and_then(|r| r.map_err(|e| e.to_string()))
             }
             Err(e) => Err(e.to_string()),
         };

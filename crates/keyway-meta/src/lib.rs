@@ -50,7 +50,9 @@ mod url;
 #[doc(hidden)]
 pub mod conformance;
 
-pub use embedded::{EmbeddedMeta, EmbeddedOptions, LOCK_FILE, MAX_LEASE_TTL_MS, STATE_FILE};
+pub use embedded::{
+    EmbeddedMeta, EmbeddedOptions, JOURNAL_FILE, LOCK_FILE, MAX_LEASE_TTL_MS, STATE_FILE,
+};
 pub use error::MetaError;
 pub use etcd::{EtcdMeta, EtcdOptions};
 pub use rpc::client::{RemoteMeta, RemoteOptions};

@@ -86,7 +86,7 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(id, keyway_map::NodeId(1));
-        assert!(dir.path().join("meta").join(crate::STATE_FILE).exists());
+        assert!(dir.path().join("meta").join(crate::JOURNAL_FILE).exists());
         // Nothing listens there: creating the client still succeeds (lazy).
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap();

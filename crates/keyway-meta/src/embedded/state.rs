@@ -4,15 +4,19 @@
 //! deltas, the node-id counter, the lease table, the election queues
 //! (`election.rs`; absent in files written before elections existed) and
 //! the migration records with their id counter (`migration.rs`; likewise
-//! absent in older files). All of it is written to
-//! `<dir>/meta.state` as one JSON document after every mutation, by writing
-//! `<dir>/meta.state.tmp`, fsyncing it, renaming it over `meta.state`, and
-//! fsyncing the directory. That is O(map size + retained history) per
-//! commit: about a millisecond for thousands of partitions, which is fine at
-//! the rate maps change (moves, splits and merges, not data commands).
-//! A crash at any point leaves either the old or the new file whole.
+//! absent in older files). All of it is encoded as one JSON document after
+//! every mutation and made durable by `journal.rs`: appended to
+//! `<dir>/meta.journal` (one `fdatasync`), and now and then written as the
+//! checkpoint `<dir>/meta.state` (by writing `<dir>/meta.state.tmp`,
+//! fsyncing it, renaming it over `meta.state`, and fsyncing the directory).
+//! Each document carries its `write_seq`; the newest of the checkpoint and
+//! the journal's last whole frame is loaded. That is O(map size + retained
+//! history) per commit, which is fine at the rate maps change (moves,
+//! splits and merges, not data commands). A crash at any point leaves the
+//! last answered state loadable.
 
 use super::election::{CandidacyRecord, Elections, Standing};
+use super::journal::{JOURNAL_FILE, Journal};
 use super::lease::{LeaseRecord, LeaseTable};
 use super::migration::{MigrationRecord, Migrations};
 use crate::{Leadership, LeaseId, MapUpdate, MetaError};
@@ -55,11 +59,14 @@ pub(crate) struct State {
     /// Set when a write to disk failed: memory may be ahead of the disk, so
     /// the store refuses everything until it is reopened.
     pub failed: Option<String>,
+    /// The `write_seq` of the last state encoded (see the module docs).
+    pub write_seq: u64,
 }
 
 #[derive(Serialize)]
 struct PersistedRef<'a> {
     format: u32,
+    write_seq: u64,
     map: &'a PartitionMap,
     history: Vec<(MapVersion, &'a [MapChange])>,
     next_node_id: u64,
@@ -75,6 +82,9 @@ struct PersistedRef<'a> {
 #[derive(Deserialize)]
 struct Persisted {
     format: u32,
+    /// One more per durable write (0 in files written before the journal).
+    #[serde(default)]
+    write_seq: u64,
     map: PartitionMap,
     history: Vec<(MapVersion, Vec<MapChange>)>,
     next_node_id: u64,
@@ -105,22 +115,46 @@ impl State {
             migrations: Migrations::default(),
             acl_users: BTreeMap::new(),
             failed: None,
+            write_seq: 0,
         }
     }
 
-    /// Loads `<dir>/meta.state`, or a new state if there is none. Restored
-    /// leases get their full TTL from `now`.
-    pub fn load(dir: &Path, history_limit: usize, now: Instant) -> Result<Self, MetaError> {
+    /// Loads the newest of `<dir>/meta.state` and the journal's last whole
+    /// frame, or a new state if there is neither, with the journal the next
+    /// writes go to. Restored leases get their full TTL from `now`.
+    pub fn load(
+        dir: &Path,
+        history_limit: usize,
+        now: Instant,
+    ) -> Result<(Self, Journal), MetaError> {
         let path = dir.join(STATE_FILE);
-        let bytes = match fs::read(&path) {
-            Ok(bytes) => bytes,
-            Err(e) if e.kind() == ErrorKind::NotFound => return Ok(State::new(history_limit)),
+        let checkpoint = match fs::read(&path) {
+            Ok(bytes) => Some(decode(&path, &bytes)?),
+            Err(e) if e.kind() == ErrorKind::NotFound => None,
             Err(e) => return Err(internal(&path, e)),
         };
-        let p: Persisted = serde_json::from_slice(&bytes).map_err(|e| internal(&path, e))?;
-        if p.format != FORMAT {
-            return Err(internal(&path, format!("unknown format {}", p.format)));
-        }
+        let journal_path = dir.join(JOURNAL_FILE);
+        let (journal, last) = Journal::open(dir).map_err(|e| internal(&journal_path, e))?;
+        let last = last.map(|b| decode(&journal_path, &b)).transpose()?;
+        let newest = match (checkpoint, last) {
+            (Some(c), Some(j)) if j.write_seq > c.write_seq => Some((j, journal_path)),
+            (Some(c), _) => Some((c, path)),
+            (None, Some(j)) => Some((j, journal_path)),
+            (None, None) => None,
+        };
+        let state = match newest {
+            Some((p, from)) => Self::restore(p, &from, history_limit, now)?,
+            None => State::new(history_limit),
+        };
+        Ok((state, journal))
+    }
+
+    fn restore(
+        p: Persisted,
+        path: &Path,
+        history_limit: usize,
+        now: Instant,
+    ) -> Result<Self, MetaError> {
         let mut map = p.map;
         map.reindex();
         map.validate()
@@ -149,6 +183,7 @@ impl State {
             migrations: Migrations::restore(p.migrations, p.next_migration_id),
             acl_users: p.acl_users,
             failed: None,
+            write_seq: p.write_seq,
         };
         state.trim_history();
         Ok(state)
@@ -158,6 +193,7 @@ impl State {
     pub fn encode(&self, now: Instant) -> Result<Vec<u8>, MetaError> {
         let view = PersistedRef {
             format: FORMAT,
+            write_seq: self.write_seq,
             map: &self.map,
             history: self
                 .history
@@ -246,6 +282,15 @@ impl State {
     }
 }
 
+/// A stored state document.
+fn decode(path: &Path, bytes: &[u8]) -> Result<Persisted, MetaError> {
+    let p: Persisted = serde_json::from_slice(bytes).map_err(|e| internal(path, e))?;
+    if p.format != FORMAT {
+        return Err(internal(path, format!("unknown format {}", p.format)));
+    }
+    Ok(p)
+}
+
 /// Durably replaces `<dir>/meta.state` with `bytes`: write a temp file,
 /// fsync it, rename it over the state file, fsync the directory. Blocking:
 /// call it on a blocking thread.
@@ -304,7 +349,7 @@ mod tests {
         assert_eq!(state.history.len(), 3, "history is bounded");
         write_state(dir.path(), &state.encode(now).unwrap()).unwrap();
 
-        let back = State::load(dir.path(), 3, now).unwrap();
+        let back = State::load(dir.path(), 3, now).unwrap().0;
         assert_eq!(back.map, state.map);
         assert_eq!(back.next_node_id, 6);
         assert_eq!(back.leases.next_id(), 2);
@@ -327,22 +372,66 @@ mod tests {
         ));
 
         // A smaller history limit on reopen trims.
-        let small = State::load(dir.path(), 1, now).unwrap();
+        let small = State::load(dir.path(), 1, now).unwrap().0;
         assert_eq!(small.history.len(), 1);
+    }
+
+    /// The newest of the checkpoint and the journal's last frame wins, by
+    /// `write_seq`: frames after a checkpoint, and frames a crash left
+    /// behind a newer checkpoint (before the journal was emptied).
+    #[tokio::test(start_paused = true)]
+    async fn the_newest_of_checkpoint_and_journal_is_loaded() {
+        let dir = tempfile::tempdir().unwrap();
+        let now = Instant::now();
+        let (mut state, mut journal) = State::load(dir.path(), 8, now).unwrap();
+        let mut write = |state: &mut State, journal: &mut Journal, node: u64| {
+            commit(state, vec![node_change(node)]);
+            state.write_seq += 1;
+            journal.write(&state.encode(now).unwrap()).unwrap();
+        };
+        write(&mut state, &mut journal, 1);
+        write(&mut state, &mut journal, 2);
+        let back = State::load(dir.path(), 8, now).unwrap().0;
+        assert_eq!(
+            (back.map.nodes.len(), back.write_seq),
+            (2, 2),
+            "from the journal"
+        );
+        // A checkpoint newer than the journal (a crash before emptying it).
+        commit(&mut state, vec![node_change(3)]);
+        state.write_seq += 1;
+        write_state(dir.path(), &state.encode(now).unwrap()).unwrap();
+        let (back, mut journal) = State::load(dir.path(), 8, now).unwrap();
+        assert_eq!(
+            (back.map.nodes.len(), back.write_seq),
+            (3, 3),
+            "the checkpoint"
+        );
+        // Frames appended after it win again.
+        let mut state = back;
+        write(&mut state, &mut journal, 4);
+        let back = State::load(dir.path(), 8, now).unwrap().0;
+        assert_eq!(
+            (back.map.nodes.len(), back.write_seq),
+            (4, 4),
+            "the journal again"
+        );
     }
 
     #[tokio::test]
     async fn corrupt_state_file_is_refused_not_ignored() {
         let dir = tempfile::tempdir().unwrap();
         fs::write(dir.path().join(STATE_FILE), b"{not json").unwrap();
-        let err = State::load(dir.path(), 8, Instant::now()).unwrap_err();
+        let err = State::load(dir.path(), 8, Instant::now())
+            .map(|_| ())
+            .unwrap_err();
         assert!(matches!(err, MetaError::Internal(_)), "{err:?}");
     }
 
     #[tokio::test]
     async fn missing_state_file_is_a_new_store() {
         let dir = tempfile::tempdir().unwrap();
-        let state = State::load(dir.path(), 8, Instant::now()).unwrap();
+        let state = State::load(dir.path(), 8, Instant::now()).unwrap().0;
         assert_eq!(state.map.version, MapVersion(0));
         assert_eq!(state.next_node_id, 1);
     }
@@ -357,7 +446,7 @@ mod tests {
         obj.remove("migrations").unwrap();
         obj.remove("next_migration_id").unwrap();
         write_state(dir.path(), &serde_json::to_vec(&v).unwrap()).unwrap();
-        let state = State::load(dir.path(), 8, now).unwrap();
+        let state = State::load(dir.path(), 8, now).unwrap().0;
         assert!(state.migrations.list().is_empty());
         assert_eq!(state.migrations.next_id(), 1);
     }

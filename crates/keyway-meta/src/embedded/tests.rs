@@ -8,6 +8,29 @@ fn open(dir: &Path, opts: EmbeddedOptions) -> EmbeddedMeta {
     EmbeddedMeta::open(dir, opts).unwrap()
 }
 
+/// The newest state the store made durable (read only, the store open).
+fn stored(dir: &Path) -> serde_json::Value {
+    let parse = |b: &[u8]| serde_json::from_slice::<serde_json::Value>(b).unwrap();
+    let checkpoint = std::fs::read(dir.join(STATE_FILE)).ok().map(|b| parse(&b));
+    let bytes = std::fs::read(dir.join(JOURNAL_FILE)).unwrap();
+    let last = journal::last_frame(&bytes).0.map(|r| parse(&bytes[r]));
+    let seq = |v: &serde_json::Value| v["write_seq"].as_u64().unwrap_or(0);
+    match (checkpoint, last) {
+        (Some(c), Some(j)) if seq(&j) > seq(&c) => j,
+        (Some(c), _) => c,
+        (None, Some(j)) => j,
+        (None, None) => panic!("nothing stored yet"),
+    }
+}
+
+/// What the store keeps on disk: the checkpoint and the journal.
+fn on_disk(dir: &Path) -> (Option<Vec<u8>>, Vec<u8>) {
+    (
+        std::fs::read(dir.join(STATE_FILE)).ok(),
+        std::fs::read(dir.join(JOURNAL_FILE)).unwrap(),
+    )
+}
+
 async fn bootstrapped(store: &EmbeddedMeta) -> PartitionMap {
     for i in 0..2 {
         store
@@ -119,8 +142,7 @@ async fn expired_lease_is_reaped_from_the_state_file() {
     // The reaper removed it from disk too: after a reopen it stays gone.
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
-        let text = std::fs::read_to_string(dir.path().join(STATE_FILE)).unwrap();
-        let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        let v = stored(dir.path());
         if v["leases"].as_array().unwrap().len() == 1 {
             break;
         }
@@ -191,7 +213,7 @@ async fn refused_commit_changes_nothing_on_disk() {
     let dir = tempfile::tempdir().unwrap();
     let store = open(dir.path(), EmbeddedOptions::default());
     let map = bootstrapped(&store).await;
-    let before = std::fs::read(dir.path().join(STATE_FILE)).unwrap();
+    let before = on_disk(dir.path());
     let first = *map.partitions.keys().next().unwrap();
     let err = store
         .commit(MapTxn::unconditional(vec![MapChange::RemovePartition {
@@ -200,7 +222,7 @@ async fn refused_commit_changes_nothing_on_disk() {
         .await
         .unwrap_err();
     assert!(matches!(err, MetaError::InvalidMap(_)), "{err:?}");
-    assert_eq!(std::fs::read(dir.path().join(STATE_FILE)).unwrap(), before);
+    assert_eq!(on_disk(dir.path()), before);
     assert_eq!(store.get_map().await.unwrap(), map);
 }
 
@@ -212,15 +234,19 @@ async fn failed_write_stops_the_store() {
         .register_node(None, "a:1".into(), String::new())
         .await
         .unwrap();
-    // A directory where the temp file must go makes the write fail.
-    std::fs::create_dir(dir.path().join("meta.state.tmp")).unwrap();
+    // A directory where the journal must be makes the write fail.
+    let journal = dir.path().join(JOURNAL_FILE);
+    let aside = dir.path().join("journal.aside");
+    std::fs::rename(&journal, &aside).unwrap();
+    std::fs::create_dir(&journal).unwrap();
     let err = store
         .register_node(None, "b:1".into(), String::new())
         .await
         .unwrap_err();
     assert!(matches!(err, MetaError::Internal(_)), "{err:?}");
     assert!(matches!(store.get_map().await, Err(MetaError::Internal(_))));
-    std::fs::remove_dir(dir.path().join("meta.state.tmp")).unwrap();
+    std::fs::remove_dir(&journal).unwrap();
+    std::fs::rename(&aside, &journal).unwrap();
     drop(store);
     // Reopen: the refused registration never happened, its id is free.
     let store = open(dir.path(), EmbeddedOptions::default());
@@ -243,7 +269,7 @@ async fn migration_records_and_ids_survive_a_reopen_and_refused_writes_do_not_to
         .put_migration(a, None, 2, b"rec".to_vec())
         .await
         .unwrap();
-    let before = std::fs::read(dir.path().join(STATE_FILE)).unwrap();
+    let before = on_disk(dir.path());
     assert_eq!(
         store.put_migration(a, Some(1), 3, vec![]).await,
         Err(MetaError::MigrationConflict {
@@ -251,7 +277,7 @@ async fn migration_records_and_ids_survive_a_reopen_and_refused_writes_do_not_to
             current: Some(2)
         })
     );
-    assert_eq!(std::fs::read(dir.path().join(STATE_FILE)).unwrap(), before);
+    assert_eq!(on_disk(dir.path()), before);
     drop(store);
     let store = open(dir.path(), EmbeddedOptions::default());
     assert_eq!(

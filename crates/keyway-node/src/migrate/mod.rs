@@ -262,6 +262,8 @@ impl Migrations {
             }
             if let Ok(push) = self.push(id) {
                 self.routing.set_fenced(push.plan.partition, false);
+                push.fenced
+                    .store(false, std::sync::atomic::Ordering::Release);
                 Self::lift_incoming(&push);
             }
             return Ok(self.engine.last_seq());
@@ -281,6 +283,8 @@ impl Migrations {
         }
         // Taking the fence waits for every request admitted before it: their
         // writes are in the engine, at or below `head`.
+        push.fenced
+            .store(true, std::sync::atomic::Ordering::Release);
         self.routing.set_fenced(push.plan.partition, true);
         let head = self.engine.last_seq();
         push.wait_acked(head, self.limits.fence_drain_timeout)

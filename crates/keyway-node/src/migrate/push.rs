@@ -167,6 +167,10 @@ pub struct Push {
     /// the checkpoint seq it reached on `refreshed`.
     refresh_asked: AtomicBool,
     refreshed: watch::Sender<Seq>,
+    /// The source fenced the partition: nothing is written to the range
+    /// until the fence lifts, and after a flip the target writes its own,
+    /// so the checkpoint stays where the fence found it.
+    pub(crate) fenced: AtomicBool,
     error: Mutex<Option<String>>,
     waiters: Mutex<Waiters>,
     wake: Notify,
@@ -210,6 +214,7 @@ impl Push {
             checkpoint: Mutex::new(None),
             refresh_asked: AtomicBool::new(false),
             refreshed: watch::channel(0).0,
+            fenced: AtomicBool::new(false),
             error: Mutex::new(None),
             waiters: Mutex::new(Waiters::default()),
             wake: Notify::new(),
@@ -641,7 +646,8 @@ impl Push {
                 ));
             }
             let asked = self.refresh_asked.swap(false, Ordering::AcqRel);
-            if asked || refreshed_at.elapsed() >= CHECKPOINT_REFRESH {
+            let fenced = self.fenced.load(Ordering::Acquire);
+            if !fenced && (asked || refreshed_at.elapsed() >= CHECKPOINT_REFRESH) {
                 self.refresh_checkpoint().await?;
                 refreshed_at = Instant::now();
                 continue;
@@ -721,6 +727,9 @@ impl Push {
         let target = self.engine.last_seq();
         if self.checkpoint().is_none_or(|cp| cp.seq >= target) {
             return true;
+        }
+        if self.fenced.load(Ordering::Acquire) {
+            return false;
         }
         self.refresh_asked.store(true, Ordering::Release);
         self.wake.notify_one();
