@@ -117,7 +117,7 @@ mod tests {
         );
         assert_eq!(
             m.record().generation,
-            8,
+            7,
             "dropping is not a decision to persist"
         );
     }

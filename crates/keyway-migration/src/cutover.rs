@@ -33,7 +33,10 @@
 //!    aborts by reverting to the source" is the stuck timeout of `DUAL` and
 //!    the fence timeout of steps 1–2, where the source is still the owner.
 //! 4. *flipped*: `AwaitTargetServing{e+1}` until `TargetServing`, which
-//!    ends the pause (recorded) and enters `CLEANUP`.
+//!    ends the pause (recorded) and enters `CLEANUP`. The flip's outcome is
+//!    not persisted on its own (a store write inside the pause): it goes
+//!    with the `CLEANUP` transition; a driver that restarts first finds the
+//!    flip in doubt and step 3 re-learns it from the store.
 //!
 //! Recovery: before the flip request → abort (the fence confirmation and
 //! the digests were in memory; the pause must not outlive the driver); in
@@ -199,14 +202,16 @@ impl Migration {
     fn flip_done(&mut self, now: u64) -> Vec<Command> {
         assert!(self.rec.flip_in_doubt(), "flip done without a request");
         assert_eq!(self.rec.state, MigrationState::Cutover);
-        let persist = self.persist(|r| r.flip_done_ms = Some(now));
+        // Not persisted here but with the `CLEANUP` transition: a store write
+        // at this point would sit inside the write pause (issue 15: three
+        // store writes were most of it). A driver that restarts before then
+        // reloads the flip as in doubt and re-sends the identical CAS, whose
+        // conflict the map's evidence decides as applied (step 3).
+        self.rec.flip_done_ms = Some(now);
         self.vol.retry_at_ms = self.vol.clock_ms + self.cfg.retry_interval_ms;
-        vec![
-            persist,
-            Command::AwaitTargetServing {
-                epoch: self.rec.flipped_epoch(),
-            },
-        ]
+        vec![Command::AwaitTargetServing {
+            epoch: self.rec.flipped_epoch(),
+        }]
     }
 
     pub(crate) fn on_target_serving(&mut self, now: u64, steps: CutoverSteps) -> Outcome {
@@ -396,18 +401,16 @@ mod tests {
         );
     }
 
+    /// No store write between the CAS and the target serving (it would sit
+    /// in the write pause): the outcome goes with the `CLEANUP` persist.
     #[test]
-    fn flip_committed_persists_then_awaits_the_target() {
+    fn flip_committed_awaits_the_target_without_a_store_write() {
         let mut m = after(10);
+        let generation = m.record().generation;
         let cmds = m.handle(Event::FlipCommitted { now: 1_015 }).unwrap();
-        assert_eq!(
-            cmds,
-            vec![
-                persisted(&m),
-                Command::AwaitTargetServing { epoch: Epoch(5) }
-            ]
-        );
+        assert_eq!(cmds, vec![Command::AwaitTargetServing { epoch: Epoch(5) }]);
         assert_eq!(m.record().flip_done_ms, Some(1_015));
+        assert_eq!(m.record().generation, generation);
         assert_eq!(
             m.handle(Event::FlipCommitted { now: 1_016 })
                 .unwrap_err()
@@ -422,13 +425,7 @@ mod tests {
         let cmds = m
             .handle(conflict(Some((NodeId(2), Epoch(5))), None, &[]))
             .unwrap();
-        assert_eq!(
-            cmds,
-            vec![
-                persisted(&m),
-                Command::AwaitTargetServing { epoch: Epoch(5) }
-            ]
-        );
+        assert_eq!(cmds, vec![Command::AwaitTargetServing { epoch: Epoch(5) }]);
         assert!(m.record().flipped());
     }
 
@@ -472,13 +469,7 @@ mod tests {
         let cmds = m
             .handle(conflict(None, Some((NodeId(2), Epoch(5))), &children))
             .unwrap();
-        assert_eq!(
-            cmds,
-            vec![
-                persisted(&m),
-                Command::AwaitTargetServing { epoch: Epoch(5) }
-            ]
-        );
+        assert_eq!(cmds, vec![Command::AwaitTargetServing { epoch: Epoch(5) }]);
         assert!(m.record().flipped());
         // No history left: the covering rows are all the target's.
         let mut m = after(10);
