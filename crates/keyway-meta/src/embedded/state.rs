@@ -158,7 +158,7 @@ impl State {
         let mut map = p.map;
         map.reindex();
         map.validate()
-            .map_err(|e| internal(&path, format!("stored map is invalid: {e}")))?;
+            .map_err(|e| internal(path, format!("stored map is invalid: {e}")))?;
         let mut history: VecDeque<Arc<Entry>> = p
             .history
             .into_iter()
@@ -384,7 +384,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let now = Instant::now();
         let (mut state, mut journal) = State::load(dir.path(), 8, now).unwrap();
-        let mut write = |state: &mut State, journal: &mut Journal, node: u64| {
+        let write = |state: &mut State, journal: &mut Journal, node: u64| {
             commit(state, vec![node_change(node)]);
             state.write_seq += 1;
             journal.write(&state.encode(now).unwrap()).unwrap();
