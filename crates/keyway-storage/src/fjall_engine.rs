@@ -380,6 +380,50 @@ impl FjallEngine {
         self.commit(plan)
     }
 
+    /// Reads the log records after `after` in `snap`, in order, checking
+    /// there is no gap: `each` takes the next record, or returns `false` to
+    /// leave it and stop. Returns the seq of the first record not taken.
+    fn read_log(
+        &self,
+        snap: &Snapshot,
+        after: Seq,
+        mut each: impl FnMut(ChangeRecord) -> bool,
+    ) -> Result<Seq, StorageError> {
+        let mut expect = after + 1;
+        for g in snap.range(&self.log, (after + 1).to_be_bytes()..) {
+            let (k, v) = g.into_inner()?;
+            let seq = decode_u64("log key", &k)?;
+            if seq != expect {
+                // A truncation that committed after the snapshot may have
+                // dropped the tables this read needed (`purge_log` drops
+                // tables, which no snapshot keeps): that is a truncated log,
+                // not a corrupt one.
+                let now_start = self.log_start();
+                if after.saturating_add(1) < now_start {
+                    return Err(StorageError::LogTruncated {
+                        after,
+                        log_start: now_start,
+                    });
+                }
+                return Err(corrupt(
+                    "log",
+                    format!("gap: expected record {expect}, found {seq}"),
+                ));
+            }
+            let (mutation, batch_continues) = Mutation::decode_log_value(&to_bytes(&v))?;
+            let record = ChangeRecord {
+                seq,
+                mutation,
+                batch_continues,
+            };
+            if !each(record) {
+                return Ok(expect);
+            }
+            expect += 1;
+        }
+        Ok(expect)
+    }
+
     /// `(seq, key + value bytes)` of each log record in `seqs` (an empty
     /// range reads nothing): what [`LogMarks`] counts, at open and for the
     /// remainder of a purge.
@@ -623,40 +667,15 @@ impl Engine for FjallEngine {
         }
         let mut out: Vec<ChangeRecord> =
             Vec::with_capacity(limit.min((last - after) as usize).min(4096));
-        let mut expect = after + 1;
         // Up to `limit` records, then on to the end of the last one's batch
         // (never half of a batch: see `ChangeRecord::batch_continues`).
-        for g in snap.range(&self.log, (after + 1).to_be_bytes()..) {
+        let expect = self.read_log(&snap, after, |r| {
             if out.len() >= limit && out.last().is_none_or(|r| !r.batch_continues) {
-                break;
+                return false;
             }
-            let (k, v) = g.into_inner()?;
-            let seq = decode_u64("log key", &k)?;
-            if seq != expect {
-                // A truncation that committed after the snapshot may have
-                // dropped the tables this read needed (`purge_log` drops
-                // tables, which no snapshot keeps): that is a truncated log,
-                // not a corrupt one.
-                let now_start = self.log_start();
-                if after.saturating_add(1) < now_start {
-                    return Err(StorageError::LogTruncated {
-                        after,
-                        log_start: now_start,
-                    });
-                }
-                return Err(corrupt(
-                    "log",
-                    format!("gap: expected record {expect}, found {seq}"),
-                ));
-            }
-            expect += 1;
-            let (mutation, batch_continues) = Mutation::decode_log_value(&to_bytes(&v))?;
-            out.push(ChangeRecord {
-                seq,
-                mutation,
-                batch_continues,
-            });
-        }
+            out.push(r);
+            true
+        })?;
         if out.last().is_some_and(|r| r.batch_continues) {
             return Err(corrupt(
                 "log",
@@ -773,31 +792,12 @@ impl Engine for FjallEngine {
             return Err(StorageError::LogTruncated { after, log_start });
         }
         let mut keys = std::collections::BTreeSet::new();
-        let mut expect = after + 1;
-        for g in snap.range(&self.log, (after + 1).to_be_bytes()..) {
-            let (k, v) = g.into_inner()?;
-            let at = decode_u64("log key", &k)?;
-            if at != expect {
-                // As in `changes_since`: a truncation after the snapshot
-                // dropped tables this read needed.
-                let now_start = self.log_start();
-                if after.saturating_add(1) < now_start {
-                    return Err(StorageError::LogTruncated {
-                        after,
-                        log_start: now_start,
-                    });
-                }
-                return Err(corrupt(
-                    "log",
-                    format!("gap: expected record {expect}, found {at}"),
-                ));
+        let expect = self.read_log(&snap, after, |r| {
+            if range.contains(r.mutation.key()) {
+                keys.insert(r.mutation.key().clone());
             }
-            expect += 1;
-            let (mutation, _) = Mutation::decode_log_value(&to_bytes(&v))?;
-            if range.contains(mutation.key()) {
-                keys.insert(mutation.key().clone());
-            }
-        }
+            true
+        })?;
         // Every record up to `expect - 1` is visible in this snapshot.
         let seq = seq.max(expect - 1);
         crate::engine::WrittenDigests::build(seq, keys.into_iter().collect(), part_keys, |k| {
