@@ -115,8 +115,16 @@ impl Redis {
         let deadline = Instant::now() + Duration::from_secs(10);
         let mut child = Some(child);
         loop {
-            if let Ok(conn) = TcpStream::connect(("127.0.0.1", port)) {
-                conn.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
+            // Connected only once a PING is answered: something else may
+            // listen on the port for a moment before redis-server binds it
+            // (another process's free-port check binds and drops ports),
+            // and a connection accepted there is reset at the first write
+            // (the full suite saw "write to redis: Connection reset by
+            // peer" on a fresh connection, with a clean redis log).
+            if let Ok(mut conn) = TcpStream::connect(("127.0.0.1", port))
+                && conn.set_read_timeout(Some(Duration::from_secs(10))).is_ok()
+                && answers_ping(&mut conn)
+            {
                 return Some(Redis {
                     child: child.take()?,
                     conn,
@@ -156,6 +164,14 @@ impl Redis {
             self.buf.extend_from_slice(&chunk[..n]);
         }
     }
+}
+
+/// Whether `conn` answers `PING` with `+PONG` (the whole reply in one read).
+fn answers_ping(conn: &mut TcpStream) -> bool {
+    let mut reply = [0u8; 7];
+    conn.write_all(b"*1\r\n$4\r\nPING\r\n").is_ok()
+        && conn.read_exact(&mut reply).is_ok()
+        && &reply == b"+PONG\r\n"
 }
 
 pub struct Keyway {
