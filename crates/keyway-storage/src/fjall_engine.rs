@@ -41,8 +41,11 @@
 //!   a sync). On a thread that called
 //!   [`crate::defer_os_flush_on_this_thread`] the hand-over waits for the
 //!   next [`Engine::flush_deferred`] instead (one `write(2)` per group).
-//! * A batch becomes visible to *snapshots* atomically (fjall publishes its
-//!   seqno after inserting all items), so the last seq read from a snapshot
+//! * A batch becomes visible to *snapshots* atomically only because every
+//!   snapshot is opened under `write_lock` ([`FjallEngine::snapshot`]):
+//!   fjall publishes a batch's seqno after inserting all its items, but
+//!   lsm-tree 3.1's flushes and compactions publish fresh seqnos without
+//!   waiting for a batch in flight. So the last seq read from a snapshot
 //!   (its log's top record) tells exactly which of our seqs it reflects. Plain keyspace
 //!   reads (`Keyspace::get/range`) read at `SeqNo::MAX`, i.e. may see a batch
 //!   that is being inserted; they are used only for single-key `get` (a key is

@@ -54,7 +54,8 @@ enum CutoverStep {
 fn cutover_step(command: &Command) -> Option<CutoverStep> {
     match command {
         Command::ComputeDigests => Some(CutoverStep::Digest),
-        // The flip request's persist, the CAS, and the persist of its outcome.
+        // The flip request's persist and the CAS (the flip's outcome is
+        // persisted with `CLEANUP`, after the pause).
         Command::Persist(rec) if rec.state == MigrationState::Cutover && rec.flip_requested() => {
             Some(CutoverStep::Flip)
         }

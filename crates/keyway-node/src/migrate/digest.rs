@@ -129,6 +129,29 @@ pub async fn fence_digests(
     Ok(out)
 }
 
+/// The keys whose content (kind, expiry, data; not the version, which
+/// differs by design) differs between two reads of a range, or that one
+/// side lacks, in key order, with both sides' values.
+fn differing_keys<'a>(
+    source: &'a std::collections::BTreeMap<Bytes, keyway_storage::Value>,
+    target: &'a std::collections::BTreeMap<Bytes, keyway_storage::Value>,
+) -> Vec<(
+    &'a Bytes,
+    Option<&'a keyway_storage::Value>,
+    Option<&'a keyway_storage::Value>,
+)> {
+    let keys: BTreeSet<&Bytes> = source.keys().chain(target.keys()).collect();
+    keys.into_iter()
+        .map(|k| (k, source.get(k), target.get(k)))
+        .filter(|(_, s, t)| match (s, t) {
+            (Some(a), Some(b)) => {
+                a.kind != b.kind || a.expire_at_ms != b.expire_at_ms || a.data != b.data
+            }
+            _ => true,
+        })
+        .collect()
+}
+
 /// Entries read per side by [`explain_mismatch`] at most.
 const EXPLAIN_MAX_ENTRIES: usize = 200_000;
 /// Differing keys [`explain_mismatch`] logs at most.
@@ -186,9 +209,6 @@ async fn explain_mismatch(engine: &Arc<dyn Engine>, push: &Push) {
             return;
         }
     };
-    let same = |a: &Value, b: &Value| {
-        a.kind == b.kind && a.expire_at_ms == b.expire_at_ms && a.data == b.data
-    };
     let show = |v: Option<&Value>| match v {
         None => "absent".to_string(),
         Some(v) => format!(
@@ -199,35 +219,64 @@ async fn explain_mismatch(engine: &Arc<dyn Engine>, push: &Push) {
             String::from_utf8_lossy(&v.data[..v.data.len().min(48)])
         ),
     };
-    let keys: std::collections::BTreeSet<&Bytes> = source.keys().chain(target.keys()).collect();
-    let mut differing = 0usize;
-    for key in keys {
-        let (s, t) = (source.get(key), target.get(key));
-        let differs = match (s, t) {
-            (Some(a), Some(b)) => !same(a, b),
-            _ => true,
-        };
-        if !differs {
-            continue;
-        }
-        differing += 1;
-        if differing <= EXPLAIN_MAX_LOGGED {
-            tracing::warn!(
-                migration = push.plan.id,
-                key = %String::from_utf8_lossy(key).escape_debug(),
-                source = %show(s),
-                target = %show(t),
-                checkpoint_seq = push.checkpoint().map(|c| c.seq),
-                after_seq = push.plan.after_seq,
-                "digest mismatch: key differs"
-            );
-        }
+    let differing = differing_keys(&source, &target);
+    for &(key, s, t) in differing.iter().take(EXPLAIN_MAX_LOGGED) {
+        tracing::warn!(
+            migration = push.plan.id,
+            key = %String::from_utf8_lossy(key).escape_debug(),
+            source = %show(s),
+            target = %show(t),
+            checkpoint_seq = push.checkpoint().map(|c| c.seq),
+            after_seq = push.plan.after_seq,
+            "digest mismatch: key differs"
+        );
     }
     tracing::warn!(
         migration = push.plan.id,
-        differing,
+        differing = differing.len(),
         source_keys = source.len(),
         target_keys = target.len(),
         "digest mismatch: keys compared"
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use keyway_storage::{Value, ValueKind};
+    use std::collections::BTreeMap;
+
+    fn v(data: &str, version: u64) -> Value {
+        Value {
+            kind: ValueKind::String,
+            expire_at_ms: None,
+            version,
+            data: Bytes::copy_from_slice(data.as_bytes()),
+        }
+    }
+
+    #[test]
+    fn differing_keys_are_content_differences_and_missing_keys_not_versions() {
+        let k = |s: &str| Bytes::copy_from_slice(s.as_bytes());
+        let source: BTreeMap<Bytes, Value> = [
+            (k("a"), v("1", 10)),
+            (k("b"), v("2", 11)),
+            (k("c"), v("3", 12)),
+        ]
+        .into();
+        let mut expiring = v("2", 7);
+        expiring.expire_at_ms = Some(5);
+        let target: BTreeMap<Bytes, Value> = [
+            (k("a"), v("1", 99)),
+            (k("b"), expiring),
+            (k("d"), v("4", 1)),
+        ]
+        .into();
+        let found: Vec<&Bytes> = differing_keys(&source, &target)
+            .into_iter()
+            .map(|(key, _, _)| key)
+            .collect();
+        assert_eq!(found, vec![&k("b"), &k("c"), &k("d")]);
+        assert!(differing_keys(&source, &source).is_empty());
+    }
 }

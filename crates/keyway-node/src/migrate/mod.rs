@@ -193,6 +193,10 @@ impl Migrations {
             self.latency.clone(),
             self.limits.push,
             Some((self.copies.clone(), row, target_node)),
+            {
+                let (routing, pid) = (self.routing.clone(), spec.partition);
+                Box::new(move || routing.is_fenced(pid))
+            },
         );
         let mut pushes = self.pushes.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(running) = pushes.get(&spec.id) {
@@ -262,8 +266,6 @@ impl Migrations {
             }
             if let Ok(push) = self.push(id) {
                 self.routing.set_fenced(push.plan.partition, false);
-                push.fenced
-                    .store(false, std::sync::atomic::Ordering::Release);
                 Self::lift_incoming(&push);
             }
             return Ok(self.engine.last_seq());
@@ -283,8 +285,6 @@ impl Migrations {
         }
         // Taking the fence waits for every request admitted before it: their
         // writes are in the engine, at or below `head`.
-        push.fenced
-            .store(true, std::sync::atomic::Ordering::Release);
         self.routing.set_fenced(push.plan.partition, true);
         let head = self.engine.last_seq();
         push.wait_acked(head, self.limits.fence_drain_timeout)

@@ -35,8 +35,9 @@
 //!
 //! **Rolling checkpoint** (issue 15: the cutover's digest must not grow with
 //! the time since the copy): every [`CHECKPOINT_REFRESH`] while it streams,
-//! and once more right before the fence (`Migrations::fence` asks with
-//! [`Push::refresh_checkpoint_now`]), the push moves the checkpoint from Y
+//! and once more right before the fence (the driver's `MigrateCheckpoint`,
+//! `Migrations::checkpoint`, asks with [`Push::refresh_checkpoint_now`]),
+//! but never while the partition is fenced, the push moves the checkpoint from Y
 //! to Y2: the keys of the range written in `(Y, Y2]` are digested here at
 //! one snapshot (seq Y2, [`keyway_storage::Engine::written_digests`]), the
 //! stream is brought to exactly Y2 and holds there while the target digests
@@ -167,10 +168,11 @@ pub struct Push {
     /// the checkpoint seq it reached on `refreshed`.
     refresh_asked: AtomicBool,
     refreshed: watch::Sender<Seq>,
-    /// The source fenced the partition: nothing is written to the range
-    /// until the fence lifts, and after a flip the target writes its own,
-    /// so the checkpoint stays where the fence found it.
-    pub(crate) fenced: AtomicBool,
+    /// Whether the source has the partition fenced (the routing view's
+    /// answer): nothing is written to the range until the fence lifts, and
+    /// after a flip the target writes its own, so the checkpoint stays
+    /// where the fence found it.
+    fenced: Box<dyn Fn() -> bool + Send + Sync>,
     error: Mutex<Option<String>>,
     waiters: Mutex<Waiters>,
     wake: Notify,
@@ -183,6 +185,8 @@ pub struct Push {
 }
 
 impl Push {
+    /// `fenced` tells whether the source has the partition fenced now.
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         plan: PushPlan,
         target: PeerClient,
@@ -191,6 +195,7 @@ impl Push {
         latency: Arc<LatencyGauge>,
         limits: PushLimits,
         cost: Option<(Arc<Copies>, PartitionRecord, NodeId)>,
+        fenced: Box<dyn Fn() -> bool + Send + Sync>,
     ) -> Arc<Push> {
         let after = plan.after_seq;
         let cost = match cost {
@@ -214,7 +219,7 @@ impl Push {
             checkpoint: Mutex::new(None),
             refresh_asked: AtomicBool::new(false),
             refreshed: watch::channel(0).0,
-            fenced: AtomicBool::new(false),
+            fenced,
             error: Mutex::new(None),
             waiters: Mutex::new(Waiters::default()),
             wake: Notify::new(),
@@ -646,8 +651,7 @@ impl Push {
                 ));
             }
             let asked = self.refresh_asked.swap(false, Ordering::AcqRel);
-            let fenced = self.fenced.load(Ordering::Acquire);
-            if !fenced && (asked || refreshed_at.elapsed() >= CHECKPOINT_REFRESH) {
+            if (asked || refreshed_at.elapsed() >= CHECKPOINT_REFRESH) && !(self.fenced)() {
                 self.refresh_checkpoint().await?;
                 refreshed_at = Instant::now();
                 continue;
@@ -664,8 +668,8 @@ impl Push {
     /// "Rolling checkpoint"); a no-op without a checkpoint or without
     /// records since it. Runs on the stream's task only.
     async fn refresh_checkpoint(&self) -> Result<(), String> {
+        // Without a checkpoint (a catch-up-only push) nobody waits for one.
         let Some(cp) = self.checkpoint() else {
-            self.refreshed.send_replace(self.acked_seq());
             return Ok(());
         };
         if self.engine.last_seq() <= cp.seq {
@@ -728,7 +732,7 @@ impl Push {
         if self.checkpoint().is_none_or(|cp| cp.seq >= target) {
             return true;
         }
-        if self.fenced.load(Ordering::Acquire) {
+        if (self.fenced)() {
             return false;
         }
         self.refresh_asked.store(true, Ordering::Release);
@@ -974,6 +978,7 @@ mod tests {
                 target_retry_timeout: Duration::from_secs(60),
             },
             None,
+            Box::new(|| false),
         )
     }
 
