@@ -246,6 +246,14 @@ impl MetaStore for Flaky {
         self.check()?;
         self.inner.commit(txn).await
     }
+    async fn commit_with_migration(
+        &self,
+        txn: MapTxn,
+        put: keyway_meta::MigrationPut,
+    ) -> Result<MapVersion, MetaError> {
+        self.check()?;
+        self.inner.commit_with_migration(txn, put).await
+    }
     async fn register_node_in_zone(
         &self,
         id: Option<NodeId>,

@@ -43,7 +43,7 @@ pub use state::STATE_FILE;
 
 use crate::{
     LeaderWatch, Leadership, LeaseId, LeaseInfo, MapTxn, MapUpdate, MapWatch, MetaError, MetaStore,
-    StoredMigration, bootstrap_txn,
+    MigrationPut, StoredMigration, bootstrap_txn,
 };
 use election::Standing;
 use futures::StreamExt;
@@ -527,6 +527,32 @@ impl MetaStore for EmbeddedMeta {
             let mut state = inner.state.lock().await;
             state.check_healthy()?;
             let (map, entry) = Inner::prepare(&state, txn)?;
+            inner.install(&mut state, map, entry).await
+        })
+        .await
+    }
+
+    async fn commit_with_migration(
+        &self,
+        txn: MapTxn,
+        put: MigrationPut,
+    ) -> Result<MapVersion, MetaError> {
+        self.run(move |inner| async move {
+            let mut state = inner.state.lock().await;
+            state.check_healthy()?;
+            // Both checked before either changes `state`, the record's CAS
+            // first; then one journal frame holds both.
+            if put.expected.is_none() {
+                return Err(crate::store::create_with_commit(put.id));
+            }
+            state
+                .migrations
+                .check_put(put.id, put.expected, put.generation)?;
+            let (map, entry) = Inner::prepare(&state, txn)?;
+            state
+                .migrations
+                .put(put.id, put.expected, put.generation, put.record)
+                .expect("checked above, under the same lock");
             inner.install(&mut state, map, entry).await
         })
         .await

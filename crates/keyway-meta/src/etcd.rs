@@ -56,7 +56,7 @@ mod watch;
 
 use crate::{
     LeaderWatch, Leadership, LeaseId, LeaseInfo, MapTxn, MapUpdate, MapWatch, MetaError, MetaStore,
-    StoredMigration,
+    MigrationPut, StoredMigration,
 };
 use conn::Conn;
 use keyway_map::{MapVersion, NodeId, PartitionMap};
@@ -201,6 +201,27 @@ impl EtcdMeta {
     }
 }
 
+impl EtcdMeta {
+    /// A map commit of `txn` as given, with `put` in the same etcd
+    /// transaction when there is one.
+    async fn commit_txn(
+        &self,
+        txn: MapTxn,
+        put: Option<&MigrationPut>,
+    ) -> Result<MapVersion, MetaError> {
+        self.inner
+            .commit_with_record(put, |_| {
+                Ok(map::Step::Commit {
+                    txn: txn.clone(),
+                    next_node_id: None,
+                    result: (),
+                })
+            })
+            .await
+            .map(|(version, ())| version)
+    }
+}
+
 #[async_trait::async_trait]
 impl MetaStore for EtcdMeta {
     async fn get_map(&self) -> Result<PartitionMap, MetaError> {
@@ -216,16 +237,15 @@ impl MetaStore for EtcdMeta {
     }
 
     async fn commit(&self, txn: MapTxn) -> Result<MapVersion, MetaError> {
-        self.inner
-            .commit_with(|_| {
-                Ok(map::Step::Commit {
-                    txn: txn.clone(),
-                    next_node_id: None,
-                    result: (),
-                })
-            })
-            .await
-            .map(|(version, ())| version)
+        self.commit_txn(txn, None).await
+    }
+
+    async fn commit_with_migration(
+        &self,
+        txn: MapTxn,
+        put: MigrationPut,
+    ) -> Result<MapVersion, MetaError> {
+        self.commit_txn(txn, Some(&put)).await
     }
 
     async fn register_node_in_zone(

@@ -59,6 +59,7 @@ pub use rpc::client::{RemoteMeta, RemoteOptions};
 pub use rpc::server::{serve, serve_with_secret};
 pub use store::{
     AclRecord, LeaderWatch, Leadership, LeaseId, LeaseInfo, MapTxn, MapUpdate, MapWatch, MetaStore,
-    Replication, StoredMigration, acl_unsupported, bootstrap_txn, election_unsupported,
+    MigrationPut, Replication, StoredMigration, acl_unsupported, bootstrap_txn,
+    election_unsupported,
 };
 pub use url::connect;

@@ -42,6 +42,18 @@ impl MapTxn {
     }
 }
 
+/// A migration record's compare-and-set ([`MetaStore::put_migration`]'s
+/// arguments) riding with a map commit in
+/// [`MetaStore::commit_with_migration`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MigrationPut {
+    pub id: u64,
+    /// The generation stored now (`None`: no record yet).
+    pub expected: Option<u64>,
+    pub generation: u64,
+    pub record: Vec<u8>,
+}
+
 /// How a reader catches up from the map version it has.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum MapUpdate {
@@ -156,6 +168,14 @@ pub(crate) fn migration_id_not_allocated(id: u64) -> MetaError {
     ))
 }
 
+/// The error for [`MetaStore::commit_with_migration`] asked to create a
+/// record (records are created with [`MetaStore::put_migration`]).
+pub(crate) fn create_with_commit(id: u64) -> MetaError {
+    MetaError::InvalidArgument(format!(
+        "migration {id}: a record is created with put_migration, not with a map commit"
+    ))
+}
+
 /// What the election methods of a backend without leader election return.
 pub fn election_unsupported() -> MetaError {
     MetaError::Internal("leader election not supported by this backend".into())
@@ -205,6 +225,26 @@ pub trait MetaStore: Send + Sync + 'static {
     /// A failed condition gives [`MetaError::Conflict`] with the first failing
     /// partition and what it holds now.
     async fn commit(&self, txn: MapTxn) -> Result<MapVersion, MetaError>;
+
+    /// A migration record's compare-and-set and a map commit as **one**
+    /// transaction: both apply, or neither does. The record must exist
+    /// (`put.expected` is `Some`). The record's conditions are
+    /// checked first ([`MetaError::InvalidArgument`], then
+    /// [`MetaError::MigrationConflict`]: the map is untouched), then the
+    /// map's ([`MetaError::Conflict`], [`MetaError::InvalidMap`]: the record
+    /// is untouched). An unknown outcome ([`MetaError::Unavailable`]) is
+    /// settled by reading the record: its new generation means both applied.
+    ///
+    /// The migration driver's flip uses it: the flip request and the flip
+    /// CAS cost one durable write inside the write pause instead of two, and
+    /// the request is still durable no later than the CAS (see
+    /// `keyway_migration::Command`'s contract).
+    ///
+    async fn commit_with_migration(
+        &self,
+        txn: MapTxn,
+        put: MigrationPut,
+    ) -> Result<MapVersion, MetaError>;
 
     /// Registers a node: with `id: None` allocates a new [`NodeId`] (1, 2, 3,
     /// ...; never reused); with `Some(id)` re-registers (updates addresses,

@@ -5,6 +5,10 @@
 //!   is a compare-and-set of the record on `(id, generation - 1)`. If it
 //!   fails (conflict, or store unreachable so the outcome is unknown), drop
 //!   the rest of the batch, reload the record and feed `Recovered`.
+//! - A `Persist` of the flip request and the `CommitFlip` right after it may
+//!   go to the store as one transaction (both or neither: the manager's
+//!   driver does, `MetaStore::commit_with_migration`): the request is then
+//!   durable no later than the CAS, which is what the order is for.
 //! - Every command is idempotent: it may be executed again after a crash,
 //!   and the machine re-issues commands after `Recovered` and on retries.
 //!   Nodes recognise repeats by migration id.

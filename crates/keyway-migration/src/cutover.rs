@@ -4,7 +4,8 @@
 //! 1. *fencing*: entered with `FenceSource`. `SourceFenced` (in-flight
 //!    writes drained; the pause starts) → `ComputeDigests`.
 //! 2. *verifying*: `Digests` equal → persist the flip request, then
-//!    `CommitFlip` (the one CAS of invariant 6: (source, e) → (target, e+1)).
+//!    `CommitFlip` (the one CAS of invariant 6: (source, e) → (target, e+1));
+//!    a driver may send the two as one store transaction (see `command.rs`).
 //!    Unequal → abort. Steps 1–2 abort after `fence_timeout_ms`.
 //! 3. *flip in doubt*: from the persisted request on, abort is impossible
 //!    unless a conflict proves the CAS never applied. `FlipCommitted` → 4.

@@ -24,7 +24,7 @@ use super::run::{Step, Task};
 use keyway_map::{
     Epoch, MapChange, NodeId, OwnershipCondition, PartitionId, PartitionMap, PartitionRecord,
 };
-use keyway_meta::{MapTxn, MetaError};
+use keyway_meta::{MapTxn, MetaError, MigrationPut};
 use keyway_migration::{
     Actor, Command, CutoverSteps, Event, MigrationRecord, MigrationState, RangeDigest,
 };
@@ -63,6 +63,13 @@ fn cutover_step(command: &Command) -> Option<CutoverStep> {
         Command::AwaitTargetServing { .. } => Some(CutoverStep::Serve),
         _ => None,
     }
+}
+
+/// Whether `rec` is the flip request, which the driver writes in one store
+/// transaction with the `CommitFlip` that follows it
+/// ([`Task::persist_and_flip`]).
+pub(super) fn fuses_with_flip(rec: &MigrationRecord) -> bool {
+    rec.state == MigrationState::Cutover && rec.flip_in_doubt()
 }
 
 fn convert(d: keyway_storage::RangeDigest) -> RangeDigest {
@@ -405,6 +412,65 @@ impl Task {
                 Step::Report(Event::FlipUnavailable)
             }
         }
+    }
+
+    /// The flip request (`rec`) and the flip CAS as one store transaction
+    /// (`MetaStore::commit_with_migration`): one durable write inside the
+    /// write pause instead of two. The machine's contract holds: the
+    /// request is durable no later than the CAS, since neither applies
+    /// without the other.
+    ///
+    /// A failure that proves neither applied on the map's side (a flip
+    /// conflict) or leaves the outcome unknown (the store unreachable) falls
+    /// back to the two writes in order, which is what the machine asked
+    /// for: the persist CASes the record on the same generation the
+    /// combined write did, so at most one of them applies (a combined write
+    /// that did apply makes the persist conflict: the driver reloads and
+    /// finds the flip in doubt), and the flip CAS then reports what it
+    /// finds (a conflict with the map's evidence, or `FlipUnavailable`).
+    /// A refused record condition halts and reloads, as a failed persist.
+    pub(super) async fn persist_and_flip(
+        &mut self,
+        rec: MigrationRecord,
+        condition: OwnershipCondition,
+        new_record: PartitionRecord,
+    ) -> Step {
+        debug_assert!(fuses_with_flip(&rec));
+        let started = Instant::now();
+        let txn = MapTxn {
+            conditions: vec![condition.clone()],
+            changes: vec![MapChange::UpsertPartition(new_record.clone())],
+        };
+        let put = MigrationPut {
+            id: rec.id.0,
+            expected: Some(rec.generation - 1),
+            generation: rec.generation,
+            record: rec.encode(),
+        };
+        let result = self.shared.meta.commit_with_migration(txn, put).await;
+        let step = match result {
+            Ok(version) => {
+                tracing::info!(migration = self.id(), partition = %condition.partition, %version, "flip committed");
+                Step::Report(Event::FlipCommitted { now: now_ms() })
+            }
+            Err(err @ (MetaError::Conflict { .. } | MetaError::Unavailable(_))) => {
+                tracing::warn!(migration = self.id(), %err, "flip with its request failed; writing them in turn");
+                match self.persist(rec).await {
+                    Step::Done => self.commit_flip(condition, new_record).await,
+                    other => other,
+                }
+            }
+            Err(err) => {
+                tracing::warn!(
+                    migration = %rec.id, generation = rec.generation, %err,
+                    "persisting the flip request failed; reloading"
+                );
+                self.need_reload = true;
+                Step::Halt
+            }
+        };
+        self.cutover.flip_us += started.elapsed().as_micros().min(u64::MAX as u128) as u64;
+        step
     }
 
     /// Polls the target's view of the partition until it serves it at

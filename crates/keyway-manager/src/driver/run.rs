@@ -140,11 +140,29 @@ impl Task {
                     "migration step"
                 );
             }
-            for command in batch {
+            let mut batch = batch.into_iter().peekable();
+            while let Some(command) = batch.next() {
                 if !self.leads() {
                     return;
                 }
-                match self.execute(command).await {
+                // The flip request's persist and the flip CAS after it go
+                // to the store as one transaction (`actions.rs`).
+                let step = match (command, batch.peek()) {
+                    (Command::Persist(rec), Some(Command::CommitFlip { .. }))
+                        if super::actions::fuses_with_flip(&rec) =>
+                    {
+                        let Some(Command::CommitFlip {
+                            condition,
+                            new_record,
+                        }) = batch.next()
+                        else {
+                            unreachable!("peeked a CommitFlip")
+                        };
+                        self.persist_and_flip(rec, condition, new_record).await
+                    }
+                    (command, _) => self.execute(command).await,
+                };
+                match step {
                     Step::Done => {}
                     Step::Report(event) => {
                         let failed = matches!(event, Event::ActorFailed { .. });

@@ -76,6 +76,8 @@ macro_rules! meta_conformance_tests {
             one!(migration_generation_must_increase);
             one!(migration_delete_checks_the_generation);
             one!(migration_ids_are_distinct_under_concurrency);
+            one!(a_commit_with_a_migration_record_applies_both_or_neither);
+            one!(commits_with_a_migration_record_race_to_one_winner);
             one!(acl_users_are_written_listed_replaced_and_deleted);
             one!(acl_user_names_are_kept_apart);
         }
@@ -155,14 +157,14 @@ pub fn flip(p: &PartitionRecord, to: NodeId) -> MapTxn {
 }
 
 /// Another node than `owner` among `map`'s nodes.
-fn other_node(map: &PartitionMap, owner: NodeId) -> NodeId {
+pub(crate) fn other_node(map: &PartitionMap, owner: NodeId) -> NodeId {
     *map.nodes
         .keys()
         .find(|n| **n != owner)
         .expect("a second node")
 }
 
-fn first_partition(map: &PartitionMap) -> PartitionRecord {
+pub(crate) fn first_partition(map: &PartitionMap) -> PartitionRecord {
     map.keyspace_partitions(keyway_map::DEFAULT_KEYSPACE)
         .next()
         .expect("a partition")
@@ -172,6 +174,7 @@ fn first_partition(map: &PartitionMap) -> PartitionRecord {
 mod acl;
 mod commit;
 mod election;
+mod flip;
 mod lease;
 mod migration;
 mod nodes;
@@ -188,6 +191,10 @@ pub use election::{
     campaigning_again_under_the_same_lease_rejoins, concurrent_campaigns_have_at_most_one_leader,
     leadership_passes_when_the_leader_lease_ends, observe_reports_every_leader_change,
     second_candidate_waits_until_the_first_resigns, single_candidate_wins_at_once,
+};
+pub use flip::{
+    a_commit_with_a_migration_record_applies_both_or_neither,
+    commits_with_a_migration_record_race_to_one_winner,
 };
 pub use lease::{lease_expires_without_keep_alive, lease_lifecycle};
 pub use migration::{

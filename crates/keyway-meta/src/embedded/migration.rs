@@ -79,6 +79,18 @@ impl Migrations {
         generation: u64,
         record: Vec<u8>,
     ) -> Result<(), MetaError> {
+        self.check_put(id, expected, generation)?;
+        self.records.insert(id, (generation, record));
+        Ok(())
+    }
+
+    /// What [`Self::put`] would refuse, without writing.
+    pub fn check_put(
+        &self,
+        id: u64,
+        expected: Option<u64>,
+        generation: u64,
+    ) -> Result<(), MetaError> {
         check_migration_put(id, expected, generation)?;
         if expected.is_none() && id >= self.next_id {
             return Err(migration_id_not_allocated(id));
@@ -87,7 +99,6 @@ impl Migrations {
         if current != expected {
             return Err(MetaError::MigrationConflict { id, current });
         }
-        self.records.insert(id, (generation, record));
         Ok(())
     }
 

@@ -31,7 +31,7 @@
 use super::Inner;
 use super::conn::{CallError, MAX_DECODE_BYTES};
 use super::layout::{self, MapKey, Meta, Token};
-use crate::{MapTxn, MapUpdate, MetaError};
+use crate::{MapTxn, MapUpdate, MetaError, MigrationPut};
 use etcd_client::{Compare, CompareOp, DeleteOptions, GetOptions, GetResponse, Txn, TxnOp};
 use keyway_map::{MapChange, MapVersion, PartitionId, PartitionMap};
 use std::collections::{BTreeMap, HashMap};
@@ -324,6 +324,18 @@ impl Inner {
     /// [`Step::Done`]) and `decide`'s result.
     pub(super) async fn commit_with<T>(
         &self,
+        decide: impl FnMut(&Snapshot) -> Result<Step<T>, MetaError>,
+    ) -> Result<(MapVersion, T), MetaError> {
+        self.commit_with_record(None, decide).await
+    }
+
+    /// [`Self::commit_with`], with a migration record's compare-and-set in
+    /// the same etcd transaction when `put` is given (checked before the
+    /// map's conditions; the record carries the commit's token, so an
+    /// attempt whose answer was lost is recognised by either).
+    pub(super) async fn commit_with_record<T>(
+        &self,
+        put: Option<&MigrationPut>,
         mut decide: impl FnMut(&Snapshot) -> Result<Step<T>, MetaError>,
     ) -> Result<(MapVersion, T), MetaError> {
         let token: Token = rand::random();
@@ -343,6 +355,14 @@ impl Inner {
                     result,
                 } => (txn, next_node_id, result),
             };
+            let record = match put {
+                None => None,
+                Some(put) => match self.migration_guard(put, &token).await? {
+                    // Our attempt landed after `snap` was read: read again.
+                    None => continue,
+                    Some(guard) => Some(guard),
+                },
+            };
             for cond in &txn.conditions {
                 if !cond.holds(&snap.map) {
                     return Err(MetaError::Conflict {
@@ -359,7 +379,7 @@ impl Inner {
             let mut next = snap.map.clone();
             next.apply(version, &txn.changes)?;
             next.validate()?;
-            let etcd_txn = self.commit_txn(&snap, &txn, &next, &token, next_node_id)?;
+            let etcd_txn = self.commit_txn(&snap, &txn, &next, &token, next_node_id, record)?;
             let sent = self
                 .conn
                 .call("commit a map change", false, |c| {
@@ -449,6 +469,7 @@ impl Inner {
         next: &PartitionMap,
         token: &Token,
         next_node_id: Option<u64>,
+        record: Option<(Compare, TxnOp)>,
     ) -> Result<Txn, MetaError> {
         let l = &self.layout;
         let max_ops = self.opts.max_txn_ops;
@@ -457,12 +478,17 @@ impl Inner {
             CompareOp::Equal,
             snap.meta_mod,
         )];
+        let mut record_put = None;
+        if let Some((compare, put)) = record {
+            compares.push(compare);
+            record_put = Some(put);
+        }
         let mut conditioned: Vec<PartitionId> =
             txn.conditions.iter().map(|c| c.partition).collect();
         conditioned.sort_unstable();
         conditioned.dedup();
-        // The meta compare plus one per condition must fit.
-        if conditioned.len() < max_ops {
+        // The compares so far plus one per condition must fit.
+        if conditioned.len() + compares.len() <= max_ops {
             compares.extend(conditioned.iter().map(|id| {
                 let read = snap.partition_mods.get(id).copied().unwrap_or(0);
                 Compare::mod_revision(l.partition_key(*id), CompareOp::Equal, read)
@@ -521,6 +547,7 @@ impl Inner {
             next_partition_id: next.next_partition_id.0,
         };
         ops.push(TxnOp::put(l.meta_key(), layout::encode_meta(&meta), None));
+        ops.extend(record_put);
         ops.push(TxnOp::put(
             l.history_key(version),
             layout::encode_history(token, &txn.changes),

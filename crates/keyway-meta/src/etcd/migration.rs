@@ -22,8 +22,8 @@
 use super::Inner;
 use super::conn::CallError;
 use super::layout::{self, MigrationValue, Token};
-use crate::store::{check_migration_put, migration_id_not_allocated};
-use crate::{MetaError, StoredMigration};
+use crate::store::{check_migration_put, create_with_commit, migration_id_not_allocated};
+use crate::{MetaError, MigrationPut, StoredMigration};
 use etcd_client::{Compare, CompareOp, GetOptions, Txn, TxnOp, TxnResponse};
 
 /// How many times one call re-reads and tries again (after another write
@@ -130,6 +130,41 @@ impl Inner {
         }
         Err(MetaError::Unavailable(format!(
             "{WHAT}: gave up after {MAX_ATTEMPTS} attempts"
+        )))
+    }
+
+    /// The compare and the write that carry `put` in a map commit's etcd
+    /// transaction (`map.rs`, `commit_with_record`), from the record as it
+    /// is now: `None` when it already holds `token` (an attempt whose answer
+    /// was lost landed), [`MetaError::MigrationConflict`] when its
+    /// generation is not the expected one.
+    pub(super) async fn migration_guard(
+        &self,
+        put: &MigrationPut,
+        token: &Token,
+    ) -> Result<Option<(Compare, TxnOp)>, MetaError> {
+        check_migration_put(put.id, put.expected, put.generation)?;
+        if put.expected.is_none() {
+            return Err(create_with_commit(put.id));
+        }
+        let current = self.read_migration(put.id).await?;
+        if current.value.as_ref().is_some_and(|v| &v.token == token) {
+            return Ok(None);
+        }
+        if current.generation() != put.expected {
+            return Err(MetaError::MigrationConflict {
+                id: put.id,
+                current: current.generation(),
+            });
+        }
+        let key = self.layout.migration_key(put.id);
+        Ok(Some((
+            Compare::mod_revision(key.clone(), CompareOp::Equal, current.mod_revision),
+            TxnOp::put(
+                key,
+                layout::encode_migration(put.generation, token, &put.record),
+                None,
+            ),
         )))
     }
 

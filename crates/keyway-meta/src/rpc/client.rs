@@ -20,7 +20,7 @@ use super::convert::{
 use super::pb::{self, meta_client::MetaClient};
 use crate::{
     LeaderWatch, Leadership, LeaseId, LeaseInfo, MapTxn, MapUpdate, MapWatch, MetaError, MetaStore,
-    StoredMigration,
+    MigrationPut, StoredMigration,
 };
 use futures::StreamExt;
 use keyway_map::{MapVersion, NodeId, PartitionMap};
@@ -183,6 +183,28 @@ impl MetaStore for RemoteMeta {
         let req = self.request(txn_to_pb(&txn));
         let resp = self
             .call("Commit", |mut c| async move { c.commit(req).await })
+            .await?;
+        Ok(MapVersion(resp.version))
+    }
+
+    async fn commit_with_migration(
+        &self,
+        txn: MapTxn,
+        put: MigrationPut,
+    ) -> Result<MapVersion, MetaError> {
+        let req = self.request(pb::CommitWithMigrationRequest {
+            commit: Some(txn_to_pb(&txn)),
+            migration: Some(pb::PutMigrationRequest {
+                id: put.id,
+                expected: put.expected,
+                generation: put.generation,
+                record: put.record,
+            }),
+        });
+        let resp = self
+            .call("CommitWithMigration", |mut c| async move {
+                c.commit_with_migration(req).await
+            })
             .await?;
         Ok(MapVersion(resp.version))
     }

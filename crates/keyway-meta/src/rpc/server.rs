@@ -147,6 +147,32 @@ impl meta_server::Meta for MetaService {
         Ok(Response::new(pb::CommitResponse { version: version.0 }))
     }
 
+    async fn commit_with_migration(
+        &self,
+        req: Request<pb::CommitWithMigrationRequest>,
+    ) -> Result<Response<pb::CommitResponse>, Status> {
+        let req = req.into_inner();
+        let missing = |what: &str| {
+            status(MetaError::InvalidArgument(format!(
+                "CommitWithMigration without {what}"
+            )))
+        };
+        let txn = txn_from_pb(req.commit.ok_or_else(|| missing("a commit"))?).map_err(status)?;
+        let m = req.migration.ok_or_else(|| missing("a migration record"))?;
+        let put = crate::MigrationPut {
+            id: m.id,
+            expected: m.expected,
+            generation: m.generation,
+            record: m.record,
+        };
+        let version = self
+            .store
+            .commit_with_migration(txn, put)
+            .await
+            .map_err(status)?;
+        Ok(Response::new(pb::CommitResponse { version: version.0 }))
+    }
+
     async fn register_node(
         &self,
         req: Request<pb::RegisterNodeRequest>,

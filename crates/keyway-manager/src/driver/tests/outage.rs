@@ -5,12 +5,14 @@
 
 use super::*;
 use keyway_map::{MapVersion, NodeId, PartitionMap};
-use keyway_meta::{LeaseId, LeaseInfo, MapTxn, MapUpdate, MapWatch, StoredMigration};
+use keyway_meta::{LeaseId, LeaseInfo, MapTxn, MapUpdate, MapWatch, MigrationPut, StoredMigration};
 use std::sync::atomic::{AtomicU32, Ordering};
 
 /// How a [`FlakyMeta`] answers the next flip commits.
 #[derive(Clone, Copy)]
 enum Outage {
+    /// No fault: every commit applies.
+    Never,
     /// Refuses without applying: the store is down.
     Down,
     /// Applies, then loses the answer: the outcome is in doubt.
@@ -28,32 +30,33 @@ struct FlakyMeta {
     mode: Outage,
     /// Commits that failed, for the assertions.
     failed: AtomicU32,
+    /// `commit_with_migration` calls (flips sent with their request).
+    combined: AtomicU32,
+    /// `put_migration` calls writing the flip request on its own.
+    request_puts: AtomicU32,
     /// The owner each failed commit saw in the store right after it failed.
     owners_seen: std::sync::Mutex<Vec<NodeId>>,
     partition: PartitionId,
 }
 
-#[async_trait::async_trait]
-impl MetaStore for FlakyMeta {
-    async fn get_map(&self) -> Result<PartitionMap, MetaError> {
-        self.inner.get_map().await
-    }
-    async fn changes_since(&self, since: MapVersion) -> Result<MapUpdate, MetaError> {
-        self.inner.changes_since(since).await
-    }
-    async fn watch(&self, since: MapVersion) -> Result<MapWatch, MetaError> {
-        self.inner.watch(since).await
-    }
-    async fn commit(&self, txn: MapTxn) -> Result<MapVersion, MetaError> {
+impl FlakyMeta {
+    /// Runs `apply` (a map commit) through the injected faults: while
+    /// `failures` last, it fails as `Unavailable`, after applying it in the
+    /// answer-lost modes.
+    async fn faulty<F, Fut>(&self, apply: F) -> Result<MapVersion, MetaError>
+    where
+        F: FnOnce() -> Fut,
+        Fut: std::future::Future<Output = Result<MapVersion, MetaError>>,
+    {
         let fail = self
             .failures
             .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
             .is_ok();
         if !fail {
-            return self.inner.commit(txn).await;
+            return apply().await;
         }
         if matches!(self.mode, Outage::AnswerLost | Outage::AnswerLostThenSplit) {
-            self.inner.commit(txn).await?;
+            apply().await?;
         }
         if matches!(self.mode, Outage::AnswerLostThenSplit) {
             let map = self.inner.get_map().await?;
@@ -68,6 +71,35 @@ impl MetaStore for FlakyMeta {
             .unwrap()
             .extend(map.partitions.get(&self.partition).map(|p| p.owner));
         Err(MetaError::Unavailable("injected: store unreachable".into()))
+    }
+}
+
+#[async_trait::async_trait]
+impl MetaStore for FlakyMeta {
+    async fn get_map(&self) -> Result<PartitionMap, MetaError> {
+        self.inner.get_map().await
+    }
+    async fn changes_since(&self, since: MapVersion) -> Result<MapUpdate, MetaError> {
+        self.inner.changes_since(since).await
+    }
+    async fn watch(&self, since: MapVersion) -> Result<MapWatch, MetaError> {
+        self.inner.watch(since).await
+    }
+    async fn commit(&self, txn: MapTxn) -> Result<MapVersion, MetaError> {
+        let inner = self.inner.clone();
+        self.faulty(|| async move { inner.commit(txn).await }).await
+    }
+    async fn commit_with_migration(
+        &self,
+        txn: MapTxn,
+        put: MigrationPut,
+    ) -> Result<MapVersion, MetaError> {
+        // The flip request and the flip CAS in one transaction: the same
+        // faults as a flip CAS on its own.
+        self.combined.fetch_add(1, Ordering::SeqCst);
+        let inner = self.inner.clone();
+        self.faulty(|| async move { inner.commit_with_migration(txn, put).await })
+            .await
     }
     async fn register_node_in_zone(
         &self,
@@ -102,6 +134,11 @@ impl MetaStore for FlakyMeta {
         generation: u64,
         record: Vec<u8>,
     ) -> Result<(), MetaError> {
+        if MigrationRecord::decode(&record)
+            .is_ok_and(|r| crate::driver::actions::fuses_with_flip(&r))
+        {
+            self.request_puts.fetch_add(1, Ordering::SeqCst);
+        }
         self.inner
             .put_migration(id, expected, generation, record)
             .await
@@ -130,6 +167,7 @@ impl MetaStore for FlakyMeta {
 async fn flip_through(mode: Outage) -> (Env, Arc<FlakyMeta>, MigrationRecord) {
     let env = Env::without_driver(Faults::default()).await;
     let failures = match mode {
+        Outage::Never => 0,
         Outage::AnswerLostThenSplit => 1,
         _ => 3,
     };
@@ -138,6 +176,8 @@ async fn flip_through(mode: Outage) -> (Env, Arc<FlakyMeta>, MigrationRecord) {
         failures: AtomicU32::new(failures),
         mode,
         failed: AtomicU32::new(0),
+        combined: AtomicU32::new(0),
+        request_puts: AtomicU32::new(0),
         owners_seen: std::sync::Mutex::new(Vec::new()),
         partition: env.partition.id,
     });
@@ -147,9 +187,39 @@ async fn flip_through(mode: Outage) -> (Env, Arc<FlakyMeta>, MigrationRecord) {
     (env, flaky, done)
 }
 
+/// The flip request and the flip CAS are one store transaction: the
+/// migration record's generation before and after the flip request moved
+/// by one write that also flipped the map.
+#[tokio::test]
+async fn the_flip_request_and_the_flip_are_one_store_write() {
+    let (env, flaky, done) = flip_through(Outage::Never).await;
+    assert_eq!(done.state, MigrationState::Done, "{:?}", done.abort_reason);
+    assert_eq!(
+        flaky.combined.load(Ordering::SeqCst),
+        1,
+        "one combined write"
+    );
+    assert_eq!(
+        flaky.request_puts.load(Ordering::SeqCst),
+        0,
+        "no write of the flip request on its own"
+    );
+    assert_eq!(flaky.failed.load(Ordering::SeqCst), 0);
+    assert_eq!(
+        env.owner().await,
+        (env.target, Epoch(env.partition.epoch.0 + 1))
+    );
+}
+
 #[tokio::test]
 async fn an_unreachable_store_at_the_flip_leaves_the_source_owner_until_the_flip_applies() {
     let (env, flaky, done) = flip_through(Outage::Down).await;
+    assert_eq!(
+        flaky.combined.load(Ordering::SeqCst),
+        1,
+        "the first flip went with its request; after its failure the two went in turn"
+    );
+    assert_eq!(flaky.request_puts.load(Ordering::SeqCst), 1);
     assert_eq!(
         flaky.failed.load(Ordering::SeqCst),
         3,
