@@ -111,8 +111,11 @@ until redis-cli -p $RPORT cluster info | grep -q 'cluster_state:ok'; do sleep 0.
 
 # ---- Keyway: `keyway dev` with 3 nodes x 4 partitions, one copy each
 # (Redis's side has no replicas; with replicas `ctl move` of a primary is a
-# replica add and switchover, not the live migration compared here).
+# replica add and switchover, not the live migration compared here). The
+# rebalancer, splitter and merger are off: only the compared moves happen
+# (the rebalancer would also move partitions to the empty new node).
 $KW dev --nodes 3 --partitions-per-node 4 --replication-factor 1 \
+  --no-rebalance --no-auto-split --no-auto-merge \
   --port $KPORT --admin-port $KADMIN --meta-port $KMETA \
   --manager-admin-port 0 --data "$WORK/keyway" --durability "$KW_DUR" \
   --migration-cleanup-grace-ms "$GRACE_MS" > "$WORK/keyway.out" 2>&1 &
@@ -235,8 +238,11 @@ new = [n['id'] for n in m['nodes'].values() if n['resp_addr'] == '127.0.0.1:$KNE
 print(sum(1 for p in '$MOVE_PIDS'.split() if m['partitions'][p]['owner'] == new))"
 }
 migrations() { $KW --log error ctl --meta "$META" --json migrations; }
-ended() { # how many migrations ended (DONE or ABORTED)
-  migrations | python3 -c "import json,sys; print(sum(1 for r in json.load(sys.stdin) if r['state'] in ('DONE','ABORTED')))"
+ended() { # how many migrations of MOVE_PIDS ended (DONE or ABORTED)
+  migrations | python3 -c "
+import json, sys
+moved = set('$MOVE_PIDS'.split())
+print(sum(1 for r in json.load(sys.stdin) if str(r['partition']) in moved and r['state'] in ('DONE', 'ABORTED')))"
 }
 NMOVES=$(echo $MOVE_PIDS | wc -w)
 K_FLIP=""
@@ -253,7 +259,10 @@ fg_stop "$WORK/stop-k2"
 migrations > "$WORK/keyway-migrations.json"
 K_STATES=$(python3 -c "
 import json; rs = json.load(open('$WORK/keyway-migrations.json'))
-print(' '.join(f\"{r['partition']}:{r['state']}:pause={r['pause_ms']}ms:{r['total_bytes']}B\" for r in rs))")
+def steps(r):
+    s = r.get('cutover_steps') or {}
+    return '/'.join(f\"{s.get(k, 0) / 1000:.1f}\" for k in ('fence_us', 'digest_us', 'flip_us', 'serve_us'))
+print(' '.join(f\"{r['partition']}:{r['state']}:pause={r['pause_ms']}ms:steps={steps(r)}ms:{r['total_bytes']}B\" for r in rs))")
 log "Keyway: new node owns all moved partitions after ${K_FLIP:-never}s, moves ended after ${K_DONE}s: $K_STATES"
 
 # ---- Keys lost.
@@ -356,5 +365,5 @@ print("(*) redis-benchmark --cluster exits when a master it skipped at start (th
 print("    gets slots ('could not find node with ID ...'); that chunk's figures are lost, the next chunk")
 print("    starts with the new configuration. A limitation of the load generator, seen on both systems.")
 print("Redis: the new master holds $R_NEW_SLOTS slots")
-print("Keyway migrations (partition:state:cutover pause:bytes): $K_STATES")
+print("Keyway migrations (partition:state:cutover pause:steps fence/digest/flip/serve:bytes): $K_STATES")
 EOF

@@ -94,6 +94,15 @@ pub struct FenceDigests {
     pub delta_keys: u64,
 }
 
+pub fn fence_digests_from_pb(r: pb::MigrateDigestResponse) -> FenceDigests {
+    FenceDigests {
+        source: digest_from_pb(r.source),
+        target: digest_from_pb(r.target),
+        incremental: r.incremental,
+        delta_keys: r.delta_keys,
+    }
+}
+
 pub fn digest_from_pb(d: Option<pb::DigestResponse>) -> RangeDigest {
     let d = d.unwrap_or_default();
     RangeDigest {
@@ -181,7 +190,11 @@ impl PeerClient {
     /// Source: dual-write on/off; returns the seq after which every write is
     /// dual-written.
     pub async fn migrate_dual(&self, id: u64, on: bool) -> Result<Seq, PeerError> {
-        let msg = pb::MigrateToggleRequest { id, on };
+        let msg = pb::MigrateToggleRequest {
+            id,
+            on,
+            with_digests: false,
+        };
         let r = self
             .call("MigrateDual", msg, |mut c, r| async move {
                 c.migrate_dual(r).await
@@ -193,13 +206,37 @@ impl PeerClient {
     /// Source: fence on/off; with `on`, answers once in-flight writes are
     /// drained and applied at the target, with the source's seq then.
     pub async fn migrate_fence(&self, id: u64, on: bool) -> Result<Seq, PeerError> {
-        let msg = pb::MigrateToggleRequest { id, on };
+        let msg = pb::MigrateToggleRequest {
+            id,
+            on,
+            with_digests: false,
+        };
         let r = self
             .call("MigrateFence", msg, |mut c, r| async move {
                 c.migrate_fence(r).await
             })
             .await?;
         Ok(r.seq)
+    }
+
+    /// Source: fence push `id` and take both sides' digests at the fence in
+    /// the same call (`None`: a node that answers the fence only; ask
+    /// [`Self::migrate_digest`]).
+    pub async fn migrate_fence_digests(
+        &self,
+        id: u64,
+    ) -> Result<(Seq, Option<FenceDigests>), PeerError> {
+        let msg = pb::MigrateToggleRequest {
+            id,
+            on: true,
+            with_digests: true,
+        };
+        let r = self
+            .call("MigrateFence", msg, |mut c, r| async move {
+                c.migrate_fence(r).await
+            })
+            .await?;
+        Ok((r.seq, r.digests.map(fence_digests_from_pb)))
     }
 
     /// Source: move push `id`'s checkpoint to the present before a fence;
@@ -232,12 +269,7 @@ impl PeerClient {
                 c.migrate_digest(r).await
             })
             .await?;
-        Ok(FenceDigests {
-            source: digest_from_pb(r.source),
-            target: digest_from_pb(r.target),
-            incremental: r.incremental,
-            delta_keys: r.delta_keys,
-        })
+        Ok(fence_digests_from_pb(r))
     }
 
     /// The peer's digest over `keys`, in order (absent keys count).

@@ -331,8 +331,17 @@ impl Task {
         // under-reported).
         let asked_at = now_ms();
         let asked = Instant::now();
+        self.fence_digests = None;
         let result = match what {
             Toggle::Dual => self.call(|| peers.migrate_dual(&source, id, on)).await,
+            // The digests come with the fence (`digests` below uses them).
+            Toggle::Fence if on => self
+                .call(|| peers.migrate_fence_digests(&source, id))
+                .await
+                .map(|(seq, digests)| {
+                    self.fence_digests = digests;
+                    seq
+                }),
             Toggle::Fence => self.call(|| peers.migrate_fence(&source, id, on)).await,
         };
         if matches!(what, Toggle::Fence) && on {
@@ -355,13 +364,20 @@ impl Task {
     /// side itself: incrementally since the push's checkpoint, so the cost
     /// (inside the write pause) follows the writes since the checkpoint, not
     /// the partition's size. A failure of either side is the source's report.
+    /// The source normally answered them with the fence (taken there, after
+    /// the drain, while the target's incoming hold was set): no call then.
     async fn digests(&mut self) -> Step {
         let node = match self.peer(Actor::Source).await {
             Ok(p) => p,
             Err(step) => return step,
         };
         let (peers, id) = (self.shared.peers.clone(), self.id());
-        match self.call(|| peers.migrate_digest(&node, id)).await {
+        let with_fence = self.fence_digests.take();
+        let result = match with_fence {
+            Some(d) => Ok(d),
+            None => self.call(|| peers.migrate_digest(&node, id)).await,
+        };
+        match result {
             Ok(d) => {
                 tracing::debug!(
                     migration = id,
@@ -420,10 +436,10 @@ impl Task {
     /// request is durable no later than the CAS, since neither applies
     /// without the other.
     ///
-    /// A failure that proves neither applied on the map's side (a flip
-    /// conflict) or leaves the outcome unknown (the store unreachable) falls
-    /// back to the two writes in order, which is what the machine asked
-    /// for: the persist CASes the record on the same generation the
+    /// Any failure but a refusal of the record's own condition (a flip
+    /// conflict, an unknown outcome, a metadata server without the call)
+    /// falls back to the two writes in order, which is what the machine
+    /// asked for: the persist CASes the record on the same generation the
     /// combined write did, so at most one of them applies (a combined write
     /// that did apply makes the persist conflict: the driver reloads and
     /// finds the flip in doubt), and the flip CAS then reports what it
@@ -453,20 +469,23 @@ impl Task {
                 tracing::info!(migration = self.id(), partition = %condition.partition, %version, "flip committed");
                 Step::Report(Event::FlipCommitted { now: now_ms() })
             }
-            Err(err @ (MetaError::Conflict { .. } | MetaError::Unavailable(_))) => {
-                tracing::warn!(migration = self.id(), %err, "flip with its request failed; writing them in turn");
-                match self.persist(rec).await {
-                    Step::Done => self.commit_flip(condition, new_record).await,
-                    other => other,
-                }
-            }
-            Err(err) => {
+            Err(err @ (MetaError::MigrationConflict { .. } | MetaError::InvalidArgument(_))) => {
+                // The record's condition refused it: nothing applied.
                 tracing::warn!(
                     migration = %rec.id, generation = rec.generation, %err,
                     "persisting the flip request failed; reloading"
                 );
                 self.need_reload = true;
                 Step::Halt
+            }
+            Err(err) => {
+                // A map conflict, an unknown outcome, or a store that cannot
+                // say (a metadata server without the call answers Internal).
+                tracing::warn!(migration = self.id(), %err, "flip with its request failed; writing them in turn");
+                match self.persist(rec).await {
+                    Step::Done => self.commit_flip(condition, new_record).await,
+                    other => other,
+                }
             }
         };
         self.cutover.flip_us += started.elapsed().as_micros().min(u64::MAX as u128) as u64;

@@ -53,6 +53,16 @@ pub trait MigrationPeers: Send + Sync + 'static {
     async fn migrate_dual(&self, node: &PeerAddr, id: u64, on: bool) -> Result<Seq, PeerError>;
     /// Source: fence on/off; with `on`, answers once in-flight writes drained.
     async fn migrate_fence(&self, node: &PeerAddr, id: u64, on: bool) -> Result<Seq, PeerError>;
+    /// Source: fence on, and both sides' digests at the fence in the same
+    /// call; `None` digests: ask [`Self::migrate_digest`] (the default
+    /// fences only, as a node without the flag answers).
+    async fn migrate_fence_digests(
+        &self,
+        node: &PeerAddr,
+        id: u64,
+    ) -> Result<(Seq, Option<FenceDigests>), PeerError> {
+        Ok((self.migrate_fence(node, id, true).await?, None))
+    }
     /// Source: stop push `id`, dual-writing and the fence (ok for an unknown id).
     async fn migrate_stop(&self, node: &PeerAddr, id: u64) -> Result<(), PeerError>;
     /// The partition as the node's installed map has it, answered once it
@@ -139,6 +149,13 @@ impl MigrationPeers for RpcPeers {
 
     async fn migrate_fence(&self, node: &PeerAddr, id: u64, on: bool) -> Result<Seq, PeerError> {
         self.client(node)?.migrate_fence(id, on).await
+    }
+    async fn migrate_fence_digests(
+        &self,
+        node: &PeerAddr,
+        id: u64,
+    ) -> Result<(Seq, Option<FenceDigests>), PeerError> {
+        self.client(node)?.migrate_fence_digests(id).await
     }
 
     async fn migrate_stop(&self, node: &PeerAddr, id: u64) -> Result<(), PeerError> {

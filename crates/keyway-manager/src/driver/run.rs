@@ -55,6 +55,9 @@ pub(crate) struct Task {
     pub(super) cleanup_only: bool,
     /// The cutover's steps timed so far (reported with `TargetServing`).
     pub(super) cutover: CutoverSteps,
+    /// The digests the source took with the current fence (consumed by the
+    /// machine's `ComputeDigests`, which then needs no call of its own).
+    pub(super) fence_digests: Option<keyway_peer::FenceDigests>,
 }
 
 impl Task {
@@ -71,6 +74,7 @@ impl Task {
             grace_at: None,
             need_reload: false,
             cutover: CutoverSteps::default(),
+            fence_digests: None,
             need_recover: false,
             finished: false,
             last_copy: None,

@@ -260,16 +260,36 @@ impl Migrations {
     /// Fence off: held requests run again. Off also lifts a fence recovered
     /// at start for `id`.
     pub async fn fence(&self, id: u64, on: bool) -> Result<Seq, RoleError> {
-        if !on {
-            if let Some(pid) = self.take_recovered(id) {
-                self.routing.set_fenced(pid, false);
-            }
-            if let Ok(push) = self.push(id) {
-                self.routing.set_fenced(push.plan.partition, false);
-                Self::lift_incoming(&push);
-            }
-            return Ok(self.engine.last_seq());
+        if on {
+            return self.fence_on(id, false).await.map(|(seq, _)| seq);
         }
+        if let Some(pid) = self.take_recovered(id) {
+            self.routing.set_fenced(pid, false);
+        }
+        if let Ok(push) = self.push(id) {
+            self.routing.set_fenced(push.plan.partition, false);
+            Self::lift_incoming(&push);
+        }
+        Ok(self.engine.last_seq())
+    }
+
+    /// Fences push `id` and takes both sides' digests at the fence (what
+    /// [`Self::fence_digests`] answers), in one call: the driver's
+    /// `MigrateDigest` round trip leaves the write pause, and the digests
+    /// are read while the target's incoming hold is being set.
+    pub async fn fence_with_digests(
+        &self,
+        id: u64,
+    ) -> Result<(Seq, crate::peer::FenceDigests), RoleError> {
+        let (seq, digests) = self.fence_on(id, true).await?;
+        Ok((seq, digests.expect("asked for digests")))
+    }
+
+    async fn fence_on(
+        &self,
+        id: u64,
+        with_digests: bool,
+    ) -> Result<(Seq, Option<crate::peer::FenceDigests>), RoleError> {
         let push = self.push(id)?;
         if let Some(e) = push.error() {
             return Err(RoleError::Failed(e));
@@ -300,12 +320,21 @@ impl Migrations {
             .get(&pid)
             .map(|p| p.epoch)
             .ok_or_else(|| RoleError::Refused(format!("partition {pid} left the map")))?;
-        push.target()
-            .migrate_incoming(pid, epoch, true, self.limits.incoming_hold)
-            .await
-            .map_err(|e| RoleError::Failed(format!("target incoming hold: {e}")))?;
+        let target = push.target();
+        let hold = target.migrate_incoming(pid, epoch, true, self.limits.incoming_hold);
+        let digests = async {
+            match with_digests {
+                true => digest::fence_digests(&self.engine, &push, head)
+                    .await
+                    .map(Some),
+                false => Ok(None),
+            }
+        };
+        let (hold, digests) = tokio::join!(hold, digests);
+        hold.map_err(|e| RoleError::Failed(format!("target incoming hold: {e}")))?;
+        let digests = digests.map_err(RoleError::Failed)?;
         tracing::info!(migration = id, partition = %pid, seq = head, "source fenced");
-        Ok(head)
+        Ok((head, digests))
     }
 
     /// Lifts the target's incoming hold (best effort, in the background: it

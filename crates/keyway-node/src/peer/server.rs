@@ -478,13 +478,25 @@ impl peer_server::Peer for PeerService {
         req: Request<pb::MigrateToggleRequest>,
     ) -> Result<Response<pb::MigrateFenceResponse>, Status> {
         let r = req.into_inner();
-        let seq = self
-            .node()?
-            .migrations
+        let migrations = &self.node()?.migrations;
+        if r.on && r.with_digests {
+            let (seq, d) = migrations
+                .fence_with_digests(r.id)
+                .await
+                .map_err(status_from_role)?;
+            return Ok(Response::new(pb::MigrateFenceResponse {
+                seq,
+                digests: Some(digests_to_pb(d)),
+            }));
+        }
+        let seq = migrations
             .fence(r.id, r.on)
             .await
             .map_err(status_from_role)?;
-        Ok(Response::new(pb::MigrateFenceResponse { seq }))
+        Ok(Response::new(pb::MigrateFenceResponse {
+            seq,
+            digests: None,
+        }))
     }
 
     async fn migrate_checkpoint(
@@ -519,12 +531,7 @@ impl peer_server::Peer for PeerService {
             .fence_digests(id)
             .await
             .map_err(status_from_role)?;
-        Ok(Response::new(pb::MigrateDigestResponse {
-            source: Some(digest_to_pb(d.source)),
-            target: Some(digest_to_pb(d.target)),
-            incremental: d.incremental,
-            delta_keys: d.delta_keys,
-        }))
+        Ok(Response::new(digests_to_pb(d)))
     }
 
     async fn keys_digest(
@@ -814,6 +821,15 @@ impl peer_server::Peer for PeerService {
             })
             .await?;
         Ok(Response::new(pb::LastSeqResponse { seq, log_start }))
+    }
+}
+
+fn digests_to_pb(d: crate::peer::FenceDigests) -> pb::MigrateDigestResponse {
+    pb::MigrateDigestResponse {
+        source: Some(digest_to_pb(d.source)),
+        target: Some(digest_to_pb(d.target)),
+        incremental: d.incremental,
+        delta_keys: d.delta_keys,
     }
 }
 

@@ -36,6 +36,9 @@ pub struct ReplicationMetrics {
     /// Records and bytes shipped by this node's streams and catch-ups.
     pub stream_records: Counter,
     pub stream_bytes: Counter,
+    /// `Replicate` calls of the streams that carried records (records per
+    /// call = `stream_records` / this, catch-ups aside).
+    pub stream_calls: Counter,
     /// Records applied here as a replica.
     pub replica_applied_records: Counter,
     /// Replicate calls refused here as a replica.
@@ -92,6 +95,11 @@ impl ReplicationMetrics {
             "replication_stream_bytes",
             "Encoded bytes shipped to replicas (streams and catch-up copies)",
             r.stream_bytes.clone(),
+        );
+        m.register(
+            "replication_stream_calls",
+            "Replicate calls of the streams that carried records (heartbeats and catch-ups not counted)",
+            r.stream_calls.clone(),
         );
         m.register(
             "replica_applied_records",

@@ -262,6 +262,9 @@ impl Stream {
                     if let Some(h) = &*self.hold.lock().unwrap_or_else(|e| e.into_inner()) {
                         h.advance(examined + 1);
                     }
+                    if count > 0 {
+                        repl.metrics.stream_calls.inc();
+                    }
                     repl.metrics.stream_records.inc_by(count as u64);
                     repl.metrics.stream_bytes.inc_by(bytes as u64);
                     let replica = self.replica;

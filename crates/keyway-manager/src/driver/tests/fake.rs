@@ -402,6 +402,16 @@ impl MigrationPeers for FakeCluster {
         Ok(st.nodes[&node.node].seq)
     }
 
+    /// The fence, then the digests, as the node does them in one call.
+    async fn migrate_fence_digests(
+        &self,
+        node: &PeerAddr,
+        id: u64,
+    ) -> Result<(Seq, Option<FenceDigests>), PeerError> {
+        let seq = self.migrate_fence(node, id, true).await?;
+        Ok((seq, Some(self.migrate_digest(node, id).await?)))
+    }
+
     async fn migrate_stop(&self, node: &PeerAddr, id: u64) -> Result<(), PeerError> {
         self.reachable_for_cleanup(node)?;
         let mut st = self.lock();

@@ -273,6 +273,13 @@ async fn a_move_runs_to_done_and_the_target_owns_the_partition_at_e_plus_1() {
     let fence = log.iter().position(|l| l.ends_with("fence 1 on")).unwrap();
     let digest = log.iter().position(|l| l.ends_with("digest")).unwrap();
     assert!(fence < digest, "digests at the fence point: {log:?}");
+    // They come with the fence's answer: no digest call of their own.
+    assert_eq!(
+        log.iter().filter(|l| l.ends_with("digest")).count(),
+        1,
+        "one digest, taken with the fence: {log:?}"
+    );
+    assert_eq!(digest, fence + 1, "{log:?}");
     // The checkpoint moves to the present right before the fence, outside
     // the pause (the rolling checkpoint).
     let checkpoint = log
