@@ -65,6 +65,10 @@ pub struct Metrics {
     pub migration_lag_records: Gauge,
     /// Time a dual write waited for the target's acknowledgement.
     pub migration_dual_wait_seconds: Histogram,
+    /// The source's fence, step by step (`lease_wait`, `drain`, `acked`,
+    /// `digests`, `hold_wait`): where the fence part of a cutover's pause
+    /// goes.
+    pub migration_fence_step_seconds: Family<KindLabel, Histogram, fn() -> Histogram>,
     /// `KW.MAP SINCE` replies, by kind (`delta`, `full`).
     pub map_since_replies: Family<KindLabel, Counter>,
     /// Data-changing peer calls (`ApplyForeign`, `DropRangeChunk`,
@@ -118,6 +122,7 @@ impl Metrics {
             migration_pushes: Gauge::default(),
             migration_lag_records: Gauge::default(),
             migration_dual_wait_seconds: Histogram::new(exponential_buckets(0.000_05, 2.0, 16)),
+            migration_fence_step_seconds: Family::new_with_constructor(fence_step_histogram),
             map_since_replies: Family::default(),
             peer_refusals: Family::default(),
             replica_reads: Family::default(),
@@ -232,6 +237,11 @@ impl Metrics {
                 "migration_checkpoint_refreshes",
                 "Times a migration push moved its checkpoint forward (keys written since digested on both sides)",
                 m.migration_checkpoint_refreshes.clone(),
+            );
+            r.register(
+                "migration_fence_step_seconds",
+                "The source's fence by step: lease_wait (read leases run out, before the fence), drain (the fence taken, in-flight requests done), acked (the target has every write), digests (both sides' digests taken), hold_wait (the rest of the wait for the target's incoming hold, asked for at the start)",
+                m.migration_fence_step_seconds.clone(),
             );
             r.register(
                 "migration_backoffs",
@@ -372,4 +382,8 @@ impl Metrics {
             .expect("writing to a String cannot fail");
         out
     }
+}
+
+fn fence_step_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(0.000_05, 2.0, 16))
 }

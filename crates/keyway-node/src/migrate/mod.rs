@@ -294,25 +294,24 @@ impl Migrations {
         if let Some(e) = push.error() {
             return Err(RoleError::Failed(e));
         }
+        let pid = push.plan.partition;
+        let mut clock = StepClock::new(&self.metrics);
         // Read leases first (see `ReadLeaseGate`), before the fence, so the
         // wait does not add to the write pause.
         let gate = self
             .read_lease_gate
             .get()
             .and_then(std::sync::Weak::upgrade);
-        if let Some(until) = gate.and_then(|g| g.stop_read_leases(push.plan.partition)) {
+        if let Some(until) = gate.and_then(|g| g.stop_read_leases(pid)) {
             tokio::time::sleep_until(until.into()).await;
         }
-        // Taking the fence waits for every request admitted before it: their
-        // writes are in the engine, at or below `head`.
-        self.routing.set_fenced(push.plan.partition, true);
-        let head = self.engine.last_seq();
-        push.wait_acked(head, self.limits.fence_drain_timeout)
-            .await
-            .map_err(RoleError::Failed)?;
+        let lease_wait_ms = clock.step("lease_wait");
         // The target holds the partition's requests until it has the flip,
         // so a client this node redirects after the flip is not sent back.
-        let pid = push.plan.partition;
+        // Asked for first and awaited last: its round trip overlaps the
+        // fence's other steps instead of adding to the write pause. Set a
+        // moment before the fence, it holds nothing a client should get:
+        // until the flip the target does not serve the partition anyway.
         let epoch = self
             .routing
             .map()
@@ -320,20 +319,40 @@ impl Migrations {
             .get(&pid)
             .map(|p| p.epoch)
             .ok_or_else(|| RoleError::Refused(format!("partition {pid} left the map")))?;
-        let target = push.target();
-        let hold = target.migrate_incoming(pid, epoch, true, self.limits.incoming_hold);
-        let digests = async {
-            match with_digests {
-                true => digest::fence_digests(&self.engine, &push, head)
-                    .await
-                    .map(Some),
-                false => Ok(None),
-            }
+        let hold =
+            timed(
+                push.target()
+                    .migrate_incoming(pid, epoch, true, self.limits.incoming_hold),
+            );
+        let fence = async {
+            // Taking the fence waits for every request admitted before it:
+            // their writes are in the engine, at or below `head`.
+            self.routing.set_fenced(pid, true);
+            let head = self.engine.last_seq();
+            let drain_ms = clock.step("drain");
+            push.wait_acked(head, self.limits.fence_drain_timeout)
+                .await
+                .map_err(RoleError::Failed)?;
+            let acked_ms = clock.step("acked");
+            let digests = match with_digests {
+                true => Some(
+                    digest::fence_digests(&self.engine, &push, head)
+                        .await
+                        .map_err(RoleError::Failed)?,
+                ),
+                false => None,
+            };
+            let digests_ms = clock.step("digests");
+            Ok::<_, RoleError>((head, digests, [drain_ms, acked_ms, digests_ms]))
         };
-        let (hold, digests) = tokio::join!(hold, digests);
+        let ((hold, hold_ms), fenced) = tokio::join!(hold, fence);
+        let (head, digests, [drain_ms, acked_ms, digests_ms]) = fenced?;
         hold.map_err(|e| RoleError::Failed(format!("target incoming hold: {e}")))?;
-        let digests = digests.map_err(RoleError::Failed)?;
-        tracing::info!(migration = id, partition = %pid, seq = head, "source fenced");
+        let hold_wait_ms = clock.step("hold_wait");
+        tracing::info!(
+            migration = id, partition = %pid, seq = head, lease_wait_ms, drain_ms, acked_ms,
+            digests_ms, hold_ms, hold_wait_ms, "source fenced"
+        );
         Ok((head, digests))
     }
 
@@ -560,5 +579,39 @@ async fn record(meta: &dyn MetaStore, id: u64) -> Option<Option<MigrationRecord>
         Ok(Some(s)) => Some(MigrationRecord::decode(&s.record).ok()),
         Ok(None) => Some(None),
         Err(_) => None,
+    }
+}
+
+/// `fut`'s output and how long it took, in ms.
+async fn timed<T>(fut: impl std::future::Future<Output = T>) -> (T, f64) {
+    let at = std::time::Instant::now();
+    let out = fut.await;
+    (out, (at.elapsed().as_secs_f64() * 1e6).round() / 1e3)
+}
+
+/// Times the fence's steps into `migration_fence_step_seconds`.
+struct StepClock<'a> {
+    metrics: &'a Metrics,
+    at: std::time::Instant,
+}
+
+impl<'a> StepClock<'a> {
+    fn new(metrics: &'a Metrics) -> Self {
+        StepClock {
+            metrics,
+            at: std::time::Instant::now(),
+        }
+    }
+
+    /// Records the step that ends now; its length in ms (for the log).
+    fn step(&mut self, kind: &'static str) -> f64 {
+        let now = std::time::Instant::now();
+        let secs = now.duration_since(self.at).as_secs_f64();
+        self.at = now;
+        self.metrics
+            .migration_fence_step_seconds
+            .get_or_create(&crate::metrics::KindLabel { kind })
+            .observe(secs);
+        (secs * 1e6).round() / 1e3
     }
 }
