@@ -206,17 +206,7 @@ impl PeerClient {
     /// Source: fence on/off; with `on`, answers once in-flight writes are
     /// drained and applied at the target, with the source's seq then.
     pub async fn migrate_fence(&self, id: u64, on: bool) -> Result<Seq, PeerError> {
-        let msg = pb::MigrateToggleRequest {
-            id,
-            on,
-            with_digests: false,
-        };
-        let r = self
-            .call("MigrateFence", msg, |mut c, r| async move {
-                c.migrate_fence(r).await
-            })
-            .await?;
-        Ok(r.seq)
+        Ok(self.fence_call(id, on, false).await?.seq)
     }
 
     /// Source: fence push `id` and take both sides' digests at the fence in
@@ -226,17 +216,25 @@ impl PeerClient {
         &self,
         id: u64,
     ) -> Result<(Seq, Option<FenceDigests>), PeerError> {
+        let r = self.fence_call(id, true, true).await?;
+        Ok((r.seq, r.digests.map(fence_digests_from_pb)))
+    }
+
+    async fn fence_call(
+        &self,
+        id: u64,
+        on: bool,
+        with_digests: bool,
+    ) -> Result<pb::MigrateFenceResponse, PeerError> {
         let msg = pb::MigrateToggleRequest {
             id,
-            on: true,
-            with_digests: true,
+            on,
+            with_digests,
         };
-        let r = self
-            .call("MigrateFence", msg, |mut c, r| async move {
-                c.migrate_fence(r).await
-            })
-            .await?;
-        Ok((r.seq, r.digests.map(fence_digests_from_pb)))
+        self.call("MigrateFence", msg, |mut c, r| async move {
+            c.migrate_fence(r).await
+        })
+        .await
     }
 
     /// Source: move push `id`'s checkpoint to the present before a fence;

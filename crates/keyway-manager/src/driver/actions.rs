@@ -56,20 +56,19 @@ fn cutover_step(command: &Command) -> Option<CutoverStep> {
         Command::ComputeDigests => Some(CutoverStep::Digest),
         // The flip request's persist and the CAS (the flip's outcome is
         // persisted with `CLEANUP`, after the pause).
-        Command::Persist(rec) if rec.state == MigrationState::Cutover && rec.flip_requested() => {
-            Some(CutoverStep::Flip)
-        }
+        Command::Persist(rec) if is_flip_request(rec) => Some(CutoverStep::Flip),
         Command::CommitFlip { .. } => Some(CutoverStep::Flip),
         Command::AwaitTargetServing { .. } => Some(CutoverStep::Serve),
         _ => None,
     }
 }
 
-/// Whether `rec` is the flip request, which the driver writes in one store
-/// transaction with the `CommitFlip` that follows it
+/// Whether `rec` is the flip request (in `CUTOVER` the flip's outcome is
+/// never persisted: it goes with `CLEANUP`), which the driver writes in one
+/// store transaction with the `CommitFlip` that follows it
 /// ([`Task::persist_and_flip`]).
-pub(super) fn fuses_with_flip(rec: &MigrationRecord) -> bool {
-    rec.state == MigrationState::Cutover && rec.flip_in_doubt()
+pub(super) fn is_flip_request(rec: &MigrationRecord) -> bool {
+    rec.state == MigrationState::Cutover && rec.flip_requested()
 }
 
 fn convert(d: keyway_storage::RangeDigest) -> RangeDigest {
@@ -451,7 +450,7 @@ impl Task {
         condition: OwnershipCondition,
         new_record: PartitionRecord,
     ) -> Step {
-        debug_assert!(fuses_with_flip(&rec));
+        debug_assert!(is_flip_request(&rec));
         let started = Instant::now();
         let txn = MapTxn {
             conditions: vec![condition.clone()],

@@ -151,19 +151,20 @@ impl Task {
                 }
                 // The flip request's persist and the flip CAS after it go
                 // to the store as one transaction (`actions.rs`).
-                let step = match (command, batch.peek()) {
-                    (Command::Persist(rec), Some(Command::CommitFlip { .. }))
-                        if super::actions::fuses_with_flip(&rec) =>
-                    {
-                        let Some(Command::CommitFlip {
+                let flip = match &command {
+                    Command::Persist(rec) if super::actions::is_flip_request(rec) => {
+                        batch.next_if(|c| matches!(c, Command::CommitFlip { .. }))
+                    }
+                    _ => None,
+                };
+                let step = match (command, flip) {
+                    (
+                        Command::Persist(rec),
+                        Some(Command::CommitFlip {
                             condition,
                             new_record,
-                        }) = batch.next()
-                        else {
-                            unreachable!("peeked a CommitFlip")
-                        };
-                        self.persist_and_flip(rec, condition, new_record).await
-                    }
+                        }),
+                    ) => self.persist_and_flip(rec, condition, new_record).await,
                     (command, _) => self.execute(command).await,
                 };
                 match step {

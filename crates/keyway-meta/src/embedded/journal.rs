@@ -10,8 +10,8 @@
 //! the checkpoint and the journal's last whole frame is the store's state.
 //! A write costs one append and one `fdatasync` instead of a file rewrite, a
 //! rename and two fsyncs (0.22 ms against 0.42 ms on this machine when
-//! idle): the migration driver writes the store three times inside a
-//! cutover's write pause (issue 15). Once the journal passes
+//! idle): the migration driver writes the store inside a cutover's write
+//! pause (issue 15; once, the flip with its request). Once the journal passes
 //! [`COMPACT_AT_BYTES`] the next write becomes a checkpoint and the journal
 //! is emptied.
 //!

@@ -273,19 +273,10 @@ impl Migrations {
         Ok(self.engine.last_seq())
     }
 
-    /// Fences push `id` and takes both sides' digests at the fence (what
-    /// [`Self::fence_digests`] answers), in one call: the driver's
-    /// `MigrateDigest` round trip leaves the write pause, and the digests
-    /// are read while the target's incoming hold is being set.
-    pub async fn fence_with_digests(
-        &self,
-        id: u64,
-    ) -> Result<(Seq, crate::peer::FenceDigests), RoleError> {
-        let (seq, digests) = self.fence_on(id, true).await?;
-        Ok((seq, digests.expect("asked for digests")))
-    }
-
-    async fn fence_on(
+    /// Fence on; `with_digests` also takes both sides' digests at the fence
+    /// (what [`Self::fence_digests`] answers), so the driver's
+    /// `MigrateDigest` round trip leaves the write pause.
+    pub async fn fence_on(
         &self,
         id: u64,
         with_digests: bool,
@@ -584,34 +575,39 @@ async fn record(meta: &dyn MetaStore, id: u64) -> Option<Option<MigrationRecord>
 
 /// `fut`'s output and how long it took, in ms.
 async fn timed<T>(fut: impl std::future::Future<Output = T>) -> (T, f64) {
-    let at = std::time::Instant::now();
+    let at = Instant::now();
     let out = fut.await;
-    (out, (at.elapsed().as_secs_f64() * 1e6).round() / 1e3)
+    (out, ms(at.elapsed()))
+}
+
+/// `d` in milliseconds, to the microsecond (for log fields).
+fn ms(d: Duration) -> f64 {
+    (d.as_secs_f64() * 1e6).round() / 1e3
 }
 
 /// Times the fence's steps into `migration_fence_step_seconds`.
 struct StepClock<'a> {
     metrics: &'a Metrics,
-    at: std::time::Instant,
+    at: Instant,
 }
 
 impl<'a> StepClock<'a> {
     fn new(metrics: &'a Metrics) -> Self {
         StepClock {
             metrics,
-            at: std::time::Instant::now(),
+            at: Instant::now(),
         }
     }
 
     /// Records the step that ends now; its length in ms (for the log).
     fn step(&mut self, kind: &'static str) -> f64 {
-        let now = std::time::Instant::now();
-        let secs = now.duration_since(self.at).as_secs_f64();
+        let now = Instant::now();
+        let took = now.duration_since(self.at);
         self.at = now;
         self.metrics
             .migration_fence_step_seconds
             .get_or_create(&crate::metrics::KindLabel { kind })
-            .observe(secs);
-        (secs * 1e6).round() / 1e3
+            .observe(took.as_secs_f64());
+        ms(took)
     }
 }

@@ -479,23 +479,14 @@ impl peer_server::Peer for PeerService {
     ) -> Result<Response<pb::MigrateFenceResponse>, Status> {
         let r = req.into_inner();
         let migrations = &self.node()?.migrations;
-        if r.on && r.with_digests {
-            let (seq, d) = migrations
-                .fence_with_digests(r.id)
-                .await
-                .map_err(status_from_role)?;
-            return Ok(Response::new(pb::MigrateFenceResponse {
-                seq,
-                digests: Some(digests_to_pb(d)),
-            }));
+        let (seq, digests) = match r.on {
+            true => migrations.fence_on(r.id, r.with_digests).await,
+            false => migrations.fence(r.id, false).await.map(|seq| (seq, None)),
         }
-        let seq = migrations
-            .fence(r.id, r.on)
-            .await
-            .map_err(status_from_role)?;
+        .map_err(status_from_role)?;
         Ok(Response::new(pb::MigrateFenceResponse {
             seq,
-            digests: None,
+            digests: digests.map(digests_to_pb),
         }))
     }
 

@@ -317,7 +317,9 @@ async fn dual_writes_are_at_the_target_when_acknowledged_and_a_held_write_gets_m
     let (_, moved) = s.source.migrate_checkpoint(7).await.unwrap();
     assert!(moved);
     let before = held_count(&s.cluster, source_index(&s)).await;
-    s.source.migrate_fence(7, true).await.unwrap();
+    // The fence answers with the digests (the driver's path).
+    let (_, with_fence) = s.source.migrate_fence_digests(7).await.unwrap();
+    let with_fence = with_fence.expect("the fence brings the digests");
     let port = s.source_port;
     let key = s.keys[0].clone();
     let held = tokio::task::spawn_blocking(move || Resp::connect(port).cmd(&["SET", &key, "held"]));
@@ -334,6 +336,11 @@ async fn dual_writes_are_at_the_target_when_acknowledged_and_a_held_write_gets_m
     assert_ne!(
         d.source, d.target,
         "a key lost on the target goes unnoticed"
+    );
+    assert_eq!(
+        (with_fence.source, with_fence.target),
+        (d.source, d.target),
+        "the fence's digests are the fenced range's"
     );
 
     // A client sent to the target early (before it has the flip) is held

@@ -135,7 +135,7 @@ impl MetaStore for FlakyMeta {
         record: Vec<u8>,
     ) -> Result<(), MetaError> {
         if MigrationRecord::decode(&record)
-            .is_ok_and(|r| crate::driver::actions::fuses_with_flip(&r))
+            .is_ok_and(|r| crate::driver::actions::is_flip_request(&r))
         {
             self.request_puts.fetch_add(1, Ordering::SeqCst);
         }
