@@ -18,6 +18,8 @@ pub const DEFAULT_REPLICA_SWITCHOVER_GRACE_MS: u64 = 50;
 
 /// Smallest `storage_cache_bytes`.
 pub const MIN_STORAGE_CACHE_BYTES: u64 = 1024 * 1024;
+/// Largest `storage_change_tail_bytes`.
+pub const MAX_CHANGE_TAIL_BYTES: u64 = 1024 * 1024 * 1024;
 /// The default block cache is the machine's memory divided by this.
 pub const STORAGE_CACHE_MEMORY_DIVISOR: u64 = 32;
 /// The default block cache's bounds, whatever the machine.
@@ -228,6 +230,10 @@ pub struct NodeConfig {
     /// this size, at least 1 MiB; it bounds the journal a node keeps
     /// however little data it holds.
     pub storage_journal_rotation_bytes: u64,
+    /// Bytes of the newest change records kept in memory (at most 1 GiB;
+    /// 0 keeps none), so replication streams and migration pushes that
+    /// keep up with the log get them without reading it back.
+    pub storage_change_tail_bytes: u64,
     /// Active expiry: how often a cycle runs (Redis `hz` 10 = 100 ms).
     pub active_expire_interval_ms: u64,
     /// Active expiry: keys examined per step of a cycle.
@@ -367,6 +373,8 @@ impl Default for NodeConfig {
             storage_max_journal_bytes: MIN_JOURNAL_BYTES,
             storage_max_memtable_bytes: 4 * 1024 * 1024,
             storage_journal_rotation_bytes: 8 * 1024 * 1024,
+            storage_change_tail_bytes: keyway_storage::fjall_options::DEFAULT_CHANGE_TAIL_BYTES
+                as u64,
             active_expire_interval_ms: 100,
             active_expire_scan_keys: 200,
             active_expire_cycle_budget_ms: 25,
@@ -522,6 +530,11 @@ impl NodeConfig {
         }
         if self.storage_journal_rotation_bytes < 1024 * 1024 {
             return Err("storage_journal_rotation_bytes must be at least 1048576".into());
+        }
+        if self.storage_change_tail_bytes > MAX_CHANGE_TAIL_BYTES {
+            return Err(format!(
+                "storage_change_tail_bytes must be at most {MAX_CHANGE_TAIL_BYTES} (1 GiB)"
+            ));
         }
         if self.log_truncate_chunk_records > 1_000_000 {
             return Err("log_truncate_chunk_records must be at most 1000000".into());

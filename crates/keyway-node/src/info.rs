@@ -198,8 +198,11 @@ fn memory(shared: &Shared, keyspace: Option<&Result<KeyspaceFigures, String>>, o
     let engine = shared.engine.memory();
     let _ = write!(
         out,
-        "keyway_storage_cache_bytes:{}\r\nkeyway_storage_cache_capacity_bytes:{}\r\nkeyway_storage_write_buffer_bytes:{}\r\n",
-        engine.cache_bytes, engine.cache_capacity_bytes, engine.write_buffer_bytes,
+        "keyway_storage_cache_bytes:{}\r\nkeyway_storage_cache_capacity_bytes:{}\r\nkeyway_storage_write_buffer_bytes:{}\r\nkeyway_storage_change_tail_bytes:{}\r\n",
+        engine.cache_bytes,
+        engine.cache_capacity_bytes,
+        engine.write_buffer_bytes,
+        engine.change_tail_bytes,
     );
     if let Some(Ok(k)) = keyspace {
         let _ = write!(out, "keyway_dataset_bytes:{}\r\n", k.bytes);

@@ -42,6 +42,7 @@ pub struct Metrics {
     pub storage_cache_bytes: Gauge,
     pub storage_cache_capacity_bytes: Gauge,
     pub storage_write_buffer_bytes: Gauge,
+    pub storage_change_tail_bytes: Gauge,
     pub lease_renewal_failures: Counter,
     /// Requests parked behind a migration fence (each park counted).
     pub held: Counter,
@@ -111,6 +112,7 @@ impl Metrics {
             storage_cache_bytes: Gauge::default(),
             storage_cache_capacity_bytes: Gauge::default(),
             storage_write_buffer_bytes: Gauge::default(),
+            storage_change_tail_bytes: Gauge::default(),
             lease_renewal_failures: Counter::default(),
             held: Counter::default(),
             held_expired: Counter::default(),
@@ -202,6 +204,11 @@ impl Metrics {
                 "storage_write_buffer_bytes",
                 "Bytes of memtables (active and sealed) not yet flushed",
                 m.storage_write_buffer_bytes.clone(),
+            );
+            r.register(
+                "storage_change_tail_bytes",
+                "Bytes of the newest change records kept in memory for streams and pushes (storage_change_tail_bytes setting)",
+                m.storage_change_tail_bytes.clone(),
             );
             r.register(
                 "lease_renewal_failures",
@@ -372,6 +379,8 @@ impl Metrics {
             .set(mem.cache_capacity_bytes as i64);
         self.storage_write_buffer_bytes
             .set(mem.write_buffer_bytes as i64);
+        self.storage_change_tail_bytes
+            .set(mem.change_tail_bytes as i64);
     }
 
     /// The Prometheus text exposition of every metric.

@@ -511,6 +511,8 @@ async fn open_engine(config: &NodeConfig) -> Result<Arc<dyn Engine>, NodeError> 
                 max_journaling_size_bytes: Some(config.storage_max_journal_bytes),
                 max_memtable_bytes: Some(config.storage_max_memtable_bytes),
                 journal_rotation_bytes: Some(config.storage_journal_rotation_bytes),
+                // Validated at most 1 GiB, so it fits.
+                change_tail_bytes: config.storage_change_tail_bytes as usize,
                 ..FjallOptions::default()
             };
             let engine = tokio::task::spawn_blocking(move || FjallEngine::open(&dir, options))

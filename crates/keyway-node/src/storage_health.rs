@@ -155,6 +155,17 @@ impl Engine for FailStopEngine {
         self.inner.changes_since(after, limit)
     }
 
+    fn recent_changes(
+        &self,
+        after: Seq,
+        limit: usize,
+    ) -> Option<Result<Vec<ChangeRecord>, StorageError>> {
+        if let Err(e) = self.health.check() {
+            return Some(Err(e));
+        }
+        self.inner.recent_changes(after, limit)
+    }
+
     fn log_start(&self) -> Seq {
         self.inner.log_start()
     }

@@ -141,6 +141,18 @@ pub trait Engine: Send + Sync + 'static {
     /// if records after `after` were already truncated (`after + 1 < log_start`).
     fn changes_since(&self, after: Seq, limit: usize) -> Result<Vec<ChangeRecord>, StorageError>;
 
+    /// [`Engine::changes_since`] answered from memory only, so it does not
+    /// block and may be called on an async worker: `None` when the answer
+    /// needs a read of the log (the records were not kept in memory, or were
+    /// evicted), and the caller reads it the blocking way. Same answer
+    /// otherwise, `LogTruncated` included. A wrapping engine that checks
+    /// anything before a read checks it here too.
+    fn recent_changes(
+        &self,
+        after: Seq,
+        limit: usize,
+    ) -> Option<Result<Vec<ChangeRecord>, StorageError>>;
+
     /// Oldest seq still retained in the change log: records `<= log_start - 1`
     /// were truncated. `1` while nothing was truncated (even when the log is empty).
     fn log_start(&self) -> Seq;
@@ -268,6 +280,9 @@ pub struct EngineMemory {
     pub cache_capacity_bytes: u64,
     /// Memtables, active and sealed, not yet flushed to tables.
     pub write_buffer_bytes: u64,
+    /// The newest change records kept in memory for readers that keep up
+    /// (`change_tail.rs`).
+    pub change_tail_bytes: u64,
 }
 
 thread_local! {

@@ -329,6 +329,17 @@ impl Engine for FaultyEngine {
         self.live.changes_since(after, limit)
     }
 
+    fn recent_changes(
+        &self,
+        after: Seq,
+        limit: usize,
+    ) -> Option<Result<Vec<ChangeRecord>, StorageError>> {
+        if let Err(e) = self.check_up() {
+            return Some(Err(e));
+        }
+        self.live.recent_changes(after, limit)
+    }
+
     fn log_start(&self) -> Seq {
         self.live.log_start()
     }

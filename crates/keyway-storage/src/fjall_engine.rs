@@ -88,6 +88,7 @@ use fjall::{
     AbstractTree, Database, Keyspace, KeyspaceCreateOptions, PersistMode, Readable, Snapshot,
 };
 
+use crate::change_tail::ChangeTail;
 use crate::digest::{Digester, RangeDigest};
 use crate::engine::{Engine, EngineMemory, ScanChunk};
 use crate::error::StorageError;
@@ -141,6 +142,9 @@ pub struct FjallEngine {
     unflushed: AtomicBool,
     /// The active journal's rotation size (fjall's default when unset).
     journal_rotation_bytes: u64,
+    /// The newest change records, appended under `write_lock` before
+    /// `last_seq` moves ([`Engine::recent_changes`]).
+    tail: ChangeTail,
 }
 
 /// `(log_start, last_seq)` as `snap` reflects them. The last seq is the top
@@ -264,6 +268,7 @@ impl FjallEngine {
             journal_rotation_bytes: opts
                 .journal_rotation_bytes
                 .unwrap_or(FJALL_JOURNAL_ROTATION_BYTES),
+            tail: ChangeTail::new(opts.change_tail_bytes),
         };
         {
             let _t = lock(&engine.truncate_lock);
@@ -363,8 +368,10 @@ impl FjallEngine {
             self.unflushed.store(true, Ordering::Release);
         }
         if !plan.log.is_empty() {
-            // Before the last seq is published: a truncation never passes it.
+            // Before the last seq is published: a truncation never passes it,
+            // and a reader of the tail finds every record up to it.
             lock(&self.log_marks).appended(plan.last_seq, appended);
+            self.tail.append(&plan.log);
         }
         self.last_seq.store(plan.last_seq, Ordering::Release);
         Ok(plan.last_seq)
@@ -654,6 +661,9 @@ impl Engine for FjallEngine {
     }
 
     fn changes_since(&self, after: Seq, limit: usize) -> Result<Vec<ChangeRecord>, StorageError> {
+        if let Some(answer) = self.recent_changes(after, limit) {
+            return answer;
+        }
         // Snapshot first, then read log_start from it: a truncation commits
         // `meta/log_start` before deleting records, so this never misses records
         // silently.
@@ -691,6 +701,22 @@ impl Engine for FjallEngine {
         Ok(out)
     }
 
+    fn recent_changes(
+        &self,
+        after: Seq,
+        limit: usize,
+    ) -> Option<Result<Vec<ChangeRecord>, StorageError>> {
+        // The published log start: a truncation committing now may still
+        // let this read serve records it drops, which are intact (the tail
+        // holds copies); the log's own read behaves the same with a
+        // snapshot taken a moment earlier.
+        let log_start = self.log_start();
+        if after.saturating_add(1) < log_start {
+            return Some(Err(StorageError::LogTruncated { after, log_start }));
+        }
+        self.tail.read(after, limit, self.last_seq()).map(Ok)
+    }
+
     fn log_start(&self) -> Seq {
         self.log_start.load(Ordering::Acquire)
     }
@@ -717,6 +743,7 @@ impl Engine for FjallEngine {
             cache_bytes: self.db.cache_size(),
             cache_capacity_bytes: self.db.cache_capacity(),
             write_buffer_bytes: self.db.write_buffer_size(),
+            change_tail_bytes: self.tail.bytes() as u64,
         }
     }
 

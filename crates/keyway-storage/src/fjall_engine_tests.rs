@@ -127,3 +127,56 @@ fn truncation_counts_what_it_drops_without_reading_the_log_back() {
     e.truncate_log(RECORDS).unwrap();
     assert_eq!(e.log_bytes(), record, "the marks rebuilt at open count on");
 }
+
+/// The change tail answers the newest records exactly as the log keyspace
+/// does (read back after a reopen, which starts with an empty tail), and
+/// sends a reader it no longer covers to the log.
+#[test]
+fn the_change_tail_answers_as_the_log_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let one = crate::value::log_record_bytes(&Mutation::Put {
+        key: Bytes::from("key0"),
+        kind: ValueKind::String,
+        expire_at_ms: None,
+        data: Bytes::from(vec![b'x'; 64]),
+    }) as usize;
+    let opts = FjallOptions {
+        temporary: false,
+        change_tail_bytes: 50 * one,
+        ..FjallOptions::for_tests()
+    };
+    let e = FjallEngine::open(dir.path(), opts.clone()).unwrap();
+    // Kept only while read: unread for more than its budget, it disarms.
+    for i in 0..60 {
+        put(&e, i);
+    }
+    assert_eq!(e.memory().change_tail_bytes, 0, "nobody read it");
+    // A reader that keeps up (as a replication stream does) arms it.
+    for i in 0..200 {
+        let _ = e.recent_changes(e.last_seq(), 1);
+        put(&e, i);
+    }
+    let last = e.last_seq();
+    assert_eq!(e.memory().change_tail_bytes as usize, 50 * one);
+    let mut answered = Vec::new();
+    for after in 0..=last {
+        match e.recent_changes(after, 7) {
+            Some(answer) => answered.push((after, answer.unwrap())),
+            None => assert!(after < last - 50, "record {} is in the tail", after + 1),
+        }
+    }
+    assert_eq!(answered.len() as u64, 51, "the last 50 records and the end");
+    drop(e);
+    let e = FjallEngine::open(
+        dir.path(),
+        FjallOptions {
+            change_tail_bytes: 0,
+            ..opts
+        },
+    )
+    .unwrap();
+    assert!(e.recent_changes(last - 1, 7).is_none(), "no tail kept");
+    for (after, recent) in answered {
+        assert_eq!(e.changes_since(after, 7).unwrap(), recent, "after {after}");
+    }
+}

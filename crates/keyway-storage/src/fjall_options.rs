@@ -3,6 +3,9 @@
 
 use crate::error::StorageError;
 
+/// [`FjallOptions::change_tail_bytes`]'s default.
+pub const DEFAULT_CHANGE_TAIL_BYTES: usize = 4 * 1024 * 1024;
+
 /// Tuning for [`FjallEngine::open`]. `Default` suits a node.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FjallOptions {
@@ -33,6 +36,10 @@ pub struct FjallOptions {
     /// applied; `false` = batches wait in fjall's 8 KiB user-space journal
     /// buffer until [`Engine::sync`]. Default `false`.
     pub flush_journal_each_batch: bool,
+    /// Bytes of the newest change records kept in memory, so readers that
+    /// keep up with the log (replication streams, migration pushes) do not
+    /// read it back (`change_tail.rs`); 0 keeps none. Default 4 MiB.
+    pub change_tail_bytes: usize,
 }
 
 impl Default for FjallOptions {
@@ -45,6 +52,7 @@ impl Default for FjallOptions {
             journal_rotation_bytes: None,
             temporary: false,
             flush_journal_each_batch: false,
+            change_tail_bytes: DEFAULT_CHANGE_TAIL_BYTES,
         }
     }
 }
@@ -60,6 +68,7 @@ impl FjallOptions {
             journal_rotation_bytes: None,
             temporary: true,
             flush_journal_each_batch: false,
+            change_tail_bytes: DEFAULT_CHANGE_TAIL_BYTES,
         }
     }
 }

@@ -48,6 +48,7 @@
 // Without the engine, its on-disk encodings (`StoredValue`, `Marker`) go unused.
 #![cfg_attr(not(feature = "fjall"), allow(dead_code))]
 
+pub mod change_tail;
 pub mod digest;
 pub mod engine;
 pub mod error;

@@ -216,6 +216,15 @@ impl Engine for MemEngine {
         })
     }
 
+    /// Everything is in memory here.
+    fn recent_changes(
+        &self,
+        after: Seq,
+        limit: usize,
+    ) -> Option<Result<Vec<ChangeRecord>, StorageError>> {
+        Some(self.changes_since(after, limit))
+    }
+
     fn changes_since(&self, after: Seq, limit: usize) -> Result<Vec<ChangeRecord>, StorageError> {
         let st = self.lock();
         if after.saturating_add(1) < st.log_start {

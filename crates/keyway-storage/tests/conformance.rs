@@ -13,6 +13,20 @@ mod fjall {
     keyway_storage::conformance_tests!(make, cases = 24);
 }
 
+/// Without the in-memory change tail every log read goes to the log
+/// keyspace (the tail answers most reads of the suite above).
+mod fjall_no_tail {
+    fn make() -> keyway_storage::FjallEngine {
+        keyway_storage::FjallEngine::open_temporary(keyway_storage::FjallOptions {
+            change_tail_bytes: 0,
+            ..keyway_storage::FjallOptions::for_tests()
+        })
+        .expect("open temporary fjall engine")
+    }
+
+    keyway_storage::conformance_tests!(make, cases = 8);
+}
+
 /// The fault-injecting wrapper is a correct engine while no fault is set:
 /// crashable (live + durable `MemEngine`s) and wrapping another engine.
 mod faulty_crashable {

@@ -89,6 +89,11 @@ pub struct NodeFlags {
     /// once flushed (default 8 MiB, at least 1 MiB).
     #[arg(long)]
     storage_journal_rotation_bytes: Option<u64>,
+    /// Bytes of the newest change records kept in memory for replication
+    /// streams and migration pushes that keep up (default 4 MiB, 0 = none,
+    /// at most 1 GiB).
+    #[arg(long)]
+    storage_change_tail_bytes: Option<u64>,
     /// Active expiry: run a cycle this often, Redis `hz` (default 100 = hz 10).
     #[arg(long)]
     active_expire_interval_ms: Option<u64>,
@@ -212,6 +217,7 @@ impl NodeFlags {
             storage_max_journal_bytes,
             storage_max_memtable_bytes,
             storage_journal_rotation_bytes,
+            storage_change_tail_bytes,
             active_expire_interval_ms,
             flush_chunk_keys,
             slowlog_log_slower_than_us,

@@ -4,6 +4,7 @@ use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use std::sync::Arc;
 
 /// Label: a partition id.
@@ -16,6 +17,22 @@ pub struct PartitionLabel {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ReasonLabel {
     pub reason: &'static str,
+}
+
+/// A latency histogram in seconds, 50 µs to about 1.6 s.
+#[derive(Clone)]
+pub struct Seconds(pub Histogram);
+
+impl Default for Seconds {
+    fn default() -> Self {
+        Seconds(Histogram::new(exponential_buckets(0.000_05, 2.0, 16)))
+    }
+}
+
+impl Seconds {
+    pub fn since(&self, start: std::time::Instant) {
+        self.0.observe(start.elapsed().as_secs_f64());
+    }
 }
 
 /// The replication metrics of one node.
@@ -39,6 +56,12 @@ pub struct ReplicationMetrics {
     /// `Replicate` calls of the streams that carried records (records per
     /// call = `stream_records` / this, catch-ups aside).
     pub stream_calls: Counter,
+    /// Round trip of a stream's `Replicate` call that carried records,
+    /// from the request's send to its answer.
+    pub stream_call_seconds: Seconds,
+    /// A replica's time on one `Replicate` call, from its arrival to the
+    /// answer (order, check, apply, fsync when asked).
+    pub replica_serve_seconds: Seconds,
     /// Records applied here as a replica.
     pub replica_applied_records: Counter,
     /// Replicate calls refused here as a replica.
@@ -100,6 +123,16 @@ impl ReplicationMetrics {
             "replication_stream_calls",
             "Replicate calls of the streams that carried records (heartbeats and catch-ups not counted)",
             r.stream_calls.clone(),
+        );
+        m.register(
+            "replication_stream_call_seconds",
+            "Round trip of a stream's Replicate call that carried records",
+            r.stream_call_seconds.0.clone(),
+        );
+        m.register(
+            "replica_serve_seconds",
+            "Time a replica spends on one Replicate call, arrival to answer",
+            r.replica_serve_seconds.0.clone(),
         );
         m.register(
             "replica_applied_records",

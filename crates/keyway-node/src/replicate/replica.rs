@@ -62,7 +62,7 @@ pub struct ReplicaSide {
     metrics: Arc<ReplicationMetrics>,
     /// Published after each fsync here (this node's own streams ship up to it).
     durable: Arc<DurableSeq>,
-    senders: Mutex<HashMap<NodeId, Arc<tokio::sync::Mutex<SenderState>>>>,
+    senders: Mutex<HashMap<NodeId, Arc<Mutex<SenderState>>>>,
     /// Testing hook: while true every call waits before it is looked at
     /// (as a `SIGSTOP`ped process would).
     paused: watch::Sender<bool>,
@@ -125,7 +125,7 @@ impl ReplicaSide {
         self.paused.send_replace(paused);
     }
 
-    fn sender(&self, node: NodeId) -> Arc<tokio::sync::Mutex<SenderState>> {
+    fn sender(&self, node: NodeId) -> Arc<Mutex<SenderState>> {
         self.senders
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -136,6 +136,16 @@ impl ReplicaSide {
 
     /// Serves one call (see the module docs).
     pub async fn serve(
+        self: Arc<Self>,
+        req: pb::ReplicateRequest,
+    ) -> Result<pb::ReplicateResponse, ReplicaError> {
+        let arrived = Instant::now();
+        let answer = self.clone().serve_call(req).await;
+        self.metrics.replica_serve_seconds.since(arrived);
+        answer
+    }
+
+    async fn serve_call(
         self: Arc<Self>,
         req: pb::ReplicateRequest,
     ) -> Result<pb::ReplicateResponse, ReplicaError> {
@@ -167,17 +177,19 @@ impl ReplicaSide {
                 Some((pid, *epoch, range.clone(), n as usize))
             }
         };
-        // From here on in its own task: a caller that gives up (its deadline
-        // passed) must not cut the ordered section short, or a later call
-        // could run while this one's records are still being applied.
+        // From here on on a blocking thread (the engine blocks), which runs
+        // to the end even if the caller gives up (its deadline passed): the
+        // ordered section is never cut short, so a later call cannot run
+        // while this one's records are still being applied. One hand-off
+        // for the order, the check and the apply.
         let this = self.clone();
-        tokio::spawn(async move { this.in_order(req, sender, listed, records, drop).await })
+        tokio::task::spawn_blocking(move || this.in_order(req, sender, listed, records, drop))
             .await
             .map_err(|e| ReplicaError::Invalid(format!("replicate task failed: {e}")))?
     }
 
     /// The ordered part of [`Self::serve`]: under the sender's lock.
-    async fn in_order(
+    fn in_order(
         &self,
         req: pb::ReplicateRequest,
         sender: NodeId,
@@ -186,7 +198,7 @@ impl ReplicaSide {
         drop: Option<(PartitionId, Epoch, KeyRange, usize)>,
     ) -> Result<pb::ReplicateResponse, ReplicaError> {
         let state = self.sender(sender);
-        let mut state = state.lock().await;
+        let mut state = state.lock().unwrap_or_else(|e| e.into_inner());
         if req.incarnation < state.incarnation
             || (req.incarnation == state.incarnation && req.call <= state.last_call)
         {
@@ -204,31 +216,24 @@ impl ReplicaSide {
                 ..SenderState::default()
             };
         }
-        let (engine, routing, me) = (self.engine.clone(), self.routing.clone(), self.me);
-        let durable = self.durable.clone();
-        let applied_at = self.applied.clone();
         // The sender's mode asks it, or this node's own does (a replica
         // under `group` never holds an acknowledged record only in a
         // user-space buffer).
         let sync = req.sync || self.durable.acks_wait_for_fsync();
-        let checked = listed.clone();
         let n_records = records.len();
         let bytes_written = crate::copies::payload_bytes(&records);
-        let applied = super::blocking(move || {
-            apply(
-                &*engine,
-                &durable,
-                &routing,
-                me,
-                sender,
-                &checked,
-                drop,
-                &records,
-                sync,
-                &applied_at,
-            )
-        })
-        .await
+        let applied = apply(
+            &*self.engine,
+            &self.durable,
+            &self.routing,
+            self.me,
+            sender,
+            &listed,
+            drop,
+            &records,
+            sync,
+            &self.applied,
+        )
         .map_err(ReplicaError::Storage)?;
         let (last_seq, deleted) = applied.map_err(|r| self.refuse(r))?;
         state.last_call = req.call;

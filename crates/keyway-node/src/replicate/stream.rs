@@ -172,8 +172,18 @@ impl Stream {
             let acked = rewind.map_or(self.acked(), |r| r.min(self.acked()));
             let durable = repl.durable.get(&*repl.engine);
             let batch = if acked < durable {
-                let engine = repl.engine.clone();
-                match super::blocking(move || engine.changes_since(acked, BATCH_RECORDS)).await {
+                // From the engine's in-memory tail when it has the records
+                // (a stream that keeps up), else read from the log on a
+                // blocking thread.
+                let recent = repl.engine.recent_changes(acked, BATCH_RECORDS);
+                let read = match recent {
+                    Some(answer) => answer,
+                    None => {
+                        let engine = repl.engine.clone();
+                        super::blocking(move || engine.changes_since(acked, BATCH_RECORDS)).await
+                    }
+                };
+                match read {
                     Ok(records) => Some(records),
                     Err(StorageError::LogTruncated { .. }) => {
                         self.lost.store(true, Ordering::Release);
@@ -253,6 +263,9 @@ impl Stream {
             match self.client.replicate(req).await {
                 Ok(resp) => {
                     let reply_at = Instant::now();
+                    if count > 0 {
+                        repl.metrics.stream_call_seconds.since(last_call);
+                    }
                     pause = Duration::from_millis(5);
                     token = resp.token;
                     if self.stopped() || self.is_lost() {

@@ -148,3 +148,50 @@ pub fn change_log_batches<E: Engine>(make: &dyn Fn() -> E) {
         .collect();
     assert_eq!(runs, vec![6]);
 }
+
+/// [`Engine::recent_changes`] answers as `changes_since` does whenever it
+/// answers at all (batches whole, limits, the log's end, `LogTruncated`
+/// after a truncation), and an engine that answers from memory answers
+/// for the newest records (what a stream that keeps up asks for).
+pub fn recent_changes_agree<E: Engine>(make: &dyn Fn() -> E) {
+    let e = make();
+    let k = |i: u32| rk(1, &format!("t{i}"));
+    // A reader that keeps up asks from the start (an engine may keep
+    // records in memory only while someone reads them).
+    assert!(
+        e.recent_changes(0, 1)
+            .is_none_or(|a| a.is_ok_and(|r| r.is_empty()))
+    );
+    for i in 0..60u32 {
+        let batch: Vec<_> = (0..=(i % 4)).map(|j| put(&k(i * 4 + j), "v")).collect();
+        ok(e.apply(&batch));
+        if i % 9 == 0 {
+            ok(e.apply(&[del(&k(i))]));
+        }
+    }
+    let check = |e: &E| {
+        let last = e.last_seq();
+        for after in 0..=last + 2 {
+            for limit in [0, 1, 2, 5, usize::MAX] {
+                let Some(recent) = e.recent_changes(after, limit) else {
+                    continue;
+                };
+                match (recent, e.changes_since(after, limit)) {
+                    (Ok(a), Ok(b)) => assert_eq!(a, b, "after {after}, limit {limit}"),
+                    (Err(a), Err(b)) => assert_eq!(a.to_string(), b.to_string()),
+                    (a, b) => panic!("after {after}, limit {limit}: {a:?} vs {b:?}"),
+                }
+            }
+        }
+    };
+    check(&e);
+    ok(e.truncate_log(40));
+    check(&e);
+    let last = e.last_seq();
+    if let Some(answer) = e.recent_changes(10, 5) {
+        assert!(matches!(answer, Err(StorageError::LogTruncated { .. })));
+    }
+    if let Some(answer) = e.recent_changes(last - 1, 1) {
+        assert_eq!(ok(answer).len(), 1, "the newest record");
+    }
+}
