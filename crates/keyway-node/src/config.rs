@@ -160,6 +160,11 @@ pub struct NodeConfig {
     /// for the partition (instead of redirecting them back here) until it
     /// has installed the flip, for at most this long.
     pub migration_incoming_hold_ms: u64,
+    /// Migration source: right before the fence, wait up to this long for
+    /// the target to acknowledge every write so far (writes keep flowing),
+    /// so the fence's wait inside the write pause covers only what comes
+    /// in between; 0 = fence at once. At most 10,000.
+    pub migration_fence_catch_up_ms: u64,
     /// `KW.SCAN`: the LIMIT used when the request names none.
     pub kw_scan_default_limit: usize,
     /// `KW.SCAN`: the largest LIMIT a request may ask for (larger is refused);
@@ -351,6 +356,7 @@ impl Default for NodeConfig {
             migration_target_retry_timeout_ms: 10_000,
             migration_fence_drain_timeout_ms: 5_000,
             migration_incoming_hold_ms: 10_000,
+            migration_fence_catch_up_ms: 50,
             kw_scan_default_limit: 100,
             kw_scan_max_limit: 10_000,
             kw_scan_reroute_timeout_ms: 10_000,
@@ -531,6 +537,9 @@ impl NodeConfig {
         if self.storage_journal_rotation_bytes < 1024 * 1024 {
             return Err("storage_journal_rotation_bytes must be at least 1048576".into());
         }
+        if self.migration_fence_catch_up_ms > 10_000 {
+            return Err("migration_fence_catch_up_ms must be at most 10000".into());
+        }
         if self.storage_change_tail_bytes > MAX_CHANGE_TAIL_BYTES {
             return Err(format!(
                 "storage_change_tail_bytes must be at most {MAX_CHANGE_TAIL_BYTES} (1 GiB)"
@@ -675,6 +684,7 @@ impl NodeConfig {
             },
             fence_drain_timeout: Duration::from_millis(self.migration_fence_drain_timeout_ms),
             incoming_hold: Duration::from_millis(self.migration_incoming_hold_ms),
+            fence_catch_up: Duration::from_millis(self.migration_fence_catch_up_ms),
         }
     }
 

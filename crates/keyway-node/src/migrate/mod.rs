@@ -72,6 +72,9 @@ pub struct RoleLimits {
     pub fence_drain_timeout: Duration,
     /// How long the target holds the partition's requests after the fence.
     pub incoming_hold: Duration,
+    /// How long `MigrateCheckpoint` (asked right before the fence) waits
+    /// for the target to acknowledge every write so far.
+    pub fence_catch_up: Duration,
 }
 
 /// The migrations this node is the source of.
@@ -384,12 +387,35 @@ impl Migrations {
     /// what is written from then to the fence: `push.rs`, "Rolling
     /// checkpoint"); `(checkpoint seq, moved in time)`. Not in time: the
     /// fence digest covers more, nothing else changes.
+    ///
+    /// Then it waits (up to `fence_catch_up`) for the target to acknowledge
+    /// every write so far, so the fence's own wait for the target, inside
+    /// the write pause, covers only what is written in between. A target
+    /// busy at that moment (flushing what the copy brought, say) delays the
+    /// fence instead of lengthening it; writes keep flowing meanwhile. Not
+    /// caught up in time: the fence waits for the rest, as before.
     pub async fn checkpoint(&self, id: u64) -> Result<(Seq, bool), RoleError> {
         let push = self.push(id)?;
         if let Some(e) = push.error() {
             return Err(RoleError::Failed(e));
         }
         let moved = push.refresh_checkpoint_now(CHECKPOINT_WAIT).await;
+        if !self.limits.fence_catch_up.is_zero() {
+            let mut clock = StepClock::new(&self.metrics);
+            let head = self.engine.last_seq();
+            let caught_up = push
+                .wait_acked(head, self.limits.fence_catch_up)
+                .await
+                .is_ok();
+            let catch_up_ms = clock.step("catch_up");
+            tracing::debug!(
+                migration = id,
+                seq = head,
+                caught_up,
+                catch_up_ms,
+                "caught up before the fence"
+            );
+        }
         Ok((push.checkpoint().map_or(0, |c| c.seq), moved))
     }
 
