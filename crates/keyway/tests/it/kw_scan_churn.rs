@@ -204,6 +204,10 @@ async fn kw_scan_returns_every_key_in_order_while_partitions_split_and_move() {
     let ks = create_keyspace(&**c.meta(), "users", Routing::Range, None)
         .await
         .unwrap();
+    // Every node at the map with the keyspace before the client reads one
+    // (it asks a node for the map; one still at the older map would not
+    // know "users": the suite once failed so, 2026-12-06).
+    c.wait_serving(WAIT).await.unwrap();
     let seeds: Vec<String> = c.resp_addrs().into_iter().flatten().collect();
     let seed_refs: Vec<&str> = seeds.iter().map(|s| s.as_str()).collect();
     let client = Client::connect(&seed_refs, ClientConfig::default())
