@@ -103,7 +103,7 @@ impl Metrics {
             protocol_errors: Counter::default(),
             connections: Gauge::default(),
             connections_refused: Counter::default(),
-            fsync_seconds: Histogram::new(exponential_buckets(0.000_05, 2.0, 16)),
+            fsync_seconds: seconds_histogram(),
             fsync_errors: Counter::default(),
             group_commit_size: Histogram::new(exponential_buckets(1.0, 2.0, 12)),
             map_version: Gauge::default(),
@@ -123,8 +123,8 @@ impl Metrics {
             migration_backoffs: Counter::default(),
             migration_pushes: Gauge::default(),
             migration_lag_records: Gauge::default(),
-            migration_dual_wait_seconds: Histogram::new(exponential_buckets(0.000_05, 2.0, 16)),
-            migration_fence_step_seconds: Family::new_with_constructor(fence_step_histogram),
+            migration_dual_wait_seconds: seconds_histogram(),
+            migration_fence_step_seconds: Family::new_with_constructor(seconds_histogram),
             map_since_replies: Family::default(),
             peer_refusals: Family::default(),
             replica_reads: Family::default(),
@@ -393,6 +393,8 @@ impl Metrics {
     }
 }
 
-fn fence_step_histogram() -> Histogram {
+/// A latency histogram in seconds, 50 µs to about 1.6 s (every latency
+/// histogram of the node).
+pub(crate) fn seconds_histogram() -> Histogram {
     Histogram::new(exponential_buckets(0.000_05, 2.0, 16))
 }

@@ -4,7 +4,7 @@ use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::metrics::histogram::Histogram;
 use std::sync::Arc;
 
 /// Label: a partition id.
@@ -19,13 +19,13 @@ pub struct ReasonLabel {
     pub reason: &'static str,
 }
 
-/// A latency histogram in seconds, 50 µs to about 1.6 s.
+/// A latency histogram ([`crate::metrics::seconds_histogram`]).
 #[derive(Clone)]
 pub struct Seconds(pub Histogram);
 
 impl Default for Seconds {
     fn default() -> Self {
-        Seconds(Histogram::new(exponential_buckets(0.000_05, 2.0, 16)))
+        Seconds(crate::metrics::seconds_histogram())
     }
 }
 
