@@ -183,71 +183,8 @@ fn worker_tick(ctx: &WorkerState) -> crate::Result<bool> {
             keyspace.inner_rotate_memtable(journal_writer, memtable_id)?;
         }
         WorkerMessage::Flush => {
-            let Some(task) = ctx.supervisor.flush_manager.dequeue() else {
-                return Ok(false);
-            };
-
-            {
-                log::trace!("acquiring journal lock to maybe rotate journal");
-                let mut journal_writer = ctx.supervisor.journal.get_writer()?;
-
-                if journal_writer.pos()?
-                    > ctx.supervisor.db_config.journal_rotation_size_in_bytes
-                {
-                    #[expect(clippy::expect_used)]
-                    let mut journal_manager = ctx
-                        .supervisor
-                        .journal_manager
-                        .write()
-                        .expect("lock is poisoned");
-
-                    let seqno_map = {
-                        #[expect(clippy::expect_used)]
-                        let keyspaces = ctx.supervisor.keyspaces.write().expect("lock is poisoned");
-
-                        ctx.supervisor.build_seqno_map(&keyspaces)
-                    };
-
-                    journal_manager.rotate_journal(&mut journal_writer, seqno_map)?;
-
-                    if journal_manager.disk_space_used()
-                        >= ctx.supervisor.db_config.max_journaling_size_in_bytes
-                    {
-                        let stragglers =
-                            journal_manager.get_keyspaces_to_flush_for_oldest_journal_eviction();
-
-                        for keyspace in stragglers {
-                            log::info!(
-                                "Rotating {:?} to try to reduce journal size",
-                                keyspace.name,
-                            );
-                            keyspace.request_rotation();
-                        }
-                    }
-                } else {
-                    // https://github.com/fjall-rs/fjall/issues/329
-                    journal_writer.persist(crate::PersistMode::SyncAll)?;
-                }
-            }
-
-            run_flush(
-                &task,
-                &ctx.supervisor.write_buffer_size,
-                &ctx.supervisor.snapshot_tracker,
-                &ctx.stats,
-            )?;
-
-            for _ in 0..ctx.pool_size {
-                ctx.sender
-                    .try_send(WorkerMessage::Compact(task.keyspace.clone()))
-                    .ok();
-            }
-
-            ctx.supervisor
-                .journal_manager
-                .write()
-                .expect("lock is poisoned")
-                .maintenance()?;
+            while flush_one(ctx)? {}
+            return Ok(false);
         }
         WorkerMessage::Compact(keyspace) => {
             // NOTE: Let one worker prioritize flushing if there are pending flushes
@@ -260,14 +197,88 @@ fn worker_tick(ctx: &WorkerState) -> crate::Result<bool> {
             // compacts like any other worker.
             if ctx.pool_size > 1 && ctx.worker_id == 0 && ctx.supervisor.flush_manager.len() > 0 {
                 ctx.sender.try_send(WorkerMessage::Compact(keyspace)).ok();
-                return Ok(false);
+            } else {
+                run_compaction(&keyspace, &ctx.supervisor.snapshot_tracker, &ctx.stats)?;
             }
-
-            run_compaction(&keyspace, &ctx.supervisor.snapshot_tracker, &ctx.stats)?;
         }
     }
 
+    // Keyway patch: a flush queued without its message (the queue was full,
+    // see `Keyspace::inner_rotate_memtable`) is run by the next tick.
+    while ctx.supervisor.flush_manager.len() > 0 && flush_one(ctx)? {}
+
     Ok(false)
+}
+
+/// Runs one queued flush task; false when the queue was empty.
+fn flush_one(ctx: &WorkerState) -> crate::Result<bool> {
+    let Some(task) = ctx.supervisor.flush_manager.dequeue() else {
+        return Ok(false);
+    };
+
+    {
+        log::trace!("acquiring journal lock to maybe rotate journal");
+        let mut journal_writer = ctx.supervisor.journal.get_writer()?;
+
+        if journal_writer.pos()?
+            > ctx.supervisor.db_config.journal_rotation_size_in_bytes
+        {
+            #[expect(clippy::expect_used)]
+            let mut journal_manager = ctx
+                .supervisor
+                .journal_manager
+                .write()
+                .expect("lock is poisoned");
+
+            let seqno_map = {
+                #[expect(clippy::expect_used)]
+                let keyspaces = ctx.supervisor.keyspaces.write().expect("lock is poisoned");
+
+                ctx.supervisor.build_seqno_map(&keyspaces)
+            };
+
+            journal_manager.rotate_journal(&mut journal_writer, seqno_map)?;
+
+            if journal_manager.disk_space_used()
+                >= ctx.supervisor.db_config.max_journaling_size_in_bytes
+            {
+                let stragglers =
+                    journal_manager.get_keyspaces_to_flush_for_oldest_journal_eviction();
+
+                for keyspace in stragglers {
+                    log::info!(
+                        "Rotating {:?} to try to reduce journal size",
+                        keyspace.name,
+                    );
+                    keyspace.request_rotation();
+                }
+            }
+        } else {
+            // https://github.com/fjall-rs/fjall/issues/329
+            journal_writer.persist(crate::PersistMode::SyncAll)?;
+        }
+    }
+
+    run_flush(
+        &task,
+        &ctx.supervisor.write_buffer_size,
+        &ctx.supervisor.snapshot_tracker,
+        &ctx.stats,
+    )?;
+
+    for _ in 0..ctx.pool_size {
+        ctx.sender
+            .try_send(WorkerMessage::Compact(task.keyspace.clone()))
+            .ok();
+    }
+
+    ctx.supervisor
+        .journal_manager
+        .write()
+        .expect("lock is poisoned")
+        .maintenance()?;
+
+    Ok(true)
 }
 
 #[cfg(test)]
@@ -315,6 +326,69 @@ mod tests {
             );
         }
 
+        Ok(())
+    }
+
+    /// Keyway patch: a worker that rotates a memtable while its own queue is
+    /// full must not block sending the `Flush` message (upstream: `send`, so
+    /// the only consumer of the queue waited for itself forever), and the
+    /// flush must still run.
+    #[test]
+    fn rotation_on_a_worker_with_a_full_queue_flushes_and_returns() -> crate::Result<()> {
+        let folder = tempfile::tempdir()?;
+        // No workers: the test thread plays the pool's only worker.
+        let db = Database::builder(&folder)
+            .worker_threads_unchecked(0)
+            .open()?;
+        let ks = db.keyspace("default", KeyspaceCreateOptions::default)?;
+        ks.insert("a", "a")?;
+        assert_eq!(0, ks.tree.table_count());
+
+        let sender = db.worker_pool.sender.clone();
+        let capacity = sender.capacity().expect("the queue is bounded");
+        let active = ks.tree.active_memtable().id();
+        // The journal lock stops the worker right after it took the first
+        // message, so the test can fill the slot that message freed, as
+        // writers do in production (`request_rotation`, once per write past
+        // the memtable size).
+        let journal = db.supervisor.journal.get_writer()?;
+        sender
+            .try_send(WorkerMessage::RotateMemtable(ks.clone(), active))
+            .expect("the queue has room");
+        let stale = || WorkerMessage::RotateMemtable(ks.clone(), active + 1_000);
+        while sender.try_send(stale()).is_ok() {}
+
+        let ctx = WorkerState {
+            pool_size: 1,
+            worker_id: 0,
+            supervisor: db.supervisor.clone(),
+            rx: db.worker_pool.rx.clone(),
+            sender: sender.clone(),
+            stats: Arc::new(Stats::default()),
+        };
+        let (done_tx, done_rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let result = worker_tick(&ctx);
+            done_tx.send(result.map_err(|e| format!("{e:?}"))).ok();
+        });
+        let waited = std::time::Instant::now();
+        while sender.len() == capacity {
+            assert!(waited.elapsed().as_secs() < 60, "the worker took no message");
+            std::thread::yield_now();
+        }
+        sender.try_send(stale()).expect("the slot the worker freed");
+        assert!(sender.is_full());
+        drop(journal);
+
+        // A deadlock never answers; a correct tick answers in milliseconds.
+        let result = done_rx
+            .recv_timeout(std::time::Duration::from_secs(60))
+            .expect("the worker blocked sending into its own full queue");
+        assert_eq!(Ok(false), result);
+
+        assert_eq!(0, db.supervisor.flush_manager.len(), "the flush ran");
+        assert_eq!(1, ks.tree.table_count(), "the sealed memtable became a table");
+        assert_eq!(Some("a".as_bytes().into()), ks.get("a")?);
         Ok(())
     }
 

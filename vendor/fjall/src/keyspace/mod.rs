@@ -752,7 +752,14 @@ impl Keyspace {
             keyspace: self.clone(),
         }));
 
-        self.worker_messager.send(WorkerMessage::Flush).ok();
+        // Keyway patch: `try_send`, not `send`. This runs on a worker thread
+        // (a `RotateMemtable` message) as often as on a writer's; a worker
+        // that blocks sending into its own full queue (1,000 messages,
+        // easily filled by `request_rotation`'s one message per write past
+        // the memtable size) waits for itself forever. A message that does
+        // not fit is not needed: every worker tick drains the flush queue
+        // (`worker_pool::worker_tick`), and a full queue means ticks are due.
+        self.worker_messager.try_send(WorkerMessage::Flush).ok();
 
         {
             // NOTE: If the difference between watermark is too large, and
