@@ -93,6 +93,8 @@ pub struct ClusterSpec {
     pub replica_lag_timeout_ms: u64,
     /// `keyway server --replica-read-lease-ms` (passed when replicated).
     pub replica_read_lease_ms: u64,
+    /// `keyway server --replica-stream-window-calls` (passed when replicated).
+    pub replica_stream_window_calls: u64,
     /// `keyway manager --rebalance-down-grace-ms` (the `permanent-loss`
     /// fault: a node down this long is re-replicated); `None` keeps the
     /// manager's default.
@@ -107,6 +109,7 @@ impl ClusterSpec {
             node_lease_margin_ms: self.node_lease_margin_ms,
             replica_lag_timeout_ms: self.replica_lag_timeout_ms,
             replica_read_lease_ms: self.replica_read_lease_ms,
+            replica_stream_window_calls: self.replica_stream_window_calls,
         }
     }
 }

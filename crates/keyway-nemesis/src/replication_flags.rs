@@ -13,6 +13,9 @@ pub struct ReplicationFlags {
     pub node_lease_margin_ms: u64,
     pub replica_lag_timeout_ms: u64,
     pub replica_read_lease_ms: u64,
+    /// The nodes' `--replica-stream-window-calls` (calls each stream keeps
+    /// in flight).
+    pub replica_stream_window_calls: u64,
 }
 
 impl ReplicationFlags {
@@ -51,6 +54,8 @@ impl ReplicationFlags {
             self.replica_lag_timeout_ms.to_string(),
             "--replica-read-lease-ms".into(),
             self.replica_read_lease_ms.to_string(),
+            "--replica-stream-window-calls".into(),
+            self.replica_stream_window_calls.to_string(),
         ]
     }
 }

@@ -64,6 +64,8 @@ pub struct RunConfig {
     pub replica_lag_timeout_ms: u64,
     /// The nodes' `--replica-read-lease-ms`.
     pub replica_read_lease_ms: u64,
+    /// The nodes' `--replica-stream-window-calls`.
+    pub replica_stream_window_calls: u64,
     /// Percent of the plain clients' reads sent to a replica on a
     /// `READONLY` connection (when `CLUSTER SLOTS` lists one).
     pub replica_read_pct: u32,
@@ -132,6 +134,10 @@ impl RunConfig {
         check(
             self.replica_read_lease_ms < self.replica_lag_timeout_ms,
             "--replica-read-lease-ms must be below --replica-lag-timeout-ms",
+        )?;
+        check(
+            (1..=64).contains(&self.replica_stream_window_calls),
+            "--replica-stream-window-calls must be 1..=64",
         )?;
         check(
             self.replica_lag_timeout_ms >= 100,
@@ -263,6 +269,7 @@ pub async fn run_one(
         min_in_sync: cfg.min_in_sync,
         replica_lag_timeout_ms: cfg.replica_lag_timeout_ms,
         replica_read_lease_ms: cfg.replica_read_lease_ms,
+        replica_stream_window_calls: cfg.replica_stream_window_calls,
         down_grace_ms: faults_kinds
             .contains(&FaultKind::PermanentLoss)
             .then_some(cfg.down_grace_ms),
@@ -660,6 +667,7 @@ mod tests {
             min_in_sync: 1,
             replica_lag_timeout_ms: 1_500,
             replica_read_lease_ms: 750,
+            replica_stream_window_calls: 4,
             replica_read_pct: 30,
             down_grace_ms: 5_000,
             recovery_timeout_ms: 60_000,

@@ -18,6 +18,11 @@ pub const DEFAULT_REPLICA_SWITCHOVER_GRACE_MS: u64 = 50;
 
 /// Smallest `storage_cache_bytes`.
 pub const MIN_STORAGE_CACHE_BYTES: u64 = 1024 * 1024;
+/// Default `replica_stream_window_calls`.
+pub const DEFAULT_REPLICA_STREAM_WINDOW_CALLS: u64 = 1;
+/// Largest `replica_stream_window_calls` (below the replica's
+/// remembered answer tokens, `replicate::replica::REMEMBERED_TOKENS`).
+pub const MAX_REPLICA_STREAM_WINDOW_CALLS: u64 = 64;
 /// Largest `storage_change_tail_bytes`.
 pub const MAX_CHANGE_TAIL_BYTES: u64 = 1024 * 1024 * 1024;
 /// The default block cache is the machine's memory divided by this.
@@ -269,6 +274,12 @@ pub struct NodeConfig {
     /// Replication: the primary's stream sends an empty call this often
     /// when idle, renewing read leases (less than `replica_read_lease_ms`).
     pub replica_heartbeat_ms: u64,
+    /// Replication: how many calls each stream to a replica node keeps in
+    /// flight (1 = wait for each answer before the next call; at most 64).
+    /// A write waits for its replicas, so with one call at a time every
+    /// write waits for the round trip before its own; more calls let
+    /// batches follow each other as they become durable.
+    pub replica_stream_window_calls: u64,
     /// Replication: once a planned switchover's target acknowledged the
     /// last seq at the fence, how much longer the fence waits for the
     /// other in-sync replicas to acknowledge it too, so a replica one
@@ -391,6 +402,7 @@ impl Default for NodeConfig {
             replica_lag_timeout_ms: 2_000,
             replica_read_lease_ms: 1_000,
             replica_heartbeat_ms: 200,
+            replica_stream_window_calls: DEFAULT_REPLICA_STREAM_WINDOW_CALLS,
             replica_switchover_grace_ms: DEFAULT_REPLICA_SWITCHOVER_GRACE_MS,
             replica_copy_max_bytes_per_sec: crate::peer::Throttle::default().max_bytes_per_sec,
             stray_sweep_interval_ms: 10_000,
@@ -512,6 +524,10 @@ impl NodeConfig {
             ("replica_lag_timeout_ms", self.replica_lag_timeout_ms),
             ("replica_read_lease_ms", self.replica_read_lease_ms),
             ("replica_heartbeat_ms", self.replica_heartbeat_ms),
+            (
+                "replica_stream_window_calls",
+                self.replica_stream_window_calls,
+            ),
             ("stray_sweep_interval_ms", self.stray_sweep_interval_ms),
             ("stray_sweep_grace_ms", self.stray_sweep_grace_ms),
         ];
@@ -628,6 +644,11 @@ impl NodeConfig {
                 self.replica_heartbeat_ms, self.replica_read_lease_ms
             ));
         }
+        if self.replica_stream_window_calls > MAX_REPLICA_STREAM_WINDOW_CALLS {
+            return Err(format!(
+                "replica_stream_window_calls must be at most {MAX_REPLICA_STREAM_WINDOW_CALLS}"
+            ));
+        }
         if self.lease_ttl_ms < 300 {
             return Err("lease_ttl_ms must be at least 300".into());
         }
@@ -695,6 +716,7 @@ impl NodeConfig {
             lag_timeout: Duration::from_millis(self.replica_lag_timeout_ms),
             read_lease: Duration::from_millis(self.replica_read_lease_ms),
             heartbeat: Duration::from_millis(self.replica_heartbeat_ms),
+            stream_window_calls: self.replica_stream_window_calls as usize,
             switchover_grace: Duration::from_millis(self.replica_switchover_grace_ms),
             throttle: crate::peer::Throttle {
                 max_bytes_per_sec: self.replica_copy_max_bytes_per_sec,

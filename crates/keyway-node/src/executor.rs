@@ -274,6 +274,9 @@ pub struct DurableSeq {
     seq: AtomicU64,
     follows_last: bool,
     changed: tokio::sync::Notify,
+    /// Serialises [`Self::sync_through`]'s fsyncs, so callers waiting on
+    /// one share it.
+    sync_lock: Mutex<()>,
 }
 
 impl DurableSeq {
@@ -282,6 +285,7 @@ impl DurableSeq {
             seq: AtomicU64::new(start),
             follows_last: matches!(durability, Durability::Periodic | Durability::None),
             changed: tokio::sync::Notify::new(),
+            sync_lock: Mutex::new(()),
         }
     }
 
@@ -308,6 +312,25 @@ impl DurableSeq {
         engine.sync()?;
         self.publish(covered);
         Ok(())
+    }
+
+    /// Returns once an fsync that covers `seq` completed: at once when one
+    /// did, else after the fsync in progress (if it covered `seq`) or its
+    /// own. A group commit for callers that fsync themselves (a replica's
+    /// calls): N callers at once cost about two fsyncs, not N.
+    pub fn sync_through(
+        &self,
+        engine: &dyn Engine,
+        seq: keyway_storage::Seq,
+    ) -> Result<(), keyway_storage::StorageError> {
+        if self.seq.load(Ordering::Acquire) >= seq {
+            return Ok(());
+        }
+        let _one_at_a_time = self.sync_lock.lock().unwrap_or_else(|e| e.into_inner());
+        if self.seq.load(Ordering::Acquire) >= seq {
+            return Ok(());
+        }
+        self.sync_now(engine)
     }
 
     /// Every record up to `seq` is durable (never moves back).

@@ -101,6 +101,11 @@ pub struct NemesisArgs {
     /// The nodes' --replica-read-lease-ms (with replication); below the lag timeout.
     #[arg(long, default_value_t = 1_000)]
     replica_read_lease_ms: u64,
+    /// The nodes' --replica-stream-window-calls (with replication): calls
+    /// each stream keeps in flight, 1..=64. The harness's default, 4, runs
+    /// the pipelined stream (the nodes' own default is 1).
+    #[arg(long, default_value_t = 4)]
+    replica_stream_window_calls: u64,
     /// Percent of the plain clients' reads sent to a replica on a READONLY
     /// connection (counted as replica_reads; judged like every read).
     #[arg(long, default_value_t = 30)]
@@ -145,6 +150,7 @@ pub async fn run(args: NemesisArgs) -> anyhow::Result<()> {
         min_in_sync: args.min_in_sync,
         replica_lag_timeout_ms: args.replica_lag_timeout_ms,
         replica_read_lease_ms: args.replica_read_lease_ms,
+        replica_stream_window_calls: args.replica_stream_window_calls,
         replica_read_pct: args.replica_read_pct,
         down_grace_ms: args.down_grace_ms,
         recovery_timeout_ms: args.recovery_timeout_ms,

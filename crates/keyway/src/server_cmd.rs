@@ -128,6 +128,11 @@ pub struct NodeFlags {
     /// leases; less than --replica-read-lease-ms (default 200).
     #[arg(long)]
     replica_heartbeat_ms: Option<u64>,
+    /// Replication: calls each stream to a replica keeps in flight, 1 to
+    /// 64 (default 1: one call at a time, which batches best when the
+    /// machine's cores are the limit; more pays where the round trip is).
+    #[arg(long)]
+    replica_stream_window_calls: Option<u64>,
     /// Replication: once a planned switchover's target caught up, how long
     /// the fence waits for the partition's other in-sync replicas to catch
     /// up too before they leave the in-sync set (and are copied again);
@@ -226,6 +231,7 @@ impl NodeFlags {
             replica_lag_timeout_ms,
             replica_read_lease_ms,
             replica_heartbeat_ms,
+            replica_stream_window_calls,
             replica_switchover_grace_ms,
             replica_copy_max_bytes_per_sec,
             stray_sweep_interval_ms,

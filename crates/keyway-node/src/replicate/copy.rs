@@ -178,6 +178,7 @@ async fn call(
             drop_partition: if drop_limit > 0 { listed.0.0 } else { 0 },
             drop_limit,
             stream: false,
+            after_call: 0,
         };
         match stream.client.replicate(req).await {
             Ok(resp) => return Ok(resp),

@@ -59,6 +59,9 @@ pub struct ReplicationMetrics {
     /// Round trip of a stream's `Replicate` call that carried records,
     /// from the request's send to its answer.
     pub stream_call_seconds: Seconds,
+    /// Stream calls sent and not answered yet, all streams
+    /// (`replica_stream_window_calls` bounds each stream's).
+    pub stream_calls_in_flight: Gauge,
     /// A replica's time on one `Replicate` call, from its arrival to the
     /// answer (order, check, apply, fsync when asked).
     pub replica_serve_seconds: Seconds,
@@ -128,6 +131,11 @@ impl ReplicationMetrics {
             "replication_stream_call_seconds",
             "Round trip of a stream's Replicate call that carried records",
             r.stream_call_seconds.0.clone(),
+        );
+        m.register(
+            "replication_stream_calls_in_flight",
+            "Stream Replicate calls sent and not answered yet (each stream at most replica_stream_window_calls)",
+            r.stream_calls_in_flight.clone(),
         );
         m.register(
             "replica_serve_seconds",

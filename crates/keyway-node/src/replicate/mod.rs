@@ -83,6 +83,8 @@ pub struct ReplicationConfig {
     pub lag_timeout: Duration,
     pub read_lease: Duration,
     pub heartbeat: Duration,
+    /// Calls each stream keeps in flight (`replica_stream_window_calls`).
+    pub stream_window_calls: usize,
     /// How long a switchover's fence waits, once its target caught up, for
     /// the other in-sync replicas to catch up too (`switchover.rs`).
     pub switchover_grace: Duration,

@@ -5,7 +5,14 @@
 //!    `(incarnation, call)` order: a call that arrives after a newer one
 //!    was applied (a retried batch stuck in a paused process, a stream
 //!    batch racing a catch-up's clean) is refused as stale and changes
-//!    nothing.
+//!    nothing. A pipelined stream call (`after_call` ≠ 0) continues the
+//!    stream call it names: it waits (at most [`PREDECESSOR_WAIT`]) until
+//!    that call was applied here, and is refused once that call (or one
+//!    before it) was refused, so this node's copy never has a gap. A call
+//!    applied after its predecessor is a prefix extension; the sender's
+//!    chain restarts (`after_call` 0, from what this node acknowledged)
+//!    after any failure, and a restarted chain's calls are newer than
+//!    every call of the old one, which is then stale.
 //! 2. **Check** ([`check`], pure) under the routing read guard, with each
 //!    engine sub-batch in the same critical section (invariant 2): for each
 //!    listed partition, this node's map must show S as owner and this node
@@ -14,15 +21,22 @@
 //!    newer epoch than S names means S was deposed: refused. Every record's
 //!    key must lie in a listed partition.
 //! 3. **Apply**: the optional clean (`delete_range_chunk`, which also drops
-//!    version markers), the records (`apply_foreign`), then fsync when the
-//!    call asks it or this node's durability waits for fsyncs (otherwise the
-//!    records are in the OS's hands: `periodic`/`none` flush each batch).
+//!    version markers), the records (`apply_foreign`), then, once out of
+//!    the ordered section (so the sender's next call applies meanwhile),
+//!    fsync through this node's last seq when the call asks it or this
+//!    node's durability waits for fsyncs (otherwise the records are in the
+//!    OS's hands: `periodic`/`none` flush each batch). One fsync answers
+//!    every call applied before it (`DurableSeq::sync_through`). A token's
+//!    time is taken before the fsync, so earlier than the answer leaves.
 //! 4. **Read leases** (invariant 11): for each listed partition S vouches
 //!    for, `grant_replica_read(p, epoch, anchor + read_lease)`, where the
-//!    anchor is when *this node's previous answer* to S's stream left here
-//!    (S echoes its token). S received that answer before sending this
-//!    call, so S's own bound (that answer's arrival + the lease) is never
-//!    earlier than the lease granted here, however late this call arrives.
+//!    anchor is when *an earlier answer of this node* to S's stream left
+//!    here (S echoes the token of the newest answer it has; with calls in
+//!    flight that is not the answer right before; the last
+//!    [`REMEMBERED_TOKENS`] are known here). S received that answer before
+//!    sending this call, so S's own bound (that answer's arrival + the
+//!    lease) is never earlier than the lease granted here, however late
+//!    this call arrives.
 
 use super::metrics::ReplicationMetrics;
 use crate::executor::{DurableSeq, LatencyGauge};
@@ -43,14 +57,75 @@ const APPLY_SUB_BATCH: usize = 128;
 const DROP_SUB_CHUNK: usize = 1_000;
 /// Longest read lease a sender may ask for.
 const MAX_READ_LEASE_MS: u64 = 60_000;
+/// How long a pipelined stream call waits for the call it continues.
+pub const PREDECESSOR_WAIT: Duration = Duration::from_secs(1);
+/// Answers per sender whose token a later call may echo (more than any
+/// stream's window, `replica_stream_window_calls`).
+pub const REMEMBERED_TOKENS: usize = 128;
 
 /// What a replica remembers of one sender's stream.
 #[derive(Default)]
 struct SenderState {
     incarnation: u64,
     last_call: u64,
-    /// The token of the last answer to a stream call, and when it left.
-    token: Option<(u64, Instant)>,
+    /// The last stream call applied here.
+    last_stream_call: u64,
+    /// The newest stream call refused here: a call continuing it, or one
+    /// before it, must not be applied (its predecessor's records are
+    /// missing here).
+    stream_refused: u64,
+    /// The tokens of the newest answers to stream calls, and when each
+    /// left (oldest first, at most [`REMEMBERED_TOKENS`]).
+    tokens: std::collections::VecDeque<(u64, Instant)>,
+}
+
+/// A sender's state and the condition its pipelined calls wait on.
+#[derive(Default)]
+struct Sender {
+    state: Mutex<SenderState>,
+    moved: std::sync::Condvar,
+}
+
+/// Where one call stands in its sender's order (see the module docs).
+#[derive(Debug, PartialEq, Eq)]
+enum Order {
+    Apply,
+    /// The stream call it continues was not applied yet.
+    Wait,
+    Refuse(String),
+}
+
+impl SenderState {
+    /// Pure: the order check of one call (after the incarnation reset).
+    fn order(&self, incarnation: u64, call: u64, stream: bool, after_call: u64) -> Order {
+        if incarnation < self.incarnation
+            || (incarnation == self.incarnation && call <= self.last_call)
+        {
+            return Order::Refuse(format!(
+                "arrived after {}/{}",
+                self.incarnation, self.last_call
+            ));
+        }
+        if !stream || after_call == 0 {
+            return Order::Apply;
+        }
+        if after_call >= call {
+            return Order::Refuse(format!("continues call {after_call}, not an earlier one"));
+        }
+        if incarnation > self.incarnation {
+            // The first call of its chain was not applied here yet.
+            return Order::Wait;
+        }
+        if self.last_stream_call >= after_call {
+            // Applied (a later stream call applied instead would be newer
+            // than this one, which the first check refused).
+            return Order::Apply;
+        }
+        if self.stream_refused >= after_call {
+            return Order::Refuse(format!("continues call {after_call}, which was refused"));
+        }
+        Order::Wait
+    }
 }
 
 /// The replica side (see the module docs).
@@ -62,7 +137,7 @@ pub struct ReplicaSide {
     metrics: Arc<ReplicationMetrics>,
     /// Published after each fsync here (this node's own streams ship up to it).
     durable: Arc<DurableSeq>,
-    senders: Mutex<HashMap<NodeId, Arc<Mutex<SenderState>>>>,
+    senders: Mutex<HashMap<NodeId, Arc<Sender>>>,
     /// Testing hook: while true every call waits before it is looked at
     /// (as a `SIGSTOP`ped process would).
     paused: watch::Sender<bool>,
@@ -125,7 +200,7 @@ impl ReplicaSide {
         self.paused.send_replace(paused);
     }
 
-    fn sender(&self, node: NodeId) -> Arc<Mutex<SenderState>> {
+    fn sender(&self, node: NodeId) -> Arc<Sender> {
         self.senders
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -197,18 +272,41 @@ impl ReplicaSide {
         records: Vec<ChangeRecord>,
         drop: Option<(PartitionId, Epoch, KeyRange, usize)>,
     ) -> Result<pb::ReplicateResponse, ReplicaError> {
-        let state = self.sender(sender);
-        let mut state = state.lock().unwrap_or_else(|e| e.into_inner());
-        if req.incarnation < state.incarnation
-            || (req.incarnation == state.incarnation && req.call <= state.last_call)
-        {
-            return Err(self.refuse(Refusal {
-                reason: RefusalReason::Stale,
-                detail: format!(
-                    "call {}/{} of node {sender} arrived after {}/{}",
-                    req.incarnation, req.call, state.incarnation, state.last_call
-                ),
-            }));
+        let slot = self.sender(sender);
+        let mut state = slot.state.lock().unwrap_or_else(|e| e.into_inner());
+        let waited = Instant::now();
+        loop {
+            match state.order(req.incarnation, req.call, req.stream, req.after_call) {
+                Order::Apply => break,
+                Order::Wait if waited.elapsed() < PREDECESSOR_WAIT => {
+                    let left = PREDECESSOR_WAIT.saturating_sub(waited.elapsed());
+                    state = slot
+                        .moved
+                        .wait_timeout(state, left)
+                        .unwrap_or_else(|e| e.into_inner())
+                        .0;
+                }
+                order => {
+                    let why = match order {
+                        Order::Refuse(why) => why,
+                        _ => format!(
+                            "call {} it continues did not arrive within {PREDECESSOR_WAIT:?}",
+                            req.after_call
+                        ),
+                    };
+                    if req.stream && req.incarnation == state.incarnation {
+                        state.stream_refused = state.stream_refused.max(req.call);
+                        slot.moved.notify_all();
+                    }
+                    return Err(self.refuse(Refusal {
+                        reason: RefusalReason::Stale,
+                        detail: format!(
+                            "call {}/{} of node {sender} {why}",
+                            req.incarnation, req.call
+                        ),
+                    }));
+                }
+            }
         }
         if req.incarnation > state.incarnation {
             *state = SenderState {
@@ -216,6 +314,48 @@ impl ReplicaSide {
                 ..SenderState::default()
             };
         }
+        let answer = self.apply_in_order(&mut state, req, sender, listed, records, drop);
+        slot.moved.notify_all();
+        drop_state(state);
+        // The fsync outside the sender's lock: the next call applies
+        // meanwhile, and one fsync covers the calls applied before it
+        // (`DurableSeq::sync_through`, a group commit across calls).
+        let (answer, sync) = answer?;
+        if sync {
+            self.durable
+                .sync_through(&*self.engine, answer.last_seq)
+                .map_err(ReplicaError::Storage)?;
+        }
+        Ok(answer)
+    }
+
+    /// Applies a call [`Self::in_order`] let through, under its sender's
+    /// lock; a refused or failed stream call is remembered as refused.
+    fn apply_in_order(
+        &self,
+        state: &mut SenderState,
+        req: pb::ReplicateRequest,
+        sender: NodeId,
+        listed: Vec<ListedPartition>,
+        records: Vec<ChangeRecord>,
+        drop: Option<(PartitionId, Epoch, KeyRange, usize)>,
+    ) -> Result<(pb::ReplicateResponse, bool), ReplicaError> {
+        let answer = self.apply_call(state, &req, sender, listed, records, drop);
+        if answer.is_err() && req.stream {
+            state.stream_refused = state.stream_refused.max(req.call);
+        }
+        answer
+    }
+
+    fn apply_call(
+        &self,
+        state: &mut SenderState,
+        req: &pb::ReplicateRequest,
+        sender: NodeId,
+        listed: Vec<ListedPartition>,
+        records: Vec<ChangeRecord>,
+        drop: Option<(PartitionId, Epoch, KeyRange, usize)>,
+    ) -> Result<(pb::ReplicateResponse, bool), ReplicaError> {
         // The sender's mode asks it, or this node's own does (a replica
         // under `group` never holds an acknowledged record only in a
         // user-space buffer).
@@ -224,29 +364,30 @@ impl ReplicaSide {
         let bytes_written = crate::copies::payload_bytes(&records);
         let applied = apply(
             &*self.engine,
-            &self.durable,
             &self.routing,
             self.me,
             sender,
             &listed,
             drop,
             &records,
-            sync,
             &self.applied,
         )
         .map_err(ReplicaError::Storage)?;
         let (last_seq, deleted) = applied.map_err(|r| self.refuse(r))?;
         state.last_call = req.call;
+        if req.stream {
+            state.last_stream_call = req.call;
+        }
         self.metrics
             .replica_applied_records
             .inc_by(n_records as u64);
         let mut token = 0;
         if req.stream {
             let lease = Duration::from_millis(req.read_lease_ms.min(MAX_READ_LEASE_MS));
-            if let Some((t, anchor)) = state.token
-                && t == req.prev_token
-                && req.prev_token != 0
+            if req.prev_token != 0
+                && let Some((_, anchor)) = state.tokens.iter().find(|(t, _)| *t == req.prev_token)
             {
+                let anchor = *anchor;
                 for (pid, epoch, _, vouch) in &listed {
                     if *vouch {
                         self.routing
@@ -257,15 +398,19 @@ impl ReplicaSide {
             token = self
                 .next_token
                 .fetch_add(2, std::sync::atomic::Ordering::Relaxed);
-            state.token = Some((token, Instant::now()));
+            if state.tokens.len() == REMEMBERED_TOKENS {
+                state.tokens.pop_front();
+            }
+            state.tokens.push_back((token, Instant::now()));
         }
-        Ok(pb::ReplicateResponse {
+        let answer = pb::ReplicateResponse {
             token,
             last_seq,
             deleted: deleted as u64,
             recent_latency_us: self.latency.recent_max_micros(),
             bytes_written,
-        })
+        };
+        Ok((answer, sync))
     }
 
     fn refuse(&self, r: Refusal) -> ReplicaError {
@@ -298,14 +443,12 @@ fn listed_from_pb(ps: &[pb::ReplicatedPartition]) -> Result<Vec<ListedPartition>
 #[allow(clippy::too_many_arguments)]
 fn apply(
     engine: &dyn Engine,
-    durable: &DurableSeq,
     routing: &Routing,
     me: NodeId,
     sender: NodeId,
     listed: &[ListedPartition],
     drop: Option<(PartitionId, Epoch, KeyRange, usize)>,
     records: &[ChangeRecord],
-    sync: bool,
     applied_at: &Mutex<HashMap<PartitionId, keyway_storage::Seq>>,
 ) -> Result<Result<(u64, usize), Refusal>, keyway_storage::StorageError> {
     let mut deleted = 0;
@@ -369,10 +512,12 @@ fn apply(
         }
         drop_guard(view);
     }
-    if sync {
-        durable.sync_now(engine)?;
-    }
     Ok(Ok((engine.last_seq(), deleted)))
+}
+
+/// Ends a sender's ordered section.
+fn drop_state(state: std::sync::MutexGuard<'_, SenderState>) {
+    drop(state);
 }
 
 /// Ends a check's critical section (the effect is in the engine).
@@ -453,6 +598,57 @@ mod tests {
     fn listed(map: &PartitionMap, pid: PartitionId, epoch: Epoch) -> Vec<ListedPartition> {
         let p = &map.partitions[&pid];
         vec![(pid, epoch, crate::migrate::receive::storage_range(p), true)]
+    }
+
+    fn state(incarnation: u64, last_call: u64, last_stream_call: u64, refused: u64) -> SenderState {
+        SenderState {
+            incarnation,
+            last_call,
+            last_stream_call,
+            stream_refused: refused,
+            ..SenderState::default()
+        }
+    }
+
+    #[test]
+    fn a_pipelined_call_is_applied_only_right_after_the_call_it_continues() {
+        let refused = |o: Order| matches!(o, Order::Refuse(_));
+        // Calls 5 (applied), then 6 continuing 5: applied.
+        let s = state(1, 5, 5, 0);
+        assert_eq!(s.order(1, 6, true, 5), Order::Apply);
+        // 7 continuing 6 before 6 arrived: waits.
+        assert_eq!(s.order(1, 7, true, 6), Order::Wait);
+        // 6 was refused: 7 (continuing it) is refused, and so is 8
+        // continuing 7 (refused in turn).
+        let s = state(1, 5, 5, 6);
+        assert!(refused(s.order(1, 7, true, 6)));
+        let s = state(1, 5, 5, 7);
+        assert!(refused(s.order(1, 8, true, 7)));
+        // A catch-up call (not stream) between: 8 continuing 6 is applied
+        // after 6 and the catch-up 7.
+        let s = state(1, 7, 6, 0);
+        assert_eq!(s.order(1, 8, true, 6), Order::Apply);
+        // A catch-up applied before 6 arrived: 6 is stale, hence 8 too.
+        let s = state(1, 7, 5, 0);
+        assert!(refused(s.order(1, 6, true, 5)));
+        let s = state(1, 7, 5, 6);
+        assert!(refused(s.order(1, 8, true, 6)));
+        // A restarted chain (after_call 0) is applied, and the old chain's
+        // later calls are stale against it.
+        let s = state(1, 5, 5, 0);
+        assert_eq!(s.order(1, 9, true, 0), Order::Apply);
+        let s = state(1, 9, 9, 0);
+        assert!(refused(s.order(1, 7, true, 6)));
+        // A new incarnation: its first call applies; a call continuing
+        // one of it that did not arrive yet waits.
+        assert_eq!(s.order(2, 1, true, 0), Order::Apply);
+        assert_eq!(s.order(2, 2, true, 1), Order::Wait);
+        // An older incarnation, or a call continuing itself or a later one.
+        assert!(refused(s.order(0, 50, true, 0)));
+        assert!(refused(s.order(1, 10, true, 10)));
+        assert!(refused(s.order(1, 10, true, 11)));
+        // Catch-up calls ignore after_call.
+        assert_eq!(s.order(1, 10, false, 0), Order::Apply);
     }
 
     #[test]

@@ -379,10 +379,12 @@ impl Rules {
     /// over: a migration's flip removes every replica from the in-sync set
     /// by a CAS this node does not make, so nothing waits for their leases
     /// there) and returns when the last lease granted for it ends, if it
-    /// has replicas here. Calls of one stream are sequential and each grant
-    /// is anchored at the replica's answer the call echoes, which arrived
-    /// here before the call left, so `lease_end` (the last answer's arrival
-    /// + `read_lease`) already covers a vouching call still in flight.
+    /// has replicas here. Each grant is anchored at the replica's answer
+    /// the call echoes, which arrived here, and was taken into `lease_end`
+    /// (`stream_batch_acked`), before the call left (with several calls in
+    /// flight too: a call echoes only an answer already taken), so
+    /// `lease_end` (the last answer's arrival + `read_lease`) already
+    /// covers a vouching call still in flight.
     pub fn stop_read_leases(&mut self, partition: PartitionId) -> Option<Instant> {
         self.migrating.insert(partition);
         let p = self.parts.get(&partition)?;

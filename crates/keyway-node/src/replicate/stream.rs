@@ -1,8 +1,9 @@
 //! [`Stream`]: the primary's one stream to one replica node.
 //!
 //! Process overview:
-//! 1. Read this node's change log after the acked seq, never past the
-//!    durable seq (a bounded batch).
+//! 1. Read this node's change log after the end of the newest call in
+//!    flight (none: after the acked seq), never past the durable seq (a
+//!    bounded batch).
 //! 2. Only then take the rules' list of partitions shipped to the replica
 //!    (so a partition marked shipped after the read is covered by its
 //!    catch-up's snapshot, read after the marking at a seq ≥ the batch's
@@ -12,14 +13,25 @@
 //!    replica when acknowledgements here wait for an fsync (`always`,
 //!    `group`; with `periodic`/`none` handed to the replica's OS, as they
 //!    are here); an empty call every `replica_heartbeat_ms` renews the leases.
-//! 4. On the answer, the acked seq moves to the batch's end (the log hold
-//!    follows), and the rules hear of it (`stream_batch_acked`).
+//!    Up to `replica_stream_window_calls` calls are in flight: each names
+//!    the one it continues (`after_call`), and the replica applies it only
+//!    after that one (`replica.rs`), so its copy stays a prefix of the log.
+//!    A write waits for its replicas, so with one call at a time a write
+//!    waits for the round trip of the call before its own.
+//! 4. Answers are taken in call order. On each, the acked seq moves to the
+//!    batch's end (the log hold follows), and the rules hear of it
+//!    (`stream_batch_acked`); the token it carries is echoed by the next
+//!    call sent. A failed call fails the calls after it (they continue
+//!    it): all are given up and the stream reads again from the acked seq.
 //!
 //! A partition whose old primary a switchover kept in sync (an *era*, see
 //! `rules.rs`) is shipped only above the era's floor, only by a batch that
 //! starts within what the replica holds (`covered`: the read starts there
 //! when it is below the acked seq, so the replica's copy stays a prefix),
-//! and with every record's seq stamped with the era's epoch.
+//! and with every record's seq stamped with the era's epoch. With calls in
+//! flight, "what the replica holds" is the era's `covered` as their
+//! acknowledgements will move it ([`project_eras`]); a rewind below what
+//! is in flight waits until those calls are answered.
 //!
 //! Failures are retried with a back-off; the rules' lag timeout decides
 //! what a replica that does not answer costs. A stream whose log hold was
@@ -33,6 +45,7 @@ use crate::peer::{PeerClient, PeerError, PeerOptions, pb};
 use bytes::Bytes;
 use keyway_map::{Epoch, NodeId, PartitionId};
 use keyway_storage::{ChangeRecord, KeyRange, Seq, StorageError};
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
@@ -151,12 +164,15 @@ impl Stream {
 
     async fn run(self: Arc<Self>, repl: Arc<Replication>) {
         let heartbeat = repl.cfg.heartbeat;
+        let window = repl.cfg.stream_window_calls.max(1);
         let mut token = 0u64;
+        let mut flight = Flight::new(&repl);
         let mut last_call = Instant::now() - heartbeat;
         let mut pause = Duration::from_millis(5);
         let mut reported_lost = false;
         while !self.stopped() {
             if self.is_lost() {
+                flight.clear();
                 if !reported_lost {
                     reported_lost = true;
                     let replica = self.replica;
@@ -168,125 +184,94 @@ impl Stream {
             let durable_changed = repl.durable.changed();
             tokio::pin!(durable_changed);
             durable_changed.as_mut().enable();
-            let rewind = repl.lock().rules.rewind_to(self.replica);
-            let acked = rewind.map_or(self.acked(), |r| r.min(self.acked()));
             let durable = repl.durable.get(&*repl.engine);
-            let batch = if acked < durable {
-                // From the engine's in-memory tail when it has the records
-                // (a stream that keeps up), else read from the log on a
-                // blocking thread.
-                let recent = repl.engine.recent_changes(acked, BATCH_RECORDS);
-                let read = match recent {
-                    Some(answer) => answer,
-                    None => {
-                        let engine = repl.engine.clone();
-                        super::blocking(move || engine.changes_since(acked, BATCH_RECORDS)).await
-                    }
+            // 1. Send while the window has room and there is news (or a
+            //    heartbeat is due and nothing is in flight).
+            let room = flight.calls.len() < window;
+            if room {
+                let batch = match self.next_batch(&repl, &flight.calls, durable).await {
+                    Next::Batch(b) => Some(b),
+                    Next::Idle => None,
+                    Next::Again => continue,
                 };
-                match read {
-                    Ok(records) => Some(records),
-                    Err(StorageError::LogTruncated { .. }) => {
-                        self.lost.store(true, Ordering::Release);
-                        continue;
-                    }
-                    Err(e) => {
-                        tracing::warn!(replica = %self.replica, %e, "reading the change log failed");
-                        tokio::time::sleep(MAX_RETRY_PAUSE).await;
+                if let Some(b) = batch {
+                    let news = !b.records.is_empty() || b.examined > b.from;
+                    if news || (flight.calls.is_empty() && last_call.elapsed() >= heartbeat) {
+                        last_call = Instant::now();
+                        flight.send(&self, &repl, b, token);
                         continue;
                     }
                 }
-            } else {
-                None
-            };
-            let (listed, eras) = {
-                let inner = repl.lock();
-                (
-                    inner.rules.shipped_to(self.replica),
-                    inner.rules.eras_to(self.replica),
-                )
-            };
-            let (records, examined) = match batch {
-                Some(all) => match filter(all, durable, &listed, &eras, acked) {
-                    Some(kept) => kept,
-                    None => {
-                        tracing::warn!(replica = %self.replica, "a switched-over partition's seq cannot be stamped any more");
-                        self.lost.store(true, Ordering::Release);
-                        continue;
-                    }
-                },
-                None => (Vec::new(), acked),
-            };
-            let era_ids: Vec<(PartitionId, Epoch)> =
-                eras.iter().map(|(p, e)| (*p, e.epoch)).collect();
-            if records.is_empty() && examined == acked && last_call.elapsed() < heartbeat {
-                let wait = heartbeat.saturating_sub(last_call.elapsed());
-                // Records past the durable seq that no storage thread will
-                // fsync soon (foreign records applied here, say): fsync them.
-                let undurable = repl.engine.last_seq() > durable;
-                let wait = if undurable {
-                    wait.min(DURABLE_WAIT)
-                } else {
-                    wait
-                };
-                let changed = tokio::select! {
-                    _ = &mut durable_changed => true,
-                    _ = self.wake.notified() => true,
-                    _ = tokio::time::sleep(wait) => false,
-                };
-                if !changed && undurable {
-                    let (durable, engine) = (repl.durable.clone(), repl.engine.clone());
-                    if let Err(e) = super::blocking(move || durable.sync_now(&*engine)).await {
-                        tracing::warn!(%e, "replication stream: fsync failed");
-                    }
-                }
-                continue;
             }
-            let bytes: usize = records.iter().map(|r| r.len()).sum();
-            let count = records.len();
-            let (incarnation, call) = self.next_call();
-            let req = pb::ReplicateRequest {
-                sender: repl.me.0,
-                incarnation,
-                call,
-                prev_token: token,
-                partitions: listed_to_pb(&listed),
-                // As durable at the replica as an acknowledgement here
-                // promises (see `ReplicateRequest.sync`).
-                sync: !records.is_empty() && repl.durable.acks_wait_for_fsync(),
-                records,
-                read_lease_ms: repl.cfg.read_lease.as_millis() as u64,
-                drop_partition: 0,
-                drop_limit: 0,
-                stream: true,
+            // 2. Wait for the oldest answer, news, or a timer.
+            let wait = match flight.calls.is_empty() {
+                true => heartbeat.saturating_sub(last_call.elapsed()),
+                false => heartbeat,
             };
-            last_call = Instant::now();
-            match self.client.replicate(req).await {
+            // Records past the durable seq that no storage thread will
+            // fsync soon (foreign records applied here, say): fsync them.
+            let undurable = repl.engine.last_seq() > durable;
+            let wait = if undurable {
+                wait.min(DURABLE_WAIT)
+            } else {
+                wait
+            };
+            let has_flight = !flight.calls.is_empty();
+            let answer = tokio::select! {
+                a = flight.oldest(), if has_flight => Some(a),
+                _ = &mut durable_changed, if room => None,
+                _ = self.wake.notified() => None,
+                _ = tokio::time::sleep(wait) => {
+                    if undurable {
+                        let (durable, engine) = (repl.durable.clone(), repl.engine.clone());
+                        if let Err(e) = super::blocking(move || durable.sync_now(&*engine)).await {
+                            tracing::warn!(%e, "replication stream: fsync failed");
+                        }
+                    }
+                    None
+                }
+            };
+            let Some(answer) = answer else { continue };
+            // 3. Answers are taken in call order.
+            let call = flight.pop();
+            match answer {
                 Ok(resp) => {
                     let reply_at = Instant::now();
-                    if count > 0 {
-                        repl.metrics.stream_call_seconds.since(last_call);
+                    if call.count > 0 {
+                        repl.metrics.stream_call_seconds.since(call.sent_at);
                     }
                     pause = Duration::from_millis(5);
                     token = resp.token;
                     if self.stopped() || self.is_lost() {
                         continue;
                     }
-                    self.acked.fetch_max(examined, Ordering::AcqRel);
+                    let span = &call.span;
+                    self.acked.fetch_max(span.examined, Ordering::AcqRel);
                     if let Some(h) = &*self.hold.lock().unwrap_or_else(|e| e.into_inner()) {
-                        h.advance(examined + 1);
+                        h.advance(span.examined + 1);
                     }
-                    if count > 0 {
+                    if call.count > 0 {
                         repl.metrics.stream_calls.inc();
                     }
-                    repl.metrics.stream_records.inc_by(count as u64);
-                    repl.metrics.stream_bytes.inc_by(bytes as u64);
+                    repl.metrics.stream_records.inc_by(call.count as u64);
+                    repl.metrics.stream_bytes.inc_by(call.bytes as u64);
                     let replica = self.replica;
                     repl.with_rules(|r| {
-                        r.stream_batch_acked(replica, acked, examined, &era_ids, reply_at)
+                        r.stream_batch_acked(
+                            replica,
+                            span.from,
+                            span.examined,
+                            &span.era_ids,
+                            reply_at,
+                        )
                     });
                 }
                 Err(e) => {
+                    // The calls after a failed one continue it: the
+                    // replica refuses them (or they fail too). Start
+                    // again from what it acknowledged.
                     token = 0;
+                    flight.clear();
                     match &e {
                         PeerError::Unavailable(_) => {
                             tracing::debug!(replica = %self.replica, %e, "replica unavailable; retrying")
@@ -300,8 +285,224 @@ impl Stream {
                 }
             }
         }
+        flight.clear();
         tracing::info!(replica = %self.replica, "replication stream stopped");
     }
+
+    /// The next call's batch: from the end of the newest call in flight,
+    /// or (none in flight) from the acked seq or the rules' rewind.
+    async fn next_batch(
+        &self,
+        repl: &Replication,
+        flight: &VecDeque<InFlight>,
+        durable: Seq,
+    ) -> Next {
+        let rewind = repl.lock().rules.rewind_to(self.replica);
+        let from = match flight.back() {
+            // A rewind re-reads below what is in flight: wait for it first.
+            Some(_) if rewind.is_some() => return Next::Idle,
+            Some(newest) => newest.span.examined,
+            None => rewind.map_or(self.acked(), |r| r.min(self.acked())),
+        };
+        let read = if from < durable {
+            // From the engine's in-memory tail when it has the records (a
+            // stream that keeps up), else read from the log on a blocking
+            // thread.
+            let read = match repl.engine.recent_changes(from, BATCH_RECORDS) {
+                Some(answer) => answer,
+                None => {
+                    let engine = repl.engine.clone();
+                    super::blocking(move || engine.changes_since(from, BATCH_RECORDS)).await
+                }
+            };
+            match read {
+                Ok(records) => Some(records),
+                Err(StorageError::LogTruncated { .. }) => {
+                    self.lost.store(true, Ordering::Release);
+                    return Next::Again;
+                }
+                Err(e) => {
+                    tracing::warn!(replica = %self.replica, %e, "reading the change log failed");
+                    tokio::time::sleep(MAX_RETRY_PAUSE).await;
+                    return Next::Again;
+                }
+            }
+        } else {
+            None
+        };
+        let (listed, eras) = {
+            let inner = repl.lock();
+            (
+                inner.rules.shipped_to(self.replica),
+                inner.rules.eras_to(self.replica),
+            )
+        };
+        let eras = project_eras(eras, flight.iter().map(|c| &c.span));
+        let (records, examined) = match read {
+            Some(all) => match filter(all, durable, &listed, &eras, from) {
+                Some(kept) => kept,
+                None => {
+                    tracing::warn!(replica = %self.replica, "a switched-over partition's seq cannot be stamped any more");
+                    self.lost.store(true, Ordering::Release);
+                    return Next::Again;
+                }
+            },
+            None => (Vec::new(), from),
+        };
+        Next::Batch(Batch {
+            from,
+            examined,
+            records,
+            listed,
+            era_ids: eras.iter().map(|(p, e)| (*p, e.epoch)).collect(),
+        })
+    }
+}
+
+/// What [`Stream::next_batch`] found.
+enum Next {
+    Batch(Batch),
+    /// Nothing may be read now (a rewind waits for the calls in flight).
+    Idle,
+    /// Start the loop over (the stream was lost, or a read failed).
+    Again,
+}
+
+/// One call's content: the records after `from` up to `examined`.
+struct Batch {
+    from: Seq,
+    examined: Seq,
+    records: Vec<Bytes>,
+    listed: Vec<Listed>,
+    era_ids: Vec<(PartitionId, Epoch)>,
+}
+
+/// What one call covers: the log after `from` up to `examined`, and the
+/// eras it was built with.
+#[derive(Clone, Debug)]
+struct Span {
+    from: Seq,
+    examined: Seq,
+    era_ids: Vec<(PartitionId, Epoch)>,
+}
+
+/// One call sent and not answered yet.
+struct InFlight {
+    call: u64,
+    span: Span,
+    count: usize,
+    bytes: usize,
+    sent_at: Instant,
+    answer: tokio::task::JoinHandle<Result<pb::ReplicateResponse, PeerError>>,
+}
+
+impl Drop for InFlight {
+    /// A call given up on is not waited for (a no-op once answered).
+    fn drop(&mut self) {
+        self.answer.abort();
+    }
+}
+
+/// A stream's calls in flight, oldest first, counted in
+/// `keyway_replication_stream_calls_in_flight`.
+struct Flight {
+    calls: VecDeque<InFlight>,
+    gauge: prometheus_client::metrics::gauge::Gauge,
+}
+
+impl Flight {
+    fn new(repl: &Replication) -> Self {
+        Flight {
+            calls: VecDeque::new(),
+            gauge: repl.metrics.stream_calls_in_flight.clone(),
+        }
+    }
+
+    /// Sends `b` as the stream's next call (continuing the newest in flight).
+    fn send(&mut self, stream: &Stream, repl: &Replication, b: Batch, token: u64) {
+        let count = b.records.len();
+        let bytes: usize = b.records.iter().map(|r| r.len()).sum();
+        let (incarnation, call) = stream.next_call();
+        let after_call = self.calls.back().map_or(0, |c| c.call);
+        debug_assert!(
+            self.calls.back().is_none_or(|c| c.span.examined == b.from),
+            "a pipelined call must begin where the one it continues ends"
+        );
+        let req = pb::ReplicateRequest {
+            sender: repl.me.0,
+            incarnation,
+            call,
+            prev_token: token,
+            partitions: listed_to_pb(&b.listed),
+            // As durable at the replica as an acknowledgement here
+            // promises (see `ReplicateRequest.sync`).
+            sync: count > 0 && repl.durable.acks_wait_for_fsync(),
+            records: b.records,
+            read_lease_ms: repl.cfg.read_lease.as_millis() as u64,
+            drop_partition: 0,
+            drop_limit: 0,
+            stream: true,
+            after_call,
+        };
+        let client = stream.client.clone();
+        self.gauge.inc();
+        self.calls.push_back(InFlight {
+            call,
+            span: Span {
+                from: b.from,
+                examined: b.examined,
+                era_ids: b.era_ids,
+            },
+            count,
+            bytes,
+            sent_at: Instant::now(),
+            answer: tokio::spawn(async move { client.replicate(req).await }),
+        });
+    }
+
+    /// The oldest call's answer (cancel-safe: the call stays in flight).
+    async fn oldest(&mut self) -> Result<pb::ReplicateResponse, PeerError> {
+        let Some(c) = self.calls.front_mut() else {
+            return std::future::pending().await;
+        };
+        match (&mut c.answer).await {
+            Ok(answer) => answer,
+            Err(e) => Err(PeerError::Unavailable(format!("replicate call task: {e}"))),
+        }
+    }
+
+    fn pop(&mut self) -> InFlight {
+        self.gauge.dec();
+        self.calls
+            .pop_front()
+            .expect("an answer came from a call in flight")
+    }
+
+    fn clear(&mut self) {
+        self.gauge.dec_by(self.calls.len() as i64);
+        self.calls.clear();
+    }
+}
+
+/// The rules' eras (`covered` as of the acknowledged calls) moved on by
+/// the calls in flight as their acknowledgements will move them
+/// (`Rules::stream_batch_acked`: a call that listed the era and began
+/// within `covered` extends it to its end), so the next call ships an era
+/// partition only where it continues the replica's prefix.
+fn project_eras<'a>(
+    eras: Vec<(PartitionId, Era)>,
+    flight: impl Iterator<Item = &'a Span> + Clone,
+) -> Vec<(PartitionId, Era)> {
+    eras.into_iter()
+        .map(|(pid, mut era)| {
+            for c in flight.clone() {
+                if c.from <= era.covered && c.era_ids.contains(&(pid, era.epoch)) {
+                    era.covered = era.covered.max(c.examined);
+                }
+            }
+            (pid, era)
+        })
+        .collect()
 }
 
 /// The encoded records of `all` (read after `from`, up to `durable`) whose
@@ -440,6 +641,44 @@ mod tests {
         // A seq that cannot be stamped: the stream is lost.
         let big = vec![del(ERA_SEQ_LIMIT, b"b/9")];
         assert!(filter(big, ERA_SEQ_LIMIT, &listed, &eras, 10).is_none());
+    }
+
+    #[test]
+    fn calls_in_flight_move_an_era_as_their_acknowledgements_will() {
+        let era = |covered| Era {
+            epoch: Epoch(6),
+            floor: 11,
+            covered,
+        };
+        let p = PartitionId(2);
+        let span = |from, examined, listed: bool| Span {
+            from,
+            examined,
+            era_ids: match listed {
+                true => vec![(p, Epoch(6))],
+                false => vec![],
+            },
+        };
+        let covered = |eras: Vec<(PartitionId, Era)>| eras[0].1.covered;
+        // Two calls continuing each other from covered: the next call
+        // continues the replica's prefix at the second's end.
+        let flight = [span(20, 30, true), span(30, 40, true)];
+        assert_eq!(covered(project_eras(vec![(p, era(20))], flight.iter())), 40);
+        // A call built before the era existed (it did not list it) moves
+        // nothing, nor does one after it: the stream rewinds later.
+        let flight = [span(20, 30, false), span(30, 40, true)];
+        assert_eq!(covered(project_eras(vec![(p, era(20))], flight.iter())), 20);
+        // A call of another era epoch moves nothing either.
+        let other = Span {
+            era_ids: vec![(p, Epoch(5))],
+            ..span(20, 30, true)
+        };
+        assert_eq!(
+            covered(project_eras(vec![(p, era(20))], [other].iter())),
+            20
+        );
+        // Nothing in flight: the rules' covered.
+        assert_eq!(covered(project_eras(vec![(p, era(20))], [].iter())), 20);
     }
 
     #[test]

@@ -90,6 +90,7 @@ fn config(out: &std::path::Path, replication_factor: u8) -> RunConfig {
         min_in_sync: 1,
         replica_lag_timeout_ms: 1_500,
         replica_read_lease_ms: 750,
+        replica_stream_window_calls: 4,
         replica_read_pct: 30,
         down_grace_ms: 5_000,
         recovery_timeout_ms: 60_000,

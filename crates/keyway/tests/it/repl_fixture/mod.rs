@@ -40,6 +40,9 @@ pub struct ReplSpec {
     pub lease_margin_ms: u64,
     pub replica_lag_timeout_ms: u64,
     pub replica_read_lease_ms: u64,
+    /// The nodes' `--replica-stream-window-calls`: 4 here, so the
+    /// replication tests run the pipelined stream (nodes default to 1).
+    pub replica_stream_window_calls: u64,
     /// More `keyway manager` flags (e.g. `--rebalance-down-grace-ms`).
     pub manager_flags: Vec<String>,
     /// More `keyway server` flags, for every node.
@@ -55,6 +58,7 @@ impl ReplSpec {
             node_lease_margin_ms: self.lease_margin_ms,
             replica_lag_timeout_ms: self.replica_lag_timeout_ms,
             replica_read_lease_ms: self.replica_read_lease_ms,
+            replica_stream_window_calls: self.replica_stream_window_calls,
         }
     }
 }
@@ -70,6 +74,7 @@ impl Default for ReplSpec {
             lease_margin_ms: 500,
             replica_lag_timeout_ms: 1_500,
             replica_read_lease_ms: 750,
+            replica_stream_window_calls: 4,
             manager_flags: Vec::new(),
             node_flags: Vec::new(),
         }
