@@ -69,6 +69,12 @@ pub struct ReplicationMetrics {
     pub replica_applied_records: Counter,
     /// Replicate calls refused here as a replica.
     pub replica_refusals: Counter,
+    /// Stream calls applied here that continued a call their sender sent
+    /// before (a pipelined stream, `after_call` ≠ 0).
+    pub replica_continued_calls: Counter,
+    /// Of those, calls that arrived before the call they continue had been
+    /// applied here, and waited for it.
+    pub replica_continuation_waits: Counter,
     /// Catch-up copies started by this node as primary.
     pub copies_started: Counter,
     /// Old primaries that switchovers to this node kept in sync, no copy.
@@ -151,6 +157,16 @@ impl ReplicationMetrics {
             "replica_refusals",
             "Replicate calls refused on this node as a replica",
             r.replica_refusals.clone(),
+        );
+        m.register(
+            "replica_continued_calls",
+            "Stream Replicate calls applied here that continued an earlier call of a pipelined stream",
+            r.replica_continued_calls.clone(),
+        );
+        m.register(
+            "replica_continuation_waits",
+            "Pipelined stream calls that arrived here before the call they continue was applied, and waited for it",
+            r.replica_continuation_waits.clone(),
         );
         m.register(
             "replica_copies_started",

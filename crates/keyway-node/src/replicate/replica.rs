@@ -275,10 +275,15 @@ impl ReplicaSide {
         let slot = self.sender(sender);
         let mut state = slot.state.lock().unwrap_or_else(|e| e.into_inner());
         let waited = Instant::now();
+        let mut counted_wait = false;
         loop {
             match state.order(req.incarnation, req.call, req.stream, req.after_call) {
                 Order::Apply => break,
                 Order::Wait if waited.elapsed() < PREDECESSOR_WAIT => {
+                    if !counted_wait {
+                        counted_wait = true;
+                        self.metrics.replica_continuation_waits.inc();
+                    }
                     let left = PREDECESSOR_WAIT.saturating_sub(waited.elapsed());
                     state = slot
                         .moved
@@ -377,6 +382,9 @@ impl ReplicaSide {
         state.last_call = req.call;
         if req.stream {
             state.last_stream_call = req.call;
+            if req.after_call != 0 {
+                self.metrics.replica_continued_calls.inc();
+            }
         }
         self.metrics
             .replica_applied_records

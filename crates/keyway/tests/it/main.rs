@@ -61,6 +61,7 @@ mod replica_clients;
 mod replica_crash;
 mod replica_endpoint;
 mod replica_move;
+mod replica_pipeline;
 mod replica_reads;
 mod replication_lag;
 mod replication_node;

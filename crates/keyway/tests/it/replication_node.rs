@@ -9,12 +9,14 @@
 use crate::common;
 
 use bytes::Bytes;
-use common::replica::{replicate_everything_with, wait_all_in_sync};
+use common::replica::{
+    assert_digests_equal, held, node_index, replicate_everything_with, wait_all_in_sync,
+};
 use keyway_client::{Client, ClientConfig, ClientError};
 use keyway_cluster::{ClusterSpec, LocalCluster};
 use keyway_map::{
-    DEFAULT_KEYSPACE, Epoch, Keyspace, MapChange, NodeId, OwnershipCondition, PartitionMap,
-    PartitionRecord, Routing as KeyRouting, key_hash_slot,
+    DEFAULT_KEYSPACE, Epoch, MapChange, NodeId, OwnershipCondition, PartitionMap, PartitionRecord,
+    key_hash_slot,
 };
 use keyway_meta::MapTxn;
 use keyway_peer::PeerClient;
@@ -43,14 +45,6 @@ async fn cluster(dir: &std::path::Path) -> LocalCluster {
     LocalCluster::start(spec).await.expect("cluster starts")
 }
 
-fn default_keyspace() -> Keyspace {
-    Keyspace::new(DEFAULT_KEYSPACE, "default", KeyRouting::Hash)
-}
-
-fn node_index(c: &LocalCluster, id: NodeId) -> usize {
-    c.node_ids().iter().position(|n| *n == Some(id)).unwrap()
-}
-
 /// The partition of `key` and its replica's node index.
 fn replica_of(c: &LocalCluster, map: &PartitionMap, key: &[u8]) -> (PartitionRecord, usize) {
     let p = map
@@ -59,15 +53,6 @@ fn replica_of(c: &LocalCluster, map: &PartitionMap, key: &[u8]) -> (PartitionRec
         .clone();
     let r = node_index(c, p.replicas[0]);
     (p, r)
-}
-
-/// The value the node at `index` holds for `key`, read from its engine.
-fn held(c: &LocalCluster, index: usize, key: &[u8]) -> Option<Bytes> {
-    let engine = c.node(index).unwrap().shared().engine.clone();
-    engine
-        .get(&default_keyspace().storage_key(key))
-        .unwrap()
-        .map(|v| v.data)
 }
 
 async fn client(c: &LocalCluster) -> Client {
@@ -84,29 +69,6 @@ fn text(r: Result<Frame, ClientError>) -> String {
         Ok(Frame::Error(e)) => e,
         Ok(other) => format!("{other:?}"),
         Err(e) => e.to_string(),
-    }
-}
-
-/// Every partition's digest is the same at its primary and its replica.
-async fn assert_digests_equal(c: &LocalCluster, map: &PartitionMap) {
-    for p in map.partitions.values() {
-        let (start, end) = p.storage_bounds();
-        let range = keyway_storage::KeyRange::new(start, end);
-        let at = |id: NodeId| {
-            let admin = c.node(node_index(c, id)).unwrap().admin_addr().to_string();
-            let range = range.clone();
-            async move {
-                PeerClient::connect(&admin)
-                    .unwrap()
-                    .digest(&range)
-                    .await
-                    .unwrap()
-                    .0
-            }
-        };
-        let (primary, replica) = (at(p.owner).await, at(p.replicas[0]).await);
-        assert_eq!(primary, replica, "partition {}: primary vs replica", p.id);
-        assert!(primary.keys > 0, "partition {} got writes", p.id);
     }
 }
 

@@ -1,15 +1,17 @@
 //! Helpers of the replica tests (`replica_reads.rs`, `replica_endpoint.rs`,
 //! `reads_from.rs`, `replica_batches.rs`): one RESP request on a raw
 //! connection, a partition row committed conditionally (and waited for),
-//! and every partition replicated on the other node of a 2-node cluster.
+//! every partition replicated on the other node of a 2-node cluster, and
+//! what a node holds (a key's value, a partition's digest).
 
 use bytes::Bytes;
 use keyway_cluster::LocalCluster;
 use keyway_map::{
-    DEFAULT_KEYSPACE, Epoch, Keyspace, MapChange, OwnershipCondition, PartitionMap,
+    DEFAULT_KEYSPACE, Epoch, Keyspace, MapChange, NodeId, OwnershipCondition, PartitionMap,
     PartitionRecord, Routing as KeyRouting,
 };
 use keyway_meta::MapTxn;
+use keyway_peer::PeerClient;
 use keyway_resp::Frame;
 use keyway_testkit::eventually;
 use std::time::Duration;
@@ -134,4 +136,46 @@ pub async fn wait_all_in_sync(c: &LocalCluster) -> PartitionMap {
         (all && installed).then_some(map)
     })
     .await
+}
+
+/// Keyspace 0 as the tests' clients see it.
+pub fn default_keyspace() -> Keyspace {
+    Keyspace::new(DEFAULT_KEYSPACE, "default", KeyRouting::Hash)
+}
+
+/// The index of node `id` in the cluster.
+pub fn node_index(c: &LocalCluster, id: NodeId) -> usize {
+    c.node_ids().iter().position(|n| *n == Some(id)).unwrap()
+}
+
+/// The value the node at `index` holds for `key`, read from its engine.
+pub fn held(c: &LocalCluster, index: usize, key: &[u8]) -> Option<Bytes> {
+    let engine = c.node(index).unwrap().shared().engine.clone();
+    engine
+        .get(&default_keyspace().storage_key(key))
+        .unwrap()
+        .map(|v| v.data)
+}
+
+/// Every partition's digest is the same at its primary and its replica.
+pub async fn assert_digests_equal(c: &LocalCluster, map: &PartitionMap) {
+    for p in map.partitions.values() {
+        let (start, end) = p.storage_bounds();
+        let range = keyway_storage::KeyRange::new(start, end);
+        let at = |id: NodeId| {
+            let admin = c.node(node_index(c, id)).unwrap().admin_addr().to_string();
+            let range = range.clone();
+            async move {
+                PeerClient::connect(&admin)
+                    .unwrap()
+                    .digest(&range)
+                    .await
+                    .unwrap()
+                    .0
+            }
+        };
+        let (primary, replica) = (at(p.owner).await, at(p.replicas[0]).await);
+        assert_eq!(primary, replica, "partition {}: primary vs replica", p.id);
+        assert!(primary.keys > 0, "partition {} got writes", p.id);
+    }
 }
