@@ -23,11 +23,11 @@ export RUST_BACKTRACE=1
 export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
 # The vendored fjall's worker-pool tests, which cover Keyway's patches there
 # (vendor/fjall/KEYWAY-PATCH.md). The crate is outside the workspace, so it
-# resolves its own lock: seeded from the workspace's so shared crates keep
-# their versions, and removed afterwards.
-cp Cargo.lock vendor/fjall/Cargo.lock
+# has a lock of its own for its tests (KEYWAY-test.lock: the workspace's
+# versions plus fjall's dev-dependencies), used --locked and removed after.
+cp vendor/fjall/KEYWAY-test.lock vendor/fjall/Cargo.lock
 trap 'rm -f vendor/fjall/Cargo.lock' EXIT
-cargo test --manifest-path vendor/fjall/Cargo.toml --target-dir target/vendor-fjall --lib worker_pool
+cargo test --locked --manifest-path vendor/fjall/Cargo.toml --target-dir target/vendor-fjall --lib worker_pool
 rm -f vendor/fjall/Cargo.lock
 # Integration tests spawn clusters; two at a time keeps a 2-core machine responsive.
 cargo test --workspace --locked -- --test-threads="${KEYWAY_TEST_THREADS:-2}"
