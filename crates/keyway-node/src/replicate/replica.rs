@@ -319,9 +319,13 @@ impl ReplicaSide {
                 ..SenderState::default()
             };
         }
-        let answer = self.apply_in_order(&mut state, req, sender, listed, records, drop);
+        let answer = self.apply_call(&mut state, &req, sender, listed, records, drop);
+        if answer.is_err() && req.stream {
+            // Its records may be missing here: no call may continue it.
+            state.stream_refused = state.stream_refused.max(req.call);
+        }
         slot.moved.notify_all();
-        drop_state(state);
+        std::mem::drop(state);
         // The fsync outside the sender's lock: the next call applies
         // meanwhile, and one fsync covers the calls applied before it
         // (`DurableSeq::sync_through`, a group commit across calls).
@@ -335,23 +339,7 @@ impl ReplicaSide {
     }
 
     /// Applies a call [`Self::in_order`] let through, under its sender's
-    /// lock; a refused or failed stream call is remembered as refused.
-    fn apply_in_order(
-        &self,
-        state: &mut SenderState,
-        req: pb::ReplicateRequest,
-        sender: NodeId,
-        listed: Vec<ListedPartition>,
-        records: Vec<ChangeRecord>,
-        drop: Option<(PartitionId, Epoch, KeyRange, usize)>,
-    ) -> Result<(pb::ReplicateResponse, bool), ReplicaError> {
-        let answer = self.apply_call(state, &req, sender, listed, records, drop);
-        if answer.is_err() && req.stream {
-            state.stream_refused = state.stream_refused.max(req.call);
-        }
-        answer
-    }
-
+    /// lock; the answer, and whether it must be fsynced first.
     fn apply_call(
         &self,
         state: &mut SenderState,
@@ -521,11 +509,6 @@ fn apply(
         drop_guard(view);
     }
     Ok(Ok((engine.last_seq(), deleted)))
-}
-
-/// Ends a sender's ordered section.
-fn drop_state(state: std::sync::MutexGuard<'_, SenderState>) {
-    drop(state);
 }
 
 /// Ends a check's critical section (the effect is in the engine).

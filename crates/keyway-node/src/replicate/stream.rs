@@ -195,7 +195,7 @@ impl Stream {
                     Next::Again => continue,
                 };
                 if let Some(b) = batch {
-                    let news = !b.records.is_empty() || b.examined > b.from;
+                    let news = !b.records.is_empty() || b.span.examined > b.span.from;
                     if news || (flight.calls.is_empty() && last_call.elapsed() >= heartbeat) {
                         last_call = Instant::now();
                         flight.send(&self, &repl, b, token);
@@ -350,11 +350,13 @@ impl Stream {
             None => (Vec::new(), from),
         };
         Next::Batch(Batch {
-            from,
-            examined,
+            span: Span {
+                from,
+                examined,
+                era_ids: eras.iter().map(|(p, e)| (*p, e.epoch)).collect(),
+            },
             records,
             listed,
-            era_ids: eras.iter().map(|(p, e)| (*p, e.epoch)).collect(),
         })
     }
 }
@@ -368,13 +370,11 @@ enum Next {
     Again,
 }
 
-/// One call's content: the records after `from` up to `examined`.
+/// One call's content: the records of its span, and the partitions listed.
 struct Batch {
-    from: Seq,
-    examined: Seq,
+    span: Span,
     records: Vec<Bytes>,
     listed: Vec<Listed>,
-    era_ids: Vec<(PartitionId, Epoch)>,
 }
 
 /// What one call covers: the log after `from` up to `examined`, and the
@@ -425,7 +425,9 @@ impl Flight {
         let (incarnation, call) = stream.next_call();
         let after_call = self.calls.back().map_or(0, |c| c.call);
         debug_assert!(
-            self.calls.back().is_none_or(|c| c.span.examined == b.from),
+            self.calls
+                .back()
+                .is_none_or(|c| c.span.examined == b.span.from),
             "a pipelined call must begin where the one it continues ends"
         );
         let req = pb::ReplicateRequest {
@@ -448,11 +450,7 @@ impl Flight {
         self.gauge.inc();
         self.calls.push_back(InFlight {
             call,
-            span: Span {
-                from: b.from,
-                examined: b.examined,
-                era_ids: b.era_ids,
-            },
+            span: b.span,
             count,
             bytes,
             sent_at: Instant::now(),

@@ -14,9 +14,8 @@
 use crate::common;
 
 use common::replica::{
-    assert_digests_equal, held, node_index, replicate_everything_with, wait_all_in_sync,
+    assert_digests_equal, client, held, node_index, replicate_everything_with, wait_all_in_sync,
 };
-use keyway_client::{Client, ClientConfig};
 use keyway_cluster::{ClusterSpec, LocalCluster};
 use keyway_map::{DEFAULT_KEYSPACE, key_hash_slot};
 use keyway_testkit::eventually;
@@ -42,13 +41,7 @@ async fn calls_in_flight_race_to_the_replica_and_it_applies_them_in_order() {
     spec.node.replica_stream_window_calls = WINDOW_CALLS;
     let c = LocalCluster::start(spec).await.expect("cluster starts");
     let map = replicate_everything_with(&c, 1).await;
-    let seeds: Vec<String> = c.resp_addrs().into_iter().flatten().collect();
-    let seeds: Vec<&str> = seeds.iter().map(|s| s.as_str()).collect();
-    let cl = Arc::new(
-        Client::connect(&seeds, ClientConfig::default())
-            .await
-            .unwrap(),
-    );
+    let cl = Arc::new(client(&c).await);
     let shared = |i: usize| c.node(i).unwrap().shared();
     let refusals = || -> u64 {
         (0..2)

@@ -10,9 +10,9 @@ use crate::common;
 
 use bytes::Bytes;
 use common::replica::{
-    assert_digests_equal, held, node_index, replicate_everything_with, wait_all_in_sync,
+    assert_digests_equal, client, held, node_index, replicate_everything_with, wait_all_in_sync,
 };
-use keyway_client::{Client, ClientConfig, ClientError};
+use keyway_client::ClientError;
 use keyway_cluster::{ClusterSpec, LocalCluster};
 use keyway_map::{
     DEFAULT_KEYSPACE, Epoch, MapChange, NodeId, OwnershipCondition, PartitionMap, PartitionRecord,
@@ -53,14 +53,6 @@ fn replica_of(c: &LocalCluster, map: &PartitionMap, key: &[u8]) -> (PartitionRec
         .clone();
     let r = node_index(c, p.replicas[0]);
     (p, r)
-}
-
-async fn client(c: &LocalCluster) -> Client {
-    let seeds: Vec<String> = c.resp_addrs().into_iter().flatten().collect();
-    let seeds: Vec<&str> = seeds.iter().map(|s| s.as_str()).collect();
-    Client::connect(&seeds, ClientConfig::default())
-        .await
-        .unwrap()
 }
 
 fn text(r: Result<Frame, ClientError>) -> String {

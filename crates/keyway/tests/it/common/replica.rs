@@ -179,3 +179,12 @@ pub async fn assert_digests_equal(c: &LocalCluster, map: &PartitionMap) {
         assert!(primary.keys > 0, "partition {} got writes", p.id);
     }
 }
+
+/// A smart client seeded with every running node.
+pub async fn client(c: &LocalCluster) -> keyway_client::Client {
+    let seeds: Vec<String> = c.resp_addrs().into_iter().flatten().collect();
+    let seeds: Vec<&str> = seeds.iter().map(|s| s.as_str()).collect();
+    keyway_client::Client::connect(&seeds, keyway_client::ClientConfig::default())
+        .await
+        .unwrap()
+}
