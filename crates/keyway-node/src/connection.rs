@@ -84,6 +84,8 @@ pub async fn serve<S>(
         loop {
             let mut pending = Vec::new();
             let mut fatal = None;
+            // Every earlier reply was written: requests may run inline again.
+            session.open_inline();
             while pending.len() < MAX_PIPELINE_BATCH && !session.closing {
                 match parser.parse(&mut inbuf) {
                     Ok(Some(args)) if node_cmd::is_node_wide(&args) => {
@@ -163,6 +165,11 @@ async fn dispatch(shared: &Arc<Shared>, session: &mut Session, args: Vec<bytes::
         h.touch(name);
     }
     let reply = node_cmd::dispatch(shared, session, args).await;
+    if matches!(reply, Reply::Waiting(_)) && !session.take_ran_inline() {
+        // Queued (or waiting on something else): the rest of the batch is
+        // queued behind it, in order (`executor.rs`, 8).
+        session.close_inline();
+    }
     if let Some(h) = &session.handle {
         h.set_multi(session.tx.queued());
         h.set_resp(if session.protocol == Protocol::Resp3 {

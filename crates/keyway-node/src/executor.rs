@@ -43,6 +43,13 @@
 //!    get `-BUSY` once it runs past `busy-reply-threshold` and can send
 //!    `SCRIPT KILL` (`tests/it/scripting.rs`). What the task queues with
 //!    [`run_next`] comes back with it and runs next on the shard thread.
+//! 8. A connection's request for a slot its own shard thread owns runs
+//!    *inline*, in the connection's task, when that thread's loop is idle
+//!    and holds nothing parked ([`Executor::submit_inline`]; the rules are
+//!    in `executor_shard.rs`): no queue, no wake-up of the loop, and a
+//!    read's reply is usually released before the connection awaits it.
+//!    A read-only group is released by its own thread, without the syncer,
+//!    once this thread's last write group is durable (issue 15).
 //!
 //! # Order per slot (nothing overtakes a parked request)
 //! Every task is queued with its *order key*: the slot (or, for `KW.*`
@@ -84,6 +91,10 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot, watch};
+
+#[path = "executor_shard.rs"]
+mod shard;
+use shard::{Group, Local, Parked, Released, ShardContext, Ticket};
 
 /// What a task produced: the reply, whether it changed the engine, and
 /// what to do with the reply.
@@ -132,10 +143,7 @@ pub type OrderKey = Option<u16>;
 enum Job {
     Run {
         task: Task,
-        reply: oneshot::Sender<Frame>,
-        since: Instant,
-        slot: OrderKey,
-        aside: bool,
+        ticket: Ticket,
     },
     /// Re-check parked tasks (the routing view changed, or time passed).
     Wake,
@@ -162,49 +170,11 @@ pub fn run_next(
 ) -> Result<(), (Task, oneshot::Sender<Frame>)> {
     RUN_NEXT.with(|next| match next.borrow_mut().as_mut() {
         Some(queue) => {
-            queue.push(Parked {
-                task,
-                reply,
-                since: Instant::now(),
-                slot: Some(slot),
-                aside: false,
-            });
+            queue.push(Parked::of_slot(slot, task, reply));
             Ok(())
         }
         None => Err((task, reply)),
     })
-}
-
-struct Parked {
-    task: Task,
-    reply: oneshot::Sender<Frame>,
-    since: Instant,
-    slot: OrderKey,
-    /// Runs aside (see the module doc, 7).
-    aside: bool,
-}
-
-struct Released {
-    reply: oneshot::Sender<Frame>,
-    frame: Frame,
-    since: Instant,
-    defer: Option<Deferral>,
-}
-
-struct Group {
-    replies: Vec<Released>,
-    needs_sync: bool,
-}
-
-/// What an executor thread needs besides its queue.
-struct ShardContext {
-    durability: Durability,
-    max_group: usize,
-    max_hold: Duration,
-    changes: watch::Receiver<u64>,
-    latency: Arc<LatencyGauge>,
-    health: Arc<StorageHealth>,
-    durable: Arc<DurableSeq>,
 }
 
 /// Recent foreground latency (enqueue to reply release): the slowest reply
@@ -438,11 +408,13 @@ impl Executor {
                 durability,
                 max_group: max_group_commands,
                 max_hold,
-                changes: changes.clone(),
                 latency: latency.clone(),
                 health: health.clone(),
                 durable: durable.clone(),
             };
+            let changes = changes.clone();
+            let queue = tx.downgrade();
+            let owner = Arc::as_ptr(&durable) as usize;
             let (runtime_tx, runtime_rx) = std_mpsc::channel();
             let handle = std::thread::Builder::new()
                 .name(format!("kw-exec-{i}"))
@@ -456,7 +428,21 @@ impl Executor {
                         .build()
                         .expect("build a shard thread's runtime");
                     let _ = runtime_tx.send(runtime.handle().clone());
-                    runtime.block_on(shard_loop(&engine, ctx, rx, group_tx, &metrics));
+                    let local = Local {
+                        owner,
+                        index: i,
+                        engine,
+                        ctx,
+                        metrics,
+                        group_tx,
+                        queue,
+                        busy: Default::default(),
+                        parked: Default::default(),
+                        unsynced_through: Default::default(),
+                        open: Default::default(),
+                        handoff: Default::default(),
+                    };
+                    shard::serve(&runtime, local, changes, rx);
                 })
                 .expect("spawn executor thread");
             runtimes.push(
@@ -521,6 +507,35 @@ impl Executor {
         self.queue(slot as usize, Some(slot), task, false).await
     }
 
+    /// [`Executor::submit`] from a connection that may run `task` inline
+    /// (see the module doc, 8): it runs now when this is the shard thread
+    /// of `slot` and that thread may. Also returns whether it ran inline
+    /// (`false`: it was queued, and the connection's later requests must
+    /// be queued too, to stay behind it).
+    pub async fn submit_inline(
+        &self,
+        slot: u16,
+        task: Task,
+    ) -> Result<(oneshot::Receiver<Frame>, bool), Frame> {
+        if self.closed.load(Ordering::Acquire) {
+            return Err(shutting_down());
+        }
+        let index = slot as usize % self.shards.len();
+        match shard::try_inline(self.identity(), index, slot, task) {
+            Ok(rx) => Ok((rx, true)),
+            Err(task) => self
+                .queue(slot as usize, Some(slot), task, false)
+                .await
+                .map(|rx| (rx, false)),
+        }
+    }
+
+    /// Tells this executor's shard threads from another's (several nodes
+    /// may run in one process).
+    fn identity(&self) -> usize {
+        Arc::as_ptr(&self.durable) as usize
+    }
+
     /// As [`Executor::submit`] (or, with no slot, [`Executor::submit_node_wide`])
     /// for a task that may run for long (a script): it runs aside, so its
     /// thread's connections are served meanwhile (see the module doc, 7).
@@ -560,10 +575,12 @@ impl Executor {
         self.shards[pick % self.shards.len()]
             .send(Job::Run {
                 task,
-                reply: tx,
-                since: Instant::now(),
-                slot,
-                aside,
+                ticket: Ticket {
+                    reply: tx,
+                    since: Instant::now(),
+                    slot,
+                    aside,
+                },
             })
             .await
             .map_err(|_| shutting_down())?;
@@ -590,253 +607,6 @@ impl Executor {
 
 fn shutting_down() -> Frame {
     Frame::Error("ERR server is shutting down".into())
-}
-
-async fn shard_loop(
-    engine: &Arc<dyn Engine>,
-    mut ctx: ShardContext,
-    mut rx: mpsc::Receiver<Job>,
-    group_tx: std_mpsc::Sender<Group>,
-    metrics: &Metrics,
-) {
-    let mut parked: Vec<Parked> = Vec::new();
-    let mut stopping = false;
-    while !stopping && let Some(first) = rx.recv().await {
-        // Only while this batch runs (and not while a task runs aside):
-        // a connection task on this thread is not a storage task.
-        RUN_NEXT.with(|next| *next.borrow_mut() = Some(Vec::new()));
-        let mut group = Group {
-            replies: Vec::with_capacity(16),
-            needs_sync: false,
-        };
-        let mut next = Some(first);
-        while let Some(job) = next {
-            if matches!(job, Job::Stop) {
-                stopping = true;
-                break;
-            }
-            let wake = matches!(job, Job::Wake);
-            // A changed view first re-runs what is parked, in order, so a
-            // held request never falls behind a later one for its slot.
-            if !parked.is_empty() && (wake || ctx.changes.has_changed().unwrap_or(false)) {
-                ctx.changes.mark_unchanged();
-                rerun_parked(engine, &ctx, &mut group, &mut parked, metrics).await;
-            }
-            if let Job::Run {
-                task,
-                reply,
-                since,
-                slot,
-                aside,
-            } = job
-            {
-                if slot.is_some() && parked.iter().any(|p| p.slot == slot) {
-                    // Behind a parked task of its slot: wait without running,
-                    // even if the hold looks lifted (the change counter may
-                    // not be bumped yet).
-                    metrics.held.inc();
-                    metrics.held_in_order.inc();
-                    parked.push(Parked {
-                        task,
-                        reply,
-                        since,
-                        slot,
-                        aside,
-                    });
-                } else {
-                    if parked.is_empty() {
-                        ctx.changes.mark_unchanged();
-                    }
-                    let job = Parked {
-                        task,
-                        reply,
-                        since,
-                        slot,
-                        aside,
-                    };
-                    run(engine, &ctx, job, &mut group, &mut parked, metrics).await;
-                }
-            }
-            run_queued_next(engine, &ctx, &mut group, &mut parked, metrics).await;
-            next = if group.replies.len() < ctx.max_group {
-                rx.try_recv().ok()
-            } else {
-                None
-            };
-        }
-        RUN_NEXT.with(|next| *next.borrow_mut() = None);
-        match ctx.durability {
-            Durability::Group => {
-                if group_tx.send(group).is_err() {
-                    return;
-                }
-            }
-            _ => {
-                // `periodic` and `none`: this thread's applies are handed
-                // to the OS once for the group, before any reply leaves (a
-                // read's too: it may show another thread's deferred apply).
-                hand_to_os(&**engine, &ctx, &mut group, metrics);
-                // `always` fsynced each write (and published); `periodic` and
-                // `none` follow the last seq: wake the replication streams.
-                ctx.durable.publish(engine.last_seq());
-                release(group.replies, &ctx.latency)
-            }
-        }
-    }
-}
-
-/// Runs what [`run_next`] queued, and what those queued in turn, in order
-/// (behind its slot's parked tasks if it has any).
-async fn run_queued_next(
-    engine: &Arc<dyn Engine>,
-    ctx: &ShardContext,
-    group: &mut Group,
-    parked: &mut Vec<Parked>,
-    metrics: &Metrics,
-) {
-    loop {
-        let queued = RUN_NEXT
-            .with(|next| std::mem::take(next.borrow_mut().as_mut().expect("on a shard thread")));
-        if queued.is_empty() {
-            return;
-        }
-        for job in queued {
-            if job.slot.is_some() && parked.iter().any(|p| p.slot == job.slot) {
-                metrics.held.inc();
-                metrics.held_in_order.inc();
-                parked.push(job);
-            } else {
-                run(engine, ctx, job, group, parked, metrics).await;
-            }
-        }
-    }
-}
-
-/// Re-runs the parked tasks in arrival order. Once a task of slot `s`
-/// parks again, every later one of slot `s` stays parked without running.
-async fn rerun_parked(
-    engine: &Arc<dyn Engine>,
-    ctx: &ShardContext,
-    group: &mut Group,
-    parked: &mut Vec<Parked>,
-    metrics: &Metrics,
-) {
-    let mut still_held: Vec<u16> = Vec::new();
-    for p in std::mem::take(parked) {
-        if p.since.elapsed() > ctx.max_hold {
-            metrics.held_expired.inc();
-            group.replies.push(Released {
-                reply: p.reply,
-                frame: held_too_long(ctx.max_hold),
-                since: p.since,
-                defer: None,
-            });
-            continue;
-        }
-        if p.slot.is_some_and(|s| still_held.contains(&s)) {
-            metrics.held_in_order.inc();
-            parked.push(p);
-            continue;
-        }
-        let slot = p.slot;
-        let before = parked.len();
-        run(engine, ctx, p, group, parked, metrics).await;
-        if let Some(s) = slot
-            && parked.len() > before
-        {
-            still_held.push(s);
-        }
-    }
-}
-
-/// Runs one task and files its reply (or parks it).
-async fn run(
-    engine: &Arc<dyn Engine>,
-    ctx: &ShardContext,
-    job: Parked,
-    group: &mut Group,
-    parked: &mut Vec<Parked>,
-    metrics: &Metrics,
-) {
-    let Parked {
-        task,
-        reply,
-        since,
-        slot,
-        aside,
-    } = job;
-    let mut out = if aside {
-        run_aside(engine, task).await
-    } else {
-        task(&**engine)
-    };
-    metrics.commands.inc();
-    let defer = match out.follow {
-        Follow::Release => None,
-        Follow::Defer(f) => Some(f),
-        Follow::Park(task) => {
-            metrics.held.inc();
-            parked.push(Parked {
-                task,
-                reply,
-                since,
-                slot,
-                aside,
-            });
-            return;
-        }
-    };
-    if ctx.durability == Durability::Always {
-        let covered = engine.last_seq();
-        if out.wrote && !sync_now(&**engine, metrics, &ctx.health) {
-            out.reply = fsync_failed();
-        } else if let Some(why) = ctx.health.failure() {
-            // Storage failed meanwhile (another thread's fsync): this reply
-            // may show a write that is only in the page cache.
-            out.reply = storage_failed(why);
-        } else if out.wrote {
-            ctx.durable.publish(covered);
-        }
-    }
-    group.needs_sync |= out.wrote;
-    group.replies.push(Released {
-        reply,
-        frame: out.reply,
-        since,
-        defer,
-    });
-}
-
-/// Runs `task` on the runtime's blocking pool while this shard thread
-/// awaits it (see the module doc, 7). What it queues with [`run_next`]
-/// is queued here, to run next as if it had run inline.
-async fn run_aside(engine: &Arc<dyn Engine>, task: Task) -> TaskOutput {
-    // While it runs, this thread's connection tasks run: they must find no
-    // batch to queue into.
-    let batch = RUN_NEXT.with(|next| next.borrow_mut().take());
-    debug_assert!(batch.is_some(), "a task runs aside only inside a batch");
-    let engine = engine.clone();
-    let ran = tokio::task::spawn_blocking(move || {
-        RUN_NEXT.with(|next| *next.borrow_mut() = Some(Vec::new()));
-        let out = task(&*engine);
-        let queued = RUN_NEXT.with(|next| next.borrow_mut().take());
-        (out, queued.unwrap_or_default())
-    })
-    .await;
-    let (out, queued) = match ran {
-        Ok(ran) => ran,
-        Err(err) => match err.try_into_panic() {
-            Ok(panic) => std::panic::resume_unwind(panic),
-            // Cancelled before it started: only when the runtime shuts down.
-            Err(_) => (TaskOutput::reply(shutting_down(), false), Vec::new()),
-        },
-    };
-    RUN_NEXT.with(|next| {
-        let mut batch = batch.unwrap_or_default();
-        batch.extend(queued);
-        *next.borrow_mut() = Some(batch);
-    });
-    out
 }
 
 fn held_too_long(max_hold: Duration) -> Frame {
@@ -911,7 +681,9 @@ fn syncer_loop(engine: &dyn Engine, ctx: SyncerContext<'_>, rx: std_mpsc::Receiv
         metrics
             .group_commit_size
             .observe(groups.iter().map(|g| g.replies.len()).sum::<usize>() as f64);
-        groups.into_iter().for_each(|g| release(g.replies, latency));
+        groups
+            .into_iter()
+            .for_each(|g| release(g.replies, Some(latency)));
         if durability == Durability::Periodic && last_sync.elapsed() >= period {
             sync_now(engine, metrics, health);
             last_sync = Instant::now();
@@ -941,25 +713,6 @@ fn sync_now(engine: &dyn Engine, metrics: &Metrics, health: &StorageHealth) -> b
     result.is_ok()
 }
 
-/// Hands the group's deferred applies to the OS ([`Engine::flush_deferred`]).
-/// A failed write latches `health` as a failed fsync does (the batches may
-/// be lost with the process; counted in `fsync_errors`, the journal write
-/// being the first half of an fsync), and no reply of the group says
-/// otherwise.
-fn hand_to_os(engine: &dyn Engine, ctx: &ShardContext, group: &mut Group, metrics: &Metrics) {
-    if ctx.health.failure().is_none()
-        && let Err(err) = engine.flush_deferred()
-    {
-        metrics.fsync_errors.inc();
-        ctx.health.fail(format!("journal write error: {err}"));
-    }
-    if let Some(why) = ctx.health.failure() {
-        for r in &mut group.replies {
-            r.frame = storage_failed(why);
-        }
-    }
-}
-
 fn fsync_failed() -> Frame {
     Frame::Error(
         "ERR storage fsync failed; the write may not be durable; this node no longer serves reads or writes"
@@ -971,10 +724,15 @@ fn storage_failed(why: &str) -> Frame {
     Frame::Error(format!("ERR {}", crate::storage_health::refusal(why)))
 }
 
-fn release(replies: Vec<Released>, latency: &LatencyGauge) {
+/// Sends the replies (or hands them to their deferrals), observing the
+/// oldest in `latency` (`None`: a reply run inline just now, whose two
+/// clock reads would cost more than the sample tells).
+fn release(replies: Vec<Released>, latency: Option<&LatencyGauge>) {
     // The gauge keeps the slowest: one clock read and one observation per
     // group (the oldest reply is the slowest), not per reply.
-    if let Some(oldest) = replies.iter().map(|r| r.since).min() {
+    if let Some(latency) = latency
+        && let Some(oldest) = replies.iter().map(|r| r.since).min()
+    {
         latency.observe(oldest.elapsed());
     }
     for r in replies {
@@ -994,6 +752,10 @@ mod order_tests;
 #[cfg(test)]
 #[path = "executor_aside_tests.rs"]
 mod aside_tests;
+
+#[cfg(test)]
+#[path = "executor_inline_tests.rs"]
+mod inline_tests;
 
 #[cfg(test)]
 mod tests {

@@ -35,6 +35,8 @@ pub struct Metrics {
     pub fsync_seconds: Histogram,
     pub fsync_errors: Counter,
     pub group_commit_size: Histogram,
+    pub read_groups_released_at_once: Counter,
+    pub inline_runs: Counter,
     pub map_version: Gauge,
     pub partitions_owned: Gauge,
     pub lease_remaining_ms: Gauge,
@@ -106,6 +108,8 @@ impl Metrics {
             fsync_seconds: seconds_histogram(),
             fsync_errors: Counter::default(),
             group_commit_size: Histogram::new(exponential_buckets(1.0, 2.0, 12)),
+            read_groups_released_at_once: Counter::default(),
+            inline_runs: Counter::default(),
             map_version: Gauge::default(),
             partitions_owned: Gauge::default(),
             lease_remaining_ms: Gauge::default(),
@@ -174,6 +178,16 @@ impl Metrics {
                 "group_commit_commands",
                 "Commands released per group fsync",
                 m.group_commit_size.clone(),
+            );
+            r.register(
+                "read_groups_released_at_once",
+                "Read-only groups (durability group) a shard thread released itself, without the syncer: every write of its thread was already durable",
+                m.read_groups_released_at_once.clone(),
+            );
+            r.register(
+                "inline_runs",
+                "Requests a connection ran inline on its own shard thread (no queue, no wake-up)",
+                m.inline_runs.clone(),
             );
             r.register(
                 "map_version",

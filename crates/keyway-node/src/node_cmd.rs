@@ -623,6 +623,16 @@ async fn submit_with<W: SlotWork>(
     let task = storage_task(shared.clone(), work, slot, expected, on, slow);
     let queued = if aside {
         shared.executor.submit_aside(Some(slot), task).await
+    } else if session.may_inline() {
+        match shared.executor.submit_inline(slot, task).await {
+            Ok((rx, ran)) => {
+                if ran {
+                    session.ran_inline();
+                }
+                Ok(rx)
+            }
+            Err(frame) => Err(frame),
+        }
     } else {
         shared.executor.submit(slot, task).await
     };

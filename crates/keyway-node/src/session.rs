@@ -6,6 +6,8 @@
 
 pub use keyway_command::session::{auth, hello};
 
+use std::sync::atomic::{AtomicBool, Ordering};
+
 /// What a node remembers about one client connection.
 #[derive(Debug)]
 pub struct Session {
@@ -19,6 +21,18 @@ pub struct Session {
     pub tx: crate::multi::TxState,
     /// The connection's entry in `CLIENT LIST` (none for internal sessions).
     pub handle: Option<std::sync::Arc<crate::clients::ClientHandle>>,
+    /// Whether its next request may run inline (see [`Session::may_inline`]).
+    inline: InlineGate,
+}
+
+/// A connection's inline-run state (`executor.rs`, 8). Atomics only
+/// because a `&Session` is held across awaits; one task uses it.
+#[derive(Debug, Default)]
+struct InlineGate {
+    /// No earlier request of the current pipeline batch was queued.
+    open: AtomicBool,
+    /// The request being dispatched ran inline.
+    ran: AtomicBool,
 }
 
 impl Session {
@@ -28,7 +42,39 @@ impl Session {
             replica_endpoint: false,
             tx: crate::multi::TxState::default(),
             handle: None,
+            inline: InlineGate::default(),
         }
+    }
+
+    /// Whether a request for a slot of this connection's own shard thread
+    /// may run inline: only while no earlier request of the connection's
+    /// current pipeline batch was queued, so none overtakes one (an
+    /// internal session never does).
+    pub fn may_inline(&self) -> bool {
+        self.inline.open.load(Ordering::Relaxed)
+    }
+
+    /// The request being dispatched ran inline.
+    pub fn ran_inline(&self) {
+        self.inline.ran.store(true, Ordering::Relaxed);
+    }
+
+    /// A connection starts a pipeline batch: every earlier reply was
+    /// written, so nothing of it is queued.
+    pub fn open_inline(&mut self) {
+        self.inline.open.store(true, Ordering::Relaxed);
+    }
+
+    /// A connection dispatches its next request; returns whether the
+    /// previous one ran inline.
+    pub fn take_ran_inline(&mut self) -> bool {
+        self.inline.ran.swap(false, Ordering::Relaxed)
+    }
+
+    /// A request was queued (or waits on something else): later ones of
+    /// the batch are queued too.
+    pub fn close_inline(&mut self) {
+        self.inline.open.store(false, Ordering::Relaxed);
     }
 }
 

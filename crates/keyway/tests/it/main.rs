@@ -44,6 +44,7 @@ mod multi_diff;
 mod multi_live;
 mod multi_process;
 mod nemesis;
+mod pipeline_order;
 mod primary_move;
 mod protected_mode;
 mod protocol;

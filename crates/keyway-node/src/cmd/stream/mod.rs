@@ -84,11 +84,13 @@ const XINFO_SUBS: &[(&str, i64)] = &[("consumers", 4), ("groups", 3), ("stream",
 /// wrong arity, and HELP are replied without a key (as Redis checks them
 /// before running the command).
 pub fn container_without_key(args: &[Bytes]) -> Option<Frame> {
-    let name = String::from_utf8_lossy(&args[0]).to_ascii_lowercase();
-    let subs = match name.as_str() {
-        "xgroup" => XGROUP_SUBS,
-        "xinfo" => XINFO_SUBS,
-        _ => return None,
+    // Asked of every command: no allocation unless it is one of the two.
+    let (name, subs) = if args[0].eq_ignore_ascii_case(b"xgroup") {
+        ("xgroup", XGROUP_SUBS)
+    } else if args[0].eq_ignore_ascii_case(b"xinfo") {
+        ("xinfo", XINFO_SUBS)
+    } else {
+        return None;
     };
     let sub = args.get(1)?;
     let Some((sub_name, arity)) = subs
@@ -105,7 +107,7 @@ pub fn container_without_key(args: &[Bytes]) -> Option<Frame> {
         return Some(super::table::arity_error(&format!("{name}|{sub_name}")));
     }
     if *sub_name == "help" {
-        return Some(match name.as_str() {
+        return Some(match name {
             "xgroup" => group::help("XGROUP", group::XGROUP_HELP),
             _ => group::help("XINFO", info::XINFO_HELP),
         });
