@@ -36,12 +36,8 @@ case "$RF" in 1|2|3) ;; *) echo "--rf takes 1..3 (3 nodes)" >&2; exit 2;; esac
 [[ "$KEYS" =~ ^[0-9]+$ ]] && [ "$KEYS" -gt 0 ] || { echo "--keys must be a positive integer" >&2; exit 2; }
 [[ "$VSIZE" =~ ^[0-9]+$ ]] && [ "$VSIZE" -gt 0 ] || { echo "--value-size must be a positive integer" >&2; exit 2; }
 bash scripts/setup.sh
-if [ -n "${KEYWAY_BIN:-}" ]; then
-  KW=$KEYWAY_BIN
-else
-  cargo build --release --bin keyway -q
-  KW=./target/release/keyway
-fi
+source bench/lib.sh
+keyway_binary
 WORK=$(mktemp -d)
 RPORT=${RPORT:-17501}; KPORT=${KPORT:-17601}
 REDIS_PIDS=(); KW_PID=""

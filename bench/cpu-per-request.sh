@@ -28,12 +28,8 @@ while [ $# -gt 0 ]; do
 done
 [[ "$P" =~ ^[0-9]+$ && "$N" =~ ^[0-9]+$ ]] || { echo "-P and -n take positive integers" >&2; exit 2; }
 bash scripts/setup.sh
-if [ -n "${KEYWAY_BIN:-}" ]; then
-  KW=$KEYWAY_BIN
-else
-  cargo build --release --bin keyway -q
-  KW=./target/release/keyway
-fi
+source bench/lib.sh
+keyway_binary
 WORK=$(mktemp -d)
 RPORT=${RPORT:-17101}; KPORT=${KPORT:-17201}
 PIDS=()
@@ -80,19 +76,7 @@ measure() { # label port
 }
 
 printf '%-32s %12s %12s %12s %12s %10s\n' "redis-benchmark -t $TEST -P $P" ops/s user_us/req sys_us/req machine_us busy
-addrs=()
-for i in 0 1 2; do
-  d="$WORK/redis-$i"; mkdir -p "$d"
-  redis-server --port $((RPORT+i)) --cluster-enabled yes --cluster-config-file "$d/nodes.conf" \
-    --dir "$d" --appendonly yes --appendfsync always --save '' --logfile "$d/log" >/dev/null &
-  PIDS+=($!)
-  addrs+=("127.0.0.1:$((RPORT+i))")
-done
-for i in 0 1 2; do
-  until redis-cli -p $((RPORT+i)) ping >/dev/null 2>&1; do sleep 0.05; done
-done
-redis-cli --cluster create "${addrs[@]}" --cluster-replicas 0 --cluster-yes >/dev/null
-until redis-cli -p "$RPORT" cluster info | grep -q 'cluster_state:ok'; do sleep 0.05; done
+redis_cluster_up "$WORK" "$RPORT" 3 0 always PIDS
 measure "redis 3 masters (always)" "$RPORT"
 stop_all
 

@@ -41,12 +41,8 @@ if [ ! -x "$TOOLS/bin/inferno-flamegraph" ]; then
   echo "profile: installing inferno into $TOOLS (once)" >&2
   cargo install inferno --locked --quiet --root "$TOOLS"
 fi
-if [ -n "${KEYWAY_BIN:-}" ]; then
-  KW=$KEYWAY_BIN
-else
-  cargo build --release --bin keyway -q
-  KW=./target/release/keyway
-fi
+source bench/lib.sh
+keyway_binary
 mkdir -p "$OUT"
 WORK=$(mktemp -d)
 KPORT=${KPORT:-17301}

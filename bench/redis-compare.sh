@@ -40,12 +40,8 @@ for rf in $RFS; do
   case "$rf" in 1|2|3) ;; *) echo "--rf takes replication factors 1..3 (3 nodes)" >&2; exit 2;; esac
 done
 bash scripts/setup.sh
-if [ -n "${KEYWAY_BIN:-}" ]; then
-  KW=$KEYWAY_BIN
-else
-  cargo build --release --bin keyway -q
-  KW=./target/release/keyway
-fi
+source bench/lib.sh
+keyway_binary
 WORK=$(mktemp -d)
 RPORT=${RPORT:-17101}; KPORT=${KPORT:-17201}
 REDIS_PIDS=(); KW_PID=""
@@ -69,28 +65,8 @@ bench() { # port -> lines "TEST ops/s p50_ms p99_ms"
     | tr -d '\r' | grep -E '^"(SET|GET)"' | tr -d '"' | awk -F, '{ print $1, $2, $5, $7 }'
 }
 
-# Redis Cluster: 3 masters (+ 3 replicas), started in the foreground of
-# background jobs so they are stopped by PID (never by port or name).
-REDIS_NODES=$((3 * (1 + REDIS_REPLICAS)))
-addrs=()
-for i in $(seq 0 $((REDIS_NODES - 1))); do
-  d="$WORK/redis-$i"; mkdir -p "$d"
-  redis-server --port $((RPORT+i)) --cluster-enabled yes --cluster-config-file "$d/nodes.conf" \
-    --dir "$d" --appendonly yes --appendfsync "$FSYNC" --save '' --logfile "$d/log" >/dev/null &
-  REDIS_PIDS+=($!)
-  addrs+=("127.0.0.1:$((RPORT+i))")
-done
-for i in $(seq 0 $((REDIS_NODES - 1))); do
-  until redis-cli -p $((RPORT+i)) ping >/dev/null 2>&1; do sleep 0.05; done
-done
-redis-cli --cluster create "${addrs[@]}" --cluster-replicas "$REDIS_REPLICAS" --cluster-yes >/dev/null
-until redis-cli -p $RPORT cluster info | grep -q 'cluster_state:ok'; do sleep 0.05; done
-if [ "$REDIS_REPLICAS" -gt 0 ]; then
-  # Every replica linked to its master (else the run measures no replication).
-  for i in $(seq 0 $((REDIS_NODES - 1))); do
-    until redis-cli -p $((RPORT+i)) info replication | grep -qE 'role:master|master_link_status:up'; do sleep 0.05; done
-  done
-fi
+# Redis Cluster: 3 masters (+ 3 replicas), stopped by PID.
+redis_cluster_up "$WORK" "$RPORT" 3 "$REDIS_REPLICAS" "$FSYNC" REDIS_PIDS
 echo "redis-benchmark --cluster -t set,get -n $N -c $C -P $P; Redis appendfsync $FSYNC vs Keyway durability $KW_DUR" >&2
 ROWS=()
 LABELS=()

@@ -160,3 +160,67 @@ async fn nothing_runs_inline_past_a_parked_request_and_the_parked_one_runs_first
     })
     .await;
 }
+
+/// A one-reply group (`wrote`: it changed the engine).
+fn one_reply(wrote: bool) -> (shard::Group, oneshot::Receiver<Frame>) {
+    let (reply, rx) = oneshot::channel();
+    let group = shard::Group {
+        replies: vec![Released {
+            reply,
+            frame: Frame::ok(),
+            since: Instant::now(),
+            defer: None,
+        }],
+        needs_sync: wrote,
+    };
+    (group, rx)
+}
+
+#[test]
+fn a_read_only_group_waits_behind_its_threads_unsynced_writes_and_goes_at_once_after() {
+    let engine = Arc::new(MemEngine::new());
+    // This test plays the syncer: it holds the groups' channel.
+    let (group_tx, syncer) = std_mpsc::channel();
+    let (queue, _queue_rx) = mpsc::channel(1);
+    let durable = Arc::new(DurableSeq::new(Durability::Group, engine.last_seq()));
+    let local = Local {
+        owner: 0,
+        index: 0,
+        engine: engine.clone(),
+        ctx: ShardContext {
+            durability: Durability::Group,
+            max_group: 64,
+            max_hold: Duration::from_secs(30),
+            latency: Arc::default(),
+            health: crate::storage_health::StorageHealth::new(),
+            durable: durable.clone(),
+        },
+        metrics: Arc::new(Metrics::new()),
+        group_tx,
+        queue: queue.downgrade(),
+        busy: Default::default(),
+        parked: Default::default(),
+        unsynced_through: Default::default(),
+        open: Default::default(),
+        handoff: Default::default(),
+    };
+    write(&Log::default(), "w")(&*engine);
+    let (writes, _) = one_reply(true);
+    assert!(shard::finish_group(&local, writes, false));
+    // The write's group is with the syncer, not durable: a read goes
+    // behind it, through the syncer.
+    let (read, mut rx) = one_reply(false);
+    assert!(shard::finish_group(&local, read, false));
+    assert!(
+        rx.try_recv().is_err(),
+        "a read released before the write it may show is durable"
+    );
+    assert_eq!(syncer.try_iter().count(), 2);
+    // Once an fsync covered the write, a read goes at once.
+    durable.sync_now(&*engine).unwrap();
+    let (read, mut rx) = one_reply(false);
+    assert!(shard::finish_group(&local, read, false));
+    assert_eq!(rx.try_recv().unwrap(), Frame::ok());
+    assert_eq!(syncer.try_iter().count(), 0);
+    assert_eq!(local.metrics.read_groups_released_at_once.get(), 1);
+}

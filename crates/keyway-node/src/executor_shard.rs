@@ -319,7 +319,7 @@ async fn shard_loop(local: &Local, mut changes: watch::Receiver<u64>, mut rx: mp
 /// the overview, 2); false once the syncer is gone. `inline`: an inline
 /// run's group, whose replies ran just now (not observed in the latency
 /// gauge).
-fn finish_group(local: &Local, mut group: Group, inline: bool) -> bool {
+pub(super) fn finish_group(local: &Local, mut group: Group, inline: bool) -> bool {
     let latency = (!inline).then_some(&*local.ctx.latency);
     let (engine, ctx) = (&*local.engine, &local.ctx);
     match ctx.durability {

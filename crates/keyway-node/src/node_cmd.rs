@@ -624,15 +624,13 @@ async fn submit_with<W: SlotWork>(
     let queued = if aside {
         shared.executor.submit_aside(Some(slot), task).await
     } else if session.may_inline() {
-        match shared.executor.submit_inline(slot, task).await {
-            Ok((rx, ran)) => {
-                if ran {
-                    session.ran_inline();
-                }
-                Ok(rx)
+        let submitted = shared.executor.submit_inline(slot, task).await;
+        submitted.map(|(rx, ran)| {
+            if ran {
+                session.ran_inline();
             }
-            Err(frame) => Err(frame),
-        }
+            rx
+        })
     } else {
         shared.executor.submit(slot, task).await
     };
