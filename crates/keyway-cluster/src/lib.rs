@@ -104,7 +104,11 @@ impl Default for ClusterSpec {
 }
 
 impl ClusterSpec {
-    /// A spec for tests: ephemeral ports, the given data directory.
+    /// A spec for tests: ephemeral ports, the given data directory, and
+    /// change records switched off 300 ms after their last reader went
+    /// away (`log_keep_idle_ms`, 10 s by default), so tests exercise the
+    /// log going off and on again under migrations, replication and
+    /// `WATCH`.
     pub fn ephemeral(nodes: usize, data_dir: PathBuf) -> Self {
         ClusterSpec {
             nodes,
@@ -112,6 +116,10 @@ impl ClusterSpec {
             first_admin_port: 0,
             meta_listen: "127.0.0.1:0".parse().expect("literal"),
             data_dir,
+            node: NodeConfig {
+                log_keep_idle_ms: 300,
+                ..NodeConfig::default()
+            },
             ..ClusterSpec::default()
         }
     }

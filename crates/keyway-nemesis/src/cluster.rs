@@ -410,6 +410,10 @@ impl Cluster {
                 // password: protected mode would refuse them.
                 "--protected-mode",
                 "no",
+                // Change records off half a second after their last reader
+                // (10 s by default): faults meet the log going off and on.
+                "--log-keep-idle-ms",
+                "500",
             ]);
             if spec.meta == MetaKind::Etcd {
                 args.extend(s(&["--bootstrap-nodes", &n, "--partitions-per-node", &ppn]));

@@ -216,6 +216,9 @@ pub struct ChangeLogStatus {
     pub records: u64,
     pub bytes: u64,
     pub retention_bytes: u64,
+    /// Whether writes keep change records now (off after
+    /// `log_keep_idle_ms` without a hold; `log_gc`).
+    pub records_kept: bool,
     pub holds: Vec<crate::log_gc::HoldView>,
 }
 
@@ -256,6 +259,7 @@ async fn status(State(shared): State<Arc<Shared>>) -> impl IntoResponse {
             records: (shared.engine.last_seq() + 1).saturating_sub(shared.engine.log_start()),
             bytes: shared.engine.log_bytes(),
             retention_bytes: shared.config.log_retention_bytes,
+            records_kept: shared.engine.log_kept(),
             holds: shared.migrations.holds().list(),
         },
         storage_memory: {

@@ -223,6 +223,15 @@ pub struct NodeConfig {
     /// Change log: how long a `LastSeq` answer (a migration's snapshot seq)
     /// keeps the records after it, until the migration's push holds them.
     pub log_snapshot_hold_ms: u64,
+    /// Change log: how long after the last hold (a migration, a replica,
+    /// a snapshot lease, a `WATCH`) went away writes still keep change
+    /// records; past it they are no longer written (a second LSM insert
+    /// per write saved) until a reader arms the log again. 0 = always kept.
+    pub log_keep_idle_ms: u64,
+    /// Change log: how long a `WATCH` keeps the records after its seq, so
+    /// `EXEC` can tell a watched key that was absent, created and deleted
+    /// again (a `WATCH` held longer counts such a key as unchanged).
+    pub log_watch_hold_ms: u64,
     /// fjall: the block cache's capacity, bytes (at least 1 MiB). It holds
     /// the data, index and filter blocks reads touch; memory beyond it is
     /// the memtables (`storage_max_memtable_bytes` per keyspace) and the
@@ -386,6 +395,8 @@ impl Default for NodeConfig {
             log_truncate_chunk_records: 4_096,
             log_retention_bytes: 1024 * 1024 * 1024,
             log_snapshot_hold_ms: 60_000,
+            log_keep_idle_ms: 1_000,
+            log_watch_hold_ms: 60_000,
             storage_cache_bytes: default_storage_cache_bytes(),
             storage_max_journal_bytes: MIN_JOURNAL_BYTES,
             storage_max_memtable_bytes: 4 * 1024 * 1024,
@@ -512,6 +523,7 @@ impl NodeConfig {
             ),
             ("log_retention_bytes", self.log_retention_bytes),
             ("log_snapshot_hold_ms", self.log_snapshot_hold_ms),
+            ("log_watch_hold_ms", self.log_watch_hold_ms),
             ("active_expire_interval_ms", self.active_expire_interval_ms),
             (
                 "active_expire_scan_keys",

@@ -29,7 +29,10 @@
 //!    run (rejected, held too long) counts as changed. A key absent at
 //!    both ends counts as changed when the change log since the `WATCH`
 //!    holds a `Put` of it (created and deleted again, as Redis counts it),
-//!    as far as the log still reaches back (`watch_log_scan_records`).
+//!    as far as the log still reaches back (`watch_log_scan_records`). A
+//!    `WATCH` that saw an absent key leases the log after its seq for
+//!    `log_watch_hold_ms` ([`WatchLog`]), so the records are kept even on a
+//!    node whose log nobody else reads (`log_gc`).
 //!
 //! Connection commands inside `MULTI` (`PING`, `ECHO`, `TIME`, `CLIENT`,
 //! `CONFIG`, ...: [`LOCAL_IN_MULTI`]) are queued and answered in their place
@@ -412,6 +415,7 @@ async fn watch(shared: &Arc<Shared>, session: &mut Session, keys: &[Bytes]) -> R
     let work = WatchWork {
         watch,
         indices: fresh,
+        log: WatchLog::of(shared),
     };
     node_cmd::submit_work(shared, work, slot, None, session).await
 }
@@ -626,6 +630,37 @@ impl SlotWork for TxWork {
 struct WatchWork {
     watch: Arc<Watch>,
     indices: Vec<usize>,
+    log: WatchLog,
+}
+
+/// What a `WATCH` task does with the change log: arm it before it reads
+/// the seq, lease the records after it if a key was absent.
+#[derive(Clone)]
+struct WatchLog {
+    holds: Arc<crate::log_gc::LogHolds>,
+    ttl: std::time::Duration,
+}
+
+impl WatchLog {
+    fn of(shared: &Shared) -> Self {
+        WatchLog {
+            holds: shared.migrations.holds().clone(),
+            ttl: std::time::Duration::from_millis(shared.config.log_watch_hold_ms),
+        }
+    }
+
+    /// The seq to record: every record after it is kept (for a while).
+    fn arm(&self, db: &Db<'_>) -> u64 {
+        self.holds.arm();
+        db.engine().last_seq()
+    }
+
+    /// Keeps the records after `seq` when a key was absent.
+    fn lease_if(&self, any_absent: bool, seq: u64) {
+        if any_absent {
+            self.holds.lease("watch", seq + 1, self.ttl);
+        }
+    }
 }
 
 impl SlotWork for WatchWork {
@@ -642,13 +677,16 @@ impl SlotWork for WatchWork {
     }
 
     fn execute(&self, db: &mut Db<'_>) -> Result<Frame, StorageError> {
-        let seq = db.engine().last_seq();
+        let seq = self.log.arm(db);
         let mut watched = self.watch.keys.lock().unwrap_or_else(|e| e.into_inner());
+        let mut any_absent = false;
         for &i in &self.indices {
             let (key, recorded) = &mut watched[i];
             let version = db.get(key)?.map_or(0, |v| v.version);
+            any_absent |= version == 0;
             *recorded = Some(Recorded { version, seq });
         }
+        self.log.lease_if(any_absent, seq);
         Ok(Frame::ok())
     }
 }
@@ -677,6 +715,7 @@ pub async fn at(shared: &Arc<Shared>, args: &[Bytes], expected: (PartitionId, Ep
         }
         let work = VersionsWork {
             keys: keys.to_vec(),
+            log: WatchLog::of(shared),
         };
         return node_cmd::submit_work(shared, work, slot, Some(expected), &plain).await;
     }
@@ -764,6 +803,7 @@ fn parse_exec_at(args: &[Bytes]) -> Result<ParsedExec, Frame> {
 /// `KW.AT <p> <e> WATCH ...`'s work: the keys' versions, read on the slot's thread.
 struct VersionsWork {
     keys: Vec<Bytes>,
+    log: WatchLog,
 }
 
 impl SlotWork for VersionsWork {
@@ -780,15 +820,18 @@ impl SlotWork for VersionsWork {
     }
 
     fn execute(&self, db: &mut Db<'_>) -> Result<Frame, StorageError> {
-        let seq = db.engine().last_seq();
+        let seq = self.log.arm(db);
         let mut out = Vec::with_capacity(self.keys.len());
+        let mut any_absent = false;
         for key in &self.keys {
             let version = db.get(key)?.map_or(0, |v| v.version);
+            any_absent |= version == 0;
             out.push(Frame::Array(vec![
                 Frame::bulk(version.to_string()),
                 Frame::bulk(seq.to_string()),
             ]));
         }
+        self.log.lease_if(any_absent, seq);
         Ok(Frame::Array(out))
     }
 }

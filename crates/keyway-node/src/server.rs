@@ -254,7 +254,11 @@ impl Node {
             &metrics,
         ));
         let copies = crate::copies::Copies::new(&metrics, clock.clone(), Some(stats.clone()));
-        let holds = crate::log_gc::LogHolds::new(engine.clone());
+        let holds = crate::log_gc::LogHolds::with_keep_idle(
+            engine.clone(),
+            (config.log_keep_idle_ms > 0)
+                .then(|| std::time::Duration::from_millis(config.log_keep_idle_ms)),
+        );
         let migrations = Arc::new(Migrations::new(
             engine.clone(),
             routing.clone(),

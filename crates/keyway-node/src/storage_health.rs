@@ -193,6 +193,20 @@ impl Engine for FailStopEngine {
         })
     }
 
+    fn keep_log(&self, keep: bool) -> Result<Seq, StorageError> {
+        self.health.check()?;
+        // Turning records off truncates the log whole, with its own fsync.
+        self.inner.keep_log(keep).inspect_err(|err| {
+            if matches!(err, StorageError::SyncFailed(_)) {
+                self.health.fail(format!("fsync error: {err}"));
+            }
+        })
+    }
+
+    fn log_kept(&self) -> bool {
+        self.inner.log_kept()
+    }
+
     fn delete_range_chunk(&self, range: &KeyRange, limit: usize) -> Result<usize, StorageError> {
         self.health.check()?;
         self.inner.delete_range_chunk(range, limit)

@@ -162,6 +162,25 @@ pub trait Engine: Send + Sync + 'static {
     /// `log_start() == upto + 1`.
     fn truncate_log(&self, upto: Seq) -> Result<(), StorageError>;
 
+    /// Whether the change records of later writes are kept at all.
+    ///
+    /// `keep == false`: from now on writes keep assigning seqs (strictly
+    /// increasing, across restarts too) but their records are not kept;
+    /// the log is truncated whole now and after every later write
+    /// (`log_start() == last_seq() + 1`), so a read after an older seq is
+    /// [`StorageError::LogTruncated`]. What a node with no reader of its
+    /// log saves: a second LSM insert per write (keyway-node `log_gc.rs`
+    /// decides when).
+    ///
+    /// `keep == true`: records of every write after the returned seq are
+    /// kept (the last seq at the switch, or now if they were kept already);
+    /// a reader that reads the last seq after this call finds every record
+    /// after it. Idempotent both ways; engines start with records kept.
+    fn keep_log(&self, keep: bool) -> Result<Seq, StorageError>;
+
+    /// Whether change records are kept ([`Engine::keep_log`]).
+    fn log_kept(&self) -> bool;
+
     /// Bytes of the change records still retained (`log_start..=last_seq`):
     /// for each, 8 (its seq) plus its encoded mutation. Kept as a counter,
     /// so O(1); the node's log retention limit is checked against it.

@@ -87,6 +87,7 @@ enum Op {
     Apply(Vec<Mutation>, Seq),
     Foreign(Vec<ChangeRecord>, Seq),
     Truncate(Seq),
+    KeepLog(bool, Seq),
     DeleteRange(KeyRange, usize, usize),
 }
 
@@ -265,6 +266,11 @@ fn replay(durable: &MemEngine, op: Op) {
             "replayed foreign apply"
         ),
         Op::Truncate(upto) => durable.truncate_log(upto).expect(LIVE_OK),
+        Op::KeepLog(keep, seq) => assert_eq!(
+            durable.keep_log(keep).expect(LIVE_OK),
+            seq,
+            "replayed keep_log"
+        ),
         Op::DeleteRange(range, limit, n) => assert_eq!(
             durable.delete_range_chunk(&range, limit).expect(LIVE_OK),
             n,
@@ -364,6 +370,14 @@ impl Engine for FaultyEngine {
             ));
         }
         self.write(|e| e.truncate_log(upto), |()| Op::Truncate(upto))
+    }
+
+    fn keep_log(&self, keep: bool) -> Result<Seq, StorageError> {
+        self.write(|e| e.keep_log(keep), |seq| Op::KeepLog(keep, seq))
+    }
+
+    fn log_kept(&self) -> bool {
+        self.live.log_kept()
     }
 
     fn delete_range_chunk(&self, range: &KeyRange, limit: usize) -> Result<usize, StorageError> {

@@ -45,8 +45,10 @@
 //!   snapshot is opened under `write_lock` ([`FjallEngine::snapshot`]):
 //!   fjall publishes a batch's seqno after inserting all its items, but
 //!   lsm-tree 3.1's flushes and compactions publish fresh seqnos without
-//!   waiting for a batch in flight. So the last seq read from a snapshot
-//!   (its log's top record) tells exactly which of our seqs it reflects. Plain keyspace
+//!   waiting for a batch in flight. So the last seq published under that
+//!   lock when the snapshot opens tells exactly which of our seqs it
+//!   reflects (it is not read from the log: records may not be kept, see
+//!   `fjall_log.rs`). Plain keyspace
 //!   reads (`Keyspace::get/range`) read at `SeqNo::MAX`, i.e. may see a batch
 //!   that is being inserted; they are used only for single-key `get` (a key is
 //!   written once per batch, so a point read is still atomic) and under the
@@ -109,6 +111,15 @@ const META_FORMAT: &[u8] = b"format";
 const META_LAST_SEQ: &[u8] = b"last_seq";
 const META_LOG_START: &[u8] = b"log_start";
 const META_LOG_PURGED: &[u8] = b"log_purged";
+/// While records are not kept ([`Engine::keep_log`]), the last seq is not
+/// in the log: a batch that passes this seq also writes a new one, that
+/// much higher, so a reopen starts above every seq ever handed out.
+const META_SEQ_RESERVED: &[u8] = b"seq_reserved";
+/// How far ahead of the last seq a reservation reaches: one meta insert per
+/// this many writes while records are not kept; a reopen after such a
+/// period skips up to this many seqs (seqs need not be dense, only
+/// increasing; the log then starts after the skipped ones).
+const SEQ_RESERVE: u64 = 1 << 20;
 
 /// fjall's own journal rotation size, used when `journal_rotation_bytes` is unset.
 const FJALL_JOURNAL_ROTATION_BYTES: u64 = 64_000_000;
@@ -145,32 +156,22 @@ pub struct FjallEngine {
     /// The newest change records, appended under `write_lock` before
     /// `last_seq` moves ([`Engine::recent_changes`]).
     tail: ChangeTail,
+    /// [`Engine::keep_log`]`(false)` is in force: batches carry no log
+    /// records and `log_start` follows `last_seq`. Changed under
+    /// `truncate_lock` then `write_lock`; read by commits under `write_lock`.
+    log_off: AtomicBool,
+    /// The highest `meta/seq_reserved` written (under `write_lock`).
+    seq_reserved: AtomicU64,
 }
 
-/// `(log_start, last_seq)` as `snap` reflects them. The last seq is the top
-/// log record at or after `log_start` (records below it are truncated: some
-/// stay on disk until their table is dropped, see `purge_log`), else
-/// `log_start - 1` (the log was truncated whole), or an older directory's
-/// `meta/last_seq` if that is higher.
-fn seq_bounds(
-    snap: &Snapshot,
-    meta: &Keyspace,
-    log: &Keyspace,
-) -> Result<(Seq, Seq), StorageError> {
-    let read = |key: &[u8], what: &'static str, default: u64| -> Result<u64, StorageError> {
-        snap.get(meta, key)?
-            .map_or(Ok(default), |raw| decode_u64(what, &raw))
-    };
-    let log_start = read(META_LOG_START, "meta/log_start", 1)?;
-    if log_start == 0 {
-        return Err(corrupt("meta/log_start", "0 (seqs start at 1)".into()));
-    }
-    let stored = read(META_LAST_SEQ, "meta/last_seq", 0)?;
-    let top = match snap.range(log, log_start.to_be_bytes()..).next_back() {
-        Some(g) => decode_u64("log key", &g.key()?)?,
-        None => 0,
-    };
-    Ok((log_start, top.max(log_start - 1).max(stored)))
+/// A snapshot with the seqs it reflects, all taken under `write_lock`.
+struct View {
+    snap: Snapshot,
+    /// The last seq whose batch `snap` shows.
+    last_seq: Seq,
+    /// The published log start then (it can be ahead of `snap`'s
+    /// `meta/log_start` while records are not kept).
+    log_start: Seq,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -249,7 +250,20 @@ impl FjallEngine {
                 db.persist(PersistMode::SyncData)?;
             }
         }
-        let (log_start, last_seq) = seq_bounds(&db.snapshot(), &meta, &log)?;
+        let (mut log_start, last_seq, top) = seq_bounds(&db.snapshot(), &meta, &log)?;
+        if last_seq >= log_start && top < last_seq {
+            // Seqs were handed out without records (`keep_log(false)`), or
+            // the newest records are gone: the log holds nothing readable
+            // up to the last seq, so it starts after it. Made durable by
+            // `drop_log_tables` below, before any table is dropped.
+            log_start = last_seq + 1;
+            let mut b = db.batch();
+            b.insert(&meta, META_LOG_START, log_start.to_be_bytes());
+            b.commit()?;
+        }
+        let seq_reserved = meta
+            .get(META_SEQ_RESERVED)?
+            .map_or(Ok(0), |raw| decode_u64("meta/seq_reserved", &raw))?;
         let engine = FjallEngine {
             path: dir.to_path_buf(),
             db,
@@ -269,6 +283,8 @@ impl FjallEngine {
                 .journal_rotation_bytes
                 .unwrap_or(FJALL_JOURNAL_ROTATION_BYTES),
             tail: ChangeTail::new(opts.change_tail_bytes),
+            log_off: AtomicBool::new(false),
+            seq_reserved: AtomicU64::new(seq_reserved),
         };
         {
             let _t = lock(&engine.truncate_lock);
@@ -320,23 +336,42 @@ impl FjallEngine {
     /// at such a seq would even lose the write). Every batch of ours is
     /// committed under `write_lock`, so a snapshot opened under it sees no
     /// batch in flight; the lock is held only for the open.
-    fn snapshot(&self) -> Snapshot {
+    /// The last seq and log start are read under the same lock: every
+    /// commit publishes both under it, so they are exactly the snapshot's.
+    fn snapshot(&self) -> View {
         let _w = lock(&self.write_lock);
-        self.db.snapshot()
+        View {
+            snap: self.db.snapshot(),
+            last_seq: self.last_seq.load(Ordering::Acquire),
+            log_start: self.log_start.load(Ordering::Acquire),
+        }
     }
 
-    /// The last seq whose batch `snap` reflects.
-    fn snapshot_seq(&self, snap: &Snapshot) -> Result<Seq, StorageError> {
-        Ok(seq_bounds(snap, &self.meta, &self.log)?.1)
+    /// The log start `view` must honour: its published one, or its
+    /// snapshot's `meta/log_start` if a truncation committed that first.
+    fn view_log_start(&self, view: &View) -> Result<Seq, StorageError> {
+        let stored = view
+            .snap
+            .get(&self.meta, META_LOG_START)?
+            .map_or(Ok(1), |raw| decode_u64("meta/log_start", &raw))?;
+        Ok(stored.max(view.log_start))
     }
 
     fn commit(&self, plan: Plan) -> Result<Seq, StorageError> {
         if plan.writes.is_empty() && plan.log.is_empty() {
             return Ok(plan.last_seq);
         }
+        let off = self.log_off.load(Ordering::Acquire);
+        let reserve = off && plan.last_seq > self.seq_reserved.load(Ordering::Acquire);
+        if off && plan.writes.is_empty() && !reserve {
+            // Only no-op records, not kept: nothing to write.
+            self.log_start.store(plan.last_seq + 1, Ordering::Release);
+            self.last_seq.store(plan.last_seq, Ordering::Release);
+            return Ok(plan.last_seq);
+        }
         let mut b = fjall::OwnedWriteBatch::with_capacity(
             self.db.clone(),
-            plan.writes.len() + plan.log.len(),
+            plan.writes.len() + if off { 1 } else { plan.log.len() },
         );
         for w in plan.writes {
             match w {
@@ -347,7 +382,14 @@ impl FjallEngine {
             }
         }
         let mut appended = 0u64;
-        if !plan.log.is_empty() {
+        if reserve {
+            b.insert(
+                &self.meta,
+                META_SEQ_RESERVED,
+                (plan.last_seq + SEQ_RESERVE).to_be_bytes(),
+            );
+        }
+        if !off {
             for r in &plan.log {
                 appended += crate::value::log_record_bytes(&r.mutation);
                 b.insert(
@@ -367,7 +409,14 @@ impl FjallEngine {
         if deferred {
             self.unflushed.store(true, Ordering::Release);
         }
-        if !plan.log.is_empty() {
+        if off {
+            if reserve {
+                self.seq_reserved
+                    .store(plan.last_seq + SEQ_RESERVE, Ordering::Release);
+            }
+            // Not kept: the log stays truncated whole.
+            self.log_start.store(plan.last_seq + 1, Ordering::Release);
+        } else if !plan.log.is_empty() {
             // Before the last seq is published: a truncation never passes it,
             // and a reader of the tail finds every record up to it.
             lock(&self.log_marks).appended(plan.last_seq, appended);
@@ -388,120 +437,6 @@ impl FjallEngine {
             planner.finish()
         };
         self.commit(plan)
-    }
-
-    /// Reads the log records after `after` in `snap`, in order, checking
-    /// there is no gap: `each` takes the next record, or returns `false` to
-    /// leave it and stop. Returns the seq of the first record not taken.
-    fn read_log(
-        &self,
-        snap: &Snapshot,
-        after: Seq,
-        mut each: impl FnMut(ChangeRecord) -> bool,
-    ) -> Result<Seq, StorageError> {
-        let mut expect = after + 1;
-        for g in snap.range(&self.log, (after + 1).to_be_bytes()..) {
-            let (k, v) = g.into_inner()?;
-            let seq = decode_u64("log key", &k)?;
-            if seq != expect {
-                // A truncation that committed after the snapshot may have
-                // dropped the tables this read needed (`purge_log` drops
-                // tables, which no snapshot keeps): that is a truncated log,
-                // not a corrupt one.
-                let now_start = self.log_start();
-                if after.saturating_add(1) < now_start {
-                    return Err(StorageError::LogTruncated {
-                        after,
-                        log_start: now_start,
-                    });
-                }
-                return Err(corrupt(
-                    "log",
-                    format!("gap: expected record {expect}, found {seq}"),
-                ));
-            }
-            let (mutation, batch_continues) = Mutation::decode_log_value(&to_bytes(&v))?;
-            let record = ChangeRecord {
-                seq,
-                mutation,
-                batch_continues,
-            };
-            if !each(record) {
-                return Ok(expect);
-            }
-            expect += 1;
-        }
-        Ok(expect)
-    }
-
-    /// `(seq, key + value bytes)` of each log record in `seqs` (an empty
-    /// range reads nothing): what [`LogMarks`] counts, at open and for the
-    /// remainder of a purge.
-    fn log_record_sizes(
-        &self,
-        seqs: std::ops::RangeInclusive<Seq>,
-    ) -> impl Iterator<Item = Result<(Seq, u64), StorageError>> + '_ {
-        let (from, to) = seqs.into_inner();
-        let range = (from <= to).then(|| self.log.range(from.to_be_bytes()..=to.to_be_bytes()));
-        range.into_iter().flatten().map(|g| {
-            let (k, v) = g.into_inner()?;
-            Ok((decode_u64("log key", &k)?, (k.len() + v.len()) as u64))
-        })
-    }
-
-    /// Gives back the space of log records `<= upto` (all below
-    /// `meta/log_start`, which the caller committed). Caller holds
-    /// `truncate_lock`.
-    ///
-    /// Records are not deleted one by one (a tombstone per record: as many
-    /// memtable inserts as the writes themselves, flushed and compacted
-    /// again): the log's tables that lie wholly at or below `upto` are
-    /// dropped (`drop_range`, no tombstones). Log keys are seqs, appended in
-    /// order, so every table eventually lies below a later truncation; until
-    /// then the records of the memtable and of the one table that straddles
-    /// `upto` stay on disk, below `log_start`, where no read looks
-    /// ([`seq_bounds`] and `changes_since` start at `log_start`).
-    ///
-    /// Before dropping, `log_start` is fsynced: a crash must never bring
-    /// back a `log_start` below records that are gone (a reader would find a
-    /// gap instead of [`StorageError::LogTruncated`]). A failure of that
-    /// fsync is [`StorageError::SyncFailed`], which the node treats as a
-    /// failed `sync` (fail-stop).
-    fn purge_log(&self, upto: Seq) -> Result<(), StorageError> {
-        // The dropped records' sizes, for `log_bytes`: the marks, plus the
-        // records after the last mark at or below `upto` (a short read; the
-        // whole range read back would fill the block cache with blocks of
-        // tables about to be dropped, `log_marks.rs`).
-        let (mark, mark_bytes) = lock(&self.log_marks).at_or_below(upto);
-        let mut after_mark = 0u64;
-        for record in self.log_record_sizes(mark + 1..=upto) {
-            after_mark += record?.1;
-        }
-        lock(&self.log_marks).truncated(upto, mark_bytes + after_mark);
-        self.drop_log_tables(upto)
-    }
-
-    /// The physical part of [`Self::purge_log`]: fsync `log_start`, drop the
-    /// log's tables wholly at or below `upto`, record `meta/log_purged`.
-    fn drop_log_tables(&self, upto: Seq) -> Result<(), StorageError> {
-        let purged = self
-            .meta
-            .get(META_LOG_PURGED)?
-            .map_or(Ok(0), |raw| decode_u64("meta/log_purged", &raw))?;
-        if purged >= upto {
-            return Ok(());
-        }
-        self.db
-            .persist(PersistMode::SyncData)
-            .map_err(|e| StorageError::SyncFailed(e.to_string()))?;
-        self.log
-            .tree
-            .drop_range(..=upto.to_be_bytes())
-            .map_err(fjall::Error::from)?;
-        let mut b = self.db.batch();
-        b.insert(&self.meta, META_LOG_PURGED, upto.to_be_bytes());
-        b.commit()?;
-        Ok(())
     }
 
     /// Up to `limit` keys of `ks` within `bounds`.
@@ -591,8 +526,11 @@ impl Engine for FjallEngine {
         if limit == 0 {
             return Err(StorageError::InvalidArgument("scan limit must be > 0"));
         }
-        let snap = self.snapshot();
-        let seq = self.snapshot_seq(&snap)?;
+        let View {
+            snap,
+            last_seq: seq,
+            ..
+        } = self.snapshot();
         let Some(bounds) = range.bounds_after(after) else {
             return Ok(ScanChunk {
                 entries: Vec::new(),
@@ -630,8 +568,11 @@ impl Engine for FjallEngine {
         if limit == 0 {
             return Err(StorageError::InvalidArgument("scan limit must be > 0"));
         }
-        let snap = self.snapshot();
-        let seq = self.snapshot_seq(&snap)?;
+        let View {
+            snap,
+            last_seq: seq,
+            ..
+        } = self.snapshot();
         let Some(bounds) = range.bounds_before(before) else {
             return Ok(ScanChunk {
                 entries: Vec::new(),
@@ -667,14 +608,12 @@ impl Engine for FjallEngine {
         // Snapshot first, then read log_start from it: a truncation commits
         // `meta/log_start` before deleting records, so this never misses records
         // silently.
-        let snap = self.snapshot();
-        let log_start = snap
-            .get(&self.meta, META_LOG_START)?
-            .map_or(Ok(1), |raw| decode_u64("meta/log_start", &raw))?;
+        let view = self.snapshot();
+        let log_start = self.view_log_start(&view)?;
         if after.saturating_add(1) < log_start {
             return Err(StorageError::LogTruncated { after, log_start });
         }
-        let last = self.snapshot_seq(&snap)?;
+        let (snap, last) = (view.snap, view.last_seq);
         if after >= last || limit == 0 {
             return Ok(Vec::new());
         }
@@ -719,6 +658,14 @@ impl Engine for FjallEngine {
 
     fn log_start(&self) -> Seq {
         self.log_start.load(Ordering::Acquire)
+    }
+
+    fn keep_log(&self, keep: bool) -> Result<Seq, StorageError> {
+        self.switch_records(keep)
+    }
+
+    fn log_kept(&self) -> bool {
+        !self.log_off.load(Ordering::Acquire)
     }
 
     fn truncate_log(&self, upto: Seq) -> Result<(), StorageError> {
@@ -816,8 +763,9 @@ impl Engine for FjallEngine {
         after: Seq,
         part_keys: usize,
     ) -> Result<crate::engine::WrittenDigests, StorageError> {
-        let snap = self.snapshot();
-        let (log_start, seq) = seq_bounds(&snap, &self.meta, &self.log)?;
+        let view = self.snapshot();
+        let log_start = self.view_log_start(&view)?;
+        let (snap, seq) = (view.snap, view.last_seq);
         if after.saturating_add(1) < log_start {
             return Err(StorageError::LogTruncated { after, log_start });
         }
@@ -838,15 +786,18 @@ impl Engine for FjallEngine {
     }
 
     fn digest(&self, range: &KeyRange) -> Result<(RangeDigest, Seq), StorageError> {
-        let snap = self.snapshot();
-        let seq = self.snapshot_seq(&snap)?;
+        let View {
+            snap,
+            last_seq: seq,
+            ..
+        } = self.snapshot();
         let mut d = Digester::new();
         self.for_each_live(&snap, range, |k, v| d.add(k, v))?;
         Ok((d.finish(), seq))
     }
 
     fn range_stats(&self, range: &KeyRange) -> Result<(u64, u64), StorageError> {
-        let snap = self.snapshot();
+        let snap = self.snapshot().snap;
         let (mut n, mut bytes) = (0u64, 0u64);
         self.for_each_live(&snap, range, |k, v| {
             n += u64::from(v.kind.is_user_key());
@@ -862,6 +813,10 @@ impl Engine for FjallEngine {
         self.run(|p| records.iter().try_for_each(|r| p.foreign(r)))
     }
 }
+
+#[path = "fjall_log.rs"]
+mod log;
+use log::seq_bounds;
 
 #[cfg(test)]
 #[path = "fjall_engine_tests.rs"]

@@ -25,6 +25,8 @@ struct State {
     last_seq: Seq,
     log_start: Seq,
     log_bytes: u64,
+    /// [`Engine::keep_log`]`(false)` is in force: records are not kept.
+    log_off: bool,
 }
 
 impl StateSource for State {
@@ -55,9 +57,14 @@ impl State {
                 }
             }
         }
-        for r in plan.log {
-            self.log_bytes += crate::value::log_record_bytes(&r.mutation);
-            self.log.insert(r.seq, (r.mutation, r.batch_continues));
+        if self.log_off {
+            // Not kept: the log stays truncated whole.
+            self.log_start = plan.last_seq + 1;
+        } else {
+            for r in plan.log {
+                self.log_bytes += crate::value::log_record_bytes(&r.mutation);
+                self.log.insert(r.seq, (r.mutation, r.batch_continues));
+            }
         }
         self.last_seq = plan.last_seq;
     }
@@ -114,6 +121,23 @@ impl MemEngine {
         // Commits are infallible in-memory updates computed beforehand, so a
         // panic elsewhere cannot leave a half-applied batch: ignore poisoning.
         self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Drops the records `<= upto` (clamped to the last seq).
+    fn truncate(st: &mut State, upto: Seq) {
+        let upto = upto.min(st.last_seq);
+        if upto < st.log_start {
+            return;
+        }
+        let kept = st.log.split_off(&(upto + 1));
+        let dropped: u64 = st
+            .log
+            .values()
+            .map(|(m, _)| crate::value::log_record_bytes(m))
+            .sum();
+        st.log = kept;
+        st.log_bytes -= dropped;
+        st.log_start = upto + 1;
     }
 
     fn run(
@@ -283,21 +307,25 @@ impl Engine for MemEngine {
         )
     }
 
-    fn truncate_log(&self, upto: Seq) -> Result<(), StorageError> {
+    fn keep_log(&self, keep: bool) -> Result<Seq, StorageError> {
         let mut st = self.lock();
-        let upto = upto.min(st.last_seq);
-        if upto < st.log_start {
-            return Ok(());
+        if keep && st.log_off {
+            st.log_off = false;
+            st.log_start = st.last_seq + 1;
+        } else if !keep && !st.log_off {
+            st.log_off = true;
+            let last = st.last_seq;
+            Self::truncate(&mut st, last);
         }
-        let kept = st.log.split_off(&(upto + 1));
-        let dropped: u64 = st
-            .log
-            .values()
-            .map(|(m, _)| crate::value::log_record_bytes(m))
-            .sum();
-        st.log = kept;
-        st.log_bytes -= dropped;
-        st.log_start = upto + 1;
+        Ok(st.last_seq)
+    }
+
+    fn log_kept(&self) -> bool {
+        !self.lock().log_off
+    }
+
+    fn truncate_log(&self, upto: Seq) -> Result<(), StorageError> {
+        Self::truncate(&mut self.lock(), upto);
         Ok(())
     }
 

@@ -231,8 +231,18 @@ fn crash_child() {
     let Ok(dir) = std::env::var(CRASH_DIR_ENV) else {
         return;
     };
-    let e = open(Path::new(&dir));
+    write_then_abort(Path::new(&dir), None);
+}
+
+/// The crash children's work: batches of two writes, a sync after
+/// `CRASH_SYNCED` of them, more, then an abort; records are switched off
+/// before batch `records_off_at` if given.
+fn write_then_abort(dir: &Path, records_off_at: Option<u64>) -> ! {
+    let e = open(dir);
     for i in 1..=CRASH_BATCHES {
+        if Some(i) == records_off_at {
+            e.keep_log(false).unwrap();
+        }
         // Two mutations per batch; ~1 KiB each so the journal's 8 KiB
         // userspace buffer spills mid-stream and may tear a batch.
         let data = format!("{i:>1000}");
@@ -248,16 +258,22 @@ fn crash_child() {
     std::process::abort();
 }
 
-#[test]
-fn crash_recovery() {
-    let dir = tempfile::tempdir().unwrap();
+/// Runs the test `name` of this binary as a child writing to `dir`
+/// (passed in `env`), which must abort.
+fn run_crash_child(name: &str, env: &str, dir: &Path) {
     let status = Command::new(std::env::current_exe().unwrap())
-        .args(["crash_child", "--exact", "--nocapture", "--test-threads=1"])
-        .env(CRASH_DIR_ENV, dir.path())
+        .args([name, "--exact", "--nocapture", "--test-threads=1"])
+        .env(env, dir)
         .stdout(std::process::Stdio::null())
         .status()
         .unwrap();
     assert!(!status.success(), "child must abort");
+}
+
+#[test]
+fn crash_recovery() {
+    let dir = tempfile::tempdir().unwrap();
+    run_crash_child("crash_child", CRASH_DIR_ENV, dir.path());
 
     let e = open(dir.path());
     let last = e.last_seq();
@@ -283,4 +299,52 @@ fn crash_recovery() {
         CRASH_BATCHES,
         CRASH_SYNCED
     );
+}
+
+const UNKEPT_CRASH_DIR_ENV: &str = "KEYWAY_STORAGE_UNKEPT_CRASH_DIR";
+
+/// Child side of `crash_with_records_not_kept`: records are switched off
+/// after 50 batches; writes, syncs part way, keeps writing, aborts.
+#[test]
+fn unkept_crash_child() {
+    let Ok(dir) = std::env::var(UNKEPT_CRASH_DIR_ENV) else {
+        return;
+    };
+    write_then_abort(Path::new(&dir), Some(50));
+}
+
+/// A process crash while records are not kept: every version the
+/// recovered data holds is at or below the recovered last seq (no seq will
+/// be handed out twice), and the log reads as truncated whole.
+#[test]
+fn crash_with_records_not_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    run_crash_child("unkept_crash_child", UNKEPT_CRASH_DIR_ENV, dir.path());
+
+    let e = open(dir.path());
+    let counter = e.get(b"counter").unwrap().unwrap();
+    let written: u64 = counter
+        .data
+        .trim_ascii_start()
+        .iter()
+        .fold(0, |n, d| n * 10 + u64::from(d - b'0'));
+    assert!(written >= CRASH_SYNCED, "synced writes lost: {written}");
+    assert_eq!(counter.version, 2 * written, "the counter's seq");
+    let last = e.last_seq();
+    assert!(
+        last >= counter.version,
+        "last seq {last} below a stored version"
+    );
+    assert_eq!(
+        e.log_start(),
+        last + 1,
+        "nothing readable before the last seq"
+    );
+    assert!(matches!(
+        e.changes_since(0, 10),
+        Err(StorageError::LogTruncated { .. })
+    ));
+    e.apply(&[put(&Bytes::from_static(b"counter"), "next")])
+        .unwrap();
+    assert!(e.get(b"counter").unwrap().unwrap().version > counter.version);
 }

@@ -17,6 +17,8 @@ struct LogRow {
     records: Option<u64>,
     bytes: Option<u64>,
     retention_bytes: Option<u64>,
+    /// Whether writes keep change records (off while nobody reads them).
+    records_kept: Option<bool>,
     holds: Vec<Value>,
     error: Option<String>,
 }
@@ -33,6 +35,7 @@ pub async fn changelog_cmd(meta: &dyn MetaStore, json: bool) -> anyhow::Result<(
             records: None,
             bytes: None,
             retention_bytes: None,
+            records_kept: None,
             holds: Vec::new(),
             error: None,
         };
@@ -45,6 +48,7 @@ pub async fn changelog_cmd(meta: &dyn MetaStore, json: bool) -> anyhow::Result<(
                 row.records = log["records"].as_u64();
                 row.bytes = log["bytes"].as_u64();
                 row.retention_bytes = log["retention_bytes"].as_u64();
+                row.records_kept = log["records_kept"].as_bool();
                 row.holds = log["holds"].as_array().cloned().unwrap_or_default();
             }
             Err(e) => row.error = Some(e.to_string()),
@@ -56,8 +60,8 @@ pub async fn changelog_cmd(meta: &dyn MetaStore, json: bool) -> anyhow::Result<(
     }
     let num = |v: Option<u64>| v.map_or("-".to_string(), |v| v.to_string());
     println!(
-        "{:<40}  {:>12}  {:>12}  {:>10}  {:>12}  HOLDS",
-        "NODE", "FIRST SEQ", "LAST SEQ", "RECORDS", "BYTES"
+        "{:<40}  {:>12}  {:>12}  {:>10}  {:>12}  {:>4}  HOLDS",
+        "NODE", "FIRST SEQ", "LAST SEQ", "RECORDS", "BYTES", "KEPT"
     );
     for r in rows {
         let holds = match &r.error {
@@ -70,12 +74,17 @@ pub async fn changelog_cmd(meta: &dyn MetaStore, json: bool) -> anyhow::Result<(
                 .join(", "),
         };
         println!(
-            "{:<40}  {:>12}  {:>12}  {:>10}  {:>12}  {}",
+            "{:<40}  {:>12}  {:>12}  {:>10}  {:>12}  {:>4}  {}",
             r.node,
             num(r.first_seq),
             num(r.last_seq),
             num(r.records),
             num(r.bytes),
+            match r.records_kept {
+                Some(true) => "yes",
+                Some(false) => "no",
+                None => "-",
+            },
             holds
         );
     }

@@ -72,6 +72,11 @@ pub struct NodeFlags {
     /// the migration aborts with "log retention exceeded" (default 1 GiB).
     #[arg(long)]
     log_retention_bytes: Option<u64>,
+    /// Change log: stop writing change records this long after the last
+    /// reader (migration, replica, WATCH) went away; 0 = always write them
+    /// (default 1000).
+    #[arg(long)]
+    log_keep_idle_ms: Option<u64>,
     /// fjall: block cache capacity in bytes, at least 1 MiB (default the
     /// machine's memory / 32, 16 MiB to 1 GiB; under `keyway dev`, unless
     /// set here or in --config, that divided among the nodes).
@@ -218,6 +223,7 @@ impl NodeFlags {
             stats_scan_interval_ms,
             log_truncate_interval_ms,
             log_retention_bytes,
+            log_keep_idle_ms,
             storage_cache_bytes,
             storage_max_journal_bytes,
             storage_max_memtable_bytes,

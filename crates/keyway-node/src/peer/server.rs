@@ -804,6 +804,11 @@ impl peer_server::Peer for PeerService {
             .map(|n| (n.migrations.holds().clone(), n.snapshot_hold));
         let (seq, log_start) = self
             .blocking(move |e| {
+                // Records on before the seq is read: every record after it
+                // is kept (`log_gc`: they may have been switched off).
+                if let Some((holds, _)) = &holds {
+                    holds.arm();
+                }
                 let seq = e.last_seq();
                 if let Some((holds, ttl)) = holds {
                     holds.lease("snapshot", seq + 1, ttl);

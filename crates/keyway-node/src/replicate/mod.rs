@@ -202,6 +202,7 @@ impl Replication {
                 parts.latency.clone(),
                 metrics.clone(),
                 parts.durable.clone(),
+                parts.holds.clone(),
             )),
             engine: parts.engine,
             routing: parts.routing,

@@ -145,6 +145,10 @@ pub struct ReplicaSide {
     /// Per partition, this node's last seq after a call listing it was
     /// applied (read under the routing guard the call was checked under).
     applied: Arc<Mutex<HashMap<PartitionId, keyway_storage::Seq>>>,
+    /// Armed by every call (heartbeats too): a replica may be promoted,
+    /// and its streams then read its log from the era floor on, so its
+    /// records stay kept while it replicates (`log_gc`).
+    holds: Arc<crate::log_gc::LogHolds>,
 }
 
 /// Why a call was not applied.
@@ -163,6 +167,7 @@ impl ReplicaSide {
         latency: Arc<LatencyGauge>,
         metrics: Arc<ReplicationMetrics>,
         durable: Arc<DurableSeq>,
+        holds: Arc<crate::log_gc::LogHolds>,
     ) -> Self {
         let seed = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -174,6 +179,7 @@ impl ReplicaSide {
             latency,
             metrics,
             durable,
+            holds,
             senders: Mutex::new(HashMap::new()),
             paused: watch::channel(false).0,
             next_token: std::sync::atomic::AtomicU64::new(seed | 1),
@@ -272,6 +278,7 @@ impl ReplicaSide {
         records: Vec<ChangeRecord>,
         drop: Option<(PartitionId, Epoch, KeyRange, usize)>,
     ) -> Result<pb::ReplicateResponse, ReplicaError> {
+        self.holds.arm();
         let slot = self.sender(sender);
         let mut state = slot.state.lock().unwrap_or_else(|e| e.into_inner());
         let waited = Instant::now();

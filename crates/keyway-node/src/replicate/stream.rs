@@ -98,6 +98,9 @@ impl Stream {
             },
         )
         .map_err(|e| e.to_string())?;
+        // Records on before the start is read (`log_gc`: a node whose log
+        // nobody read stops writing them).
+        repl.holds.arm();
         let start = repl.durable.get(&*repl.engine);
         let incarnation = SystemTime::now()
             .duration_since(SystemTime::UNIX_EPOCH)
@@ -114,7 +117,7 @@ impl Stream {
             hold: Mutex::new(None),
         });
         let weak = Arc::downgrade(&stream);
-        let guard = repl
+        let held = repl
             .holds
             .hold(
                 format!("replica {replica}"),
@@ -126,9 +129,19 @@ impl Stream {
                         s.wake.notify_one();
                     }
                 }),
-            )
-            .map_err(|e| e.to_string())?;
-        *stream.hold.lock().unwrap_or_else(|e| e.into_inner()) = Some(guard);
+            );
+        match held {
+            Ok(guard) => *stream.hold.lock().unwrap_or_else(|e| e.into_inner()) = Some(guard),
+            Err(e) => {
+                // Records after the durable seq are gone (switched on just
+                // now, after writes not yet durable): the replica cannot be
+                // caught up from the log. Lost from the start, as when its
+                // records are truncated: the rules take its partitions out
+                // of sync and the stream starts over, with records kept.
+                tracing::warn!(%replica, %e, "replication stream starts lost");
+                stream.lost.store(true, Ordering::Release);
+            }
+        }
         repl.lock().rules.stream_restarted(replica, start);
         tokio::spawn(stream.clone().run(repl.clone()));
         tracing::info!(%replica, addr, from_seq = start, "replication stream started");

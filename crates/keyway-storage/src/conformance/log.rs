@@ -222,3 +222,60 @@ pub fn recent_changes_agree<E: Engine>(make: &dyn Fn() -> E) {
     ok(e.truncate_log(40));
     check(41);
 }
+
+/// [`Engine::keep_log`]: while records are not kept, seqs still advance,
+/// the log is truncated whole after every write, and reads after an older
+/// seq are `LogTruncated`; switched back on, every record after the
+/// returned seq is there. Foreign applies follow the same rule.
+pub fn log_not_kept<E: Engine>(make: &dyn Fn() -> E) {
+    let e = make();
+    let k = |i: u32| rk(1, &format!("k{i}"));
+    assert!(e.log_kept(), "engines start with records kept");
+    for i in 1..=3u32 {
+        ok(e.apply(&[put(&k(i), "a")]));
+    }
+    assert_eq!(ok(e.keep_log(true)), 3, "already kept: the last seq");
+    assert_eq!(e.log_start(), 1, "kept already: nothing truncated");
+
+    assert_eq!(ok(e.keep_log(false)), 3);
+    assert!(!e.log_kept());
+    assert_eq!((e.log_start(), e.log_bytes()), (4, 0), "truncated whole");
+    assert_eq!(ok(e.keep_log(false)), 3, "idempotent");
+    assert_eq!(ok(e.apply(&[put(&k(4), "b"), del(&k(1))])), 5);
+    assert_eq!(ok(e.apply(&[del(&k(9))])), 6, "a no-op still takes a seq");
+    assert_eq!(e.log_start(), 7, "follows the last seq");
+    assert_eq!(e.log_bytes(), 0);
+    assert_eq!(e.get(&k(4)).unwrap().unwrap().version, 4, "data is written");
+    assert!(e.get(&k(1)).unwrap().is_none());
+    assert!(matches!(
+        e.changes_since(5, 10),
+        Err(StorageError::LogTruncated { log_start: 7, .. })
+    ));
+    assert!(matches!(
+        e.recent_changes(5, 10),
+        Some(Err(StorageError::LogTruncated { .. }))
+    ));
+    assert!(ok(e.changes_since(6, 10)).is_empty());
+    let foreign = rec(1000, put(&k(20), "f"));
+    assert_eq!(ok(e.apply_foreign(std::slice::from_ref(&foreign))), 7);
+    assert_eq!(e.log_start(), 8);
+    assert_eq!(ok(e.scan(&super::slot_range(1), None, 100)).seq, 7);
+    assert_eq!(ok(e.digest(&super::slot_range(1))).1, 7);
+    ok(e.truncate_log(7));
+    assert_eq!(e.log_start(), 8, "a truncation has nothing to do");
+
+    assert_eq!(ok(e.keep_log(true)), 7, "on again after seq 7");
+    assert!(e.log_kept());
+    assert_eq!(e.log_start(), 8);
+    assert!(matches!(
+        e.changes_since(6, 10),
+        Err(StorageError::LogTruncated { log_start: 8, .. })
+    ));
+    let m = put(&k(5), "c");
+    assert_eq!(ok(e.apply(std::slice::from_ref(&m))), 8);
+    assert_eq!(ok(e.changes_since(7, 10)), vec![rec(8, m.clone())]);
+    assert_eq!(log_all(&e), vec![rec(8, m.clone())]);
+    assert_eq!(e.log_bytes(), 8 + m.encoded_len() as u64);
+    let w = ok(e.written_digests(&super::slot_range(1), 7, 10));
+    assert_eq!((w.seq, w.keys), (8, vec![k(5)]));
+}

@@ -37,7 +37,7 @@ macro_rules! conformance_tests {
     ($make:expr, cases = $cases:expr) => {
         $crate::conformance_tests!(@tests $make, $cases;
             empty_engine, put_get_delete, batch_semantics, set_expiry, invalid_input,
-            scan_paging, scan_rev_paging, change_log, change_log_batches, recent_changes_agree, delete_range_chunk, digest_and_stats, written_digests, foreign_basics,
+            scan_paging, scan_rev_paging, change_log, change_log_batches, recent_changes_agree, log_not_kept, delete_range_chunk, digest_and_stats, written_digests, foreign_basics,
             foreign_pending_expiry, foreign_effects_logged, concurrent_apply,
             concurrent_scan_consistency;
             prop_model, prop_foreign_permutation, prop_replica_follow);
@@ -71,6 +71,7 @@ pub fn run_all<E: Engine>(make: impl Fn() -> E, cases: u32) {
     change_log(make);
     change_log_batches(make);
     recent_changes_agree(make);
+    log_not_kept(make);
     delete_range_chunk(make);
     digest_and_stats(make);
     written_digests(make);
@@ -239,7 +240,7 @@ mod range;
 pub use basic::{batch_semantics, empty_engine, invalid_input, put_get_delete, set_expiry};
 pub use concurrent::{concurrent_apply, concurrent_scan_consistency};
 pub use foreign::{foreign_basics, foreign_effects_logged, foreign_pending_expiry};
-pub use log::{change_log, change_log_batches, recent_changes_agree};
+pub use log::{change_log, change_log_batches, log_not_kept, recent_changes_agree};
 pub use props::{prop_foreign_permutation, prop_model, prop_replica_follow};
 pub use range::{
     delete_range_chunk, digest_and_stats, scan_paging, scan_rev_paging, written_digests,

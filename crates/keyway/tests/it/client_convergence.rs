@@ -15,7 +15,7 @@
 
 use bytes::{Bytes, BytesMut};
 use keyway_client::{Client, ClientConfig, ClientStats, Strategy};
-use keyway_cluster::{ClusterSpec, LocalCluster, ManagerSpec};
+use keyway_cluster::{ClusterSpec, LocalCluster};
 use keyway_manager::request_move;
 use keyway_map::{
     DEFAULT_KEYSPACE, Epoch, MapChange, MapSince, NodeId, OwnershipCondition, PartitionId,
@@ -37,14 +37,7 @@ async fn cluster(dir: &std::path::Path, per_node: u16) -> LocalCluster {
     let mut spec = ClusterSpec::ephemeral(3, dir.to_path_buf());
     spec.partitions_per_node = per_node;
     spec.node.lease_ttl_ms = 60_000;
-    let mut m = ManagerSpec::default();
-    m.config.driver.migration.cleanup_grace_ms = 200;
-    m.config.driver.poll_interval_ms = 20;
-    m.config.driver.discover_interval_ms = 50;
-    m.config.rebalance.enabled = false;
-    m.config.split.enabled = false;
-    m.config.merge.enabled = false;
-    spec.manager = Some(m);
+    spec.manager = Some(crate::common::manager_without_policies(true));
     let c = LocalCluster::start(spec).await.expect("cluster starts");
     c.wait_serving(WAIT).await.unwrap();
     c

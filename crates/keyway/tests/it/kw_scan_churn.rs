@@ -12,7 +12,7 @@
 
 use bytes::{Bytes, BytesMut};
 use keyway_client::{Client, ClientConfig};
-use keyway_cluster::{ClusterSpec, LocalCluster, ManagerSpec};
+use keyway_cluster::{ClusterSpec, LocalCluster};
 use keyway_manager::{SplitAt, create_keyspace, request_move, split_partition};
 use keyway_map::{KeyspaceId, NodeId, PartitionRecord, Routing};
 use keyway_resp::{Frame, Limits, Protocol, ResponseParser, encode};
@@ -194,12 +194,7 @@ async fn kw_scan_returns_every_key_in_order_while_partitions_split_and_move() {
     let dir = tempfile::tempdir().unwrap();
     let mut spec = ClusterSpec::ephemeral(3, dir.path().to_path_buf());
     spec.node.lease_ttl_ms = 60_000;
-    let mut m = ManagerSpec::default();
-    m.config.driver.migration.cleanup_grace_ms = 200;
-    m.config.rebalance.enabled = false;
-    m.config.split.enabled = false;
-    m.config.merge.enabled = false;
-    spec.manager = Some(m);
+    spec.manager = Some(crate::common::manager_without_policies(false));
     let c = LocalCluster::start(spec).await.unwrap();
     let ks = create_keyspace(&**c.meta(), "users", Routing::Range, None)
         .await

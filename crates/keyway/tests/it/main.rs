@@ -36,6 +36,7 @@ mod kw_scan_churn;
 mod load_split;
 mod load_stats;
 mod log_bounded;
+mod log_idle;
 mod manager;
 mod merge_live;
 mod migrate_live;

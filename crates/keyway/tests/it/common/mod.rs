@@ -16,6 +16,23 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+/// A manager for tests that drive moves themselves: no rebalancing,
+/// splitting or merging of its own, a migration's source cleaned 200 ms
+/// after the flip, and with `quick`, a driver that polls every 20 ms and
+/// discovers new records every 50 ms.
+pub fn manager_without_policies(quick: bool) -> keyway_cluster::ManagerSpec {
+    let mut m = keyway_cluster::ManagerSpec::default();
+    m.config.driver.migration.cleanup_grace_ms = 200;
+    if quick {
+        m.config.driver.poll_interval_ms = 20;
+        m.config.driver.discover_interval_ms = 50;
+    }
+    m.config.rebalance.enabled = false;
+    m.config.split.enabled = false;
+    m.config.merge.enabled = false;
+    m
+}
+
 /// A key of slot `slot` (a hash tag found by search), ending in `suffix`.
 pub fn key_in_slot(slot: u16, suffix: &str) -> String {
     let tag = (0..1_000_000)
