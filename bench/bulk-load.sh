@@ -156,6 +156,7 @@ KW_PID=$!
 until grep -q 'Ctrl-C stops' "$WORK/keyway.out" 2>/dev/null; do
   kill -0 $KW_PID 2>/dev/null || { cat "$WORK/keyway.out"; exit 1; }; sleep 0.05
 done
+[ "$RF" = 1 ] && keyway_steady "$d" $((KPORT+100)) 3
 mkdir -p "$WORK/k"
 read -r -a kowners <<< "$(write_resp $KPORT "$WORK/k")"
 K_SECS=$(load "$WORK/k" "${kowners[@]}")

@@ -17,6 +17,7 @@
 #
 # usage: bench/cpu-per-request.sh [-t get|set|...] [-P PIPELINE] [-n REQUESTS]
 #   KEYWAY_BIN=path uses that keyway binary instead of building the release one.
+#   KEYWAY_DEV_ARGS="..." adds flags to `keyway dev` (an A/B of a setting).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 TEST=get; P=1; N=1000000
@@ -82,11 +83,12 @@ stop_all
 
 "$KW" dev --nodes 3 --port "$KPORT" --admin-port $((KPORT+100)) --meta-port $((KPORT-1)) \
   --manager-admin-port $((KPORT+200)) --data "$WORK/keyway" --durability group \
-  --replication-factor 1 > "$WORK/keyway.out" 2>&1 &
+  --replication-factor 1 ${KEYWAY_DEV_ARGS:-} > "$WORK/keyway.out" 2>&1 &
 PIDS+=($!)
 until grep -q 'Ctrl-C stops' "$WORK/keyway.out" 2>/dev/null; do
   kill -0 "${PIDS[0]}" 2>/dev/null || { cat "$WORK/keyway.out" >&2; exit 1; }; sleep 0.05
 done
+keyway_steady "$WORK/keyway" $((KPORT+100)) 3
 measure "keyway rf=1 (group)" "$KPORT"
 stop_all
 echo "us/req: CPU time per request; machine_us: all cores' busy time per request (servers, load generator, the rest); busy: share of the cores busy during the run"

@@ -40,3 +40,22 @@ redis_cluster_up() {
     done
   fi
 }
+
+# keyway_steady DATA_DIR ADMIN_PORT NODES: waits (at most 10 s) until no
+# node of a `keyway dev` keeps change records, the steady state of a
+# cluster whose logs nobody reads (no replica, no migration): nodes stop
+# writing them log_keep_idle_ms after the last reader. Nodes that do not
+# say (an older binary) or keep them for a reader (replication) are
+# waited for no longer than that.
+keyway_steady() {
+  local data=$1 admin=$2 nodes=$3 auth=() i kept
+  [ -f "$data/cluster-secret" ] && auth=(-H "Authorization: Bearer $(cat "$data/cluster-secret")")
+  for _ in $(seq 100); do
+    kept=0
+    for i in $(seq 0 $((nodes - 1))); do
+      curl -s "${auth[@]}" "http://127.0.0.1:$((admin + i))/status" | grep -q '"records_kept":true' && kept=1
+    done
+    [ "$kept" = 0 ] && return 0
+    sleep 0.1
+  done
+}

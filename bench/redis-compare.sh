@@ -96,19 +96,7 @@ for rf in $RFS; do
   until grep -q 'Ctrl-C stops' "$WORK/keyway-rf$rf.out" 2>/dev/null; do
     kill -0 $KW_PID 2>/dev/null || { cat "$WORK/keyway-rf$rf.out"; exit 1; }; sleep 0.05
   done
-  if [ "$rf" = 1 ]; then
-    # Steady state: with no reader of their change logs (no replica, no
-    # migration) nodes stop writing change records log_keep_idle_ms after
-    # start; a node too old to say so is not waited for.
-    for _ in $(seq 100); do
-      kept=0
-      for i in 0 1 2; do
-        curl -s "http://127.0.0.1:$((KPORT+100+i))/status" | grep -q '"records_kept":true' && kept=1
-      done
-      [ "$kept" = 0 ] && break
-      sleep 0.1
-    done
-  fi
+  [ "$rf" = 1 ] && keyway_steady "$d" $((KPORT+100)) 3
   K=$(bench $KPORT)
   [ -n "$K" ] || { echo "redis-benchmark printed nothing for keyway rf=$rf" >&2; cat "$WORK/keyway-rf$rf.out" >&2; exit 1; }
   if [ "$rf" -gt 1 ]; then LABELS+=("keyway rf=$rf (sync)"); else LABELS+=("keyway rf=1"); fi
