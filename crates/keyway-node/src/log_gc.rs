@@ -80,6 +80,14 @@ struct Inner {
     active_at: Instant,
 }
 
+impl Inner {
+    /// Forgets the timed holds that ran out by `now`.
+    fn drop_expired(&mut self, now: Instant) {
+        self.entries
+            .retain(|_, e| e.expires.is_none_or(|t| t > now));
+    }
+}
+
 /// The registry of log holds (see the module docs). Cheap to share.
 pub struct LogHolds {
     engine: Arc<dyn Engine>,
@@ -193,9 +201,7 @@ impl LogHolds {
         };
         let mut inner = self.lock();
         let now = Instant::now();
-        inner
-            .entries
-            .retain(|_, e| e.expires.is_none_or(|t| t > now));
+        inner.drop_expired(now);
         if !inner.entries.is_empty() {
             inner.active_at = now;
             return Ok(false);
@@ -256,9 +262,7 @@ impl LogHolds {
             return;
         }
         let now = Instant::now();
-        inner
-            .entries
-            .retain(|_, e| e.expires.is_none_or(|t| t > now));
+        inner.drop_expired(now);
         let leases = inner
             .entries
             .values()
@@ -326,9 +330,7 @@ impl LogHolds {
     fn truncate_chunk(&self, chunk: u64) -> Result<bool, keyway_storage::StorageError> {
         let mut inner = self.lock();
         let now = Instant::now();
-        inner
-            .entries
-            .retain(|_, e| e.expires.is_none_or(|t| t > now));
+        inner.drop_expired(now);
         let head = self.engine.last_seq();
         let keep_from = Self::min_of(&inner, now).map_or(head + 1, |(_, s)| s.min(head + 1));
         let start = self.engine.log_start();

@@ -131,7 +131,10 @@ impl Stream {
                 }),
             );
         match held {
-            Ok(guard) => *stream.hold.lock().unwrap_or_else(|e| e.into_inner()) = Some(guard),
+            Ok(guard) => {
+                *stream.hold.lock().unwrap_or_else(|e| e.into_inner()) = Some(guard);
+                repl.lock().rules.stream_restarted(replica, start);
+            }
             Err(e) => {
                 // Records after the durable seq are gone (switched on just
                 // now, after writes not yet durable): the replica cannot be
@@ -139,10 +142,11 @@ impl Stream {
                 // records are truncated: the rules take its partitions out
                 // of sync and the stream starts over, with records kept.
                 tracing::warn!(%replica, %e, "replication stream starts lost");
+                // Not "restarted" at `start`: the replica does not hold
+                // the records up to it, so nothing may count as acked there.
                 stream.lost.store(true, Ordering::Release);
             }
         }
-        repl.lock().rules.stream_restarted(replica, start);
         tokio::spawn(stream.clone().run(repl.clone()));
         tracing::info!(%replica, addr, from_seq = start, "replication stream started");
         Ok(stream)
