@@ -28,8 +28,9 @@ pub struct CtlArgs {
 enum CtlCommand {
     /// Nodes: id, addresses, state, partitions owned, lease left.
     Nodes,
-    /// Partitions: id, keyspace, range (slots for hash keyspaces), owner, epoch.
-    Map,
+    /// Partitions: id, keyspace, range (slots for hash keyspaces), owner,
+    /// epoch; with `--since V`, every change after map version V instead.
+    Map(MapArgs),
     /// Live node leases as the store sees them.
     Leases,
     /// Who holds the manager seat.
@@ -75,7 +76,8 @@ pub async fn run(args: CtlArgs) -> anyhow::Result<()> {
     let meta = keyway_meta::connect(&args.meta).await?;
     match args.what {
         CtlCommand::Nodes => nodes(&*meta, args.json).await,
-        CtlCommand::Map => map(&*meta, args.json).await,
+        CtlCommand::Map(MapArgs { since: None }) => map(&*meta, args.json).await,
+        CtlCommand::Map(MapArgs { since: Some(v) }) => map_history(&*meta, v, args.json).await,
         CtlCommand::Leases => leases(&*meta, args.json).await,
         CtlCommand::Manager => manager(&*meta, args.json).await,
         CtlCommand::Move(m) => crate::ctl_move::move_cmd(&*meta, m, args.json).await,
@@ -187,6 +189,85 @@ async fn nodes(meta: &dyn MetaStore, json: bool) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+#[derive(clap::Args)]
+struct MapArgs {
+    /// Print the changes of every map version after this one (as far back
+    /// as the store keeps history: `keyway meta --history-versions`), one
+    /// line per change: how the map came to be, e.g. after a failover.
+    #[arg(long, value_name = "VERSION")]
+    since: Option<u64>,
+}
+
+#[derive(Serialize)]
+struct VersionChanges {
+    version: u64,
+    changes: Vec<keyway_map::MapChange>,
+}
+
+async fn map_history(meta: &dyn MetaStore, since: u64, json: bool) -> anyhow::Result<()> {
+    let now = meta.get_map().await?;
+    let deltas = match meta.changes_since(keyway_map::MapVersion(since)).await? {
+        keyway_meta::MapUpdate::Delta(d) => d,
+        keyway_meta::MapUpdate::Full(m) => anyhow::bail!(
+            "the metadata store no longer keeps the changes after version {since} \
+             (the map is at version {}; `keyway meta --history-versions` sets how many it keeps)",
+            m.version
+        ),
+    };
+    if json {
+        let rows: Vec<VersionChanges> = deltas
+            .into_iter()
+            .map(|(v, changes)| VersionChanges {
+                version: v.0,
+                changes,
+            })
+            .collect();
+        return print_json(&rows);
+    }
+    println!(
+        "map changes after version {since} ({} versions; the map is at version {})",
+        deltas.len(),
+        now.version
+    );
+    for (v, changes) in &deltas {
+        for c in changes {
+            println!("v{:<6} {}", v.0, change_text(&now, c));
+        }
+    }
+    Ok(())
+}
+
+/// One change as a line (node ids short, as `replicas_text` writes them).
+fn change_text(map: &PartitionMap, c: &keyway_map::MapChange) -> String {
+    use keyway_map::MapChange as C;
+    match c {
+        C::UpsertPartition(p) => format!(
+            "partition {} {} primary {:x} replicas {} epoch {} {:?}",
+            p.id,
+            range_text(map, p),
+            p.owner.0,
+            replicas_text(p),
+            p.epoch,
+            p.state
+        ),
+        C::RemovePartition { id } => format!("partition {id} removed"),
+        C::UpsertNode(n) => format!(
+            "node {:x} {} {:?}{}",
+            n.id.0,
+            n.resp_addr,
+            n.state,
+            if n.draining { " draining" } else { "" }
+        ),
+        C::RemoveNode { id } => format!("node {:x} removed", id.0),
+        C::UpsertKeyspace(k) => format!(
+            "keyspace {} {} {:?} replication factor {} min in sync {}",
+            k.id, k.name, k.routing, k.replication_factor, k.min_in_sync
+        ),
+        C::RemoveKeyspace { id } => format!("keyspace {id} removed"),
+        C::ReservePartitionIds { next } => format!("partition ids reserved below {next}"),
+    }
 }
 
 async fn map(meta: &dyn MetaStore, json: bool) -> anyhow::Result<()> {

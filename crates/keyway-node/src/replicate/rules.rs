@@ -22,6 +22,9 @@
 //!   answered call's arrival + `read_lease`) has passed (`Removed{until}`).
 //!   A *joining* replica is simply no longer waited for (no CAS: it was
 //!   never in the map's in-sync set), and retried after a back-off.
+//! - **Split and merge children** inherit the read leases of the partitions
+//!   they replace: a replica that may still read one of them on a lease and
+//!   that the child does not keep in sync is `Removed{until}` in the child.
 //! - **Grow**: a copied replica joins at s0 (the last seq when joining
 //!   began, read under the same lock new replies read the waited-for set
 //!   under); once its stream acked ≥ s0 it holds every acknowledged write
@@ -714,6 +717,30 @@ impl Rules {
                     next.insert(r, ReplicaState::Removed { until: lease(&r) });
                 } else if let ReplicaState::Removed { until } = s {
                     next.insert(r, ReplicaState::Removed { until });
+                }
+            }
+            // A replica that may still answer reads of a partition this row
+            // replaces (a split's parent, a merge's halves) on a lease this
+            // node granted, and that the row does not keep waited for:
+            // waited for until that lease passed, as a removal in place is.
+            // A node that installed the child and a later removal in one
+            // step (its map watch reconnected) forgot it otherwise, and
+            // released writes it lacked while it still answered reads of the
+            // parent (nemesis seeds 37008, 40004).
+            for (_, p) in before
+                .iter()
+                .chain(old.iter())
+                .filter(|(id, p)| **id != row.id && overlaps(&p.range, &row.range))
+            {
+                for (r, s) in &p.replicas {
+                    let until = match s {
+                        ReplicaState::InSync | ReplicaState::Removing { .. } => lease(r),
+                        ReplicaState::Removed { until } => (*until).max(now),
+                        _ => continue,
+                    };
+                    if next.get(r).is_none_or(|s| !s.waited(now)) {
+                        next.insert(*r, ReplicaState::Removed { until });
+                    }
                 }
             }
             let cas_pending = known.is_some_and(|p| p.cas_pending);

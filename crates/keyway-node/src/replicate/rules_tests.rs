@@ -595,3 +595,52 @@ fn a_partition_owned_by_another_node_in_between_is_first_seen_again() {
     );
     assert!(rules.parts()[&P].eras.is_empty());
 }
+
+#[test]
+fn a_replica_a_new_child_leaves_out_is_waited_for_until_its_read_lease_on_the_parent_passed() {
+    // Nemesis seeds 37008 and 40004: a node whose map watch reconnected
+    // installed, in one step, the map after a split (or merge) and after the
+    // manager's over-replication removal that followed it. The replica left
+    // out still answered reads of the parent on the lease this node had
+    // granted, while the child's writes were released without it (a stale
+    // read). Each child waits for it until that lease passed, as an
+    // in-place removal does.
+    let t0 = Instant::now();
+    let mut rules = in_sync_rules(t0);
+    // R's stream answered at t0: its lease on P may run to t0 + 1000.
+    let mut left_out = row(6, &[R2], &[]);
+    left_out.id = PartitionId(8);
+    left_out.range = KeyRange::new(Bytes::from_static(b"p/"), Some(Bytes::from_static(b"p/a")));
+    let mut out_of_sync = row(6, &[R], &[]);
+    out_of_sync.id = PartitionId(9);
+    out_of_sync.range = KeyRange::prefix(Bytes::from_static(b"p/a"));
+    let cmds = rules.map_installed(&[left_out, out_of_sync], ms(t0, 10));
+    assert!(
+        releases(&cmds).is_empty() && cases(&cmds).is_empty(),
+        "{cmds:?}"
+    );
+    for child in [PartitionId(8), PartitionId(9)] {
+        assert_eq!(
+            rules.parts()[&child].replicas[&R],
+            ReplicaState::Removed {
+                until: ms(t0, 1_000)
+            },
+            "{child:?}"
+        );
+    }
+    let (w8, cmds) = rules.queue(PartitionId(8), 101, &[], ms(t0, 20));
+    assert!(cmds.is_empty(), "waits for R's lease");
+    let (w9, cmds) = rules.queue(PartitionId(9), 102, &[], ms(t0, 20));
+    assert!(cmds.is_empty(), "waits for R's lease");
+    assert!(releases(&rules.tick(ms(t0, 999), true)).is_empty());
+    let mut released = releases(&rules.tick(ms(t0, 1_000), true));
+    released.sort();
+    assert_eq!(released, vec![(w8, true), (w9, true)]);
+    // Then the listed one is copied again; the other is forgotten.
+    let cmds = rules.tick(ms(t0, 1_001), true);
+    assert!(cmds.contains(&Command::StartCopy {
+        partition: PartitionId(9),
+        replica: R
+    }));
+    assert!(!rules.parts()[&PartitionId(8)].replicas.contains_key(&R));
+}

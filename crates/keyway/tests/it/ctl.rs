@@ -199,6 +199,31 @@ fn ctl_shows_replicas_and_checks_replication_and_failover_arguments() {
     assert!(out.status.success());
     assert_eq!(now["owner"], row["replicas"][0], "{now}");
     assert_eq!(now["epoch"].as_u64(), row["epoch"].as_u64().map(|e| e + 1));
+    // The history shows how: partition 1's row at the new epoch, new primary.
+    let since = before["version"].as_u64().unwrap().to_string();
+    let history: Vec<serde_json::Value> =
+        serde_json::from_str(&ctl(port, &["map", "--since", &since, "--json"])).unwrap();
+    assert!(
+        history
+            .iter()
+            .flat_map(|v| v["changes"].as_array().unwrap())
+            .any(|c| c["kind"] == "upsert_partition"
+                && c["id"] == 1
+                && c["owner"] == now["owner"]
+                && c["epoch"] == now["epoch"]),
+        "{history:?}"
+    );
+    let text = ctl(port, &["map", "--since", &since]);
+    let line = format!(
+        "partition 1 slots 0-1364 primary {:x} ",
+        now["owner"].as_u64().unwrap()
+    );
+    assert!(text.contains(&line), "{line} in {text}");
+    let err = ctl_fails(port, &["map", "--since", "999999"]);
+    assert!(
+        err.contains("no longer keeps the changes after version 999999"),
+        "{err}"
+    );
 
     // `--detach`: the command returns with the background run's pid and
     // log; that run makes the switchover and writes its report there.
