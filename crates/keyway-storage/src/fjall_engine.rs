@@ -319,6 +319,14 @@ impl FjallEngine {
         &self.path
     }
 
+    /// Compacts the data keyspace whole, now (blocking). For tests: the
+    /// tables it replaced stay until the tree's old versions are collected
+    /// (`reclaim_space`), as after any compaction.
+    #[doc(hidden)]
+    pub fn compact_data_now(&self) -> Result<(), StorageError> {
+        Ok(self.data.major_compact()?)
+    }
+
     /// Disk space used by the database (all keyspaces and journals), in bytes.
     pub fn disk_space(&self) -> Result<u64, StorageError> {
         Ok(self.db.disk_space()?)
@@ -710,6 +718,15 @@ impl Engine for FjallEngine {
             for ks in [&self.data, &self.tombstones, &self.log, &self.meta] {
                 ks.rotate_memtable()?;
             }
+        }
+        // The tables a compaction replaced are deleted only when fjall
+        // collects the tree's old versions, which upstream does at the
+        // tree's next flush or compaction: a node that stopped writing (or
+        // writes no change records, `keep_log(false)`) kept them, about as
+        // much disk as its data. `free_old_versions` (our fjall patch)
+        // collects them now, without a write or a flush.
+        for ks in [&self.data, &self.tombstones, &self.log, &self.meta] {
+            ks.free_old_versions()?;
         }
         Ok(())
     }

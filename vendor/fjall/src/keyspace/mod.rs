@@ -708,6 +708,37 @@ impl Keyspace {
         matches!(self.tree, crate::AnyTree::Blob(_))
     }
 
+    /// Keyway patch: frees the tree's versions that no snapshot needs any
+    /// more, and with them the tables a flush or compaction replaced,
+    /// without a write, a flush or a compaction. Returns how many old
+    /// versions are still kept (pinned by a snapshot).
+    ///
+    /// Upstream frees them only in the next flush or compaction of this
+    /// tree, and only once the visible seqno is past the newest version's
+    /// (which that version's own flush or compaction set to its seqno + 1):
+    /// a tree that stops being written keeps the tables its last compaction
+    /// replaced, as much as the data itself. Here the visible seqno moves
+    /// by one empty seqno, published under the journal lock as a batch's
+    /// is (so no batch with a lower seqno is still being applied), and the
+    /// version history is collected with the watermark that gives.
+    #[doc(hidden)]
+    pub fn free_old_versions(&self) -> crate::Result<usize> {
+        if self.tree.version_free_list_len() == 0 {
+            return Ok(0);
+        }
+        {
+            let _journal_writer = self.supervisor.journal.get_writer()?;
+            let seqno = self.supervisor.seqno.next();
+            self.supervisor.snapshot_tracker.publish(seqno);
+        }
+        self.supervisor.snapshot_tracker.pullup();
+        self.supervisor.snapshot_tracker.gc();
+        let watermark = self.supervisor.snapshot_tracker.get_seqno_safe_to_gc();
+        let mut history = self.tree.get_version_history_lock();
+        history.maintenance(self.path(), watermark)?;
+        Ok(history.free_list_len())
+    }
+
     // NOTE: Used in tests
     #[doc(hidden)]
     pub fn rotate_memtable_and_wait(&self) -> crate::Result<()> {
