@@ -455,6 +455,19 @@ pub async fn run_one(
     let _ = observer_stop.send(true);
     let map_changes = observer.await.unwrap_or_default();
     let migrations = migration_states(&cfg.bin, &meta_url, &secret_file).await;
+    // How the map came to be, change by change, for reading a failure
+    // (`keyway ctl map --since 0`; the store keeps 4,096 versions).
+    if let Ok(text) = ctl(
+        &cfg.bin,
+        &meta_url,
+        &secret_file,
+        &["map", "--since", "0"],
+        faults::CTL_TIMEOUT,
+    )
+    .await
+    {
+        let _ = std::fs::write(dir.join("map-history.txt"), text);
+    }
     let crashes = {
         let mut c = cluster.lock().unwrap_or_else(|e| e.into_inner());
         c.note_crashes();

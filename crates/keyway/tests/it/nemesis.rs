@@ -108,7 +108,9 @@ fn nemesis_runs(replication_factor: u8) {
             DEFAULT_SEED
         });
     let out = tempfile::tempdir().unwrap();
-    let config = config(out.path(), replication_factor);
+    let mut config = config(out.path(), replication_factor);
+    // The first run keeps its directory, to check what it holds.
+    config.keep = true;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -121,6 +123,15 @@ fn nemesis_runs(replication_factor: u8) {
             .block_on(run_one(&config, seed + i, Arc::new(Progress::default())))
             .unwrap_or_else(|e| panic!("run with seed {} not carried out: {e}", seed + i));
         eprintln!("{report}");
+        if let Some(dir) = report.kept_dir.as_ref().filter(|_| i == 0) {
+            // Every map change of the run, for reading a failure.
+            let history = std::fs::read_to_string(dir.join("map-history.txt")).unwrap();
+            assert!(
+                history.starts_with("map changes after version 0") && history.contains(" primary "),
+                "{history}"
+            );
+            config.keep = false;
+        }
         totals.add(&report);
         lines.push(report.to_string());
     }
