@@ -210,6 +210,10 @@ async fn map_history(meta: &dyn MetaStore, since: u64, json: bool) -> anyhow::Re
     let now = meta.get_map().await?;
     let deltas = match meta.changes_since(keyway_map::MapVersion(since)).await? {
         keyway_meta::MapUpdate::Delta(d) => d,
+        keyway_meta::MapUpdate::Full(m) if m.version.0 < since => anyhow::bail!(
+            "version {since} is newer than the map's (version {})",
+            m.version
+        ),
         keyway_meta::MapUpdate::Full(m) => anyhow::bail!(
             "the metadata store no longer keeps the changes after version {since} \
              (the map is at version {}; `keyway meta --history-versions` sets how many it keeps)",
