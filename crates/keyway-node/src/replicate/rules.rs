@@ -711,36 +711,28 @@ impl Rules {
                 };
                 next.insert(*r, state);
             }
-            // No longer listed: waited for only while its lease may run.
-            for (r, s) in states {
-                if matches!(s, ReplicaState::InSync | ReplicaState::Removing { .. }) {
-                    next.insert(r, ReplicaState::Removed { until: lease(&r) });
-                } else if let ReplicaState::Removed { until } = s {
-                    next.insert(r, ReplicaState::Removed { until });
-                }
-            }
-            // A replica that may still answer reads of a partition this row
-            // replaces (a split's parent, a merge's halves) on a lease this
-            // node granted, and that the row does not keep waited for:
-            // waited for until that lease passed, as a removal in place is.
-            // A node that installed the child and a later removal in one
-            // step (its map watch reconnected) forgot it otherwise, and
-            // released writes it lacked while it still answered reads of the
-            // parent (nemesis seeds 37008, 40004).
-            for (_, p) in before
+            // A replica that may still answer reads on a lease this node
+            // granted, in this partition as known (no longer listed) or in
+            // one this row replaces (a split's parent, a merge's halves),
+            // and that the row does not keep waited for: waited for until
+            // that lease passed. Without the parents, a node that installed
+            // a child and a later removal in one step (its map watch
+            // reconnected) forgot the replica, and released writes it lacked
+            // while it still answered reads of the parent (nemesis seeds
+            // 37008, 40004).
+            let parents = before
                 .iter()
                 .chain(old.iter())
                 .filter(|(id, p)| **id != row.id && overlaps(&p.range, &row.range))
-            {
-                for (r, s) in &p.replicas {
-                    let until = match s {
-                        ReplicaState::InSync | ReplicaState::Removing { .. } => lease(r),
-                        ReplicaState::Removed { until } => (*until).max(now),
-                        _ => continue,
-                    };
-                    if next.get(r).is_none_or(|s| !s.waited(now)) {
-                        next.insert(*r, ReplicaState::Removed { until });
-                    }
+                .flat_map(|(_, p)| p.replicas.iter().map(|(r, s)| (*r, s.clone())));
+            for (r, s) in states.into_iter().chain(parents) {
+                let until = match s {
+                    ReplicaState::InSync | ReplicaState::Removing { .. } => lease(&r),
+                    ReplicaState::Removed { until } => until,
+                    _ => continue,
+                };
+                if next.get(&r).is_none_or(|s| !s.waited(now)) {
+                    next.insert(r, ReplicaState::Removed { until });
                 }
             }
             let cas_pending = known.is_some_and(|p| p.cas_pending);

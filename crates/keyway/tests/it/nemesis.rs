@@ -123,8 +123,12 @@ fn nemesis_runs(replication_factor: u8) {
             .block_on(run_one(&config, seed + i, Arc::new(Progress::default())))
             .unwrap_or_else(|e| panic!("run with seed {} not carried out: {e}", seed + i));
         eprintln!("{report}");
-        if let Some(dir) = report.kept_dir.as_ref().filter(|_| i == 0) {
+        if i == 0 {
             // Every map change of the run, for reading a failure.
+            let dir = report
+                .kept_dir
+                .as_ref()
+                .expect("the first run keeps its directory");
             let history = std::fs::read_to_string(dir.join("map-history.txt")).unwrap();
             assert!(
                 history.starts_with("map changes after version 0") && history.contains(" primary "),
