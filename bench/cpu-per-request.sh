@@ -16,18 +16,24 @@
 # cores / (that + the server's cost), whatever the server does.
 #
 # usage: bench/cpu-per-request.sh [-t get|set|...] [-P PIPELINE] [-n REQUESTS]
+#          [--rf "1 2"]
+#   --rf: Keyway's replication factors, one measured run each (default 1).
 #   KEYWAY_BIN=path uses that keyway binary instead of building the release one.
 #   KEYWAY_DEV_ARGS="..." adds flags to `keyway dev` (an A/B of a setting).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-TEST=get; P=1; N=1000000
+TEST=get; P=1; N=1000000; RFS=1
 while [ $# -gt 0 ]; do
   case "$1" in
     -t) TEST=$2; shift 2;; -P) P=$2; shift 2;; -n) N=$2; shift 2;;
+    --rf) RFS=$2; shift 2;;
     *) echo "unknown argument $1" >&2; exit 2;;
   esac
 done
 [[ "$P" =~ ^[0-9]+$ && "$N" =~ ^[0-9]+$ ]] || { echo "-P and -n take positive integers" >&2; exit 2; }
+for rf in $RFS; do
+  case "$rf" in 1|2|3) ;; *) echo "--rf takes replication factors 1..3 (3 nodes)" >&2; exit 2;; esac
+done
 bash scripts/setup.sh
 source bench/lib.sh
 keyway_binary
@@ -85,14 +91,16 @@ redis_cluster_up "$WORK" "$RPORT" 3 0 always PIDS
 measure "redis 3 masters (always)" "$RPORT"
 stop_all
 
-"$KW" dev --nodes 3 --port "$KPORT" --admin-port $((KPORT+100)) --meta-port $((KPORT-1)) \
-  --manager-admin-port $((KPORT+200)) --data "$WORK/keyway" --durability group \
-  --replication-factor 1 ${KEYWAY_DEV_ARGS:-} > "$WORK/keyway.out" 2>&1 &
-PIDS+=($!)
-until grep -q 'Ctrl-C stops' "$WORK/keyway.out" 2>/dev/null; do
-  kill -0 "${PIDS[0]}" 2>/dev/null || { cat "$WORK/keyway.out" >&2; exit 1; }; sleep 0.05
+for rf in $RFS; do
+  "$KW" dev --nodes 3 --port "$KPORT" --admin-port $((KPORT+100)) --meta-port $((KPORT-1)) \
+    --manager-admin-port $((KPORT+200)) --data "$WORK/keyway-rf$rf" --durability group \
+    --replication-factor "$rf" ${KEYWAY_DEV_ARGS:-} > "$WORK/keyway.out" 2>&1 &
+  PIDS+=($!)
+  until grep -q 'Ctrl-C stops' "$WORK/keyway.out" 2>/dev/null; do
+    kill -0 "${PIDS[0]}" 2>/dev/null || { cat "$WORK/keyway.out" >&2; exit 1; }; sleep 0.05
+  done
+  [ "$rf" = 1 ] && keyway_steady "$WORK/keyway-rf$rf" $((KPORT+100)) 3
+  measure "keyway rf=$rf (group)" "$KPORT"
+  stop_all
 done
-keyway_steady "$WORK/keyway" $((KPORT+100)) 3
-measure "keyway rf=1 (group)" "$KPORT"
-stop_all
 echo "us/req: CPU time per request; machine_us: all cores' busy time per request (servers, load generator, the rest); busy: share of the cores busy during the run"

@@ -61,7 +61,9 @@
 //! * Disk space after truncation: truncating the log drops the log's tables
 //!   that lie wholly below the new `log_start` (lsm-tree's `drop_range`,
 //!   reached through fjall's `Keyspace::tree`; no tombstones, so the log
-//!   costs one memtable insert per record, not two). The records of the
+//!   costs one memtable insert per record, not two; the log keyspace uses
+//!   FIFO compaction with no limit, so its ordered, never-overlapping tables
+//!   are never rewritten either, see `open`). The records of the
 //!   memtable and of the one table straddling the cut stay, below
 //!   `log_start`, where no read looks, until a later truncation drops their
 //!   table. Space also comes back when (a) overwritten data versions are
@@ -219,7 +221,19 @@ impl FjallEngine {
         };
         let data = db.keyspace("data", ks_opts)?;
         let tombstones = db.keyspace("tombstones", ks_opts)?;
-        let log = db.keyspace("log", ks_opts)?;
+        // The log is written in seq order and dropped whole tables at a time
+        // by truncation (`drop_range`): its tables never overlap, so nothing
+        // a compaction could merge or collect. FIFO with no size limit and
+        // no age never compacts and never drops (a leveled log rewrote each
+        // record into L1 and below before truncation dropped it: about half
+        // of a replicating node's compaction work). Fixed when the keyspace
+        // is created: a directory made before keeps its leveled log.
+        let log = db.keyspace("log", || {
+            ks_opts().compaction_strategy(std::sync::Arc::new(fjall::compaction::Fifo::new(
+                u64::MAX,
+                None,
+            )))
+        })?;
         let meta = db.keyspace("meta", ks_opts)?;
 
         match meta.get(META_FORMAT)? {
@@ -325,6 +339,34 @@ impl FjallEngine {
     #[doc(hidden)]
     pub fn compact_data_now(&self) -> Result<(), StorageError> {
         Ok(self.data.major_compact()?)
+    }
+
+    /// Flushes every keyspace's memtable to a table and waits for it
+    /// (tests: what a flush keeps).
+    #[doc(hidden)]
+    pub fn flush_now(&self) -> Result<(), StorageError> {
+        for ks in [&self.data, &self.tombstones, &self.log, &self.meta] {
+            ks.rotate_memtable_and_wait()?;
+        }
+        Ok(())
+    }
+
+    /// The `data` keyspace's tables on disk, in bytes (tests).
+    #[doc(hidden)]
+    pub fn data_table_bytes(&self) -> u64 {
+        self.data.disk_space()
+    }
+
+    /// The `log` keyspace's tables on disk, in bytes (tests).
+    #[doc(hidden)]
+    pub fn log_table_bytes(&self) -> u64 {
+        self.log.disk_space()
+    }
+
+    /// The name of the `log` keyspace's compaction strategy (tests).
+    #[doc(hidden)]
+    pub fn log_compaction_strategy(&self) -> &'static str {
+        self.log.config.compaction_strategy.get_name()
     }
 
     /// Disk space used by the database (all keyspaces and journals), in bytes.

@@ -170,3 +170,101 @@ fn tables_a_compaction_replaced_go_once_writes_stop() {
         logical / 1024
     );
 }
+
+#[test]
+fn a_flush_keeps_one_version_of_an_overwritten_key_with_no_snapshot_open() {
+    // One key overwritten 60,000 times (6 MB of versions, past the 2 MiB
+    // memtable three times over), no snapshot ever opened: each flush may
+    // keep only the newest version (fjall moves its collection watermark
+    // up at every memtable rotation when no snapshot is open). A hot key's
+    // tables stay a few KiB, not the 6 MB its versions were.
+    let dir = tempfile::tempdir().unwrap();
+    let opts = FjallOptions {
+        max_memtable_bytes: Some(2 * MIB),
+        temporary: false,
+        ..FjallOptions::for_tests()
+    };
+    let e = FjallEngine::open(dir.path(), opts).unwrap();
+    e.keep_log(false).unwrap();
+    let mut rng = 0x9e37_79b9_7f4a_7c15u64;
+    let mut last = Vec::new();
+    for _ in 0..60_000 {
+        last = random_value(&mut rng);
+        e.apply(&[Mutation::Put {
+            key: Bytes::from_static(b"hot"),
+            kind: ValueKind::String,
+            expire_at_ms: None,
+            data: Bytes::from(last.clone()),
+        }])
+        .unwrap();
+    }
+    e.flush_now().unwrap();
+    let tables = e.data_table_bytes();
+    eprintln!(
+        "60000 versions of one key: {} KiB of data tables",
+        tables / 1024
+    );
+    assert_eq!(e.get(b"hot").unwrap().unwrap().data, Bytes::from(last));
+    assert!(tables < 256 * 1024, "{} KiB of data tables", tables / 1024);
+}
+
+#[test]
+fn the_log_is_never_compacted_and_truncation_still_frees_it() {
+    // The log's keys are seqs, written in order and dropped whole tables
+    // at a time: FIFO (no limit, no age) never rewrites them. Records stay
+    // readable across many flushed tables, and truncation drops them.
+    let dir = tempfile::tempdir().unwrap();
+    let opts = FjallOptions {
+        max_memtable_bytes: Some(MIB),
+        temporary: false,
+        ..FjallOptions::for_tests()
+    };
+    let e = FjallEngine::open(dir.path(), opts).unwrap();
+    assert_eq!(e.log_compaction_strategy(), "FifoCompaction");
+    let mut rng = 0x9e37_79b9_7f4a_7c15u64;
+    let n = 40_000u64;
+    for i in 0..n {
+        e.apply(&[Mutation::Put {
+            key: Bytes::from(format!("key{}", i % 7)),
+            kind: ValueKind::String,
+            expire_at_ms: None,
+            data: Bytes::from(random_value(&mut rng)),
+        }])
+        .unwrap();
+    }
+    e.flush_now().unwrap();
+    let mut seen = 0u64;
+    let mut after = 0;
+    loop {
+        let batch = e.changes_since(after, 4096).unwrap();
+        let Some(last) = batch.last() else { break };
+        for r in &batch {
+            assert_eq!(r.seq, after + 1, "records in order, none missing");
+            after = r.seq;
+        }
+        seen += batch.len() as u64;
+        assert_eq!(after, last.seq);
+    }
+    assert_eq!(seen, n);
+    let before = e.log_table_bytes();
+    assert!(before > 2 * MIB, "{} KiB of log tables", before / 1024);
+    e.truncate_log(e.last_seq()).unwrap();
+    assert!(
+        e.log_table_bytes() < 64 * 1024,
+        "{} KiB of log tables after truncation (of {} KiB)",
+        e.log_table_bytes() / 1024,
+        before / 1024
+    );
+    // Reopened, the log is still FIFO and starts after the truncation.
+    drop(e);
+    let e = FjallEngine::open(
+        dir.path(),
+        FjallOptions {
+            temporary: false,
+            ..FjallOptions::for_tests()
+        },
+    )
+    .unwrap();
+    assert_eq!(e.log_compaction_strategy(), "FifoCompaction");
+    assert_eq!(e.log_start(), n + 1);
+}
