@@ -102,6 +102,7 @@ use crate::range::{Bounds, KeyRange};
 use crate::value::{
     ChangeRecord, MAX_KEY_LEN, Mutation, Seq, StoredValue, Value, check_mutation, corrupt,
 };
+use crate::version_bounds::VersionBounds;
 use crate::versioning::{Marker, Plan, Planner, StateSource, Write};
 
 /// On-disk format number stored in `meta/format`.
@@ -164,6 +165,12 @@ pub struct FjallEngine {
     log_off: AtomicBool,
     /// The highest `meta/seq_reserved` written (under `write_lock`).
     seq_reserved: AtomicU64,
+    /// Ranges with a known upper bound of their versions
+    /// (`version_bounds.rs`): tracked by `delete_range_chunk`, raised by
+    /// `commit`, read by foreign `Put`s; all under `write_lock`.
+    bounds: Mutex<VersionBounds>,
+    /// Foreign `Put`s applied without reading their key (tests, metrics).
+    foreign_reads_skipped: AtomicU64,
 }
 
 /// A snapshot with the seqs it reflects, all taken under `write_lock`.
@@ -299,6 +306,8 @@ impl FjallEngine {
             tail: ChangeTail::new(opts.change_tail_bytes),
             log_off: AtomicBool::new(false),
             seq_reserved: AtomicU64::new(seq_reserved),
+            bounds: Mutex::new(VersionBounds::default()),
+            foreign_reads_skipped: AtomicU64::new(0),
         };
         {
             let _t = lock(&engine.truncate_lock);
@@ -349,6 +358,12 @@ impl FjallEngine {
             ks.rotate_memtable_and_wait()?;
         }
         Ok(())
+    }
+
+    /// Foreign `Put`s applied without reading their key's current version
+    /// (`version_bounds.rs`), since the engine opened.
+    pub fn foreign_reads_skipped(&self) -> u64 {
+        self.foreign_reads_skipped.load(Ordering::Relaxed)
     }
 
     /// The `data` keyspace's tables on disk, in bytes (tests).
@@ -423,6 +438,29 @@ impl FjallEngine {
             self.db.clone(),
             plan.writes.len() + if off { 1 } else { plan.log.len() },
         );
+        {
+            // The producer side of the bounds' assertion pair: every value or
+            // marker written raises its range's bound (`version_bounds.rs`).
+            let mut bounds = lock(&self.bounds);
+            if !bounds.is_empty() {
+                for w in &plan.writes {
+                    match w {
+                        Write::PutValue(k, v) => {
+                            bounds.raise(k, v.value.version.max(v.base_version))
+                        }
+                        Write::PutMarker(k, m) => bounds.raise(
+                            k,
+                            m.deleted_at.max(m.pending_expiry.map_or(0, |(seq, _)| seq)),
+                        ),
+                        Write::DeleteValue(_) | Write::DeleteMarker(_) => {}
+                    }
+                }
+            }
+        }
+        if plan.reads_skipped > 0 {
+            self.foreign_reads_skipped
+                .fetch_add(plan.reads_skipped, Ordering::Relaxed);
+        }
         for w in plan.writes {
             match w {
                 Write::PutValue(k, v) => b.insert(&self.data, &k[..], v.encode()),
@@ -532,6 +570,10 @@ impl StateSource for FjallEngine {
             .get(key)?
             .map(|raw| Marker::decode(&to_bytes(&raw)))
             .transpose()
+    }
+
+    fn version_bound(&self, key: &[u8]) -> Option<Seq> {
+        lock(&self.bounds).bound(key)
     }
 }
 
@@ -801,6 +843,9 @@ impl Engine for FjallEngine {
         };
         if keys.is_empty() && markers.is_empty() {
             *cursor = None;
+            // Found empty under the write lock: nothing stored in the range,
+            // so 0 bounds its versions until a commit raises it.
+            lock(&self.bounds).track_empty(range);
             return Ok(0);
         }
         let mut b =

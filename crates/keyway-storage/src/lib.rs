@@ -61,6 +61,7 @@ pub mod log_marks;
 pub mod mem;
 pub mod range;
 pub mod value;
+mod version_bounds;
 pub mod versioning;
 
 #[doc(hidden)]

@@ -65,6 +65,11 @@
 //! replays this node's log in order (e.g. a replica, via `apply_foreign`)
 //! reaches the same visible state (up to versions).
 //!
+//! A foreign `Put` newer than the engine's bound on the key's versions
+//! (`version_bounds.rs`: ranges found empty, raised by every commit) ends
+//! in a plain replace, so it is planned without reading the value; its
+//! effect is then logged as a full `Put`.
+//!
 //! Markers are removed by a local `Put`/`Delete` of the key and by
 //! [`crate::Engine::delete_range_chunk`]; otherwise they stay.
 
@@ -138,6 +143,12 @@ impl Marker {
 pub(crate) trait StateSource {
     fn load_value(&self, key: &[u8]) -> Result<Option<StoredValue>, StorageError>;
     fn load_marker(&self, key: &[u8]) -> Result<Option<Marker>, StorageError>;
+    /// An upper bound of every version stored for `key` (value `version` and
+    /// `base_version`, marker `deleted_at` and pending seq), if the engine
+    /// knows one (`version_bounds.rs`).
+    fn version_bound(&self, _key: &[u8]) -> Option<Seq> {
+        None
+    }
 }
 
 /// One physical write of a [`Plan`].
@@ -156,6 +167,9 @@ pub(crate) struct Plan {
     pub log: Vec<ChangeRecord>,
     /// The node's last seq after this plan (unchanged if `log` is empty).
     pub last_seq: Seq,
+    /// Foreign `Put`s applied without reading the key's value (newer than
+    /// the engine's version bound).
+    pub reads_skipped: u64,
 }
 
 struct Slot {
@@ -179,6 +193,7 @@ pub(crate) struct Planner<'a, S: StateSource> {
     order: Vec<Bytes>,
     log: Vec<ChangeRecord>,
     last_seq: Seq,
+    reads_skipped: u64,
 }
 
 impl<'a, S: StateSource> Planner<'a, S> {
@@ -189,6 +204,7 @@ impl<'a, S: StateSource> Planner<'a, S> {
             order: Vec::new(),
             log: Vec::new(),
             last_seq,
+            reads_skipped: 0,
         }
     }
 
@@ -287,6 +303,19 @@ impl<'a, S: StateSource> Planner<'a, S> {
     pub(crate) fn foreign(&mut self, rec: &ChangeRecord) -> Result<(), StorageError> {
         let key = rec.mutation.key();
         let s = rec.seq;
+        // A key this plan has not touched yet, whose stored versions are all
+        // older than `s`: the rule below would replace it, so skip the read.
+        if let Mutation::Put {
+            kind,
+            expire_at_ms,
+            data,
+            ..
+        } = &rec.mutation
+            && !self.slots.contains_key(key)
+            && self.src.version_bound(key).is_some_and(|bound| bound < s)
+        {
+            return self.foreign_put_newer(key, s, *kind, *expire_at_ms, data);
+        }
         let before = self.current_value(key)?;
         let marker = self.slot(key)?.marker.clone();
         let base = match (&before, &marker) {
@@ -374,6 +403,67 @@ impl<'a, S: StateSource> Planner<'a, S> {
         Ok(())
     }
 
+    /// A foreign `Put` at `s` of a key whose every stored version is older
+    /// (the engine's bound): what the rule in [`Self::foreign`] does then,
+    /// a plain replace with version and base `s`, no pending expiry (its
+    /// seq is below `s` too) and the marker removed, without reading the
+    /// value. Its effect is logged as a full `Put` (the full rule logs a
+    /// `SetExpiry` when only the expiry changed; a replay of either reaches
+    /// the same visible state).
+    fn foreign_put_newer(
+        &mut self,
+        key: &Bytes,
+        s: Seq,
+        kind: crate::value::ValueKind,
+        expire_at_ms: Option<u64>,
+        data: &Bytes,
+    ) -> Result<(), StorageError> {
+        // The bound's consumer side of its assertion pair (the producer is
+        // the engine's commit): the read it saves, in debug builds.
+        #[cfg(debug_assertions)]
+        {
+            let value = self.src.load_value(key)?;
+            let marker = self.src.load_marker(key)?;
+            assert!(
+                value
+                    .as_ref()
+                    .is_none_or(|sv| sv.value.version < s && sv.base_version < s),
+                "version bound broken: {key:?} holds {value:?}, a foreign Put at {s} skipped the read"
+            );
+            assert!(
+                marker.as_ref().is_none_or(
+                    |m| m.deleted_at < s && m.pending_expiry.is_none_or(|(ps, _)| ps < s)
+                ),
+                "version bound broken: {key:?} has marker {marker:?}, a foreign Put at {s} skipped the read"
+            );
+        }
+        self.reads_skipped += 1;
+        self.set_value(
+            key,
+            Some(StoredValue {
+                value: Value {
+                    kind,
+                    expire_at_ms,
+                    version: s,
+                    data: data.clone(),
+                },
+                base_version: s,
+            }),
+        )?;
+        self.set_marker(key, None)?;
+        let seq = self.next_seq();
+        self.log.push(ChangeRecord::single(
+            seq,
+            Mutation::Put {
+                key: key.clone(),
+                kind,
+                expire_at_ms,
+                data: data.clone(),
+            },
+        ));
+        Ok(())
+    }
+
     pub(crate) fn finish(self) -> Plan {
         let mut slots = self.slots;
         let mut writes = Vec::new();
@@ -405,6 +495,7 @@ impl<'a, S: StateSource> Planner<'a, S> {
             writes,
             log,
             last_seq: self.last_seq,
+            reads_skipped: self.reads_skipped,
         }
     }
 }
