@@ -59,16 +59,18 @@
 //!
 //! Each foreign record that changes the key's **visible** state (value or
 //! absence, including `version`) is appended to this node's log with a fresh
-//! local seq, as its *effect*: `Delete` if the key disappeared, `SetExpiry` if
-//! only expiry/version changed, else a full `Put` (with the effective expiry).
+//! local seq, as its *effect*: `Delete` if the key disappeared, a full `Put`
+//! (with the effective expiry) for a `Put` record, `SetExpiry` for a
+//! `SetExpiry` record (only the expiry and version changed). A `Put` that
+//! rewrites the same data is logged whole too: the path that skips the read
+//! (below) cannot know the data was the same, and both paths must log alike.
 //! Stale records and marker-only changes are not logged. Hence a node that
 //! replays this node's log in order (e.g. a replica, via `apply_foreign`)
 //! reaches the same visible state (up to versions).
 //!
 //! A foreign `Put` newer than the engine's bound on the key's versions
 //! (`version_bounds.rs`: ranges found empty, raised by every commit) ends
-//! in a plain replace, so it is planned without reading the value; its
-//! effect is then logged as a full `Put`.
+//! in a plain replace, so it is planned without reading the value.
 //!
 //! Markers are removed by a local `Put`/`Delete` of the key and by
 //! [`crate::Engine::delete_range_chunk`]; otherwise they stay.
@@ -396,7 +398,8 @@ impl<'a, S: StateSource> Planner<'a, S> {
             },
         }
         let after = self.current_value(key)?;
-        if let Some(effect) = effect(key, before.as_ref(), after.as_ref()) {
+        let put = matches!(rec.mutation, Mutation::Put { .. });
+        if let Some(effect) = effect(key, put, before.as_ref(), after.as_ref()) {
             let seq = self.next_seq();
             self.log.push(ChangeRecord::single(seq, effect));
         }
@@ -407,9 +410,7 @@ impl<'a, S: StateSource> Planner<'a, S> {
     /// (the engine's bound): what the rule in [`Self::foreign`] does then,
     /// a plain replace with version and base `s`, no pending expiry (its
     /// seq is below `s` too) and the marker removed, without reading the
-    /// value. Its effect is logged as a full `Put` (the full rule logs a
-    /// `SetExpiry` when only the expiry changed; a replay of either reaches
-    /// the same visible state).
+    /// value. Its effect is a full `Put`, as the full rule logs it.
     fn foreign_put_newer(
         &mut self,
         key: &Bytes,
@@ -500,10 +501,11 @@ impl<'a, S: StateSource> Planner<'a, S> {
     }
 }
 
-/// What to log for a foreign record that turned `before` into `after`
-/// (`None` if the visible state did not change).
+/// What to log for a foreign record (a `Put` if `put`) that turned
+/// `before` into `after` (`None` if the visible state did not change).
 fn effect(
     key: &Bytes,
+    put: bool,
     before: Option<&StoredValue>,
     after: Option<&StoredValue>,
 ) -> Option<Mutation> {
@@ -513,7 +515,7 @@ fn effect(
     }
     Some(match (before, after) {
         (_, None) => Mutation::Delete { key: key.clone() },
-        (Some(b), Some(a)) if b.kind == a.kind && b.data == a.data => Mutation::SetExpiry {
+        (Some(b), Some(a)) if !put && b.kind == a.kind && b.data == a.data => Mutation::SetExpiry {
             key: key.clone(),
             expire_at_ms: a.expire_at_ms,
         },

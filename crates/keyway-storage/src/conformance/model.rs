@@ -189,7 +189,12 @@ impl Model {
         if before != after {
             let effect = match (&before, &after) {
                 (_, None) => del(&key),
-                (Some(b), Some(a)) if b.kind == a.kind && b.data == a.data => {
+                // A Put record's effect is always the whole value.
+                (Some(b), Some(a))
+                    if !matches!(r.mutation, Mutation::Put { .. })
+                        && b.kind == a.kind
+                        && b.data == a.data =>
+                {
                     expire(&key, a.expire_at_ms)
                 }
                 (_, Some(a)) => Mutation::Put {
