@@ -62,25 +62,22 @@ impl VersionBounds {
         self.by_start.len()
     }
 
-    /// The tracked range holding `key`, as its start.
-    fn holding(&self, key: &[u8]) -> Option<&Bytes> {
-        let (start, (end, _)) = self
+    /// Every version stored for `key` is at most this, if known.
+    pub(crate) fn bound(&self, key: &[u8]) -> Option<Seq> {
+        let (_, (end, bound)) = self
             .by_start
             .range::<[u8], _>((Unbounded, Included(key)))
             .next_back()?;
-        ends_after(end, key).then_some(start)
-    }
-
-    /// Every version stored for `key` is at most this, if known.
-    pub(crate) fn bound(&self, key: &[u8]) -> Option<Seq> {
-        let start = self.holding(key)?;
-        Some(self.by_start[start].1)
+        ends_after(end, key).then_some(*bound)
     }
 
     /// A value or marker with `version` was written for `key`.
     pub(crate) fn raise(&mut self, key: &[u8], version: Seq) {
-        if let Some(start) = self.holding(key).cloned()
-            && let Some((_, bound)) = self.by_start.get_mut(&start)
+        if let Some((_, (end, bound))) = self
+            .by_start
+            .range_mut::<[u8], _>((Unbounded, Included(key)))
+            .next_back()
+            && ends_after(end, key)
         {
             *bound = (*bound).max(version);
         }
