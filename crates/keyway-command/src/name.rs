@@ -67,13 +67,18 @@ impl CaseName {
     }
 }
 
-/// FNV-1a: the index's keys are a few hundred short, fixed names, not
-/// input an attacker picks to collide (an unknown name costs one probe
-/// whatever it hashes to), and std's SipHash took about 1.5 % of a node's
-/// samples under `GET -P 16` (`bench/profile.sh`), where the lookup runs
-/// on every request.
+/// FNV-1a, for small maps on the request path whose size is bounded, so a
+/// chosen collision costs at most a scan of that bound. The command index:
+/// its keys are a few hundred short, fixed names (an unknown name costs one
+/// probe whatever it hashes to), and std's SipHash took about 1.5 % of a
+/// node's samples under `GET -P 16` (`bench/profile.sh`), where the lookup
+/// runs on every request. The node's load statistics use it too
+/// (`keyway_node::stats`).
 #[derive(Default)]
-struct Fnv1a(u64);
+pub struct Fnv1a(u64);
+
+/// What a `HashMap` takes to hash with [`Fnv1a`].
+pub type Fnv1aBuild = BuildHasherDefault<Fnv1a>;
 
 impl Hasher for Fnv1a {
     fn finish(&self) -> u64 {
@@ -94,7 +99,7 @@ impl Hasher for Fnv1a {
     }
 }
 
-type Index = HashMap<&'static str, &'static CommandSpec, BuildHasherDefault<Fnv1a>>;
+type Index = HashMap<&'static str, &'static CommandSpec, Fnv1aBuild>;
 
 /// The spec of `name` (any case), if the node knows the command: one hash
 /// lookup of the lower-cased name (the table has a few hundred entries).

@@ -45,6 +45,7 @@ pub struct Metrics {
     pub storage_cache_capacity_bytes: Gauge,
     pub storage_write_buffer_bytes: Gauge,
     pub storage_change_tail_bytes: Gauge,
+    pub storage_foreign_reads_skipped: Counter,
     pub lease_renewal_failures: Counter,
     /// Requests parked behind a migration fence (each park counted).
     pub held: Counter,
@@ -117,6 +118,7 @@ impl Metrics {
             storage_cache_capacity_bytes: Gauge::default(),
             storage_write_buffer_bytes: Gauge::default(),
             storage_change_tail_bytes: Gauge::default(),
+            storage_foreign_reads_skipped: Counter::default(),
             lease_renewal_failures: Counter::default(),
             held: Counter::default(),
             held_expired: Counter::default(),
@@ -223,6 +225,11 @@ impl Metrics {
                 "storage_change_tail_bytes",
                 "Bytes of the newest change records kept in memory for streams and pushes (storage_change_tail_bytes setting)",
                 m.storage_change_tail_bytes.clone(),
+            );
+            r.register(
+                "storage_foreign_reads_skipped",
+                "Replicated (foreign) writes applied without reading the key's current version: newer than every version stored in the key's range",
+                m.storage_foreign_reads_skipped.clone(),
             );
             r.register(
                 "lease_renewal_failures",
@@ -395,6 +402,12 @@ impl Metrics {
             .set(mem.write_buffer_bytes as i64);
         self.storage_change_tail_bytes
             .set(mem.change_tail_bytes as i64);
+        // The engine counts since it opened, as this counter does since the
+        // node started: it follows by the difference.
+        let skipped = engine.foreign_reads_skipped();
+        let shown = self.storage_foreign_reads_skipped.get();
+        self.storage_foreign_reads_skipped
+            .inc_by(skipped.saturating_sub(shown));
     }
 
     /// The Prometheus text exposition of every metric.

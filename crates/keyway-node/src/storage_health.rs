@@ -174,6 +174,10 @@ impl Engine for FailStopEngine {
         self.inner.log_bytes()
     }
 
+    fn foreign_reads_skipped(&self) -> u64 {
+        self.inner.foreign_reads_skipped()
+    }
+
     fn memory(&self) -> keyway_storage::EngineMemory {
         self.inner.memory()
     }

@@ -201,6 +201,14 @@ pub trait Engine: Send + Sync + 'static {
         EngineMemory::default()
     }
 
+    /// Foreign `Put`s applied without reading their key's current version
+    /// since the engine opened (`version_bounds.rs`; a replica's apply):
+    /// `keyway_storage_foreign_reads_skipped` on a node's `/metrics`.
+    /// Engines that never skip report 0.
+    fn foreign_reads_skipped(&self) -> u64 {
+        0
+    }
+
     /// Deletes up to `limit` entries of `range` **without** writing change
     /// records or consuming seqs (local cleanup of a range this node no longer
     /// owns; a replica of this node must run the same cleanup). Removes values

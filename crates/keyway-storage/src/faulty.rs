@@ -354,6 +354,10 @@ impl Engine for FaultyEngine {
         self.live.log_bytes()
     }
 
+    fn foreign_reads_skipped(&self) -> u64 {
+        self.live.foreign_reads_skipped()
+    }
+
     fn memory(&self) -> crate::EngineMemory {
         self.live.memory()
     }

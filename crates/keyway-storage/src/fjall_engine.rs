@@ -360,12 +360,6 @@ impl FjallEngine {
         Ok(())
     }
 
-    /// Foreign `Put`s applied without reading their key's current version
-    /// (`version_bounds.rs`), since the engine opened.
-    pub fn foreign_reads_skipped(&self) -> u64 {
-        self.foreign_reads_skipped.load(Ordering::Relaxed)
-    }
-
     /// The `data` keyspace's tables on disk, in bytes (tests).
     #[doc(hidden)]
     pub fn data_table_bytes(&self) -> u64 {
@@ -775,6 +769,10 @@ impl Engine for FjallEngine {
 
     fn log_bytes(&self) -> u64 {
         lock(&self.log_marks).retained_bytes()
+    }
+
+    fn foreign_reads_skipped(&self) -> u64 {
+        self.foreign_reads_skipped.load(Ordering::Relaxed)
     }
 
     fn memory(&self) -> EngineMemory {

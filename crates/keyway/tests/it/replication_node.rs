@@ -99,6 +99,25 @@ async fn replicas_hold_every_acknowledged_write_and_a_stalled_replica_is_dropped
         );
     }
     assert_digests_equal(&c, &map).await;
+    // Those 400 keys were new, in partitions the catch-up had cleaned (so
+    // their ranges' version bounds are known): each replica applied them
+    // without reading the key, and its /metrics counts it.
+    let skipped: u64 = (0..c.len())
+        .map(|i| {
+            let shared = c.node(i).unwrap().shared().clone();
+            shared.metrics.observe_storage(&*shared.engine);
+            let text = shared.metrics.encode();
+            text.lines()
+                .find_map(|l| l.strip_prefix("keyway_storage_foreign_reads_skipped_total "))
+                .unwrap_or_else(|| panic!("no foreign_reads_skipped on node {i}: {text}"))
+                .parse::<u64>()
+                .unwrap()
+        })
+        .sum();
+    assert!(
+        skipped >= 400,
+        "{skipped} replicated writes skipped the version read, expected every one of the 400"
+    );
 
     // (b): stall node 1's replica side. The partitions it replicates lose it.
     let stalled = 1;
