@@ -161,8 +161,8 @@ pub async fn serve<S>(
 
 async fn dispatch(shared: &Arc<Shared>, session: &mut Session, args: Vec<bytes::Bytes>) -> Pending {
     let proto_before = session.protocol;
-    if let (Some(h), Some(name)) = (&session.handle, args.first()) {
-        h.touch(name);
+    if let Some(name) = args.first() {
+        session.touch(name);
     }
     let reply = node_cmd::dispatch(shared, session, args).await;
     if matches!(reply, Reply::Waiting(_)) && !session.take_ran_inline() {

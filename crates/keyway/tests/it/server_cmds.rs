@@ -250,6 +250,23 @@ async fn server_commands_answer_with_true_figures() {
         panic!()
     };
     raw_command(&mut b, &["CLIENT", "SETNAME", "victim"]).await;
+    // `cmd=` is each connection's last command, lower-cased, whatever
+    // repeated before it (a connection updates it only on a change).
+    let b_line = |list: String| {
+        list.lines()
+            .find(|l| l.starts_with(&format!("id={b_id} ")))
+            .unwrap_or_else(|| panic!("no id={b_id} in {list}"))
+            .to_string()
+    };
+    for cmd in [&["PING"][..], &["PING"], &["Echo", "x"], &["ECHO", "y"]] {
+        raw_command(&mut b, cmd).await;
+        let want = format!(" cmd={} ", cmd[0].to_ascii_lowercase());
+        let line = b_line(text(&raw_command(&mut a, &["CLIENT", "LIST"]).await));
+        assert!(line.contains(&want), "after {cmd:?}: {line}");
+    }
+    raw_command(&mut b, &["PING"]).await;
+    let line = b_line(text(&raw_command(&mut a, &["CLIENT", "LIST"]).await));
+    assert!(line.contains(" cmd=ping "), "back to ping: {line}");
     let list = text(&raw_command(&mut a, &["CLIENT", "LIST"]).await);
     assert_eq!(list.lines().count(), 2, "{list}");
     assert!(
