@@ -62,4 +62,4 @@ pub use store::{
     MigrationPut, Replication, StoredMigration, acl_unsupported, bootstrap_txn,
     election_unsupported,
 };
-pub use url::connect;
+pub use url::{connect, connect_with};

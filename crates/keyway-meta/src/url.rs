@@ -1,9 +1,13 @@
 //! [`connect`]: opens a metadata store from a URL, the one way the rest of
 //! Keyway names a metadata store (`--meta` flags, config files).
 
-use crate::{EmbeddedMeta, EmbeddedOptions, EtcdMeta, MetaError, MetaStore, RemoteMeta};
+use crate::{
+    EmbeddedMeta, EmbeddedOptions, EtcdMeta, EtcdOptions, MetaError, MetaStore, RemoteMeta,
+    RemoteOptions,
+};
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 const ACCEPTED: &str = "keyway://host:port (a `keyway meta` server), file:///absolute/dir (an embedded store opened in this process) or etcd://host:port[,host:port...]/key/prefix (an etcd cluster)";
 
@@ -20,8 +24,24 @@ const ACCEPTED: &str = "keyway://host:port (a `keyway meta` server), file:///abs
 /// - anything else is refused with [`MetaError::InvalidArgument`] naming
 ///   the accepted schemes.
 pub async fn connect(url: &str) -> Result<Arc<dyn MetaStore>, MetaError> {
+    connect_with(url, None).await
+}
+
+/// [`connect`], with every call's deadline `rpc_timeout` instead of the
+/// client's default (2 s) for a `keyway://` or `etcd://` store (an embedded
+/// store has no calls to time out). `keyway ctl` waits longer than a node
+/// does: an operator's command should not fail because the store took a
+/// little over 2 s on a busy machine.
+pub async fn connect_with(
+    url: &str,
+    rpc_timeout: Option<Duration>,
+) -> Result<Arc<dyn MetaStore>, MetaError> {
     if url.starts_with("keyway://") {
-        return Ok(Arc::new(RemoteMeta::connect(url).await?));
+        let mut opts = RemoteOptions::default();
+        if let Some(t) = rpc_timeout {
+            opts.rpc_timeout = t;
+        }
+        return Ok(Arc::new(RemoteMeta::connect_with(url, opts).await?));
     }
     if let Some(path) = url.strip_prefix("file://") {
         if !path.starts_with('/') {
@@ -38,7 +58,11 @@ pub async fn connect(url: &str) -> Result<Arc<dyn MetaStore>, MetaError> {
         return Ok(Arc::new(store));
     }
     if url.starts_with("etcd://") {
-        return Ok(Arc::new(EtcdMeta::connect(url).await?));
+        let mut opts = EtcdOptions::default();
+        if let Some(t) = rpc_timeout {
+            opts.rpc_timeout = t;
+        }
+        return Ok(Arc::new(EtcdMeta::connect_with(url, opts).await?));
     }
     Err(MetaError::InvalidArgument(format!(
         "metadata store URL {url:?} has an unknown scheme; accepted: {ACCEPTED}"
@@ -96,6 +120,43 @@ mod tests {
             remote.get_map().await,
             Err(MetaError::Unavailable(_))
         ));
+    }
+
+    /// A server that accepts connections and never answers: a call fails
+    /// at the deadline `connect_with` set, not at the default 2 s, in both
+    /// directions.
+    #[tokio::test]
+    async fn connect_with_sets_every_calls_deadline() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let mut held = Vec::new();
+        let accept = tokio::spawn(async move {
+            while let Ok((conn, _)) = listener.accept().await {
+                held.push(conn);
+            }
+        });
+        let url = format!("keyway://{addr}");
+        let short = connect_with(&url, Some(Duration::from_millis(200)))
+            .await
+            .unwrap();
+        let started = std::time::Instant::now();
+        let err = short.get_map().await.unwrap_err();
+        assert!(matches!(err, MetaError::Unavailable(_)), "{err:?}");
+        let took = started.elapsed();
+        assert!(
+            took >= Duration::from_millis(200) && took < Duration::from_millis(1_900),
+            "a 200 ms deadline failed the call after {took:?}"
+        );
+        let long = connect_with(&url, Some(Duration::from_secs(30)))
+            .await
+            .unwrap();
+        assert!(
+            tokio::time::timeout(Duration::from_millis(2_500), long.get_map())
+                .await
+                .is_err(),
+            "a 30 s deadline still waits past the default 2 s"
+        );
+        accept.abort();
     }
 
     #[tokio::test]

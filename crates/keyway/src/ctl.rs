@@ -14,6 +14,12 @@ pub struct CtlArgs {
     /// Metadata store URL: keyway://HOST:PORT or etcd://H:P[,H:P]/PREFIX.
     #[arg(long, env = "KEYWAY_META")]
     meta: String,
+    /// Deadline of each call to the metadata store, in milliseconds
+    /// (1..=600000). Longer than a node's 2 s: a command should not fail
+    /// because the store is slow for a moment.
+    #[arg(long, env = "KEYWAY_META_TIMEOUT_MS", default_value_t = 10_000,
+          value_parser = clap::value_parser!(u64).range(1..=600_000))]
+    meta_timeout_ms: u64,
     /// Print JSON instead of a table.
     #[arg(long, global = true)]
     json: bool,
@@ -73,7 +79,11 @@ enum CtlCommand {
 
 pub async fn run(args: CtlArgs) -> anyhow::Result<()> {
     args.secret.load()?;
-    let meta = keyway_meta::connect(&args.meta).await?;
+    let meta = keyway_meta::connect_with(
+        &args.meta,
+        Some(std::time::Duration::from_millis(args.meta_timeout_ms)),
+    )
+    .await?;
     match args.what {
         CtlCommand::Nodes => nodes(&*meta, args.json).await,
         CtlCommand::Map(MapArgs { since: None }) => map(&*meta, args.json).await,
