@@ -36,14 +36,12 @@ pub struct ClientHandle {
 impl ClientHandle {
     /// A command arrived (its lowercase name).
     /// Records a request named `cmd` (any case; kept lower-cased, as
-    /// `CLIENT LIST`'s `cmd=` shows it). Allocates only when the name
-    /// differs from the last one.
+    /// `CLIENT LIST`'s `cmd=` shows it). The connection calls it only when
+    /// the name changed (`Session::touch`).
     pub fn touch(&self, cmd: &[u8]) {
         let mut last = self.last_cmd.lock().unwrap_or_else(|e| e.into_inner());
-        if !last.as_bytes().eq_ignore_ascii_case(cmd) || !cmd.is_ascii() {
-            last.clear();
-            last.push_str(crate::cmd::name::CaseName::lower(cmd).as_str());
-        }
+        last.clear();
+        last.push_str(crate::cmd::name::CaseName::lower(cmd).as_str());
     }
 
     /// Records activity now (`CLIENT LIST`'s `idle=`): once per read of

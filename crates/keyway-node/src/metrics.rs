@@ -46,8 +46,8 @@ pub struct Metrics {
     pub storage_write_buffer_bytes: Gauge,
     pub storage_change_tail_bytes: Gauge,
     pub storage_foreign_reads_skipped: Counter,
-    /// The engine's count when `storage_foreign_reads_skipped` last followed it.
-    storage_foreign_reads_seen: Mutex<u64>,
+    /// Held while `storage_foreign_reads_skipped` follows the engine's count.
+    storage_foreign_reads_follow: Mutex<()>,
     pub lease_renewal_failures: Counter,
     /// Requests parked behind a migration fence (each park counted).
     pub held: Counter,
@@ -121,7 +121,7 @@ impl Metrics {
             storage_write_buffer_bytes: Gauge::default(),
             storage_change_tail_bytes: Gauge::default(),
             storage_foreign_reads_skipped: Counter::default(),
-            storage_foreign_reads_seen: Mutex::new(0),
+            storage_foreign_reads_follow: Mutex::new(()),
             lease_renewal_failures: Counter::default(),
             held: Counter::default(),
             held_expired: Counter::default(),
@@ -406,16 +406,17 @@ impl Metrics {
         self.storage_change_tail_bytes
             .set(mem.change_tail_bytes as i64);
         // The engine counts since it opened, as this counter does since the
-        // node started: it follows by the difference from the last reading,
-        // taken under a lock so two scrapes at once never add one twice.
-        let mut seen = self
-            .storage_foreign_reads_seen
+        // node started: it follows by the difference, under a lock so two
+        // scrapes at once never add the same difference twice (only this
+        // code moves the counter).
+        let _following = self
+            .storage_foreign_reads_follow
             .lock()
             .unwrap_or_else(|e| e.into_inner());
         let skipped = engine.foreign_reads_skipped();
-        if skipped > *seen {
-            self.storage_foreign_reads_skipped.inc_by(skipped - *seen);
-            *seen = skipped;
+        let shown = self.storage_foreign_reads_skipped.get();
+        if skipped > shown {
+            self.storage_foreign_reads_skipped.inc_by(skipped - shown);
         }
     }
 

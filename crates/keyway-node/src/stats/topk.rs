@@ -129,9 +129,11 @@ impl SpaceSaving {
     fn swap(&mut self, a: usize, b: usize) {
         self.heap.swap(a, b);
         for at in [a, b] {
-            if let Some(slot) = self.index.get_mut(&self.heap[at].0) {
-                *slot = at;
-            }
+            let slot = self
+                .index
+                .get_mut(&self.heap[at].0)
+                .expect("every heap key is indexed");
+            *slot = at;
         }
     }
 
