@@ -247,15 +247,21 @@ pub struct DurableSeq {
     /// Serialises [`Self::sync_through`]'s fsyncs, so callers waiting on
     /// one share it.
     sync_lock: Mutex<()>,
+    /// Times the fsyncs made here (`keyway_fsync_seconds`), and counts the
+    /// failed ones (`keyway_fsync_errors`; the engine's health latches them).
+    fsync_seconds: prometheus_client::metrics::histogram::Histogram,
+    fsync_errors: prometheus_client::metrics::counter::Counter,
 }
 
 impl DurableSeq {
-    fn new(durability: Durability, start: keyway_storage::Seq) -> Self {
+    fn new(durability: Durability, start: keyway_storage::Seq, metrics: &Metrics) -> Self {
         DurableSeq {
             seq: AtomicU64::new(start),
             follows_last: matches!(durability, Durability::Periodic | Durability::None),
             changed: tokio::sync::Notify::new(),
             sync_lock: Mutex::new(()),
+            fsync_seconds: metrics.fsync_seconds.clone(),
+            fsync_errors: metrics.fsync_errors.clone(),
         }
     }
 
@@ -274,12 +280,17 @@ impl DurableSeq {
         }
     }
 
-    /// fsyncs the engine and publishes what it covered (for records no
-    /// storage thread fsyncs: foreign records applied here, and a stream
-    /// waiting on records nobody else syncs soon).
-    pub fn sync_now(&self, engine: &dyn Engine) -> Result<(), keyway_storage::StorageError> {
+    /// fsyncs the engine (timed) and publishes what it covered; only under
+    /// [`Self::sync_lock`] (from [`Self::sync_through`]).
+    fn sync_now(&self, engine: &dyn Engine) -> Result<(), keyway_storage::StorageError> {
         let covered = engine.last_seq();
-        engine.sync()?;
+        let started = Instant::now();
+        let synced = engine.sync();
+        self.fsync_seconds.observe(started.elapsed().as_secs_f64());
+        if synced.is_err() {
+            self.fsync_errors.inc();
+        }
+        synced?;
         self.publish(covered);
         Ok(())
     }
@@ -371,7 +382,7 @@ impl Executor {
         } = config;
         assert!(threads > 0 && max_group_commands > 0);
         let latency = Arc::new(LatencyGauge::default());
-        let durable = Arc::new(DurableSeq::new(durability, engine.last_seq()));
+        let durable = Arc::new(DurableSeq::new(durability, engine.last_seq(), &metrics));
         let mut handles = Vec::new();
         let (group_tx, group_rx) = std_mpsc::channel::<Group>();
         let syncer = {

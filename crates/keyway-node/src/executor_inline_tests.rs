@@ -182,7 +182,12 @@ fn a_read_only_group_waits_behind_its_threads_unsynced_writes_and_goes_at_once_a
     // This test plays the syncer: it holds the groups' channel.
     let (group_tx, syncer) = std_mpsc::channel();
     let (queue, _queue_rx) = mpsc::channel(1);
-    let durable = Arc::new(DurableSeq::new(Durability::Group, engine.last_seq()));
+    let metrics = Arc::new(Metrics::new());
+    let durable = Arc::new(DurableSeq::new(
+        Durability::Group,
+        engine.last_seq(),
+        &metrics,
+    ));
     let local = Local {
         owner: 0,
         index: 0,
@@ -195,7 +200,7 @@ fn a_read_only_group_waits_behind_its_threads_unsynced_writes_and_goes_at_once_a
             health: crate::storage_health::StorageHealth::new(),
             durable: durable.clone(),
         },
-        metrics: Arc::new(Metrics::new()),
+        metrics,
         group_tx,
         queue: queue.downgrade(),
         busy: Default::default(),
@@ -217,7 +222,7 @@ fn a_read_only_group_waits_behind_its_threads_unsynced_writes_and_goes_at_once_a
     );
     assert_eq!(syncer.try_iter().count(), 2);
     // Once an fsync covered the write, a read goes at once.
-    durable.sync_now(&*engine).unwrap();
+    durable.sync_through(&*engine, engine.last_seq()).unwrap();
     let (read, mut rx) = one_reply(false);
     assert!(shard::finish_group(&local, read, false));
     assert_eq!(rx.try_recv().unwrap(), Frame::ok());

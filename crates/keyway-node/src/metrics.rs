@@ -171,7 +171,7 @@ impl Metrics {
             );
             r.register(
                 "fsync_seconds",
-                "Duration of one storage fsync",
+                "Duration of one storage fsync (group commits, `always` writes, a replica's calls)",
                 m.fsync_seconds.clone(),
             );
             r.register(

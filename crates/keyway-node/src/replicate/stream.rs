@@ -241,7 +241,8 @@ impl Stream {
                 _ = tokio::time::sleep(wait) => {
                     if undurable {
                         let (durable, engine) = (repl.durable.clone(), repl.engine.clone());
-                        if let Err(e) = super::blocking(move || durable.sync_now(&*engine)).await {
+                        let sync = move || durable.sync_through(&*engine, engine.last_seq());
+                        if let Err(e) = super::blocking(sync).await {
                             tracing::warn!(%e, "replication stream: fsync failed");
                         }
                     }

@@ -55,6 +55,20 @@ fn replica_of(c: &LocalCluster, map: &PartitionMap, key: &[u8]) -> (PartitionRec
     (p, r)
 }
 
+/// fsyncs the cluster's nodes timed (`keyway_fsync_seconds`), summed.
+fn fsyncs(c: &LocalCluster) -> u64 {
+    (0..c.len())
+        .map(|i| {
+            let text = c.node(i).unwrap().shared().metrics.encode();
+            text.lines()
+                .find_map(|l| l.strip_prefix("keyway_fsync_seconds_count "))
+                .unwrap_or_else(|| panic!("no fsync_seconds on node {i}: {text}"))
+                .parse::<u64>()
+                .unwrap()
+        })
+        .sum()
+}
+
 fn text(r: Result<Frame, ClientError>) -> String {
     match r {
         Ok(Frame::Simple(s)) => s,
@@ -86,6 +100,7 @@ async fn replicas_hold_every_acknowledged_write_and_a_stalled_replica_is_dropped
             "{key} copied"
         );
     }
+    let fsyncs_before = fsyncs(&c);
     // (a)/(d): the replica has each write when its acknowledgement arrives.
     for i in 0..400 {
         let key = format!("k{i}");
@@ -99,6 +114,14 @@ async fn replicas_hold_every_acknowledged_write_and_a_stalled_replica_is_dropped
         );
     }
     assert_digests_equal(&c, &map).await;
+    // One write at a time (durability `group`): each was fsynced at its
+    // primary and, before its acknowledgement, at its replica, and
+    // `keyway_fsync_seconds` times both.
+    let fsyncs_made = fsyncs(&c) - fsyncs_before;
+    assert!(
+        fsyncs_made >= 800,
+        "{fsyncs_made} fsyncs timed for 400 replicated writes, expected 2 each"
+    );
     // Those 400 keys were new, in partitions the catch-up had cleaned (so
     // their ranges' version bounds are known): each replica applied them
     // without reading the key, and its /metrics counts it.
