@@ -137,6 +137,13 @@ pub struct FjallEngine {
     meta: Keyspace,
     /// Serialises writers to `data`/`tombstones`/`log` appends/`meta.last_seq`.
     write_lock: Mutex<()>,
+    /// Whether `tombstones` may hold a version marker: false while it was
+    /// empty at open and no marker has been written since. Set, under
+    /// `write_lock`, before the first batch with a marker commits, and never
+    /// cleared until the next open; planners read markers only under
+    /// `write_lock`, so one that sees it false knows no key has a marker,
+    /// and a local write skips the read (a point lookup per write).
+    markers_may_exist: AtomicBool,
     /// Serialises truncation (`meta.log_start`, `meta.log_purged`, log table drops).
     truncate_lock: Mutex<()>,
     last_seq: AtomicU64,
@@ -285,6 +292,7 @@ impl FjallEngine {
         let seq_reserved = meta
             .get(META_SEQ_RESERVED)?
             .map_or(Ok(0), |raw| decode_u64("meta/seq_reserved", &raw))?;
+        let markers_may_exist = AtomicBool::new(!tombstones.is_empty()?);
         let engine = FjallEngine {
             path: dir.to_path_buf(),
             db,
@@ -293,6 +301,7 @@ impl FjallEngine {
             log,
             meta,
             write_lock: Mutex::new(()),
+            markers_may_exist,
             truncate_lock: Mutex::new(()),
             last_seq: AtomicU64::new(last_seq),
             log_start: AtomicU64::new(log_start),
@@ -455,6 +464,14 @@ impl FjallEngine {
             self.foreign_reads_skipped
                 .fetch_add(plan.reads_skipped, Ordering::Relaxed);
         }
+        if plan
+            .writes
+            .iter()
+            .any(|w| matches!(w, Write::PutMarker(..)))
+        {
+            // Before the batch commits, under `write_lock` (the field's docs).
+            self.markers_may_exist.store(true, Ordering::Release);
+        }
         for w in plan.writes {
             match w {
                 Write::PutValue(k, v) => b.insert(&self.data, &k[..], v.encode()),
@@ -560,6 +577,9 @@ impl StateSource for FjallEngine {
     }
 
     fn load_marker(&self, key: &[u8]) -> Result<Option<Marker>, StorageError> {
+        if !self.markers_may_exist.load(Ordering::Acquire) {
+            return Ok(None);
+        }
         self.tombstones
             .get(key)?
             .map(|raw| Marker::decode(&to_bytes(&raw)))

@@ -14,13 +14,19 @@ fn put(e: &FjallEngine, i: u64) {
     .unwrap();
 }
 
-#[test]
-fn truncation_drops_the_logs_tables_without_tombstones() {
-    let dir = tempfile::tempdir().unwrap();
+/// A directory that outlives the engine (so it can be reopened), with the
+/// test options.
+fn on_disk() -> (tempfile::TempDir, FjallOptions) {
     let opts = FjallOptions {
         temporary: false,
         ..FjallOptions::for_tests()
     };
+    (tempfile::tempdir().unwrap(), opts)
+}
+
+#[test]
+fn truncation_drops_the_logs_tables_without_tombstones() {
+    let (dir, opts) = on_disk();
     let e = FjallEngine::open(dir.path(), opts.clone()).unwrap();
     for i in 0..5_000 {
         put(&e, i);
@@ -54,11 +60,7 @@ fn truncation_drops_the_logs_tables_without_tombstones() {
 fn records_left_below_log_start_are_never_read() {
     // Part of the log still in the memtable at truncation stays on disk
     // (only whole tables are dropped), below `log_start`.
-    let dir = tempfile::tempdir().unwrap();
-    let opts = FjallOptions {
-        temporary: false,
-        ..FjallOptions::for_tests()
-    };
+    let (dir, opts) = on_disk();
     let e = FjallEngine::open(dir.path(), opts.clone()).unwrap();
     for i in 0..1_000 {
         put(&e, i);
@@ -87,11 +89,7 @@ fn records_left_below_log_start_are_never_read() {
 
 #[test]
 fn truncation_counts_what_it_drops_without_reading_the_log_back() {
-    let dir = tempfile::tempdir().unwrap();
-    let opts = FjallOptions {
-        temporary: false,
-        ..FjallOptions::for_tests()
-    };
+    let (dir, opts) = on_disk();
     let e = FjallEngine::open(dir.path(), opts.clone()).unwrap();
     const RECORDS: u64 = 20_000;
     for i in 0..RECORDS {
@@ -187,11 +185,7 @@ fn the_change_tail_answers_as_the_log_does() {
 /// again after a switch are read back after a reopen, with no skip.
 #[test]
 fn seqs_stay_increasing_across_a_reopen_while_records_are_not_kept() {
-    let dir = tempfile::tempdir().unwrap();
-    let opts = FjallOptions {
-        temporary: false,
-        ..FjallOptions::for_tests()
-    };
+    let (dir, opts) = on_disk();
     let e = FjallEngine::open(dir.path(), opts.clone()).unwrap();
     for i in 0..10 {
         put(&e, i);
@@ -232,4 +226,57 @@ fn seqs_stay_increasing_across_a_reopen_while_records_are_not_kept() {
     assert_eq!(e.last_seq(), on + 5, "records kept: no skip on reopen");
     assert_eq!(e.changes_since(on, 100).unwrap().len(), 5);
     assert_eq!(e.keep_log(true).unwrap(), on + 5);
+}
+
+/// Local writes skip the marker read only while no marker can exist
+/// (`markers_may_exist`): once a foreign delete leaves one, in this process
+/// or before a reopen, a local write still finds and removes it.
+#[test]
+fn a_local_write_finds_a_marker_left_before_it_even_across_a_reopen() {
+    let (dir, opts) = on_disk();
+    let key = Bytes::from_static(b"k");
+    let put = |data: &'static [u8]| Mutation::Put {
+        key: key.clone(),
+        kind: ValueKind::String,
+        expire_at_ms: None,
+        data: Bytes::from_static(data),
+    };
+    let delete = || Mutation::Delete { key: key.clone() };
+    let data = |e: &FjallEngine| e.get(&key).unwrap().map(|v| v.data);
+    let may_exist = |e: &FjallEngine| e.markers_may_exist.load(Ordering::Acquire);
+
+    let e = FjallEngine::open(dir.path(), opts.clone()).unwrap();
+    assert!(!may_exist(&e), "a new engine holds no marker");
+    e.apply(&[put(b"local")]).unwrap();
+    assert!(!may_exist(&e), "a local write leaves no marker");
+    // In this process: a foreign delete leaves a marker, which refuses an
+    // older foreign write until a local write removes it.
+    e.apply_foreign(&[ChangeRecord::single(5_000, delete())])
+        .unwrap();
+    assert!(may_exist(&e));
+    e.apply_foreign(&[ChangeRecord::single(4_000, put(b"old"))])
+        .unwrap();
+    assert_eq!(data(&e), None, "the marker refuses an older write");
+    e.apply(&[put(b"local again")]).unwrap();
+    e.apply_foreign(&[ChangeRecord::single(4_001, put(b"newer than it"))])
+        .unwrap();
+    assert_eq!(data(&e).as_deref(), Some(&b"newer than it"[..]));
+    // Across a reopen: the marker is on disk, so it is read.
+    e.apply_foreign(&[ChangeRecord::single(9_000, delete())])
+        .unwrap();
+    e.sync().unwrap();
+    drop(e);
+    let e = FjallEngine::open(dir.path(), opts).unwrap();
+    assert!(
+        may_exist(&e),
+        "a reopened engine with a marker reads markers"
+    );
+    e.apply(&[delete()]).unwrap();
+    e.apply_foreign(&[ChangeRecord::single(1, put(b"after the local delete"))])
+        .unwrap();
+    assert_eq!(
+        data(&e).as_deref(),
+        Some(&b"after the local delete"[..]),
+        "the local delete removed the marker"
+    );
 }
