@@ -247,21 +247,19 @@ pub struct DurableSeq {
     /// Serialises [`Self::sync_through`]'s fsyncs, so callers waiting on
     /// one share it.
     sync_lock: Mutex<()>,
-    /// Times the fsyncs made here (`keyway_fsync_seconds`), and counts the
-    /// failed ones (`keyway_fsync_errors`; the engine's health latches them).
-    fsync_seconds: prometheus_client::metrics::histogram::Histogram,
-    fsync_errors: prometheus_client::metrics::counter::Counter,
+    /// Where the fsyncs made here are timed and their failures counted
+    /// ([`timed_fsync`]; the engine's health latches a failure).
+    metrics: Arc<Metrics>,
 }
 
 impl DurableSeq {
-    fn new(durability: Durability, start: keyway_storage::Seq, metrics: &Metrics) -> Self {
+    fn new(durability: Durability, start: keyway_storage::Seq, metrics: Arc<Metrics>) -> Self {
         DurableSeq {
             seq: AtomicU64::new(start),
             follows_last: matches!(durability, Durability::Periodic | Durability::None),
             changed: tokio::sync::Notify::new(),
             sync_lock: Mutex::new(()),
-            fsync_seconds: metrics.fsync_seconds.clone(),
-            fsync_errors: metrics.fsync_errors.clone(),
+            metrics,
         }
     }
 
@@ -284,13 +282,7 @@ impl DurableSeq {
     /// [`Self::sync_lock`] (from [`Self::sync_through`]).
     fn sync_now(&self, engine: &dyn Engine) -> Result<(), keyway_storage::StorageError> {
         let covered = engine.last_seq();
-        let started = Instant::now();
-        let synced = engine.sync();
-        self.fsync_seconds.observe(started.elapsed().as_secs_f64());
-        if synced.is_err() {
-            self.fsync_errors.inc();
-        }
-        synced?;
+        timed_fsync(engine, &self.metrics)?;
         self.publish(covered);
         Ok(())
     }
@@ -382,7 +374,11 @@ impl Executor {
         } = config;
         assert!(threads > 0 && max_group_commands > 0);
         let latency = Arc::new(LatencyGauge::default());
-        let durable = Arc::new(DurableSeq::new(durability, engine.last_seq(), &metrics));
+        let durable = Arc::new(DurableSeq::new(
+            durability,
+            engine.last_seq(),
+            metrics.clone(),
+        ));
         let mut handles = Vec::new();
         let (group_tx, group_rx) = std_mpsc::channel::<Group>();
         let syncer = {
@@ -712,16 +708,26 @@ fn sync_now(engine: &dyn Engine, metrics: &Metrics, health: &StorageHealth) -> b
     if health.failure().is_some() {
         return false;
     }
+    let result = timed_fsync(engine, metrics);
+    if let Err(err) = &result {
+        health.fail(format!("fsync error: {err}"));
+    }
+    result.is_ok()
+}
+
+/// One fsync of the engine, timed in `keyway_fsync_seconds` and counted in
+/// `keyway_fsync_errors` when it fails: every fsync a node makes (group
+/// commits, `always` writes, a replica's calls, a stream's wait).
+fn timed_fsync(engine: &dyn Engine, metrics: &Metrics) -> Result<(), keyway_storage::StorageError> {
     let started = Instant::now();
     let result = engine.sync();
     metrics
         .fsync_seconds
         .observe(started.elapsed().as_secs_f64());
-    if let Err(err) = &result {
+    if result.is_err() {
         metrics.fsync_errors.inc();
-        health.fail(format!("fsync error: {err}"));
     }
-    result.is_ok()
+    result
 }
 
 fn fsync_failed() -> Frame {

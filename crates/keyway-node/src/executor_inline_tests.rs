@@ -186,7 +186,7 @@ fn a_read_only_group_waits_behind_its_threads_unsynced_writes_and_goes_at_once_a
     let durable = Arc::new(DurableSeq::new(
         Durability::Group,
         engine.last_seq(),
-        &metrics,
+        metrics.clone(),
     ));
     let local = Local {
         owner: 0,

@@ -55,14 +55,17 @@ fn replica_of(c: &LocalCluster, map: &PartitionMap, key: &[u8]) -> (PartitionRec
     (p, r)
 }
 
-/// fsyncs the cluster's nodes timed (`keyway_fsync_seconds`), summed.
-fn fsyncs(c: &LocalCluster) -> u64 {
+/// `metric` (a counter's or histogram's `_count` line) summed over the
+/// cluster's nodes, read as a scrape reads it.
+fn metric_sum(c: &LocalCluster, metric: &str) -> u64 {
     (0..c.len())
         .map(|i| {
-            let text = c.node(i).unwrap().shared().metrics.encode();
+            let shared = c.node(i).unwrap().shared().clone();
+            shared.metrics.observe_storage(&*shared.engine);
+            let text = shared.metrics.encode();
             text.lines()
-                .find_map(|l| l.strip_prefix("keyway_fsync_seconds_count "))
-                .unwrap_or_else(|| panic!("no fsync_seconds on node {i}: {text}"))
+                .find_map(|l| l.strip_prefix(metric)?.strip_prefix(' '))
+                .unwrap_or_else(|| panic!("no {metric} on node {i}: {text}"))
                 .parse::<u64>()
                 .unwrap()
         })
@@ -100,7 +103,7 @@ async fn replicas_hold_every_acknowledged_write_and_a_stalled_replica_is_dropped
             "{key} copied"
         );
     }
-    let fsyncs_before = fsyncs(&c);
+    let fsyncs_before = metric_sum(&c, "keyway_fsync_seconds_count");
     // (a)/(d): the replica has each write when its acknowledgement arrives.
     for i in 0..400 {
         let key = format!("k{i}");
@@ -117,7 +120,7 @@ async fn replicas_hold_every_acknowledged_write_and_a_stalled_replica_is_dropped
     // One write at a time (durability `group`): each was fsynced at its
     // primary and, before its acknowledgement, at its replica, and
     // `keyway_fsync_seconds` times both.
-    let fsyncs_made = fsyncs(&c) - fsyncs_before;
+    let fsyncs_made = metric_sum(&c, "keyway_fsync_seconds_count") - fsyncs_before;
     assert!(
         fsyncs_made >= 800,
         "{fsyncs_made} fsyncs timed for 400 replicated writes, expected 2 each"
@@ -125,18 +128,7 @@ async fn replicas_hold_every_acknowledged_write_and_a_stalled_replica_is_dropped
     // Those 400 keys were new, in partitions the catch-up had cleaned (so
     // their ranges' version bounds are known): each replica applied them
     // without reading the key, and its /metrics counts it.
-    let skipped: u64 = (0..c.len())
-        .map(|i| {
-            let shared = c.node(i).unwrap().shared().clone();
-            shared.metrics.observe_storage(&*shared.engine);
-            let text = shared.metrics.encode();
-            text.lines()
-                .find_map(|l| l.strip_prefix("keyway_storage_foreign_reads_skipped_total "))
-                .unwrap_or_else(|| panic!("no foreign_reads_skipped on node {i}: {text}"))
-                .parse::<u64>()
-                .unwrap()
-        })
-        .sum();
+    let skipped = metric_sum(&c, "keyway_storage_foreign_reads_skipped_total");
     assert!(
         skipped >= 400,
         "{skipped} replicated writes skipped the version read, expected every one of the 400"
