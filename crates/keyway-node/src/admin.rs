@@ -58,6 +58,7 @@ pub async fn serve(
             },
             snapshot_hold: std::time::Duration::from_millis(shared.config.log_snapshot_hold_ms),
             replication: shared.replication.clone(),
+            shutdown: shutdown.clone(),
         },
     );
     let app = crate::peer::merge_routes(app, service);

@@ -248,6 +248,24 @@ impl PeerClient {
         &self.addr
     }
 
+    /// The generated client (for the streaming calls, see
+    /// [`crate::replicate_stream`]).
+    pub(crate) fn pb_client(&self) -> PbClient<keyway_auth::AuthChannel> {
+        self.client.clone()
+    }
+
+    /// A failed call's status as a `PeerError` (credentials refused: said so).
+    pub(crate) fn error_from(&self, status: &tonic::Status) -> PeerError {
+        match status.code() {
+            Code::Unauthenticated => PeerError::Remote(keyway_auth::refused_message(
+                "node",
+                &self.addr,
+                status.message(),
+            )),
+            _ => PeerError::from_status(status),
+        }
+    }
+
     /// Runs one call under the deadline, mapping every failure to a `PeerError`.
     pub(super) async fn call<Req, T, F, Fut>(
         &self,
@@ -264,10 +282,7 @@ impl PeerClient {
         req.set_timeout(self.opts.rpc_timeout);
         match tokio::time::timeout(self.opts.rpc_timeout, f(self.client.clone(), req)).await {
             Ok(Ok(resp)) => Ok(resp.into_inner()),
-            Ok(Err(status)) if status.code() == Code::Unauthenticated => Err(PeerError::Remote(
-                keyway_auth::refused_message("node", &self.addr, status.message()),
-            )),
-            Ok(Err(status)) => Err(PeerError::from_status(&status)),
+            Ok(Err(status)) => Err(self.error_from(&status)),
             Err(_) => Err(PeerError::Unavailable(format!(
                 "{what} to peer {} timed out after {:?}",
                 self.addr, self.opts.rpc_timeout

@@ -89,6 +89,7 @@ pub mod client;
 pub mod control;
 pub mod copies;
 pub mod migration;
+pub mod replicate_stream;
 pub mod stats;
 
 pub use client::{

@@ -6,6 +6,7 @@
 //!
 //! Every engine call runs under `tokio::task::spawn_blocking`.
 
+pub mod replicate_stream;
 pub mod server;
 
 pub use keyway_peer::{

@@ -62,6 +62,8 @@ pub struct NodeRoles {
     pub snapshot_hold: std::time::Duration,
     /// Replication: the replica side of `Replicate`, and `Switchover`.
     pub replication: Arc<crate::replicate::Replication>,
+    /// The node's shutdown signal (long-lived calls end on it).
+    pub shutdown: tokio::sync::watch::Receiver<bool>,
 }
 
 impl std::fmt::Debug for PeerService {
@@ -121,6 +123,16 @@ impl PeerService {
             tracing::warn!(what, reason = r.reason.label(), %r, "peer write refused");
         }
         status_from_refusal(r)
+    }
+
+    /// A failed `Replicate` call's status (a refusal counted and logged).
+    fn replica_status(&self, e: crate::replicate::replica::ReplicaError) -> Status {
+        use crate::replicate::replica::ReplicaError;
+        match e {
+            ReplicaError::Refused(r) => self.refused("Replicate", r),
+            ReplicaError::Invalid(why) => Status::invalid_argument(why),
+            ReplicaError::Storage(e) => status_from_storage(e),
+        }
     }
 
     fn node(&self) -> Result<&NodeRoles, Status> {
@@ -605,7 +617,6 @@ impl peer_server::Peer for PeerService {
         &self,
         req: Request<pb::ReplicateRequest>,
     ) -> Result<Response<pb::ReplicateResponse>, Status> {
-        use crate::replicate::replica::ReplicaError;
         let node = self.node()?;
         match node
             .replication
@@ -615,10 +626,26 @@ impl peer_server::Peer for PeerService {
             .await
         {
             Ok(resp) => Ok(Response::new(resp)),
-            Err(ReplicaError::Refused(r)) => Err(self.refused("Replicate", r)),
-            Err(ReplicaError::Invalid(why)) => Err(Status::invalid_argument(why)),
-            Err(ReplicaError::Storage(e)) => Err(status_from_storage(e)),
+            Err(e) => Err(self.replica_status(e)),
         }
+    }
+
+    type ReplicateStreamStream = std::pin::Pin<
+        Box<dyn futures::Stream<Item = Result<pb::ReplicateResponse, Status>> + Send + 'static>,
+    >;
+
+    async fn replicate_stream(
+        &self,
+        req: Request<tonic::Streaming<pb::ReplicateRequest>>,
+    ) -> Result<Response<Self::ReplicateStreamStream>, Status> {
+        let replica = self.node()?.replication.replica.clone();
+        let this = self.clone();
+        let shutdown = self.node()?.shutdown.clone();
+        let served =
+            super::replicate_stream::Served::new(replica, req.into_inner(), shutdown, move |e| {
+                this.replica_status(e)
+            });
+        Ok(Response::new(Box::pin(served)))
     }
 
     async fn partition_stats(

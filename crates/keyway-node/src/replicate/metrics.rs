@@ -62,6 +62,10 @@ pub struct ReplicationMetrics {
     /// Stream calls sent and not answered yet, all streams
     /// (`replica_stream_window_calls` bounds each stream's).
     pub stream_calls_in_flight: Gauge,
+    /// `ReplicateStream`s opened by this node's streams: one per stream
+    /// start, and one after each failure (a refusal, a broken connection, a
+    /// call unanswered past the lag timeout).
+    pub stream_opens: Counter,
     /// A replica's time on one `Replicate` call, from its arrival to the
     /// answer (order, check, apply, fsync when asked).
     pub replica_serve_seconds: Seconds,
@@ -142,6 +146,11 @@ impl ReplicationMetrics {
             "replication_stream_calls_in_flight",
             "Stream Replicate calls sent and not answered yet (each stream at most replica_stream_window_calls)",
             r.stream_calls_in_flight.clone(),
+        );
+        m.register(
+            "replication_stream_opens",
+            "ReplicateStream calls opened by this node's replication streams (a start, or again after a failure)",
+            r.stream_opens.clone(),
         );
         m.register(
             "replica_serve_seconds",

@@ -8,7 +8,7 @@
 //!    (so a partition marked shipped after the read is covered by its
 //!    catch-up's snapshot, read after the marking at a seq ≥ the batch's
 //!    end), and keep the records whose key lies in one of them.
-//! 3. Send them in one `Replicate` call (with the partitions, their epochs,
+//! 3. Send them as one call (with the partitions, their epochs,
 //!    the read-lease vouches and the last answer's token), fsynced at the
 //!    replica when acknowledgements here wait for an fsync (`always`,
 //!    `group`; with `periodic`/`none` handed to the replica's OS, as they
@@ -17,7 +17,12 @@
 //!    the one it continues (`after_call`), and the replica applies it only
 //!    after that one (`replica.rs`), so its copy stays a prefix of the log.
 //!    A write waits for its replicas, so with one call at a time a write
-//!    waits for the round trip of the call before its own.
+//!    waits for the round trip of the call before its own. The calls ride
+//!    one long-lived `ReplicateStream` (`keyway_peer::replicate_stream`,
+//!    a message each way per call instead of a new HTTP/2 stream), opened
+//!    again after any failure; a call unanswered after the lag timeout is
+//!    a failure. Catch-ups send unary `Replicate` calls, numbered with the
+//!    stream's, and the replica orders both alike.
 //! 4. Answers are taken in call order. On each, the acked seq moves to the
 //!    batch's end (the log hold follows), and the rules hear of it
 //!    (`stream_batch_acked`); the token it carries is echoed by the next
@@ -44,6 +49,7 @@ use super::rules::Era;
 use crate::peer::{PeerClient, PeerError, PeerOptions, pb};
 use bytes::Bytes;
 use keyway_map::{Epoch, NodeId, PartitionId};
+use keyway_peer::replicate_stream::ReplicateStream;
 use keyway_storage::{ChangeRecord, KeyRange, Seq, StorageError};
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -411,21 +417,19 @@ struct InFlight {
     count: usize,
     bytes: usize,
     sent_at: Instant,
-    answer: tokio::task::JoinHandle<Result<pb::ReplicateResponse, PeerError>>,
-}
-
-impl Drop for InFlight {
-    /// A call given up on is not waited for (a no-op once answered).
-    fn drop(&mut self) {
-        self.answer.abort();
-    }
 }
 
 /// A stream's calls in flight, oldest first, counted in
-/// `keyway_replication_stream_calls_in_flight`.
+/// `keyway_replication_stream_calls_in_flight`, and the `ReplicateStream`
+/// that carries them (opened with the first call after a failure: a
+/// failure gives up every call in flight and the stream with them).
 struct Flight {
     calls: VecDeque<InFlight>,
     gauge: prometheus_client::metrics::gauge::Gauge,
+    conn: Option<ReplicateStream>,
+    /// How long a call may stay unanswered (`replica_lag_timeout_ms`, as a
+    /// unary call's deadline).
+    call_timeout: Duration,
 }
 
 impl Flight {
@@ -433,6 +437,8 @@ impl Flight {
         Flight {
             calls: VecDeque::new(),
             gauge: repl.metrics.stream_calls_in_flight.clone(),
+            conn: None,
+            call_timeout: repl.cfg.lag_timeout,
         }
     }
 
@@ -464,7 +470,12 @@ impl Flight {
             stream: true,
             after_call,
         };
-        let client = stream.client.clone();
+        self.conn
+            .get_or_insert_with(|| {
+                repl.metrics.stream_opens.inc();
+                stream.client.replicate_stream()
+            })
+            .send(req);
         self.gauge.inc();
         self.calls.push_back(InFlight {
             call,
@@ -472,18 +483,26 @@ impl Flight {
             count,
             bytes,
             sent_at: Instant::now(),
-            answer: tokio::spawn(async move { client.replicate(req).await }),
         });
     }
 
-    /// The oldest call's answer (cancel-safe: the call stays in flight).
+    /// The oldest call's answer (cancel-safe: the call stays in flight), or
+    /// a failure once it waited [`Flight::call_timeout`].
     async fn oldest(&mut self) -> Result<pb::ReplicateResponse, PeerError> {
-        let Some(c) = self.calls.front_mut() else {
+        debug_assert!(
+            self.calls.is_empty() || self.conn.is_some(),
+            "calls in flight ride a stream"
+        );
+        let (Some(c), Some(conn)) = (self.calls.front(), self.conn.as_mut()) else {
             return std::future::pending().await;
         };
-        match (&mut c.answer).await {
-            Ok(answer) => answer,
-            Err(e) => Err(PeerError::Unavailable(format!("replicate call task: {e}"))),
+        let deadline = c.sent_at + self.call_timeout;
+        tokio::select! {
+            answer = conn.answer() => answer,
+            _ = tokio::time::sleep_until(deadline.into()) => Err(PeerError::Unavailable(format!(
+                "replicate call {} unanswered after {:?}",
+                c.call, self.call_timeout
+            ))),
         }
     }
 
@@ -497,6 +516,7 @@ impl Flight {
     fn clear(&mut self) {
         self.gauge.dec_by(self.calls.len() as i64);
         self.calls.clear();
+        self.conn = None;
     }
 }
 

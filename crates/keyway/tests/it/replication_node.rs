@@ -104,6 +104,8 @@ async fn replicas_hold_every_acknowledged_write_and_a_stalled_replica_is_dropped
         );
     }
     let fsyncs_before = metric_sum(&c, "keyway_fsync_seconds_count");
+    let opens_before = metric_sum(&c, "keyway_replication_stream_opens_total");
+    let calls_before = metric_sum(&c, "keyway_replication_stream_calls_total");
     // (a)/(d): the replica has each write when its acknowledgement arrives.
     for i in 0..400 {
         let key = format!("k{i}");
@@ -124,6 +126,18 @@ async fn replicas_hold_every_acknowledged_write_and_a_stalled_replica_is_dropped
     assert!(
         fsyncs_made >= 800,
         "{fsyncs_made} fsyncs timed for 400 replicated writes, expected 2 each"
+    );
+    // Their calls rode the streams' long-lived `ReplicateStream`s: one
+    // call or more per write, none opened again.
+    let calls = metric_sum(&c, "keyway_replication_stream_calls_total") - calls_before;
+    let opens = metric_sum(&c, "keyway_replication_stream_opens_total");
+    assert!(
+        calls >= 400,
+        "{calls} stream calls for 400 replicated writes"
+    );
+    assert_eq!(
+        opens, opens_before,
+        "a stream opened again while {calls} calls went through it"
     );
     // Those 400 keys were new, in partitions the catch-up had cleaned (so
     // their ranges' version bounds are known): each replica applied them
@@ -271,6 +285,11 @@ async fn replicas_hold_every_acknowledged_write_and_a_stalled_replica_is_dropped
         );
     }
     assert_digests_equal(&c, &back).await;
+    // The stalled replica's calls went unanswered past the lag timeout:
+    // the streams to it gave their `ReplicateStream`s up and opened new
+    // ones, which carried the catch-up's stream calls.
+    let reopened = metric_sum(&c, "keyway_replication_stream_opens_total") - opens_before;
+    assert!(reopened >= 1, "no stream opened again after the stall");
     c.shutdown().await;
 }
 
