@@ -306,9 +306,15 @@ impl DurableSeq {
         self.sync_now(engine)
     }
 
-    /// Every record up to `seq` is durable (never moves back).
+    /// Every record up to `seq` is durable (never moves back). Wakes the
+    /// waiters only when it moved: with `periodic`/`none` every group
+    /// publishes (a read-only one too), and waking every replication
+    /// stream for nothing was 5 % of a node's samples under a read-only
+    /// `-P 16` load at factor 2. No wake is lost: a publication that moves
+    /// nothing follows one that moved it as far and woke them, and a
+    /// waiter reads [`Self::get`] after it registered.
     fn publish(&self, seq: keyway_storage::Seq) {
-        if self.seq.fetch_max(seq, Ordering::AcqRel) < seq || self.follows_last {
+        if self.seq.fetch_max(seq, Ordering::AcqRel) < seq {
             self.changed.notify_waiters();
         }
     }

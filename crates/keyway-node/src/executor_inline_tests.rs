@@ -229,3 +229,38 @@ fn a_read_only_group_waits_behind_its_threads_unsynced_writes_and_goes_at_once_a
     assert_eq!(syncer.try_iter().count(), 0);
     assert_eq!(local.metrics.read_groups_released_at_once.get(), 1);
 }
+
+#[test]
+fn a_publication_wakes_the_streams_only_when_the_durable_seq_moves() {
+    let engine = MemEngine::new();
+    let durable = DurableSeq::new(
+        Durability::Periodic,
+        engine.last_seq(),
+        Arc::new(Metrics::new()),
+    );
+    let polled = |n: &mut std::pin::Pin<&mut tokio::sync::futures::Notified<'_>>| {
+        let waker = std::task::Waker::noop();
+        n.as_mut()
+            .poll(&mut std::task::Context::from_waker(waker))
+            .is_ready()
+    };
+    write(&Log::default(), "w")(&engine);
+    let moved = engine.last_seq();
+    let first = durable.changed();
+    tokio::pin!(first);
+    first.as_mut().enable();
+    durable.publish(moved);
+    assert!(polled(&mut first), "a publication that moves the seq wakes");
+    // A read-only group publishes the same last seq again: nothing new.
+    let again = durable.changed();
+    tokio::pin!(again);
+    again.as_mut().enable();
+    durable.publish(moved);
+    assert!(
+        !polled(&mut again),
+        "a publication that moves nothing woke a stream"
+    );
+    write(&Log::default(), "w2")(&engine);
+    durable.publish(engine.last_seq());
+    assert!(polled(&mut again));
+}

@@ -9,9 +9,11 @@
 //! and a later call applies while an earlier one fsyncs), so a pipelined
 //! stream keeps its overlap; the answers are released in call order.
 //!
-//! A call that fails ends the stream with its status: the calls after it
-//! continue it (`after_call`), so the replica would refuse them anyway, and
-//! the sender gives them up and opens a new stream from what was answered.
+//! A call that fails ends the stream with its status: the calls queued
+//! behind it get no answer on it (they may already be served; one that
+//! continues it, `after_call`, is refused by the replica's ordering rule),
+//! and the sender gives them up and opens a new stream from what was
+//! answered.
 //! Nothing here needs a task of its own: the response stream is polled by
 //! the HTTP/2 stream's task, and each poll first takes the requests that
 //! have arrived (so the sender's next call is read while one is served).

@@ -65,6 +65,7 @@ mod replica_endpoint;
 mod replica_move;
 mod replica_pipeline;
 mod replica_reads;
+mod replicate_stream;
 mod replication_lag;
 mod replication_node;
 mod scripting;
