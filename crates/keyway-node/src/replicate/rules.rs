@@ -278,13 +278,17 @@ impl Rules {
     ) -> (WaiterId, Vec<Command>) {
         let id = self.next_waiter;
         self.next_waiter += 1;
-        let mut waits = BTreeSet::new();
         let part = self.parts.get(&partition);
+        // Only the replicas still short of `seq` go in (an empty set does not
+        // allocate: every read, and a write whose replicas are ahead, pays
+        // no allocation here).
+        let pending = |r: &NodeId| !self.satisfied(partition, *r, seq);
+        let mut waits = BTreeSet::new();
         if let Some(p) = part {
             waits.extend(
                 p.replicas
                     .iter()
-                    .filter(|(_, s)| s.waited(now))
+                    .filter(|(r, s)| s.waited(now) && pending(r))
                     .map(|(r, _)| *r),
             );
         }
@@ -292,9 +296,8 @@ impl Rules {
         // partition first seen at start, a split child): wait for its in-sync
         // replicas until these rules know the partition.
         if part.is_none() && !self.seen.contains(&partition) {
-            waits.extend(in_sync_at_admission.iter().copied());
+            waits.extend(in_sync_at_admission.iter().copied().filter(pending));
         }
-        waits.retain(|r| !self.satisfied(partition, *r, seq));
         if waits.is_empty() {
             return (
                 id,
