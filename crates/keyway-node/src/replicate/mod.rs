@@ -580,6 +580,7 @@ impl Replication {
             waiting_replies: self.lock().pending.len(),
             copies_started: self.metrics.copies_started.get(),
             switchover_kept_in_sync: self.metrics.switchover_kept_in_sync.get(),
+            stream_opens: self.metrics.stream_opens.get(),
             roles,
         }
     }
@@ -596,6 +597,10 @@ pub struct ReplicationStatus {
     pub copies_started: u64,
     /// Old primaries that switchovers to this node kept in sync (no copy).
     pub switchover_kept_in_sync: u64,
+    /// `ReplicateStream`s this node's streams opened since it started
+    /// (`keyway_replication_stream_opens`): one per stream start, and one
+    /// after each failure.
+    pub stream_opens: u64,
     pub roles: Vec<RoleView>,
 }
 

@@ -128,16 +128,19 @@ async fn replicas_hold_every_acknowledged_write_and_a_stalled_replica_is_dropped
         "{fsyncs_made} fsyncs timed for 400 replicated writes, expected 2 each"
     );
     // Their calls rode the streams' long-lived `ReplicateStream`s: one
-    // call or more per write, none opened again.
+    // call or more per write, and a stream opened again only after a
+    // failure (a call refused right after the in-sync CAS, when the
+    // replica installed the new epoch first, happens in about one run in
+    // fifteen), never per call.
     let calls = metric_sum(&c, "keyway_replication_stream_calls_total") - calls_before;
-    let opens = metric_sum(&c, "keyway_replication_stream_opens_total");
+    let opens = metric_sum(&c, "keyway_replication_stream_opens_total") - opens_before;
     assert!(
         calls >= 400,
         "{calls} stream calls for 400 replicated writes"
     );
-    assert_eq!(
-        opens, opens_before,
-        "a stream opened again while {calls} calls went through it"
+    assert!(
+        opens <= 4,
+        "{opens} streams opened while {calls} calls went through them"
     );
     // Those 400 keys were new, in partitions the catch-up had cleaned (so
     // their ranges' version bounds are known): each replica applied them
@@ -290,6 +293,23 @@ async fn replicas_hold_every_acknowledged_write_and_a_stalled_replica_is_dropped
     // ones, which carried the catch-up's stream calls.
     let reopened = metric_sum(&c, "keyway_replication_stream_opens_total") - opens_before;
     assert!(reopened >= 1, "no stream opened again after the stall");
+    // `/status` shows the same count per node (read after the metric: a
+    // stream may open meanwhile, its count never falls).
+    let in_status: u64 = (0..c.len())
+        .map(|i| {
+            c.node(i)
+                .unwrap()
+                .shared()
+                .replication
+                .status()
+                .stream_opens
+        })
+        .sum();
+    let in_metrics = opens_before + reopened;
+    assert!(
+        (in_metrics..=in_metrics + 4).contains(&in_status),
+        "/status stream_opens {in_status}, /metrics {in_metrics}"
+    );
     c.shutdown().await;
 }
 
