@@ -233,7 +233,12 @@ impl Stream {
             };
             // Records past the durable seq that no storage thread will
             // fsync soon (foreign records applied here, say): fsync them.
-            let undurable = repl.engine.last_seq() > durable;
+            // Never under `periodic`/`none`: there the durable seq is the
+            // engine's last, and a foreign record applied since `durable`
+            // was read is not waiting for an fsync (an fsync here made a
+            // periodic replica keep writes a crash must lose: the
+            // `replica_crash` periodic test caught it in CI).
+            let undurable = repl.durable.acks_wait_for_fsync() && repl.engine.last_seq() > durable;
             let wait = if undurable {
                 wait.min(DURABLE_WAIT)
             } else {
