@@ -27,8 +27,9 @@
 //! cases means the row never shows fewer copies than it has. The
 //! partitions with the fewest staying in-sync copies are planned first, and
 //! a replacement for a dead replica is only placed on a node with fewer
-//! than `max_copies_per_node` copies in flight (replicas not yet in sync,
-//! this round's additions included) while fewer than `max_copies` are in
+//! than `max_copies_per_node` copies in flight (replicas not yet in sync
+//! of partitions whose primary holds a lease, this round's additions
+//! included) while fewer than `max_copies` are in
 //! flight in total; a partition over a cap waits (`recovery_throttled`).
 //! Partitions whose primary holds no lease (the
 //! failover's business) or that are in a live migration (its flip writes the
@@ -182,9 +183,15 @@ pub fn plan_recovering(
             *copies.entry(n).or_default() += 1;
         }
     }
-    // Copies in flight: replicas on a node not dead that are not in sync.
+    // Copies in flight: replicas on a node not dead that are not in sync,
+    // of a partition whose primary holds a lease. One whose primary is
+    // gone copies nothing (the failover's business, or offline for good):
+    // counted, the out-of-sync replicas of a lost node's offline
+    // partitions held their nodes' recovery slots for good, and every
+    // other partition needing those nodes waited `recovery_throttled`
+    // forever (`copy_cost`'s catch-up, once, under the suite's load).
     let mut in_flight: BTreeMap<NodeId, usize> = BTreeMap::new();
-    for p in map.partitions.values() {
+    for p in map.partitions.values().filter(|p| live.contains(&p.owner)) {
         for r in p
             .replicas
             .iter()

@@ -36,6 +36,25 @@ fn down(m: &mut PartitionMap, n: u64) {
     m.nodes.get_mut(&NodeId(n)).unwrap().state = NodeState::Down;
 }
 
+/// The partitions owned by another node with a replica on `n`: those a
+/// loss of `n` leaves a copy short.
+fn hit_by(m: &PartitionMap, n: u64) -> Vec<PartitionId> {
+    m.partitions
+        .values()
+        .filter(|p| p.owner != NodeId(n) && p.replicas.contains(&NodeId(n)))
+        .map(|p| p.id)
+        .collect()
+}
+
+/// The partitions `plan` gives a replacement for a dead replica.
+fn replaced(plan: &membership::MembershipPlan) -> Vec<PartitionId> {
+    plan.changes
+        .iter()
+        .filter(|c| c.reason == "replica_node_dead")
+        .map(|c| c.partition)
+        .collect()
+}
+
 /// The partition owned by a live node with a replica on `n`.
 fn replicated_on(m: &PartitionMap, n: u64) -> PartitionId {
     m.partitions
@@ -139,12 +158,7 @@ fn the_partitions_with_the_fewest_in_sync_copies_go_first_within_the_total_cap()
     // it, `a` keeps an in-sync replica besides its primary, `b` does not.
     let mut m = map(5, 2, 3);
     down(&mut m, 5);
-    let hit: Vec<PartitionId> = m
-        .partitions
-        .values()
-        .filter(|p| p.owner != NodeId(5) && p.replicas.contains(&NodeId(5)))
-        .map(|p| p.id)
-        .collect();
+    let hit = hit_by(&m, 5);
     assert!(hit.len() >= 2, "{hit:?}");
     let (a, b) = (hit[0], hit[1]);
     // b (the higher id) has lost its other replica's sync: one copy in flight.
@@ -165,12 +179,7 @@ fn the_partitions_with_the_fewest_in_sync_copies_go_first_within_the_total_cap()
         max_copies: 2,
     };
     let plan = plan(&m, &[1, 2, 3, 4], &r);
-    let added: Vec<PartitionId> = plan
-        .changes
-        .iter()
-        .filter(|c| c.reason == "replica_node_dead")
-        .map(|c| c.partition)
-        .collect();
+    let added = replaced(&plan);
     assert_eq!(added, [b], "fewest in-sync copies first: {plan:?}");
     assert!(
         plan.skipped
@@ -184,20 +193,19 @@ fn the_partitions_with_the_fewest_in_sync_copies_go_first_within_the_total_cap()
 fn a_target_node_gets_no_more_copies_in_flight_than_the_per_node_cap() {
     let mut m = map(4, 3, 2);
     down(&mut m, 4);
-    let hit: Vec<PartitionId> = m
-        .partitions
-        .values()
-        .filter(|p| p.owner != NodeId(4) && p.replicas.contains(&NodeId(4)))
-        .map(|p| p.id)
-        .collect();
+    let hit = hit_by(&m, 4);
     assert!(hit.len() >= 2, "{hit:?}");
-    // Node 1 is already the target of a copy in flight (out of sync).
-    let busy = m
+    // A node is already the target of a copy in flight: its replica of a
+    // partition whose primary holds its lease (only such a replica
+    // copies) is out of sync.
+    let (busy, busy_node) = m
         .partitions
         .values()
-        .find(|p| p.replicas.contains(&NodeId(1)))
-        .unwrap()
-        .id;
+        .find_map(|p| {
+            let r = p.replicas.iter().find(|r| **r != NodeId(4))?;
+            (p.owner != NodeId(4)).then_some((p.id, *r))
+        })
+        .unwrap();
     m.partitions.get_mut(&busy).unwrap().in_sync.clear();
     let r = Recovery {
         dead: ids(&[4]),
@@ -216,8 +224,8 @@ fn a_target_node_gets_no_more_copies_in_flight_than_the_per_node_cap() {
         }
     }
     assert!(
-        !per_node.contains_key(&NodeId(1)),
-        "node 1 is at its cap: {plan:?}"
+        !per_node.contains_key(&busy_node),
+        "node {busy_node} is at its cap: {plan:?}"
     );
     assert!(per_node.values().all(|c| *c <= 1), "{per_node:?}");
     let placed: usize = per_node.values().sum();
@@ -228,4 +236,46 @@ fn a_target_node_gets_no_more_copies_in_flight_than_the_per_node_cap() {
         .count();
     assert_eq!(placed + throttled, hit.len(), "{plan:?}");
     assert!(throttled > 0, "{plan:?}");
+}
+
+#[test]
+fn out_of_sync_replicas_of_an_offline_partition_hold_no_recovery_slot() {
+    // Node 3 is lost for good while its own partitions' replicas were out
+    // of sync: those partitions are offline (no failover target), and
+    // their replicas on nodes 1 and 2 copy nothing.
+    let mut m = map(3, 2, 2);
+    down(&mut m, 3);
+    for p in m.partitions.values_mut() {
+        if p.owner == NodeId(3) {
+            p.in_sync.clear();
+        }
+    }
+    let offline_replicas = m
+        .partitions
+        .values()
+        .filter(|p| p.owner == NodeId(3))
+        .map(|p| p.replicas.len())
+        .sum::<usize>();
+    assert!(offline_replicas >= 2, "{m:?}");
+    let hit = hit_by(&m, 3);
+    assert!(!hit.is_empty(), "{m:?}");
+    // One copy in flight per node and in all: an offline partition's
+    // replica counted as one would leave no slot for any replacement.
+    let r = Recovery {
+        dead: ids(&[3]),
+        max_copies_per_node: 1,
+        max_copies: 1,
+    };
+    let plan = plan(&m, &[1, 2], &r);
+    let added = replaced(&plan);
+    assert_eq!(added.len(), 1, "one replacement within the caps: {plan:?}");
+    assert!(hit.contains(&added[0]), "{plan:?}");
+    // The offline partitions themselves change nothing: they wait for
+    // their primary.
+    assert!(
+        plan.changes
+            .iter()
+            .all(|c| m.partitions[&c.partition].owner != NodeId(3)),
+        "{plan:?}"
+    );
 }

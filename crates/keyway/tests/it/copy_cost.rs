@@ -122,6 +122,15 @@ fn a_replica_catch_up_reports_its_cost_and_ctl_recovery_its_progress() {
         cluster.node_id(&map, lost),
         cluster.node_id(&map, replacement),
     );
+    // Every copy in sync when the node dies, so its own partitions fail
+    // over: the load may have put a replica behind for a moment, and a
+    // partition whose primary dies then is offline for good (once, under
+    // the suite's load, two were, and the survivors never got back to
+    // RF 2).
+    wait_until("every partition in sync after the load", WAIT, || {
+        cluster.all_in_sync()
+    })
+    .unwrap();
     cluster.kill(lost);
     std::fs::remove_dir_all(cluster.dir().join(format!("node{lost}"))).unwrap();
     // `ctl recovery --watch --json` follows it until the cluster recovered.
