@@ -106,7 +106,6 @@ async fn replicas_hold_every_acknowledged_write_and_a_stalled_replica_is_dropped
     let fsyncs_before = metric_sum(&c, "keyway_fsync_seconds_count");
     let opens_before = metric_sum(&c, "keyway_replication_stream_opens_total");
     let calls_before = metric_sum(&c, "keyway_replication_stream_calls_total");
-    let couriered_before = metric_sum(&c, "keyway_courier_replies_total");
     // (a)/(d): the replica has each write when its acknowledgement arrives.
     for i in 0..400 {
         let key = format!("k{i}");
@@ -142,16 +141,6 @@ async fn replicas_hold_every_acknowledged_write_and_a_stalled_replica_is_dropped
     assert!(
         opens <= 4,
         "{opens} streams opened while {calls} calls went through them"
-    );
-    // Each acknowledgement came back to its connection's shard thread
-    // through the courier twice: from the syncer after the primary's fsync,
-    // and from the stream once the replica had it (unless the replica's
-    // answer beat the reply to the replication rules: then it goes at
-    // once, which a fsync at the replica makes rare).
-    let couriered = metric_sum(&c, "keyway_courier_replies_total") - couriered_before;
-    assert!(
-        couriered >= 600,
-        "{couriered} replies went home through a courier for 400 replicated writes"
     );
     // Those 400 keys were new, in partitions the catch-up had cleaned (so
     // their ranges' version bounds are known): each replica applied them
