@@ -81,7 +81,6 @@
 //! write's does, since they may have read other threads' undurable writes.
 
 use crate::config::Durability;
-use crate::courier::{Courier, Delivery};
 use crate::metrics::Metrics;
 use crate::storage_health::StorageHealth;
 use keyway_resp::Frame;
@@ -442,10 +441,6 @@ impl Executor {
                         .build()
                         .expect("build a shard thread's runtime");
                     let _ = runtime_tx.send(runtime.handle().clone());
-                    let courier = Arc::new(Courier::new(
-                        metrics.courier_replies.clone(),
-                        metrics.courier_wakes.clone(),
-                    ));
                     let local = Local {
                         owner,
                         index: i,
@@ -459,7 +454,6 @@ impl Executor {
                         unsynced_through: Default::default(),
                         open: Default::default(),
                         handoff: Default::default(),
-                        courier,
                     };
                     shard::serve(&runtime, local, changes, rx);
                 })
@@ -702,7 +696,7 @@ fn syncer_loop(engine: &dyn Engine, ctx: SyncerContext<'_>, rx: std_mpsc::Receiv
             .observe(groups.iter().map(|g| g.replies.len()).sum::<usize>() as f64);
         groups
             .into_iter()
-            .for_each(|g| release(g.replies, Some(latency), g.courier.as_deref()));
+            .for_each(|g| release(g.replies, Some(latency)));
         if durability == Durability::Periodic && last_sync.elapsed() >= period {
             sync_now(engine, metrics, health);
             last_sync = Instant::now();
@@ -756,9 +750,7 @@ fn storage_failed(why: &str) -> Frame {
 /// Sends the replies (or hands them to their deferrals), observing the
 /// oldest in `latency` (`None`: a reply run inline just now, whose two
 /// clock reads would cost more than the sample tells).
-/// Sends each reply (or hands it to its deferral): through `courier`, the
-/// thread the replies came from, when released elsewhere (the syncer).
-fn release(replies: Vec<Released>, latency: Option<&LatencyGauge>, courier: Option<&Courier>) {
+fn release(replies: Vec<Released>, latency: Option<&LatencyGauge>) {
     // The gauge keeps the slowest: one clock read and one observation per
     // group (the oldest reply is the slowest), not per reply.
     if let Some(latency) = latency
@@ -766,14 +758,13 @@ fn release(replies: Vec<Released>, latency: Option<&LatencyGauge>, courier: Opti
     {
         latency.observe(oldest.elapsed());
     }
-    let deliveries = replies.into_iter().map(|r| Delivery {
-        reply: r.reply,
-        frame: r.frame,
-        then: r.defer,
-    });
-    match courier {
-        Some(courier) => courier.post(deliveries.collect()),
-        None => deliveries.for_each(Delivery::deliver),
+    for r in replies {
+        match r.defer {
+            Some(defer) => defer(r.reply, r.frame),
+            None => {
+                let _ = r.reply.send(r.frame);
+            }
+        }
     }
 }
 

@@ -172,7 +172,6 @@ fn one_reply(wrote: bool) -> (shard::Group, oneshot::Receiver<Frame>) {
             defer: None,
         }],
         needs_sync: wrote,
-        courier: None,
     };
     (group, rx)
 }
@@ -209,7 +208,6 @@ fn a_read_only_group_waits_behind_its_threads_unsynced_writes_and_goes_at_once_a
         unsynced_through: Default::default(),
         open: Default::default(),
         handoff: Default::default(),
-        courier: Default::default(),
     };
     write(&Log::default(), "w")(&*engine);
     let (writes, _) = one_reply(true);

@@ -42,7 +42,6 @@ use super::{
     held_too_long, release, shutting_down, storage_failed, sync_now,
 };
 use crate::config::Durability;
-use crate::courier::Courier;
 use crate::metrics::Metrics;
 use crate::storage_health::StorageHealth;
 use keyway_resp::Frame;
@@ -95,9 +94,6 @@ pub(super) struct Released {
 pub(super) struct Group {
     pub replies: Vec<Released>,
     pub needs_sync: bool,
-    /// Set when the group leaves its shard thread for the syncer: where
-    /// the syncer posts its replies ([`crate::courier`]).
-    pub courier: Option<Arc<Courier>>,
 }
 
 impl Group {
@@ -142,9 +138,6 @@ pub(super) struct Local {
     pub open: RefCell<Group>,
     /// Requests an inline run parked, for the loop's parked list.
     pub handoff: RefCell<Vec<Parked>>,
-    /// This thread's courier: replies released elsewhere come back through
-    /// it ([`crate::courier`]).
-    pub courier: Arc<Courier>,
 }
 
 thread_local! {
@@ -161,12 +154,7 @@ pub(super) fn serve(
 ) {
     let local = Rc::new(local);
     LOCAL.with(|l| *l.borrow_mut() = Some(local.clone()));
-    Courier::install_here(Some(local.courier.clone()));
-    runtime.spawn(local.courier.clone().run());
     runtime.block_on(shard_loop(&local, changes, rx));
-    // The syncer may still release this thread's last groups.
-    local.courier.close();
-    Courier::install_here(None);
     LOCAL.with(|l| *l.borrow_mut() = None);
 }
 
@@ -273,7 +261,7 @@ async fn shard_loop(local: &Local, mut changes: watch::Receiver<u64>, mut rx: mp
         RUN_NEXT.with(|next| *next.borrow_mut() = Some(Vec::new()));
         let mut group = Group {
             replies: Vec::with_capacity(16),
-            ..Group::default()
+            needs_sync: false,
         };
         let mut next = Some(first);
         while let Some(job) = next {
@@ -337,14 +325,12 @@ pub(super) fn finish_group(local: &Local, mut group: Group, inline: bool) -> boo
     match ctx.durability {
         Durability::Group if group.needs_sync => {
             local.unsynced_through.set(engine.last_seq());
-            group.courier = Some(local.courier.clone());
             local.group_tx.send(group).is_ok()
         }
         Durability::Group if group.replies.is_empty() => true,
         Durability::Group => {
             if ctx.durable.get(engine) < local.unsynced_through.get() {
                 // Behind this thread's groups in the syncer's queue.
-                group.courier = Some(local.courier.clone());
                 return local.group_tx.send(group).is_ok();
             }
             if let Some(why) = ctx.health.failure() {
@@ -354,7 +340,7 @@ pub(super) fn finish_group(local: &Local, mut group: Group, inline: bool) -> boo
                     .for_each(|r| r.frame = storage_failed(why));
             }
             local.metrics.read_groups_released_at_once.inc();
-            release(group.replies, latency, None);
+            release(group.replies, latency);
             true
         }
         _ => {
@@ -365,7 +351,7 @@ pub(super) fn finish_group(local: &Local, mut group: Group, inline: bool) -> boo
             // `always` fsynced each write (and published); `periodic` and
             // `none` follow the last seq: wake the replication streams.
             ctx.durable.publish(engine.last_seq());
-            release(group.replies, latency, None);
+            release(group.replies, latency);
             true
         }
     }

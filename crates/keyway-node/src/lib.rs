@@ -61,7 +61,6 @@ pub mod coll;
 pub(crate) mod config;
 pub(crate) mod connection;
 pub(crate) mod copies;
-pub(crate) mod courier;
 pub mod db;
 pub(crate) mod executor;
 pub(crate) mod flush;

@@ -37,10 +37,6 @@ pub struct Metrics {
     pub group_commit_size: Histogram,
     pub read_groups_released_at_once: Counter,
     pub inline_runs: Counter,
-    /// Replies released off their shard thread and delivered through its
-    /// courier, and the wakes of the thread that took ([`crate::courier`]).
-    pub courier_replies: Counter,
-    pub courier_wakes: Counter,
     pub map_version: Gauge,
     pub partitions_owned: Gauge,
     pub lease_remaining_ms: Gauge,
@@ -117,8 +113,6 @@ impl Metrics {
             group_commit_size: Histogram::new(exponential_buckets(1.0, 2.0, 12)),
             read_groups_released_at_once: Counter::default(),
             inline_runs: Counter::default(),
-            courier_replies: Counter::default(),
-            courier_wakes: Counter::default(),
             map_version: Gauge::default(),
             partitions_owned: Gauge::default(),
             lease_remaining_ms: Gauge::default(),
@@ -199,16 +193,6 @@ impl Metrics {
                 "inline_runs",
                 "Requests a connection ran inline on its own shard thread (no queue, no wake-up)",
                 m.inline_runs.clone(),
-            );
-            r.register(
-                "courier_replies",
-                "Replies released on another thread (the syncer, a replication stream) and handed back to their shard thread through its courier",
-                m.courier_replies.clone(),
-            );
-            r.register(
-                "courier_wakes",
-                "Wakes of a shard thread's courier: courier_replies / courier_wakes replies share each wake",
-                m.courier_wakes.clone(),
             );
             r.register(
                 "map_version",

@@ -42,7 +42,6 @@ mod state;
 mod stream;
 pub mod switchover;
 
-use crate::courier::{Courier, Delivery};
 use crate::executor::{Deferral, DurableSeq, LatencyGauge};
 use crate::log_gc::LogHolds;
 use crate::peer::Throttle;
@@ -99,10 +98,6 @@ struct Pending {
     frame: Frame,
     /// Then hand it on (a migration's dual write waits for its target too).
     then: Option<Deferral>,
-    /// The shard thread it was filed on, which its connection awaits it
-    /// on: released by a stream, it goes back through that thread's
-    /// courier (one wake per answer, not per reply; [`crate::courier`]).
-    courier: Option<Arc<Courier>>,
 }
 
 struct Inner {
@@ -284,16 +279,7 @@ impl Replication {
             }
             return;
         }
-        let courier = Courier::here();
-        inner.pending.insert(
-            id,
-            Pending {
-                tx,
-                frame,
-                then,
-                courier,
-            },
-        );
+        inner.pending.insert(id, Pending { tx, frame, then });
         self.finish(inner, cmds);
     }
 
@@ -321,25 +307,18 @@ impl Replication {
             }
         }
         drop(inner);
-        let deliveries = out.into_iter().map(|(p, ok)| {
-            let delivery = match ok {
-                true => Delivery {
-                    reply: p.tx,
-                    frame: p.frame,
-                    then: p.then,
-                },
-                false => {
-                    self.metrics.not_confirmed.inc();
-                    Delivery {
-                        reply: p.tx,
-                        frame: Frame::Error(NOT_CONFIRMED.into()),
-                        then: None,
-                    }
+        for (p, ok) in out {
+            match (ok, p.then) {
+                (true, Some(then)) => then(p.tx, p.frame),
+                (true, None) => {
+                    let _ = p.tx.send(p.frame);
                 }
-            };
-            (p.courier, delivery)
-        });
-        crate::courier::deliver_all(deliveries);
+                (false, _) => {
+                    self.metrics.not_confirmed.inc();
+                    let _ = p.tx.send(Frame::Error(NOT_CONFIRMED.into()));
+                }
+            }
+        }
     }
 
     /// The driver: feeds the rules every map and a tick, runs their
